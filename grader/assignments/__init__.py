@@ -1,0 +1,1 @@
+"""One sub-package per assignment: rubric, cases, reference, checks."""

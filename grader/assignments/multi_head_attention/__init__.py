@@ -1,0 +1,1 @@
+"""The assignment "Self-attention and multi-head self-attention"."""

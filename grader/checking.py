@@ -1,0 +1,246 @@
+"""pytest as the correctness engine.
+
+Each correctness check is a pytest test in ``grader/assignments/<id>/
+checks/``, marked with the rubric item it decides::
+
+    @pytest.mark.item("task1.forward", part="scaled")
+    def test_forward_matches_reference(task1, reference): ...
+
+The tests run with pytest inside the grader's own trusted process (a fork
+of it, so pytest's global state never leaks between gradings) and see the
+submission only as observations: plain tensors and shapes that the sandbox
+handed over, through the fixtures of :class:`ChecksPlugin` (one fixture per
+task id, returning a :class:`~grader.observe.TaskRun`, plus ``plan``,
+``public_only`` and ``assignment``). An instructor adds a check by writing
+one more marked test; the rubric table maps outcomes to points.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grader.observe import TaskRun
+from grader.plan import Case
+
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict: a message for the student and diagnosis ids."""
+
+    def __init__(self, message: str, diagnoses: tuple[str, ...] = ()):
+        """Keep the message and the diagnosis ids."""
+        super().__init__(message)
+        self.message = message
+        self.diagnoses = tuple(diagnoses)
+
+
+def fail(message: str, *diagnoses: str) -> None:
+    """Fail the current check with a message and known-mistake ids."""
+    raise CheckFailed(message, diagnoses)
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """The rubric's "match": allclose in float32, rtol 1e-4, atol 1e-5."""
+    if tuple(actual.shape) != tuple(expected.shape):
+        return False
+    return bool(torch.allclose(actual.float(), expected.float(),
+                               rtol=RTOL, atol=ATOL))
+
+
+def returned(run: TaskRun, probe_id: str, what: str) -> Any:
+    """The value a probe returned, or fail with why there is none."""
+    result = run.result(probe_id)
+    case = result.info.case
+    where = f" on {case.describe()}" if case else ""
+    if not result.ok:
+        fail(f"{what}{where}: {result.problem}")
+    return result.value
+
+
+def tensor_of(value: Any, what: str, shape: tuple[int, ...],
+              meaning: str, case: Case | None = None) -> torch.Tensor:
+    """Check that ``value`` is a float tensor of ``shape``; return it.
+
+    ``meaning`` names the dimensions, e.g. ``"[batch_size * num_heads,
+    seq_len, seq_len]"``; the failure message shows both shapes with it.
+    """
+    where = f" on {case.describe()}" if case else ""
+    if value is None or value.kind != "tensor":
+        got = value.describe() if value is not None else "nothing"
+        fail(f"{what}{where} should be a tensor {list(shape)} = {meaning}; "
+             f"got {got}.")
+    if value.tensor is None or not value.dtype.startswith(
+            ("float", "bfloat")):
+        fail(f"{what}{where} should be a floating-point tensor; got a "
+             f"{value.dtype} tensor.")
+    if tuple(value.shape) != tuple(shape):
+        fail(f"{what}{where} has shape {list(value.shape)}; expected "
+             f"{list(shape)} = {meaning}.")
+    return value.tensor
+
+
+def max_error(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """The largest absolute difference, in words."""
+    diff = (actual.float() - expected.float()).abs()
+    if torch.isnan(diff).any():
+        return "the output contains NaN"
+    return f"the largest difference is {diff.max().item():.3g}"
+
+
+# --------------------------------------------------------------------------
+# The plugin
+
+
+@dataclass
+class CheckOutcome:
+    """One check's result."""
+
+    nodeid: str
+    item: str
+    part: str
+    passed: bool
+    message: str = ""
+    diagnoses: list[str] = field(default_factory=list)
+
+
+class ChecksPlugin:
+    """Hands observations to the checks and records their outcomes."""
+
+    def __init__(self, context: dict[str, Any]) -> None:
+        """``context``: task id -> TaskRun, plus plan/assignment/flags."""
+        self._context = context
+        self.outcomes: list[CheckOutcome] = []
+        self.errors: list[str] = []
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """Register the ``item`` marker."""
+        config.addinivalue_line(
+            "markers", "item(id, part='main'): the rubric item (and part) "
+                       "this check decides")
+
+    @pytest.fixture
+    def plan(self) -> Any:
+        """The plan the observations answer."""
+        return self._context["plan"]
+
+    @pytest.fixture
+    def public_only(self) -> bool:
+        """True when grading on the public test values alone."""
+        return bool(self._context["public_only"])
+
+    @pytest.fixture
+    def assignment(self) -> Any:
+        """The :class:`~grader.rubric.Assignment` being graded."""
+        return self._context["assignment"]
+
+    @pytest.fixture
+    def task1(self) -> TaskRun:
+        """Observations of task 1."""
+        return self._context["runs"]["task1"]
+
+    @pytest.fixture
+    def task2(self) -> TaskRun:
+        """Observations of task 2."""
+        return self._context["runs"]["task2"]
+
+    @pytest.fixture
+    def runs(self) -> dict[str, TaskRun]:
+        """Observations of every task, by task id."""
+        return self._context["runs"]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo):
+        """Record each check's verdict against its item and part."""
+        report = yield
+        if report.when == "call" or (report.when == "setup"
+                                     and report.failed):
+            marker = item.get_closest_marker("item")
+            if marker is None:
+                self.errors.append(f"{item.nodeid} has no item marker")
+                return report
+            item_id = marker.args[0]
+            part = marker.kwargs.get("part", "main")
+            outcome = CheckOutcome(item.nodeid, item_id, part,
+                                   passed=report.passed)
+            if call.excinfo is not None:
+                exc = call.excinfo.value
+                if isinstance(exc, CheckFailed):
+                    outcome.message = exc.message
+                    outcome.diagnoses = list(exc.diagnoses)
+                elif isinstance(exc, AssertionError):
+                    outcome.message = str(exc).split("\nassert ")[0]
+                else:
+                    outcome.message = (f"the grader's check {item.name} "
+                                       f"failed: {type(exc).__name__}: "
+                                       f"{exc}")
+                    trace = "".join(traceback.format_exception(exc))
+                    self.errors.append(f"{item.nodeid}: {trace}")
+            self.outcomes.append(outcome)
+        return report
+
+
+def _pytest_args(checks_dir: Path) -> list[str]:
+    return ["-p", "no:cacheprovider", "-p", "no:terminal",
+            "-p", "no:warnings", "-p", "no:logging",
+            "--import-mode=importlib", "-c", os.devnull,
+            "--rootdir", str(checks_dir), str(checks_dir)]
+
+
+def run_checks(checks_dir: Path, context: dict[str, Any]
+               ) -> tuple[list[CheckOutcome], list[str]]:
+    """Run every check in a forked child; return outcomes and errors.
+
+    The child is a copy of this trusted process (no student code runs in
+    it); forking keeps pytest's global state out of the caller.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_fd)
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+            plugin = ChecksPlugin(context)
+            sink = io.StringIO()
+            with contextlib.redirect_stdout(sink), \
+                    contextlib.redirect_stderr(sink):
+                status = pytest.main(_pytest_args(checks_dir),
+                                     plugins=[plugin])
+            errors = list(plugin.errors)
+            if int(status) not in (0, 1):
+                errors.append(f"pytest ended with status {int(status)}: "
+                              f"{sink.getvalue()[-2000:]}")
+            payload = json.dumps({"outcomes": [asdict(o) for o in
+                                               plugin.outcomes],
+                                  "errors": errors}).encode()
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_fd, view):]
+        except BaseException:
+            code = 70
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks = []
+    while chunk := os.read(read_fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return [], [f"the checks process failed (status {status})"]
+    data = json.loads(b"".join(chunks))
+    outcomes = [CheckOutcome(**o) for o in data["outcomes"]]
+    return outcomes, data["errors"]

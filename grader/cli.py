@@ -1,0 +1,178 @@
+"""The grader's command line: ``python -m grader COMMAND ...``.
+
+Only the grader writes to standard output; whatever a submission prints is
+captured in its sandbox and shown inside the report.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXAMPLES = """\
+examples:
+  python -m grader grade transformer_lm/modeling_attention.py
+  python -m grader grade . --public-only          # quick self-check
+  python -m grader grade notebook.ipynb --format json
+  python -m grader grade submission/ --format gradescope > results.json
+  python -m grader shapes transformer_lm/modeling_attention.py
+  python -m grader batch submissions/ --out grades.csv --jobs 2
+
+exit status: 0 when a grade was produced (whatever the score), 2 when the
+submission could not be graded (bad path, unreadable file, bad options).
+"""
+
+
+class CliError(Exception):
+    """A problem with the command line or its input: one line, exit 2."""
+
+
+def _positive(kind: type) -> callable:
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text}")
+        return value
+    return parse
+
+
+def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--assignment", metavar="ID",
+        help="the assignment to grade against (default: recognised from "
+             "the submission; see 'python -m grader assignments')")
+    parser.add_argument(
+        "--public-only", action="store_true",
+        help="grade on the public test values alone (a quick self-check); "
+             "the default adds hidden random cases")
+    parser.add_argument(
+        "--seed", type=int, metavar="N",
+        help="seed of the hidden cases (default: $GRADER_SEED if set, "
+             "else 2024). A correct submission passes under every seed")
+    parser.add_argument(
+        "--timeout", type=_positive(float), default=20.0, metavar="S",
+        help="wall-clock seconds each task's code may run (default: 20)")
+    parser.add_argument(
+        "--memory", type=_positive(int), default=2048, metavar="MB",
+        help="memory each task's code may allocate (default: 2048)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="python -m grader",
+        description="Grade attention homework submissions exactly as the "
+                    "rubric says: correctness (pytest checks in a sandbox), "
+                    "PEP-8 (flake8) and verified tensor-shape comments.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    grade = commands.add_parser(
+        "grade", help="grade one submission",
+        description="Grade one submission: a Python file of any name "
+                    "holding the classes, a notebook (.ipynb), or a student "
+                    "repository folder.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    grade.add_argument("path", type=Path, metavar="PATH")
+    grade.add_argument(
+        "--format", choices=("text", "json", "gradescope"), default="text",
+        help="text (default): a readable report; json: the rubric's JSON "
+             "object; gradescope: a Gradescope results.json")
+    grade.add_argument(
+        "--output", "-o", type=Path, metavar="FILE",
+        help="write the report to FILE instead of standard output")
+    grade.add_argument(
+        "--feedback", type=Path, metavar="DIR",
+        help="also write feedback files (report and attention-map PNGs "
+             "for failing attention items) into DIR")
+    _add_grading_options(grade)
+
+    shapes = commands.add_parser(
+        "shapes", help="check the shape comments of a submission",
+        description="Run the shape-comment verifier alone and print every "
+                    "offending line, exactly as the grade's shapes items "
+                    "see it.")
+    shapes.add_argument("path", type=Path, metavar="PATH")
+    shapes.add_argument("--assignment", metavar="ID")
+    shapes.add_argument("--timeout", type=_positive(float), default=20.0,
+                        metavar="S", help=argparse.SUPPRESS)
+    shapes.add_argument("--memory", type=_positive(int), default=2048,
+                        metavar="MB", help=argparse.SUPPRESS)
+
+    commands.add_parser("assignments",
+                        help="list the assignments the grader knows")
+    return parser
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from grader.engine import Options, grade
+    from grader.sandbox import Limits
+
+    options = Options(seed=args.seed, public_only=args.public_only,
+                      limits=Limits(timeout=args.timeout,
+                                    memory_mb=args.memory))
+    report = grade(args.path, args.assignment, options)
+    if args.format == "json":
+        text = report.to_json() + "\n"
+    elif args.format == "gradescope":
+        import json
+
+        text = json.dumps(report.as_gradescope(), indent=2) + "\n"
+    else:
+        text = report.as_text()
+    if args.feedback is not None:
+        from grader.feedback import write_feedback
+
+        write_feedback(report, args.feedback)
+    if args.output is not None:
+        from grader.files import write_atomic
+
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _shapes(args: argparse.Namespace) -> int:
+    from grader.engine import Options, shape_report
+    from grader.sandbox import Limits
+
+    options = Options(limits=Limits(timeout=args.timeout,
+                                    memory_mb=args.memory))
+    text, _ = shape_report(args.path, args.assignment, options)
+    sys.stdout.write(text)
+    return 0
+
+
+def _assignments(args: argparse.Namespace) -> int:
+    from grader.rubric import assignments
+
+    for assignment in assignments():
+        tasks = ", ".join(t.target for t in assignment.tasks)
+        sys.stdout.write(f"{assignment.id}: {assignment.title} "
+                         f"({assignment.max_score:g} points; {tasks})\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a subcommand; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from grader.rubric import RubricError
+    from grader.submission import SubmissionError
+
+    handlers = {"grade": _grade, "shapes": _shapes,
+                "assignments": _assignments}
+    try:
+        return handlers[args.command](args)
+    except (SubmissionError, RubricError, CliError, OSError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        sys.stderr.write(f"python -m grader {args.command}: error: "
+                         f"{message}\n")
+        return 2

@@ -1,0 +1,385 @@
+"""Grading one submission, start to finish.
+
+The data flow, one module per stage: :mod:`grader.submission` locates and
+reads the submission; :mod:`grader.analysis` reads it statically;
+:mod:`grader.sandbox` runs it in child processes on the probes of the
+assignment's cases (:mod:`grader.plan`); :mod:`grader.observe` decodes what
+they saw; :mod:`grader.checking` runs the pytest checks on those
+observations; this module turns outcomes into points as the rubric says;
+:mod:`grader.report` renders the result.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from grader import pep8, shapes
+from grader.analysis import TaskAnalysis, analyse
+from grader.checking import CheckOutcome, run_checks
+from grader.observe import ProbeResult, TaskRun, observe
+from grader.plan import Plan
+from grader.report import ItemReport, Report, TaskReport
+from grader.rubric import Assignment, Item, Task
+from grader.sandbox import Job, Limits, run_jobs
+from grader.source import SourceFile
+from grader.submission import Submission, locate
+
+DEFAULT_SEED = 2024
+SEED_ENV = "GRADER_SEED"
+KIT_ROOT = Path(__file__).resolve().parent.parent
+FLAKE8_CONFIG = Path(__file__).resolve().parent / "flake8.cfg"
+PROTECTED = (KIT_ROOT / "solutions",)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to grade."""
+
+    seed: int | None = None      # None: $GRADER_SEED, else DEFAULT_SEED
+    public_only: bool = False
+    limits: Limits = field(default_factory=Limits)
+
+
+def resolve_seed(seed: int | None) -> tuple[int, str]:
+    """The seed to use and how to show it (a secret seed is not shown)."""
+    if seed is not None:
+        return seed, str(seed)
+    secret = os.environ.get(SEED_ENV, "").strip()
+    if secret:
+        try:
+            return int(secret), f"secret (${SEED_ENV})"
+        except ValueError:
+            return (int.from_bytes(secret.encode(), "big") % (2 ** 31),
+                    f"secret (${SEED_ENV})")
+    return DEFAULT_SEED, str(DEFAULT_SEED)
+
+
+def grade(path: Path, assignment: str | None = None,
+          options: Options = Options()) -> Report:
+    """Grade the submission at ``path`` (file, notebook or folder)."""
+    return grade_submission(locate(Path(path), assignment), options)
+
+
+# --------------------------------------------------------------------------
+# Running
+
+
+def _unrunnable(task: Task, source: SourceFile, plan: Plan,
+                reason: str) -> TaskRun:
+    run = TaskRun(task=task.id, source=source, import_error=reason,
+                  ended="finished")
+    for info in plan.of_task(task.id):
+        run.results[info.id] = ProbeResult(info=info, problem=reason)
+    return run
+
+
+def _attach_statements(plan: Plan, analyses: dict[str, TaskAnalysis]
+                       ) -> None:
+    for task_id, probes in plan.probes.items():
+        for wire in probes:
+            trace = wire.get("trace")
+            if trace is not None:
+                statements = analyses[task_id].statements.get(
+                    trace["method"], [])
+                trace["statements"] = [s.to_plain() for s in statements]
+
+
+class _Linter(threading.Thread):
+    """flake8 over each distinct source, while the workers run."""
+
+    def __init__(self, sources: list[SourceFile]) -> None:
+        super().__init__(daemon=True)
+        self.sources = sources
+        self.findings: dict[Path, list[pep8.Pep8Finding] | str] = {}
+
+    def run(self) -> None:
+        for source in self.sources:
+            if source.path in self.findings:
+                continue
+            try:
+                self.findings[source.path] = pep8.run_flake8(
+                    source, FLAKE8_CONFIG)
+            except pep8.Flake8Error as exc:
+                self.findings[source.path] = str(exc)
+
+
+def grade_submission(submission: Submission,
+                     options: Options = Options()) -> Report:
+    """Grade a located submission."""
+    started = time.perf_counter()
+    torch.set_num_threads(1)
+    assignment = submission.assignment
+    seed, seed_label = resolve_seed(options.seed)
+    cases = importlib.import_module(
+        f"grader.assignments.{assignment.id}.cases")
+    plan: Plan = cases.build(seed, options.public_only,
+                             assignment.size_sets)
+    analyses = {task.id: analyse(assignment, task,
+                                 submission.sources[task.id])
+                for task in assignment.tasks}
+    _attach_statements(plan, analyses)
+
+    jobs, runs = [], {}
+    for task in assignment.tasks:
+        source = submission.sources[task.id]
+        analysis = analyses[task.id]
+        if analysis.syntax_error:
+            runs[task.id] = _unrunnable(
+                task, source, plan, f"The code could not be loaded: "
+                                    f"{analysis.syntax_error}.")
+            continue
+        jobs.append(Job(task.id, source.text, str(source.path),
+                        plan.probes.get(task.id, []),
+                        protected=tuple(str(p) for p in PROTECTED)))
+    linter = _Linter([submission.sources[t.id] for t in assignment.tasks])
+    results = run_jobs(jobs, options.limits, after_fork=linter.start)
+    linter.join()
+    for job in jobs:
+        runs[job.name] = observe(job.name, submission.sources[job.name],
+                                 plan.of_task(job.name), results[job.name])
+
+    outcomes, check_errors = run_checks(assignment.checks_dir, {
+        "runs": runs, "plan": plan, "public_only": options.public_only,
+        "assignment": assignment})
+    report = score(assignment, submission, analyses, runs, outcomes,
+                   linter.findings)
+    report.errors = check_errors + report.errors
+    report.seed_label = seed_label
+    report.public_only = options.public_only
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# --------------------------------------------------------------------------
+# Scoring: pure functions of observations, outcomes and the rubric
+
+
+def _unique(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def score_checks_item(item: Item, outcomes: list[CheckOutcome],
+                      forbidden: list[str]) -> tuple[ItemReport, list[str]]:
+    """Points of a checks item from its checks' outcomes."""
+    errors = []
+    mine = [o for o in outcomes if o.item == item.id]
+    if forbidden:
+        uses = ", ".join(_unique(forbidden))
+        return ItemReport(item.id, item.task, item.title, 0.0, item.points,
+                          False, f"0 points: the code uses {uses}, which "
+                                 f"this homework forbids.",
+                          ["forbidden_api"]), errors
+    for outcome in mine:
+        if outcome.part not in item.parts:
+            errors.append(f"check {outcome.nodeid} names unknown part "
+                          f"{outcome.part!r} of {item.id}")
+    earned = {}
+    for part, points in item.parts.items():
+        checks = [o for o in mine if o.part == part]
+        if not checks:
+            errors.append(f"no check decides part {part!r} of {item.id}")
+        earned[part] = points if checks and all(
+            o.passed for o in checks) else 0.0
+    total = (max(earned.values()) if item.combine == "max"
+             else sum(earned.values()))
+    passed = total == item.points
+    if passed:
+        return ItemReport(item.id, item.task, item.title, total,
+                          item.points, True, "ok"), errors
+    # Explain what was missed: for "max", the best part that failed only.
+    missed = [part for part, points in item.parts.items()
+              if earned[part] < points]
+    if item.combine == "max":
+        missed = [max(missed, key=lambda part: item.parts[part])]
+    failing = [o for o in mine if o.part in missed and not o.passed]
+    messages = _unique([o.message for o in failing if o.message])[:3]
+    diagnosis = _unique([d for o in failing for d in o.diagnoses])
+    if item.combine == "max" and total > 0:
+        best = max((p for p in item.parts if earned[p] == total),
+                   key=lambda part: item.parts[part])
+        messages.insert(0, f"{total:g} of {item.points:g} points: the "
+                           f"'{best}' credit.")
+    elif item.combine == "sum" and total > 0:
+        good = [p for p in item.parts if earned[p]]
+        messages.insert(0, f"{total:g} of {item.points:g} points (earned: "
+                           f"{', '.join(good)}; missed: "
+                           f"{', '.join(missed)}).")
+    return ItemReport(item.id, item.task, item.title, total, item.points,
+                      False, " ".join(messages), diagnosis), errors
+
+
+def score_pep8_item(item: Item, analysis: TaskAnalysis,
+                    findings: list[pep8.Pep8Finding] | str) -> ItemReport:
+    """The PEP-8 penalty: any flake8 finding inside the task's class."""
+    target = analysis.task.target
+    if isinstance(findings, str):
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          f"not checked: flake8 failed ({findings})")
+    if analysis.syntax_error or analysis.span is None:
+        why = ("the code does not parse" if analysis.syntax_error
+               else f"{target} is not defined")
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          f"not checked: {why}")
+    inside = pep8.attribute(findings, {item.task: analysis.span}).get(
+        item.task, [])
+    if not inside:
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          f"flake8 finds nothing inside {target}")
+    return ItemReport(
+        item.id, item.task, item.title, item.points, 0.0, False,
+        f"flake8 reports {len(inside)} finding(s) inside {target}.",
+        details=pep8.format_pep8(inside, analysis.source))
+
+
+def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...]
+                ) -> tuple[list[tuple[dict, dict]], list[str]]:
+    runs, problems = [], []
+    for index, sizes in enumerate(size_sets):
+        records = []
+        for probe_id in run.probe_ids(f"trace:{index}"):
+            result = run.result(probe_id)
+            if result.trace is None:
+                continue
+            if not result.trace.get("intact", True):
+                problems.append("the code removed or replaced the "
+                                "grader's trace function (sys.settrace), "
+                                "so its shape comments could not be "
+                                "verified")
+            records.append(result.trace.get("records") or {})
+        runs.append((sizes, shapes.merge_records(*records)))
+    return runs, _unique(problems)
+
+
+def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
+                      assignment: Assignment) -> ItemReport:
+    """The shape-comment penalty: verified by running forward."""
+    where = f"{analysis.task.target}.{item.method}"
+    statements = analysis.statements.get(item.method, [])
+    if analysis.syntax_error or analysis.span is None:
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          "not checked: the code does not load")
+    if analysis.stub or not statements:
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          f"not checked: {where} has no code of yours yet")
+    trace_runs, problems = _trace_runs(run, assignment.size_sets)
+    if problems:
+        return ItemReport(item.id, item.task, item.title, item.points, 0.0,
+                          False, "; ".join(problems) + ".")
+    table = shapes.DimensionTable.from_rubric(
+        {k: list(v) for k, v in assignment.dimensions.items()})
+    try:
+        findings = shapes.verify(statements, trace_runs, table)
+    except shapes.ShapeRecordError as exc:
+        return ItemReport(item.id, item.task, item.title, item.points, 0.0,
+                          False, f"the shape traces could not be read "
+                                 f"({exc}); the comments are unverified.")
+    details = (shapes.format_findings(findings, analysis.source)
+               if findings else "")
+    bad = [f for f in findings if f.penalised]
+    if bad:
+        return ItemReport(item.id, item.task, item.title, item.points, 0.0,
+                          False, f"{len(bad)} statement(s) in {where} have "
+                                 f"a missing or wrong shape comment.",
+                          details=details)
+    return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                      f"every tensor statement in {where} has a correct "
+                      f"shape comment", details=details)
+
+
+def score_bonus_item(item: Item, analysis: TaskAnalysis,
+                     earned: dict[str, ItemReport],
+                     assignment: Assignment) -> ItemReport:
+    """The bonus: a short method that is also fully correct."""
+    count = analysis.statement_counts.get(item.method)
+    required = assignment.item(item.requires)
+    full = (item.requires in earned
+            and earned[item.requires].score == required.points)
+    where = f"{analysis.task.target}.{item.method}"
+    if count is None:
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
+                          f"no bonus: {where} is not defined")
+    short = count <= item.max_statements
+    if short and full:
+        return ItemReport(item.id, item.task, item.title, item.points, 0.0,
+                          True, f"{where} has {count} statement(s) and is "
+                                f"correct: +{item.points:g}")
+    why = (f"{where} has {count} statements (at most "
+           f"{item.max_statements} earn the bonus)" if not short else
+           f"{item.requires} did not earn full points")
+    return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
+                      f"no bonus (optional): {why}")
+
+
+def score(assignment: Assignment, submission: Submission,
+          analyses: dict[str, TaskAnalysis], runs: dict[str, TaskRun],
+          outcomes: list[CheckOutcome],
+          lint: dict[Path, list[pep8.Pep8Finding] | str]) -> Report:
+    """Every item's points, the clamped task totals and the report."""
+    items: list[ItemReport] = []
+    tasks: list[TaskReport] = []
+    errors: list[str] = []
+    notes = list(submission.notes)
+    for task in assignment.tasks:
+        analysis, run = analyses[task.id], runs[task.id]
+        forbidden = _unique(analysis.forbidden + run.forbidden)
+        earned: dict[str, ItemReport] = {}
+        for item in assignment.items_of(task.id):
+            if item.kind == "checks":
+                report, problems = score_checks_item(item, outcomes,
+                                                     forbidden)
+                errors += problems
+            elif item.kind == "pep8":
+                report = score_pep8_item(
+                    item, analysis, lint.get(analysis.source.path, []))
+            elif item.kind == "shapes":
+                report = score_shapes_item(item, analysis, run, assignment)
+            else:
+                continue
+            earned[item.id] = report
+        for item in assignment.items_of(task.id):
+            if item.kind == "bonus":
+                earned[item.id] = score_bonus_item(item, analysis, earned,
+                                                   assignment)
+        ordered = [earned[i.id] for i in assignment.items_of(task.id)]
+        items += ordered
+        raw = sum(r.score for r in ordered
+                  if assignment.item(r.id).kind != "bonus")
+        bonus = sum(r.score for r in ordered
+                    if assignment.item(r.id).kind == "bonus")
+        clamped = min(max(raw, 0.0), task.max_score)
+        problems = list(run.problems)
+        if analysis.stub:
+            problems.insert(0, f"{task.target} is still the untouched "
+                               f"stub: write your code between the YOUR "
+                               f"CODE markers.")
+        tasks.append(TaskReport(
+            id=task.id, title=task.title, score=clamped + bonus,
+            max_score=task.max_score, bonus=bonus, raw=raw,
+            source=str(analysis.source.path), output=run.output,
+            problems=problems))
+    for path, findings in lint.items():
+        if isinstance(findings, str):
+            continue
+        spans = {t: a.span for t, a in analyses.items()
+                 if a.span and a.source.path == path}
+        outside = pep8.attribute(findings, spans).get(None, [])
+        if outside:
+            source = next(a.source for a in analyses.values()
+                          if a.source.path == path)
+            notes.append(f"flake8 findings outside the graded classes "
+                         f"(reported, never penalised):\n"
+                         f"{pep8.format_pep8(outside, source)}")
+    task_errors = _unique([p for t in tasks for p in t.problems
+                           if not p.startswith(("The sandbox refused",))])
+    return Report(
+        assignment=assignment.id, title=assignment.title,
+        path=str(submission.path),
+        score=sum(t.score for t in tasks), max_score=assignment.max_score,
+        items=items, tasks=tasks, errors=_unique(errors) + task_errors,
+        notes=notes, diagnoses=dict(assignment.diagnoses))

@@ -1,0 +1,167 @@
+"""What the sandbox observed, decoded and explained, in the trusted process.
+
+:func:`observe` turns a worker's raw frames into a :class:`TaskRun`: one
+:class:`ProbeResult` per planned probe, each either a value or a sentence
+saying why there is none (the code raised, the import failed, the process
+hung or died). The checks read observations only through these classes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.plan import Case, ProbeInfo
+from grader.sandbox import JobResult
+from grader.source import SourceFile
+from grader.wire import ChannelError, Value, decode_value
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The outcome of one probe."""
+
+    info: ProbeInfo
+    value: Value | None = None
+    describe: dict | None = None
+    trace: dict | None = None
+    problem: str | None = None       # why there is no usable result
+    error: dict | None = None        # the exception, if the code raised
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the probe ran to the end."""
+        return self.problem is None
+
+
+def format_error(error: dict, source: SourceFile) -> str:
+    """One sentence about an exception raised in student code."""
+    text = f"{error.get('type', 'Exception')}: {error.get('message', '')}"
+    line = error.get("line")
+    if isinstance(line, int):
+        where = source.where(line)
+        code = error.get("code")
+        text += f" (at {where}" + (f": `{code}`" if code else "") + ")"
+    return text
+
+
+@dataclass
+class TaskRun:
+    """Everything observed while running one task's probes."""
+
+    task: str
+    source: SourceFile
+    results: dict[str, ProbeResult] = field(default_factory=dict)
+    import_error: str | None = None
+    ended: str = "finished"
+    detail: str = ""
+    output: str = ""
+    output_truncated: bool = False
+    refused: list[str] = field(default_factory=list)
+    forbidden: list[str] = field(default_factory=list)
+    channel_error: str | None = None
+    seconds: float = 0.0
+
+    def result(self, probe_id: str) -> ProbeResult:
+        """The result of one probe (KeyError for an unplanned id)."""
+        return self.results[probe_id]
+
+    def case(self, probe_id: str) -> Case:
+        """The trusted case behind a probe."""
+        case = self.results[probe_id].info.case
+        if case is None:
+            raise KeyError(f"probe {probe_id} has no case")
+        return case
+
+    def probe_ids(self, prefix: str) -> list[str]:
+        """Ids of the probes whose id starts with ``prefix``, in order."""
+        return [p for p in self.results if p.startswith(prefix)]
+
+    @property
+    def problems(self) -> list[str]:
+        """Sentences about the whole run (import, death, refusals)."""
+        found = []
+        if self.import_error:
+            found.append(self.import_error)
+        if self.ended != "finished":
+            found.append(f"While running {self.task}, {self.detail}.")
+        if self.channel_error:
+            found.append(f"The grader's channel from the {self.task} "
+                         f"process was corrupted ({self.channel_error}); "
+                         f"results after that point were discarded.")
+        for what in self.refused:
+            found.append(f"The sandbox refused to let the code {what}.")
+        return found
+
+
+def _result_from_frame(info: ProbeInfo, message: dict,
+                       source: SourceFile) -> ProbeResult:
+    seconds = float(message.get("seconds", 0.0) or 0.0)
+    if not message.get("ok"):
+        error = message.get("error") or {}
+        return ProbeResult(info=info, error=error, seconds=seconds,
+                           problem=format_error(error, source))
+    try:
+        value = (decode_value(message["value"]) if "value" in message
+                 else None)
+    except (ChannelError, ValueError, TypeError) as exc:
+        return ProbeResult(info=info, seconds=seconds,
+                           problem=f"its result could not be read ({exc})")
+    describe = message.get("describe")
+    trace = message.get("trace")
+    return ProbeResult(info=info, value=value, seconds=seconds,
+                       describe=describe if isinstance(describe, dict)
+                       else None,
+                       trace=trace if isinstance(trace, dict) else None)
+
+
+def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
+            job: JobResult) -> TaskRun:
+    """Decode a worker's frames against the task's plan."""
+    run = TaskRun(task=task, source=source, ended=job.ended,
+                  detail=job.detail, output=job.output,
+                  output_truncated=job.output_truncated,
+                  channel_error=job.channel_error, seconds=job.seconds)
+    by_id: dict[str, dict] = {}
+    started: str | None = None
+    for message in job.frames:
+        kind = message.get("type")
+        if kind == "import" and not message.get("ok"):
+            error = message.get("error") or {}
+            run.import_error = ("The submission could not be loaded: "
+                                + format_error(error, source) + ".")
+        elif kind == "start":
+            started = str(message.get("id"))
+        elif kind == "probe" and isinstance(message.get("id"), str):
+            by_id.setdefault(message["id"], message)
+        elif kind == "refused" and isinstance(message.get("what"), str):
+            run.refused.append(message["what"][:200])
+        elif kind == "forbidden" and isinstance(message.get("what"), str):
+            run.forbidden.append(message["what"][:200])
+    for info in plan:
+        if info.id in by_id:
+            run.results[info.id] = _result_from_frame(info, by_id[info.id],
+                                                      source)
+            continue
+        if run.import_error:
+            problem = run.import_error
+        elif info.id == started and job.ended != "finished":
+            problem = f"while running it, {job.detail}"
+        elif job.ended != "finished":
+            problem = (f"it never ran: the process had already stopped "
+                       f"({job.detail})")
+        elif job.channel_error:
+            problem = "its result was lost on a corrupted channel"
+        else:
+            problem = "no result was reported"
+        run.results[info.id] = ProbeResult(info=info, problem=problem)
+    return run
+
+
+def tensor_items(value: Value | None) -> list[Any]:
+    """The tensors inside a returned value (the value itself or a tuple)."""
+    if value is None:
+        return []
+    if value.kind == "tensor":
+        return [value]
+    return [v for v in value.items if v.kind == "tensor"]

@@ -1,0 +1,103 @@
+"""Probe plans: what the sandbox runs, and the trusted case behind it.
+
+A probe is plain data (see :mod:`grader.worker`): build ``target`` with
+``init``, load ``state`` into its parameters, set train or eval mode, seed
+torch, call it on ``call`` and send back the value (and, when asked, a
+description of the object or a shape trace). :class:`ProbeInfo` keeps, in
+the trusted process, what the checks need to judge the answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grader.wire import encode_tensor
+
+
+@dataclass(frozen=True)
+class Case:
+    """Inputs and weights of one graded case (trusted, float32)."""
+
+    name: str
+    public: bool
+    sizes: dict[str, int]
+    x: torch.Tensor
+    weights: dict[str, torch.Tensor]
+
+    def describe(self) -> str:
+        """Words for a report: which case, with which sizes."""
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        if self.public:
+            return f"the public test values '{self.name}' ({sizes})"
+        return f"hidden case '{self.name}' ({sizes})"
+
+    def float64(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The input and the weights in float64, for references."""
+        return self.x.double(), {k: v.double()
+                                 for k, v in self.weights.items()}
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """What a probe asked for, kept by the trusted process."""
+
+    id: str
+    task: str
+    target: str
+    case: Case | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    causal: bool = False
+    train: bool = False
+    dropout: float = 0.0
+    sizes: dict[str, int] | None = None
+    trace: str | None = None
+
+
+def probe(probe_id: str, target: str, *, case: Case | None = None,
+          layers: tuple[str, ...] = (), init: dict | None = None,
+          kwargs: dict | None = None, x: torch.Tensor | None = None,
+          describe: bool = False, trace: str | None = None,
+          train: bool = False, seed: int = 0, causal: bool = False,
+          dropout: float = 0.0, sizes: dict[str, int] | None = None
+          ) -> tuple[dict, ProbeInfo]:
+    """A probe's wire form and its trusted description."""
+    wire: dict[str, Any] = {"id": probe_id, "target": target, "init": init,
+                            "train": train, "seed": seed,
+                            "describe": describe}
+    if case is not None:
+        wire["state"] = {name: encode_tensor(case.weights[name])
+                         for layer in layers for name in
+                         (f"{layer}.weight", f"{layer}.bias")}
+        x = case.x
+    if x is not None:
+        wire["call"] = {"args": [encode_tensor(x)],
+                        "kwargs": dict(kwargs or {})}
+    if trace:
+        wire["trace"] = {"method": trace, "statements": []}
+    info = ProbeInfo(id=probe_id, task="", target=target, case=case,
+                     kwargs=dict(kwargs or {}), causal=causal, train=train,
+                     dropout=dropout, sizes=sizes, trace=trace)
+    return wire, info
+
+
+@dataclass
+class Plan:
+    """Every probe of every task."""
+
+    probes: dict[str, list[dict]] = field(default_factory=dict)
+    info: dict[tuple[str, str], ProbeInfo] = field(default_factory=dict)
+
+    def add(self, task: str, entry: tuple[dict, ProbeInfo]) -> None:
+        """Append a probe (as made by :func:`probe`) to ``task``."""
+        wire, info = entry
+        key = (task, wire["id"])
+        if key in self.info:
+            raise ValueError(f"duplicate probe {key}")
+        self.probes.setdefault(task, []).append(wire)
+        self.info[key] = ProbeInfo(**{**info.__dict__, "task": task})
+
+    def of_task(self, task: str) -> list[ProbeInfo]:
+        """The trusted descriptions of one task's probes, in order."""
+        return [info for (t, _), info in self.info.items() if t == task]

@@ -1,0 +1,190 @@
+"""The rubric as data: assignments, tasks, items, diagnoses and dimensions.
+
+Each assignment is a folder ``grader/assignments/<id>/`` holding
+``rubric.toml`` (this module reads it), the grader's own reference and cases
+(``cases.py``), known-mistake variants (``mistakes.py``) and the pytest
+checks (``checks/test_*.py``). Adding an assignment is adding such a folder.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+ASSIGNMENTS_DIR = Path(__file__).resolve().parent / "assignments"
+ITEM_KINDS = ("checks", "pep8", "shapes", "bonus")
+
+
+class RubricError(Exception):
+    """A rubric table that is inconsistent or incomplete."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """A coding task: one class or function of the student module."""
+
+    id: str
+    title: str
+    target: str
+    max_score: float
+
+
+@dataclass(frozen=True)
+class Item:
+    """A rubric item: an id, its points and how they are earned."""
+
+    id: str
+    task: str
+    kind: str
+    points: float
+    title: str
+    parts: dict[str, float] = field(default_factory=dict)
+    combine: str = "sum"
+    method: str | None = None
+    max_statements: int | None = None
+    requires: str | None = None
+
+    @property
+    def max_score(self) -> float:
+        """Points available: positive items only (penalties and bonus: 0)."""
+        return self.points if self.kind == "checks" else 0.0
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One homework assignment and everything the grader knows about it."""
+
+    id: str
+    title: str
+    module: str
+    notebook: str
+    max_score: float
+    signature: tuple[str, ...]
+    tasks: tuple[Task, ...]
+    items: tuple[Item, ...]
+    diagnoses: dict[str, str]
+    dimensions: dict[str, tuple[str, ...]]
+    size_sets: tuple[dict[str, int], ...]
+    folder: Path
+
+    @property
+    def checks_dir(self) -> Path:
+        """The folder of this assignment's pytest checks."""
+        return self.folder / "checks"
+
+    def task(self, task_id: str) -> Task:
+        """The task with id ``task_id``."""
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+    def item(self, item_id: str) -> Item:
+        """The item with id ``item_id``."""
+        for item in self.items:
+            if item.id == item_id:
+                return item
+        raise KeyError(item_id)
+
+    def items_of(self, task_id: str) -> list[Item]:
+        """The items of one task, in rubric order."""
+        return [item for item in self.items if item.task == task_id]
+
+    def task_of_target(self, target: str) -> Task | None:
+        """The task that grades the class or function named ``target``."""
+        for task in self.tasks:
+            if task.target == target:
+                return task
+        return None
+
+
+def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
+    try:
+        item = Item(id=raw["id"], task=raw["task"], kind=raw["kind"],
+                    points=float(raw["points"]), title=raw["title"],
+                    parts={k: float(v) for k, v in
+                           raw.get("parts", {}).items()},
+                    combine=raw.get("combine", "sum"),
+                    method=raw.get("method"),
+                    max_statements=raw.get("max_statements"),
+                    requires=raw.get("requires"))
+    except KeyError as exc:
+        raise RubricError(f"item {raw.get('id', '?')} has no "
+                          f"{exc.args[0]!r}") from exc
+    if item.task not in task_ids:
+        raise RubricError(f"item {item.id} names unknown task {item.task}")
+    if item.kind not in ITEM_KINDS:
+        raise RubricError(f"item {item.id} has unknown kind {item.kind}")
+    if item.kind == "checks":
+        if not item.parts:
+            raise RubricError(f"item {item.id} has no parts")
+        if item.combine not in ("sum", "max"):
+            raise RubricError(f"item {item.id}: combine must be sum or max")
+        best = (sum(item.parts.values()) if item.combine == "sum"
+                else max(item.parts.values()))
+        if best != item.points:
+            raise RubricError(f"item {item.id}: its parts give {best} "
+                              f"points, the item says {item.points}")
+    if item.kind in ("pep8", "shapes") and item.points > 0:
+        raise RubricError(f"item {item.id}: a penalty has points <= 0")
+    if item.kind == "bonus" and not (item.method and item.requires
+                                     and item.max_statements):
+        raise RubricError(f"item {item.id}: a bonus needs method, "
+                          f"max_statements and requires")
+    return item
+
+
+def load_assignment(folder: Path) -> Assignment:
+    """Read and validate ``folder/rubric.toml``."""
+    path = folder / "rubric.toml"
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RubricError(f"cannot read {path}: {exc}") from exc
+    tasks = tuple(Task(id=t["id"], title=t["title"], target=t["target"],
+                       max_score=float(t["max_score"]))
+                  for t in raw["tasks"])
+    task_ids = {t.id for t in tasks}
+    diagnoses = dict(raw.get("diagnoses", {}))
+    items = tuple(_item(i, task_ids, diagnoses) for i in raw["items"])
+    if len({i.id for i in items}) != len(items):
+        raise RubricError(f"{path}: duplicate item ids")
+    if sum(t.max_score for t in tasks) != float(raw["max_score"]):
+        raise RubricError(f"{path}: task maxima do not add up to max_score")
+    for task in tasks:
+        available = sum(i.max_score for i in items if i.task == task.id)
+        if available != task.max_score:
+            raise RubricError(f"{path}: the items of {task.id} give "
+                              f"{available} points, the task says "
+                              f"{task.max_score}")
+    shapes = raw.get("shapes", {})
+    return Assignment(
+        id=raw["id"], title=raw["title"], module=raw["module"],
+        notebook=raw["notebook"], max_score=float(raw["max_score"]),
+        signature=tuple(raw.get("signature", ())), tasks=tasks, items=items,
+        diagnoses=diagnoses,
+        dimensions={k: tuple(v) for k, v in
+                    shapes.get("dimensions", {}).items()},
+        size_sets=tuple(dict(s) for s in shapes.get("size_sets", ())),
+        folder=folder)
+
+
+@cache
+def assignments() -> tuple[Assignment, ...]:
+    """Every assignment the grader knows, in folder-name order."""
+    found = []
+    for folder in sorted(ASSIGNMENTS_DIR.iterdir()):
+        if (folder / "rubric.toml").is_file():
+            found.append(load_assignment(folder))
+    return tuple(found)
+
+
+def get_assignment(assignment_id: str) -> Assignment:
+    """The assignment with id ``assignment_id``."""
+    for assignment in assignments():
+        if assignment.id == assignment_id:
+            return assignment
+    known = ", ".join(a.id for a in assignments())
+    raise RubricError(f"unknown assignment {assignment_id!r} "
+                      f"(known: {known})")

@@ -1,0 +1,1190 @@
+"""Shape comments: which statements need one, what they claim, and the truth.
+
+The rubric asks for a shape comment on every statement in a student region of
+``forward`` whose value is a tensor, and checks it by running the code. This
+module has three parts, one per process that uses it:
+
+1. **Static analysis** (trusted grader process): :class:`DimensionTable`
+   (the rubric's dimension names and aliases), :func:`parse_shapes` (the
+   bracketed shapes of a comment) and :func:`collect_statements` (the
+   statements of a method's student regions, what to watch after each one
+   runs, and the comment that belongs to it). :meth:`Statement.to_plain` is
+   the plan handed to the sandbox.
+2. **Tracing** (untrusted sandbox worker): :class:`ShapeTracer` runs
+   ``forward`` under ``sys.settrace`` and records the shape of every watched
+   value each time a planned statement completes. It needs only the standard
+   library and, lazily, torch; its :attr:`ShapeTracer.records` are plain data.
+3. **Verification** (trusted grader process): :func:`verify` compares the
+   claims with the records of every size set and returns :class:`Finding`
+   records; :func:`format_findings` turns them into a report a student can
+   act on.
+
+The grammar and the attribution rules are documented for students in
+``docs/shape-comments.md``.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import sys
+import textwrap
+import tokenize
+from dataclasses import dataclass, field, replace
+from itertools import combinations_with_replacement
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:  # only for annotations; the tracer must stay stdlib-only
+    from grader.source import SourceFile
+
+#: Finding kinds that cost the task's point.
+PENALISED_KINDS = ("missing", "no_shape", "unknown_name", "wrong_shape")
+#: Finding kinds that are reported as notes and cost nothing.
+NOTE_KINDS = ("never_ran", "not_traced")
+#: The watch entry that stands for the value a ``return`` statement returns.
+RETURN_VALUE = "<return>"
+#: At most this many executions of one statement are kept verbatim; after
+#: that, only executions with shapes not seen before are added.
+MAX_EXECUTIONS = 10_000
+
+_ABOVE_HINT = ("a comment above a statement belongs to the statement before "
+               "it; put each shape on the same line as its statement or "
+               "directly below it")
+_MARKERS = ("YOUR CODE STARTS HERE", "YOUR CODE ENDS HERE",
+            "### BEGIN SOLUTION", "### END SOLUTION",
+            "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+
+
+# ---------------------------------------------------------------------------
+# Dimension names
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DimensionTable:
+    """The dimension names a shape comment may use, with their aliases.
+
+    Built from the rubric's ``[shapes.dimensions]`` table (canonical name ->
+    list of aliases). Names are matched case-insensitively.
+    """
+
+    entries: tuple[tuple[str, tuple[str, ...]], ...]
+    _lookup: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Build the case-insensitive lookup; reject ambiguous aliases."""
+        lookup: dict[str, str] = {}
+        for canonical, aliases in self.entries:
+            for name in (canonical, *aliases):
+                key = name.lower()
+                if lookup.get(key, canonical) != canonical:
+                    raise ValueError(f"dimension name {name!r} is used for "
+                                     f"both {lookup[key]} and {canonical}")
+                lookup[key] = canonical
+        object.__setattr__(self, "_lookup", lookup)
+
+    @classmethod
+    def from_rubric(cls, table: dict[str, list[str]]) -> DimensionTable:
+        """Build the table from the rubric's ``[shapes.dimensions]`` dict."""
+        return cls(tuple((str(name), tuple(str(a) for a in aliases))
+                         for name, aliases in table.items()))
+
+    def resolve(self, name: str) -> str | None:
+        """The canonical name for ``name`` (any case), or None if unknown."""
+        return self._lookup.get(name.lower())
+
+    def known_names(self) -> list[str]:
+        """The canonical names, in rubric order."""
+        return [canonical for canonical, _ in self.entries]
+
+    def describe(self) -> str:
+        """Every name with its aliases, e.g. ``batch_size (bs, batch, b)``."""
+        return "; ".join(f"{name} ({', '.join(aliases)})" if aliases
+                         else name for name, aliases in self.entries)
+
+
+# ---------------------------------------------------------------------------
+# The shape grammar
+# ---------------------------------------------------------------------------
+
+class ShapeSyntaxError(ValueError):
+    """Bracketed text that is not a shape (an index, prose, a typo)."""
+
+
+class ShapeEvalError(ValueError):
+    """A claimed shape that has no value under a size set."""
+
+
+@dataclass(frozen=True)
+class Name:
+    """A dimension name as written in the comment."""
+
+    text: str
+
+    def __str__(self) -> str:
+        """The name as written."""
+        return self.text
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer literal dimension, e.g. the ``1`` of ``[bs, 1, seq]``."""
+
+    value: int
+
+    def __str__(self) -> str:
+        """The integer as written."""
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """A product or quotient: ``op`` is ``*``, ``/`` or ``//``."""
+
+    op: str
+    left: Dim
+    right: Dim
+
+    def __str__(self) -> str:
+        """The expression with explicit parentheses."""
+        return f"({self.left} {self.op} {self.right})"
+
+
+Dim = Name | Int | BinOp
+
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[^\W\d]\w*)"
+                    r"|(?P<op>//|[*/(),]))")
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_WORD_BEFORE = re.compile(r"(\w+)$")
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    tokens = []
+    position = 0
+    while position < len(text):
+        if text[position:].strip() == "":
+            break
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise ShapeSyntaxError(
+                f"unexpected {text[position:].strip()[0]!r}")
+        kind = match.lastgroup
+        tokens.append((kind, match.group(kind)))
+        position = match.end()
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over ``dim := factor (('*'|'/'|'//') factor)*``."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens = _tokens(text)
+        self.index = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return (self.tokens[self.index]
+                if self.index < len(self.tokens) else None)
+
+    def take(self) -> tuple[str, str]:
+        token = self.peek()
+        if token is None:
+            raise ShapeSyntaxError("unexpected end of shape")
+        self.index += 1
+        return token
+
+    def shape(self) -> tuple[Dim, ...]:
+        dims: list[Dim] = []
+        while self.peek() is not None:
+            dims.append(self.dim())
+            token = self.peek()
+            if token is None:
+                break
+            if token != ("op", ","):
+                raise ShapeSyntaxError(f"expected ',' before {token[1]!r}")
+            self.take()
+        return tuple(dims)
+
+    def dim(self) -> Dim:
+        node = self.factor()
+        while self.peek() in (("op", "*"), ("op", "/"), ("op", "//")):
+            op = self.take()[1]
+            node = BinOp(op, node, self.factor())
+        return node
+
+    def factor(self) -> Dim:
+        kind, text = self.take()
+        if kind == "int":
+            return Int(int(text))
+        if kind == "name":
+            return Name(text)
+        if text == "(":
+            node = self.dim()
+            if self.take() != ("op", ")"):
+                raise ShapeSyntaxError("unbalanced parentheses")
+            return node
+        raise ShapeSyntaxError(f"unexpected {text!r}")
+
+
+def _names(dim: Dim) -> list[str]:
+    if isinstance(dim, Name):
+        return [dim.text]
+    if isinstance(dim, BinOp):
+        return _names(dim.left) + _names(dim.right)
+    return []
+
+
+def _evaluate(dim: Dim, sizes: dict[str, int], table: DimensionTable) -> int:
+    if isinstance(dim, Int):
+        return dim.value
+    if isinstance(dim, Name):
+        canonical = table.resolve(dim.text)
+        if canonical is None:
+            raise ShapeEvalError(f"unknown name {dim.text!r}")
+        if canonical not in sizes:
+            raise ShapeEvalError(f"no size for {canonical}")
+        return int(sizes[canonical])
+    left = _evaluate(dim.left, sizes, table)
+    right = _evaluate(dim.right, sizes, table)
+    if dim.op == "*":
+        return left * right
+    if right == 0 or left % right:
+        raise ShapeEvalError(f"{dim.left} {dim.op} {dim.right} does not "
+                             f"divide evenly ({left} {dim.op} {right})")
+    return left // right
+
+
+@dataclass(frozen=True)
+class ShapeClaim:
+    """One bracketed shape of a comment, e.g. ``[bs * num_heads, seq, 4]``."""
+
+    text: str
+    dims: tuple[Dim, ...]
+
+    def names(self) -> list[str]:
+        """The dimension names used, as written, in order of appearance."""
+        return [name for dim in self.dims for name in _names(dim)]
+
+    def unknown_names(self, table: DimensionTable) -> list[str]:
+        """The names that are neither a dimension nor an alias of one."""
+        unknown: list[str] = []
+        for name in self.names():
+            if table.resolve(name) is None and name not in unknown:
+                unknown.append(name)
+        return unknown
+
+    def evaluate(self, sizes: dict[str, int],
+                 table: DimensionTable) -> tuple[int, ...]:
+        """The shape this claim means under ``sizes`` (canonical -> int).
+
+        Raises :class:`ShapeEvalError` for an unknown name or a quotient
+        that does not divide evenly.
+        """
+        return tuple(_evaluate(dim, sizes, table) for dim in self.dims)
+
+
+def _is_index(comment: str, start: int) -> bool:
+    """True when the bracket at ``start`` indexes something (``x[0]``).
+
+    A bracket glued to a word, ``)`` or ``]`` is subscript syntax, except
+    after ``shape``, ``size`` or a ``...Tensor`` type name, as in the
+    docstrings' ``FloatTensor[batch_size, seq_len, hidden]``.
+    """
+    if start == 0:
+        return False
+    before = comment[start - 1]
+    if before in ")]":
+        return True
+    if not (before.isalnum() or before == "_"):
+        return False
+    word = _WORD_BEFORE.search(comment[:start]).group(1).lower()
+    return not (word in ("shape", "size") or word.endswith("tensor"))
+
+
+def _bracket_groups(comment: str) -> list[tuple[str, tuple[Dim, ...] | str]]:
+    """Each bracket group: its text and its dims, or why it is no shape."""
+    groups = []
+    for match in _BRACKET.finditer(comment):
+        text = " ".join(match.group(0).split())
+        if _is_index(comment, match.start()):
+            groups.append((text, "an index, not a shape"))
+            continue
+        try:
+            groups.append((text, _Parser(match.group(1)).shape()))
+        except ShapeSyntaxError as exc:
+            groups.append((text, str(exc)))
+    return groups
+
+
+def parse_shapes(comment: str) -> list[ShapeClaim]:
+    """Every bracketed shape in ``comment``, in order.
+
+    A dimension is a name, an integer, or a product or quotient of them
+    (``*``, ``/``, ``//``, parentheses), e.g. ``[batch_size * num_heads,
+    seq_len, hidden / num_heads]``; ``[]`` is the shape of a scalar. A shape
+    may wrap over comment lines. Bracketed text that is not a shape
+    (``mask[None, :]``, ``[:, 0]``, prose) is skipped; see
+    :func:`ignored_brackets`. The claim of a comment is the last shape.
+    """
+    return [ShapeClaim(text, dims) for text, dims in _bracket_groups(comment)
+            if isinstance(dims, tuple)]
+
+
+def ignored_brackets(comment: str) -> list[str]:
+    """Bracketed text of ``comment`` that is not a shape, with the reason."""
+    return [f"{text} ({reason})" for text, reason in _bracket_groups(comment)
+            if isinstance(reason, str)]
+
+
+# ---------------------------------------------------------------------------
+# Statements and their comments
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement of a student region, what to record, and its comment.
+
+    ``watch`` lists the values to record after each execution: a name, an
+    attribute chain such as ``("self", "cache")``, or ``(RETURN_VALUE,)``.
+    ``comment`` is the text of the comment that belongs to the statement
+    (without the ``#`` marks, one line per comment line), ``comment_where``
+    says whether it was the ``"trailing"`` comment or the block ``"below"``.
+    ``below``, ``above`` and ``detached`` (a block below, after blank lines)
+    keep the neighbouring comment blocks for hints.
+    ``traceable`` is False when the statement shares its first line with a
+    compound-statement header (``if c: x = f(x)``): line events cannot tell
+    whether it ran.
+    """
+
+    id: int
+    kind: str
+    first_line: int
+    last_line: int
+    text: str
+    watch: tuple[tuple[str, ...], ...]
+    comment: str | None
+    comment_where: str | None
+    below: str | None
+    above: str | None
+    detached: str | None
+    traceable: bool
+
+    def to_plain(self) -> dict[str, Any]:
+        """The statement as JSON-able data: the plan the tracer receives."""
+        return {"id": self.id, "kind": self.kind,
+                "first_line": self.first_line, "last_line": self.last_line,
+                "watch": [list(chain) for chain in self.watch],
+                "traceable": self.traceable}
+
+
+_COMPOUND_BLOCKS = ("body", "orelse", "finalbody")
+
+
+def _simple_statements(nodes: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """Simple statements at any depth, not entering nested definitions."""
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef)):
+            continue
+        blocks = [getattr(node, name) for name in _COMPOUND_BLOCKS
+                  if isinstance(getattr(node, name, None), list)]
+        blocks += [handler.body for handler in getattr(node, "handlers", [])]
+        blocks += [case.body for case in getattr(node, "cases", [])]
+        if blocks:
+            for block in blocks:
+                yield from _simple_statements(block)
+        else:
+            yield node
+
+
+def _chain(node: ast.expr) -> tuple[str, ...] | None:
+    """``x`` -> ("x",), ``self.a.b`` -> ("self", "a", "b"), else None."""
+    if isinstance(node, ast.Name):
+        return (node.id,)
+    if isinstance(node, ast.Attribute):
+        base = _chain(node.value)
+        return None if base is None else base + (node.attr,)
+    return None
+
+
+def _target_chains(target: ast.expr) -> list[tuple[str, ...]]:
+    """The values an assignment target writes, read back after it runs."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [chain for element in target.elts
+                for chain in _target_chains(element)]
+    if isinstance(target, ast.Starred):
+        return _target_chains(target.value)
+    while isinstance(target, ast.Subscript):  # x[mask] = v changes x
+        target = target.value
+    chain = _chain(target)
+    return [] if chain is None else [chain]
+
+
+def _receiver(call: ast.expr) -> tuple[str, ...] | None:
+    """The object a method call works on: ``scores`` in ``scores.fill_()``.
+
+    Method chains and subscripts are followed down to their root, so
+    ``x[mask].fill_(0).add_(1)`` watches ``x``.
+    """
+    if not (isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)):
+        return None
+    node = call.func.value
+    while True:
+        chain = _chain(node)
+        if chain is not None:
+            return chain
+        if isinstance(node, ast.Call) and isinstance(node.func,
+                                                     ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+        else:
+            return None
+
+
+def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
+    """The kind of a statement and the values to record, or None to skip."""
+    chains: list[tuple[str, ...]]
+    if isinstance(node, ast.Assign):
+        kind = "assign"
+        chains = [c for target in node.targets for c in _target_chains(target)]
+    elif isinstance(node, ast.AnnAssign):
+        if node.value is None:
+            return None
+        kind, chains = "annassign", _target_chains(node.target)
+    elif isinstance(node, ast.AugAssign):
+        kind, chains = "augassign", _target_chains(node.target)
+    elif isinstance(node, ast.Return):
+        kind, chains = "return", [(RETURN_VALUE,)]
+    elif isinstance(node, ast.Expr):
+        if isinstance(node.value, ast.Constant):
+            return None  # a docstring-like string or ``...``
+        receiver = _receiver(node.value)
+        kind, chains = "expr", [] if receiver is None else [receiver]
+    else:
+        return None
+    unique: list[tuple[str, ...]] = []
+    for chain in chains:
+        if chain not in unique:
+            unique.append(chain)
+    return kind, tuple(unique)
+
+
+@dataclass(frozen=True)
+class _Comments:
+    """The comments of a source text, by line."""
+
+    text: dict[int, str]
+    whole_line: frozenset[int]
+    markers: frozenset[int]
+
+    @classmethod
+    def scan(cls, source_text: str) -> _Comments:
+        text: dict[int, str] = {}
+        whole: set[int] = set()
+        markers: set[int] = set()
+        lines = source_text.splitlines()
+        readline = io.StringIO(source_text).readline
+        try:
+            for token in tokenize.generate_tokens(readline):
+                if token.type != tokenize.COMMENT:
+                    continue
+                row, col = token.start
+                text[row] = token.string.lstrip("#").strip()
+                if lines[row - 1][:col].strip() == "":
+                    whole.add(row)
+                    if any(marker in token.string for marker in _MARKERS):
+                        markers.add(row)
+        except (tokenize.TokenError, SyntaxError, IndexError):
+            pass  # the AST parsed, so this is unreachable in practice
+        return cls(text, frozenset(whole), frozenset(markers))
+
+    def block(self, lines: Iterable[int]) -> list[int]:
+        """The run of whole-line, non-marker comments along ``lines``."""
+        found = []
+        for number in lines:
+            if number not in self.whole_line or number in self.markers:
+                break
+            found.append(number)
+        return found
+
+    def join(self, numbers: list[int]) -> str | None:
+        return "\n".join(self.text[n] for n in numbers) if numbers else None
+
+
+def _units(nodes: list[ast.stmt]) -> list[list[ast.stmt]]:
+    """Group statements that share a line (``a = 1; b = 2``)."""
+    units: list[list[ast.stmt]] = []
+    for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
+        if units and node.lineno <= units[-1][-1].end_lineno:
+            units[-1].append(node)
+        else:
+            units.append([node])
+    return units
+
+
+def _has_prefix(lines: list[str], node: ast.stmt) -> bool:
+    """True when code precedes ``node`` on its first line."""
+    line = lines[node.lineno - 1].encode("utf-8")
+    return line[:node.col_offset].strip() != b""
+
+
+def collect_statements(source: SourceFile, class_name: str,
+                       method: str) -> list[Statement]:
+    """The statements of ``class_name.method`` that may need a comment.
+
+    Every assignment (plain, annotated, augmented, tuple unpacking,
+    chained), ``return`` and expression statement whose first line lies in
+    a student region of the method, at any depth of if/for/while/with/try,
+    in source order; statements with nothing to watch (``print(x)``, an
+    assignment to ``f().attr``) are left out. Returns [] when the class or
+    the method is missing; raises ``SyntaxError`` when the source does not
+    parse.
+    """
+    from grader.source import find_class, find_method, student_regions
+
+    tree = source.parse()
+    cls = find_class(tree, class_name)
+    func = find_method(cls, method) if cls is not None else None
+    if func is None:
+        return []
+    lines = source.lines
+    regions = student_regions(lines, func)
+    comments = _Comments.scan(source.text)
+    everything = list(_simple_statements(func.body))
+    untraceable = {id(node) for unit in _units(everything)
+                   if _has_prefix(lines, unit[0]) for node in unit}
+    statements = []
+    for node in sorted(everything, key=lambda n: (n.lineno, n.col_offset)):
+        if not any(start <= node.lineno <= end for start, end in regions):
+            continue
+        watched = _watch(node)
+        if watched is None or not watched[1]:
+            continue  # nothing it computes can be a tensor we can read
+        kind, watch = watched
+        first, last = node.lineno, node.end_lineno
+        inside = [n for n in range(first, last + 1) if n in comments.text]
+        below = comments.block(range(last + 1, len(lines) + 1))
+        gap = last + 1
+        while gap <= len(lines) and lines[gap - 1].strip() == "":
+            gap += 1
+        detached = comments.block(range(gap, len(lines) + 1)) \
+            if gap > last + 1 else []
+        above = comments.block(range(first - 1, 0, -1))[::-1]
+        comment, where = comments.join(inside), "trailing"
+        if comment is None:
+            comment, where = comments.join(below), "below"
+        if comment is None:
+            where = None
+        segment = ast.get_source_segment(source.text, node, padded=True)
+        statements.append(Statement(
+            id=len(statements), kind=kind, first_line=first, last_line=last,
+            text=textwrap.dedent(segment or lines[first - 1]).strip(),
+            watch=watch, comment=comment, comment_where=where,
+            below=comments.join(below) if where == "trailing" else None,
+            above=comments.join(above), detached=comments.join(detached),
+            traceable=id(node) not in untraceable))
+    return statements
+
+
+# ---------------------------------------------------------------------------
+# Tracing (runs inside the sandbox: standard library and, lazily, torch)
+# ---------------------------------------------------------------------------
+
+def _torch_is_tensor() -> Callable[[Any], bool]:
+    import torch
+
+    def is_tensor(value: Any) -> bool:
+        return isinstance(value, torch.Tensor)
+    return is_tensor
+
+
+class _FrameTracer:
+    """The local trace function of one traced ``forward`` frame.
+
+    ``pending`` is the unit (statements sharing lines) that started and has
+    not completed; ``returning`` a return statement whose value arrives with
+    the frame's ``return`` event (code such as a ``with`` exit may run in
+    between).
+    """
+
+    def __init__(self, owner: ShapeTracer) -> None:
+        self.owner = owner
+        self.pending: int | None = None
+        self.returning: dict | None = None
+
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            unit = self.owner._line_unit.get(frame.f_lineno)
+            if unit != self.pending:
+                self.finish(frame)
+                self.pending = unit
+                if unit is not None:
+                    for statement in self.owner._units[unit]:
+                        if statement["kind"] == "return":
+                            self.returning = statement
+        elif event == "exception":
+            self.pending = None  # the statement raised: it records nothing
+            self.returning = None
+        elif event == "return":
+            self.owner._returns += 1
+            self.finish(frame)
+            if self.returning is not None:
+                self.owner._record(self.returning,
+                                   self.owner._expand(arg))
+                self.returning = None
+        return self.trace
+
+    def finish(self, frame: Any) -> None:
+        """Record the pending unit's watched values, now that it completed."""
+        if self.pending is None:
+            return
+        unit = self.owner._units[self.pending]
+        self.pending = None
+        local_values = frame.f_locals
+        for statement in unit:
+            if statement["kind"] == "return":
+                continue
+            values = [self.owner._shape(self.owner._lookup(
+                chain, local_values, frame.f_globals))
+                for chain in statement["watch"]]
+            self.owner._record(statement, values)
+
+
+class ShapeTracer:
+    """Record the shapes a method's statements produce, by ``sys.settrace``.
+
+    Use as a context manager around calls of the method::
+
+        with ShapeTracer(filename, "forward", plan) as tracer:
+            model(x)
+        records, intact = tracer.records, tracer.intact
+
+    ``filename`` is the ``co_filename`` the submission was compiled with and
+    ``statements`` the plan (:meth:`Statement.to_plain` dicts). Only frames
+    of that file and method name whose code spans the planned lines are
+    traced. A statement completes when a line event belongs to another
+    statement (or to a compound-statement header), or when the frame
+    returns; lines map to statements by their AST span, so the extra line
+    events of a multi-line statement are harmless. A statement that raised
+    records nothing. ``is_tensor`` decides what has a shape (default:
+    ``isinstance(value, torch.Tensor)``, torch imported on first use).
+    """
+
+    def __init__(self, filename: str, method: str,
+                 statements: list[dict[str, Any]],
+                 is_tensor: Callable[[Any], bool] | None = None) -> None:
+        """Prepare the line map of the traceable planned statements."""
+        self.filename = filename
+        self.method = method
+        self._is_tensor = is_tensor
+        planned = sorted((s for s in statements if s.get("traceable", True)),
+                         key=lambda s: (s["first_line"], s["last_line"]))
+        self._units: list[list[dict[str, Any]]] = []
+        self._line_unit: dict[int, int] = {}
+        for statement in planned:
+            lines = range(statement["first_line"], statement["last_line"] + 1)
+            shared = {self._line_unit[n] for n in lines
+                      if n in self._line_unit}
+            if shared:
+                unit = min(shared)
+                self._units[unit].append(statement)
+            else:
+                unit = len(self._units)
+                self._units.append([statement])
+            for number in lines:
+                self._line_unit[number] = unit
+        self._span = ((min(self._line_unit), max(self._line_unit))
+                      if self._line_unit else None)
+        self._records: dict[str, list[list[list[int] | None]]] = {}
+        self._seen: dict[str, set[tuple]] = {}
+        self._code_matches: dict[Any, bool] = {}
+        self._calls = 0
+        self._returns = 0
+        self._tampered = False
+        self._previous: Any = None
+        self._real_settrace: Any = None
+        # Bound methods are created anew on each access: keep one of each,
+        # so that `is` can tell whether they are still installed.
+        self._global = self._trace_calls
+        self._guard_function = self._guard
+
+    # -- context manager ---------------------------------------------------
+
+    def __enter__(self) -> ShapeTracer:
+        """Install the trace function (and a guard on ``sys.settrace``)."""
+        if self._is_tensor is None:
+            self._is_tensor = _torch_is_tensor()
+        self._previous = sys.gettrace()
+        self._real_settrace = sys.settrace
+        sys.settrace = self._guard_function
+        self._real_settrace(self._global)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        """Restore the previous trace function; decide whether intact."""
+        still_ours = sys.gettrace() is self._global
+        self._real_settrace(self._previous)
+        if sys.settrace is not self._guard_function:
+            self._tampered = True  # the traced code replaced sys.settrace
+        sys.settrace = self._real_settrace
+        if not still_ours or self._calls != self._returns:
+            self._tampered = True
+        return False
+
+    def _guard(self, function: Any) -> None:
+        """Stands in for ``sys.settrace`` while tracing: any call tampers."""
+        self._tampered = True
+
+    # -- results -------------------------------------------------------------
+
+    @property
+    def records(self) -> dict[str, list[list[list[int] | None]]]:
+        """Plain data: ``{str(statement id): [execution, ...]}``.
+
+        Each execution is a list with one entry per watched value (for a
+        ``return`` of a tuple or list, one per element): the shape as a list
+        of ints when the value is a tensor, else None.
+        """
+        return {key: [list(values) for values in executions]
+                for key, executions in self._records.items()}
+
+    @property
+    def intact(self) -> bool:
+        """False when the traced code removed or replaced the tracing."""
+        return not self._tampered
+
+    # -- tracing -------------------------------------------------------------
+
+    def _trace_calls(self, frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        matches = self._code_matches.get(code)
+        if matches is None:
+            matches = self._code_matches[code] = self._matches(code)
+        if not matches:
+            return None
+        self._calls += 1
+        return _FrameTracer(self).trace
+
+    def _matches(self, code: Any) -> bool:
+        if (self._span is None or code.co_filename != self.filename
+                or code.co_name != self.method):
+            return False
+        lines = [line for _, _, line in code.co_lines() if line is not None]
+        return (bool(lines) and code.co_firstlineno <= self._span[0]
+                and max(lines) >= self._span[1])
+
+    def _lookup(self, chain: list[str], local_values: Any,
+                global_values: dict) -> Any:
+        name = chain[0]
+        if name in local_values:
+            value = local_values[name]
+        elif name in global_values:
+            value = global_values[name]
+        else:
+            return None
+        for attribute in chain[1:]:
+            try:
+                value = getattr(value, attribute)
+            except Exception:
+                return None
+        return value
+
+    def _shape(self, value: Any) -> list[int] | None:
+        try:
+            if self._is_tensor(value):
+                return [int(size) for size in value.shape]
+        except Exception:
+            pass
+        return None
+
+    def _expand(self, value: Any) -> list[list[int] | None]:
+        """A return value's shapes; a tuple or list gives one per element."""
+        if isinstance(value, (tuple, list)):
+            return [self._shape(element) for element in value]
+        return [self._shape(value)]
+
+    def _record(self, statement: dict[str, Any],
+                values: list[list[int] | None]) -> None:
+        key = str(statement["id"])
+        executions = self._records.setdefault(key, [])
+        seen = self._seen.setdefault(key, set())
+        signature = tuple(None if v is None else tuple(v) for v in values)
+        if len(executions) < MAX_EXECUTIONS or signature not in seen:
+            executions.append(values)
+            seen.add(signature)
+
+
+def merge_records(*records: dict[str, list]) -> dict[str, list]:
+    """Concatenate the executions of several tracers' records."""
+    merged: dict[str, list] = {}
+    for one in records:
+        for key, executions in one.items():
+            merged.setdefault(str(key), []).extend(executions)
+    return merged
+
+
+# ---------------------------------------------------------------------------
+# Verification (trusted grader process; pure functions)
+# ---------------------------------------------------------------------------
+
+class ShapeRecordError(ValueError):
+    """Tracer records that are not the documented plain data."""
+
+
+Shape = tuple[int, ...]
+Execution = tuple[Shape | None, ...]
+
+
+def _executions(records: Any, statement_id: int) -> list[Execution]:
+    """The validated executions of one statement in one run's records."""
+    if not isinstance(records, dict):
+        raise ShapeRecordError("records must be a dict")
+    raw = records.get(str(statement_id), records.get(statement_id, []))
+    if not isinstance(raw, list):
+        raise ShapeRecordError(f"records of statement {statement_id} "
+                               f"must be a list")
+    executions = []
+    for execution in raw:
+        if not isinstance(execution, list):
+            raise ShapeRecordError("an execution must be a list")
+        values = []
+        for value in execution:
+            if value is None:
+                values.append(None)
+            elif (isinstance(value, list) and all(
+                    type(size) is int and size >= 0 for size in value)):
+                values.append(tuple(value))
+            else:
+                raise ShapeRecordError(f"not a shape: {value!r}")
+        executions.append(tuple(values))
+    return executions
+
+
+@dataclass(frozen=True)
+class RealShapes:
+    """What one statement did under one size set.
+
+    ``shapes`` are the distinct tensor shapes of its executions, formatted
+    (a tuple of tensors as ``[2, 5, 33] and [6, 5, 5]``); ``expected`` is
+    what the claim means under these sizes (or why it has no value);
+    ``wrong`` counts the executions that disagree with the claim.
+    """
+
+    index: int
+    sizes: dict[str, int]
+    shapes: tuple[str, ...]
+    expected: str | None
+    executions: int
+    wrong: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or note) about one statement's shape comment."""
+
+    line: int
+    statement: str
+    kind: str
+    claimed: str | None
+    real: tuple[RealShapes, ...]
+    message: str
+    hint: str | None = None
+
+    @property
+    def penalised(self) -> bool:
+        """True when this finding costs the task's point."""
+        return self.kind in PENALISED_KINDS
+
+
+def penalised(findings: Iterable[Finding]) -> bool:
+    """True when any finding costs the task's point (notes do not)."""
+    return any(finding.penalised for finding in findings)
+
+
+def _show(shape: Iterable[int]) -> str:
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
+                  sizes: dict[str, int], table: DimensionTable) -> bool:
+    """Whether an execution's tensors agree with the comment's claims.
+
+    One claim (the last shape) is enough when every tensor has it; tensors
+    of different shapes are matched in order to the last ``len(tensors)``
+    shapes of the comment.
+    """
+    def value(claim: ShapeClaim) -> Shape | None:
+        try:
+            return claim.evaluate(sizes, table)
+        except ShapeEvalError:
+            return None
+
+    last = value(claims[-1])
+    if last is not None and all(shape == last for shape in tensors):
+        return True
+    if len(tensors) < 2 or len(claims) < len(tensors):
+        return False
+    wanted = [value(claim) for claim in claims[-len(tensors):]]
+    return all(w is not None and w == t for w, t in zip(wanted, tensors))
+
+
+def _tensors(execution: Execution) -> list[Shape]:
+    return [value for value in execution if value is not None]
+
+
+def _expected(claims: list[ShapeClaim], count: int, sizes: dict[str, int],
+              table: DimensionTable) -> str:
+    used = claims[-count:] if 1 < count <= len(claims) else claims[-1:]
+    shown = []
+    for claim in used:
+        try:
+            shown.append(_show(claim.evaluate(sizes, table)))
+        except ShapeEvalError as exc:
+            shown.append(f"no value ({exc})")
+    return " and ".join(shown)
+
+
+def _real(index: int, sizes: dict[str, int], executions: list[Execution],
+          claims: list[ShapeClaim], table: DimensionTable) -> RealShapes:
+    seen: list[str] = []
+    wrong = 0
+    count = 1
+    for execution in executions:
+        tensors = _tensors(execution)
+        if not tensors:
+            continue
+        count = max(count, len(tensors))
+        shown = " and ".join(_show(shape) for shape in tensors)
+        if shown not in seen:
+            seen.append(shown)
+        if claims and not _claims_match(tensors, claims, sizes, table):
+            wrong += 1
+    expected = _expected(claims, count, sizes, table) if claims else None
+    return RealShapes(index=index, sizes=dict(sizes), shapes=tuple(seen),
+                      expected=expected, executions=len(executions),
+                      wrong=wrong)
+
+
+def _unknown_finding(statement: Statement, claim: ShapeClaim,
+                     unknown: list[str], table: DimensionTable,
+                     real: tuple[RealShapes, ...] = ()) -> Finding:
+    names = ", ".join(unknown)
+    plural = "s" if len(unknown) > 1 else ""
+    return Finding(
+        line=statement.first_line, statement=statement.text,
+        kind="unknown_name", claimed=claim.text, real=real,
+        message=f"unknown dimension name{plural} {names} in {claim.text}",
+        hint=f"known names (aliases): {table.describe()}; integers and "
+             f"products or quotients of them (*, /, //) are allowed too")
+
+
+def _fits(comment: str | None,
+          runs: list[tuple[dict[str, int], list[Execution]]],
+          table: DimensionTable) -> bool:
+    """Whether ``comment``'s claim holds for every tensor execution."""
+    claims = parse_shapes(comment or "")
+    checked = [(sizes, _tensors(e)) for sizes, executions in runs
+               for e in executions if _tensors(e)]
+    return bool(claims and checked) and all(
+        _claims_match(tensors, claims, sizes, table)
+        for sizes, tensors in checked)
+
+
+def _verify_statement(statement: Statement,
+                      runs: list[tuple[dict[str, int], list[Execution]]],
+                      following: list[tuple[dict[str, int], list[Execution]]],
+                      table: DimensionTable) -> Finding | None:
+    """The finding for one statement; ``following`` is the next one's."""
+    claims = parse_shapes(statement.comment or "")
+    ran = any(executions for _, executions in runs)
+    if not ran:
+        if claims and claims[-1].unknown_names(table):
+            finding = _unknown_finding(statement, claims[-1],
+                                       claims[-1].unknown_names(table), table)
+            return replace(finding, message=finding.message + " (this "
+                           "statement never ran, but its names are checked "
+                           "all the same)")
+        if statement.traceable:
+            kind = "never_ran"
+            message = "never ran, so its comment could not be verified"
+        else:
+            kind = "not_traced"
+            message = ("shares its line with an if/for/while/with header, "
+                       "so whether it ran cannot be told and its comment "
+                       "could not be verified")
+        return Finding(line=statement.first_line, statement=statement.text,
+                       kind=kind, claimed=claims[-1].text if claims else None,
+                       real=(), message=message,
+                       hint=None if statement.traceable else
+                       "put the statement on its own line")
+    if not any(_tensors(execution) for _, executions in runs
+               for execution in executions):
+        return None  # ran and produced no tensor: nothing to claim
+    real = tuple(_real(index, sizes, executions, claims, table)
+                 for index, (sizes, executions) in enumerate(runs, 1))
+    base = dict(line=statement.first_line, statement=statement.text,
+                real=real)
+    if statement.comment is None:
+        hint = None
+        if _fits(statement.above, runs, table):
+            hint = ("the comment above fits this statement, but "
+                    + _ABOVE_HINT)
+        elif _fits(statement.detached, runs, table):
+            hint = ("a blank line separates this statement from the comment "
+                    "below it; remove the blank line")
+        return Finding(kind="missing", claimed=None,
+                       message="this statement produces a tensor but has "
+                               "no shape comment", hint=hint, **base)
+    if not claims:
+        ignored = ignored_brackets(statement.comment)
+        message = "the comment has no bracketed shape such as " \
+                  "[batch_size, seq_len, hidden]"
+        if ignored:
+            message += "; not a shape: " + ", ".join(ignored)
+        hint = None
+        if statement.below and parse_shapes(statement.below):
+            hint = ("the comment below is not used because this statement "
+                    "has a trailing comment; put the shape in the trailing "
+                    "comment")
+        return Finding(kind="no_shape", claimed=None, message=message,
+                       hint=hint, **base)
+    unknown = claims[-1].unknown_names(table)
+    if unknown:
+        return _unknown_finding(statement, claims[-1], unknown, table, real)
+    if not any(one.wrong for one in real):
+        return None
+    count = max((len(_tensors(e)) for _, executions in runs
+                 for e in executions), default=1)
+    used = claims[-count:] if 1 < count <= len(claims) else claims[-1:]
+    claimed = ", ".join(claim.text for claim in used)
+    executions = sum(one.executions for one in real)
+    wrong = sum(one.wrong for one in real)
+    message = f"the comment claims {claimed}, the real shape differs"
+    if wrong < executions:
+        message += f" ({wrong} of {executions} executions)"
+    hint = None
+    if statement.comment_where == "below" and _fits(statement.comment,
+                                                    following, table):
+        hint = ("this comment fits the next statement: " + _ABOVE_HINT)
+    return Finding(kind="wrong_shape", claimed=claimed, message=message,
+                   hint=hint, **base)
+
+
+def verify(statements: list[Statement],
+           runs: list[tuple[dict[str, int], dict[str, Any]]],
+           dims: DimensionTable) -> list[Finding]:
+    """Compare every statement's claimed shape with what really ran.
+
+    ``runs`` holds one ``(sizes, records)`` pair per size set: ``sizes``
+    maps canonical dimension names to ints, ``records`` is the merged
+    :attr:`ShapeTracer.records` of every forward call made with those
+    sizes. A statement needs a comment when any execution produced a
+    tensor; its claim must hold under every size set and every execution.
+    A statement that never ran gives a note (an unknown name in its comment
+    is still a finding). Raises :class:`ShapeRecordError` for records that
+    are not the documented plain data.
+    """
+    per_statement = [[(sizes, _executions(records, statement.id))
+                      for sizes, records in runs]
+                     for statement in statements]
+    findings = []
+    for index, statement in enumerate(statements):
+        following = (per_statement[index + 1]
+                     if index + 1 < len(statements) else [])
+        finding = _verify_statement(statement, per_statement[index],
+                                    following, dims)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+_TITLES = {
+    "missing": "missing shape comment",
+    "no_shape": "comment without a shape",
+    "unknown_name": "unknown dimension name",
+    "wrong_shape": "wrong shape",
+    "never_ran": "note: never ran",
+    "not_traced": "note: not traced",
+}
+
+
+def _wrap(text: str, first: str) -> str:
+    return textwrap.fill(text, width=79, initial_indent=first,
+                         subsequent_indent=" " * len(first),
+                         break_on_hyphens=False)
+
+
+def _sizes_text(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{name}={size}" for name, size in sizes.items())
+
+
+def format_findings(findings: list[Finding], source: SourceFile) -> str:
+    """A report with one block per finding, problems first, then notes.
+
+    Each block gives where the statement is (``line 12`` or ``cell 7, line
+    3``), the statement, the claimed shape, the real shape under each size
+    set, and a hint when one applies.
+    """
+    if not findings:
+        return "Shape comments: no problems found."
+    problems = [f for f in findings if f.penalised]
+    notes = [f for f in findings if not f.penalised]
+    counts = []
+    if problems:
+        counts.append(f"{len(problems)} problem"
+                      f"{'s' if len(problems) > 1 else ''}")
+    if notes:
+        counts.append(f"{len(notes)} note{'s' if len(notes) > 1 else ''}")
+    blocks = [f"Shape comments: {', '.join(counts)}."]
+    for finding in problems + notes:
+        statement = textwrap.indent(finding.statement, "    ")
+        lines = [f"{source.where(finding.line)}: {_TITLES[finding.kind]}",
+                 statement, _wrap(finding.message, "  ")]
+        for one in finding.real:
+            lines.append(f"  size set {one.index} "
+                         f"({_sizes_text(one.sizes)}):")
+            real = ", ".join(one.shapes) or "no tensor"
+            if not one.executions:
+                lines.append("    did not run")
+            elif finding.kind == "wrong_shape":
+                lines.append(f"    claimed {one.expected}, real {real}")
+            else:
+                lines.append(f"    real {real}")
+        if finding.hint:
+            lines.append(_wrap(finding.hint, "  hint: "))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+# ---------------------------------------------------------------------------
+# Size sets
+# ---------------------------------------------------------------------------
+
+def size_set_collisions(sizes: dict[str, int],
+                        identities: Iterable[tuple[str, str, str]] = ()
+                        ) -> list[str]:
+    """Equal values among the dimensions and products of two dimensions.
+
+    A size set can only catch a comment that names the wrong dimension if
+    every dimension and every product of two (squares included) has its
+    own value. ``identities`` lists the equalities that hold by definition,
+    as ``(name, a, b)`` for ``name = a * b`` (e.g. ``("hidden",
+    "num_heads", "head_size")``). Returns one description per collision;
+    an empty list means the size set is good.
+    """
+    by_value: dict[int, list[tuple[str, ...]]] = {}
+    for name in sizes:
+        by_value.setdefault(sizes[name], []).append((name,))
+    for a, b in combinations_with_replacement(sorted(sizes), 2):
+        by_value.setdefault(sizes[a] * sizes[b], []).append((a, b))
+    allowed = {frozenset([(name,), tuple(sorted((a, b)))])
+               for name, a, b in identities}
+    collisions = []
+    for value, expressions in sorted(by_value.items()):
+        for i, first in enumerate(expressions):
+            for second in expressions[i + 1:]:
+                if frozenset([first, second]) in allowed:
+                    continue
+                collisions.append(f"{' * '.join(first)} = "
+                                  f"{' * '.join(second)} = {value}")
+    return collisions

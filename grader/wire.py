@@ -1,0 +1,190 @@
+"""The plain-data format that crosses the sandbox boundary.
+
+The worker (untrusted: it runs student code) sends the parent (trusted)
+frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
+Tensors travel as their dtype, shape and raw float32 (or int64) bytes in
+base64; the parent rebuilds them with numpy. Nothing is ever unpickled, so a
+frame can at worst carry wrong numbers, never code.
+
+Both sides import this module; it must stay free of grader state.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+MAX_FRAME = 64 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+class ChannelError(Exception):
+    """A frame that is malformed or too large (a corrupted channel)."""
+
+
+def frame(message: dict) -> bytes:
+    """Encode one message as a length-prefixed JSON frame."""
+    data = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    return _HEADER.pack(len(data)) + data
+
+
+class FrameReader:
+    """Incrementally split a byte stream into decoded frames."""
+
+    def __init__(self) -> None:
+        """Start with an empty buffer."""
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict]:
+        """Add bytes; return the complete frames they finish."""
+        self._buffer.extend(data)
+        messages = []
+        while len(self._buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buffer)
+            if size > MAX_FRAME:
+                raise ChannelError(f"a frame of {size} bytes is over the "
+                                   f"{MAX_FRAME} byte limit")
+            if len(self._buffer) < _HEADER.size + size:
+                break
+            body = bytes(self._buffer[_HEADER.size:_HEADER.size + size])
+            del self._buffer[:_HEADER.size + size]
+            try:
+                message = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ChannelError(f"a frame is not JSON: {exc}") from exc
+            if not isinstance(message, dict):
+                raise ChannelError("a frame is not a JSON object")
+            messages.append(message)
+        return messages
+
+    @property
+    def leftover(self) -> int:
+        """Bytes of an unfinished frame still in the buffer."""
+        return len(self._buffer)
+
+
+# --------------------------------------------------------------------------
+# Values
+
+
+def encode_value(value: Any, depth: int = 0) -> dict:
+    """Describe a value returned by student code as plain data.
+
+    Only exact ``torch.Tensor`` instances are sent as tensors; subclasses
+    and other objects are described by their type name, so they can never
+    take part in a comparison.
+    """
+    import torch
+
+    if type(value) is torch.Tensor:
+        tensor = value.detach()
+        dtype = str(tensor.dtype).replace("torch.", "")
+        shape = list(tensor.shape)
+        if tensor.is_floating_point():
+            data = tensor.to(device="cpu", dtype=torch.float32)
+            kind = "float32"
+        elif tensor.dtype == torch.bool or not tensor.is_complex():
+            data = tensor.to(device="cpu", dtype=torch.int64)
+            kind = "int64"
+        else:
+            return {"kind": "tensor", "dtype": dtype, "shape": shape,
+                    "data": None}
+        raw = data.contiguous().numpy().tobytes()
+        return {"kind": "tensor", "dtype": dtype, "shape": shape,
+                "encoding": kind,
+                "data": base64.b64encode(raw).decode("ascii")}
+    if isinstance(value, (tuple, list)) and depth < 2:
+        return {"kind": type(value).__name__,
+                "items": [encode_value(v, depth + 1) for v in value[:8]],
+                "length": len(value)}
+    if value is None:
+        return {"kind": "none"}
+    if type(value) in (bool, int, float):
+        return {"kind": "number", "value": value}
+    cls = type(value)
+    bases = [b.__name__ for b in cls.__mro__[1:-1]]
+    return {"kind": "object", "type": cls.__name__,
+            "module": getattr(cls, "__module__", "?"), "bases": bases}
+
+
+@dataclass(frozen=True)
+class Value:
+    """A decoded value as the parent sees it."""
+
+    kind: str
+    tensor: Any = None          # torch.Tensor (float32 or int64) or None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    items: tuple[Value, ...] = ()
+    length: int = 0
+    type_name: str | None = None
+    number: float | None = None
+
+    def describe(self) -> str:
+        """Words for a student: what was returned."""
+        if self.kind == "tensor":
+            return f"a {self.dtype} tensor of shape {list(self.shape)}"
+        if self.kind in ("tuple", "list"):
+            inner = ", ".join(v.describe() for v in self.items)
+            return f"a {self.kind} of {self.length} ({inner})"
+        if self.kind == "none":
+            return "None"
+        if self.kind == "number":
+            return f"the number {self.number!r}"
+        return f"an object of type {self.type_name}"
+
+
+def decode_value(data: Any) -> Value:
+    """Rebuild a :class:`Value` from plain data, validating everything."""
+    import numpy as np
+    import torch
+
+    if not isinstance(data, dict):
+        raise ChannelError("a value is not an object")
+    kind = data.get("kind")
+    if kind == "tensor":
+        shape = tuple(int(s) for s in data.get("shape", ()))
+        if any(s < 0 for s in shape) or len(shape) > 8:
+            raise ChannelError("a tensor has an invalid shape")
+        dtype = str(data.get("dtype"))
+        if data.get("data") is None:
+            return Value(kind="tensor", dtype=dtype, shape=shape)
+        numpy_type = {"float32": np.float32, "int64": np.int64}.get(
+            data.get("encoding"))
+        if numpy_type is None:
+            raise ChannelError("a tensor has an unknown encoding")
+        raw = base64.b64decode(data["data"], validate=True)
+        array = np.frombuffer(raw, dtype=numpy_type)
+        if array.size != int(np.prod(shape, dtype=np.int64)):
+            raise ChannelError("a tensor's data does not fit its shape")
+        tensor = torch.from_numpy(array.copy()).reshape(shape)
+        return Value(kind="tensor", tensor=tensor, dtype=dtype, shape=shape)
+    if kind in ("tuple", "list"):
+        items = tuple(decode_value(v) for v in data.get("items", [])[:8])
+        return Value(kind=kind, items=items,
+                     length=int(data.get("length", len(items))))
+    if kind == "none":
+        return Value(kind="none")
+    if kind == "number":
+        number = data.get("value")
+        if not isinstance(number, (int, float)):
+            raise ChannelError("a number is not a number")
+        return Value(kind="number", number=number)
+    if kind == "object":
+        return Value(kind="object", type_name=str(data.get("type"))[:80])
+    raise ChannelError(f"unknown value kind {kind!r}")
+
+
+def encode_tensor(tensor: Any) -> dict:
+    """Encode a trusted tensor (an input or a weight) for a probe plan."""
+    return encode_value(tensor.detach().to("cpu"))
+
+
+def decode_tensor(data: dict) -> Any:
+    """Decode a tensor of a probe plan (worker side)."""
+    value = decode_value(data)
+    if value.tensor is None:
+        raise ChannelError("a plan tensor has no data")
+    return value.tensor
