@@ -60,6 +60,8 @@ def close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
 
 def returned(run: TaskRun, probe_id: str, what: str) -> Any:
     """The value a probe returned, or fail with why there is none."""
+    if run.import_error:
+        fail(f"Not graded: {run.import_error}")
     result = run.result(probe_id)
     case = result.info.case
     where = f" on {case.describe()}" if case else ""

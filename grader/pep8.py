@@ -74,24 +74,24 @@ def run_flake8(source: SourceFile, config: Path) -> list[Pep8Finding]:
         except subprocess.TimeoutExpired as exc:
             raise Flake8Error(f"flake8 did not finish within "
                               f"{FLAKE8_TIMEOUT} s") from exc
-    # flake8 exits 1 both when it found something and when it crashed, so
-    # a crash is told by its traceback or by an exit code 1 with no output.
+    # flake8 exits 1 both when it found something and when it crashed. Every
+    # line of a finding starts with "row<TAB>col", so a crash is told by any
+    # other line (its "There was a critical error" banner), a traceback on
+    # standard error, or an exit code 1 with no finding at all.
+    rows = completed.stdout.splitlines()
+    matches = [_LINE.match(row) for row in rows]
     crashed = (completed.returncode not in (0, 1)
-               or (completed.returncode == 1
-                   and not completed.stdout.strip())
-               or "Traceback" in completed.stderr
-               or "critical error" in completed.stderr)
+               or (completed.returncode == 1 and not rows)
+               or not all(matches)
+               or "Traceback (most recent call last)" in completed.stderr)
     if crashed:
-        detail = (completed.stderr.strip() or completed.stdout.strip())
+        detail = (completed.stdout + completed.stderr).strip().splitlines()
         raise Flake8Error(f"flake8 failed (exit code "
                           f"{completed.returncode}): "
-                          f"{detail.splitlines()[-1] if detail else ''}")
+                          f"{detail[-1] if detail else 'no output'}")
     lines = source.lines
     findings = []
-    for output in completed.stdout.splitlines():
-        match = _LINE.match(output)
-        if match is None:
-            raise Flake8Error(f"unexpected flake8 output: {output!r}")
+    for match in matches:
         row, col, code, text = match.groups()
         finding = Pep8Finding(int(row), int(col), code, text)
         if (code == "E266" and 1 <= finding.line <= len(lines)

@@ -1121,9 +1121,10 @@ def _sizes_text(sizes: dict[str, int]) -> str:
 def format_findings(findings: list[Finding], source: SourceFile) -> str:
     """A report with one block per finding, problems first, then notes.
 
-    Each block gives where the statement is (``line 12`` or ``cell 7, line
-    3``), the statement, the claimed shape, the real shape under each size
-    set, and a hint when one applies.
+    The size sets are listed once at the top. Each block gives where the
+    statement is (``line 12`` or ``cell 7, line 3``), the statement, what is
+    wrong, the claimed and the real shape under each size set, and a hint
+    when one applies.
     """
     if not findings:
         return "Shape comments: no problems found."
@@ -1135,21 +1136,28 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
                       f"{'s' if len(problems) > 1 else ''}")
     if notes:
         counts.append(f"{len(notes)} note{'s' if len(notes) > 1 else ''}")
-    blocks = [f"Shape comments: {', '.join(counts)}."]
+    header = [f"Shape comments: {', '.join(counts)}."]
+    size_sets = {one.index: one.sizes for f in findings for one in f.real}
+    if size_sets:
+        header.append("Your forward ran under these sizes:")
+        header += [_wrap(_sizes_text(sizes), f"  size set {index}: ")
+                   for index, sizes in sorted(size_sets.items())]
+    blocks = ["\n".join(header)]
     for finding in problems + notes:
         statement = textwrap.indent(finding.statement, "    ")
         lines = [f"{source.where(finding.line)}: {_TITLES[finding.kind]}",
                  statement, _wrap(finding.message, "  ")]
         for one in finding.real:
-            lines.append(f"  size set {one.index} "
-                         f"({_sizes_text(one.sizes)}):")
             real = ", ".join(one.shapes) or "no tensor"
             if not one.executions:
-                lines.append("    did not run")
+                shown = "did not run"
             elif finding.kind == "wrong_shape":
-                lines.append(f"    claimed {one.expected}, real {real}")
+                shown = f"claimed {one.expected}, real {real}"
+                if not one.wrong:
+                    shown += " (right under these sizes)"
             else:
-                lines.append(f"    real {real}")
+                shown = f"real {real}"
+            lines.append(_wrap(shown, f"  size set {one.index}: "))
         if finding.hint:
             lines.append(_wrap(finding.hint, "  hint: "))
         blocks.append("\n".join(lines))
