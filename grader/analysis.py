@@ -89,7 +89,7 @@ def analyse(assignment: Assignment, task: Task,
                                                           task.target)
     if node is None:
         return result
-    result.span = node_span(node)
+    result.span = node_span(node, source.lines)
     result.stub = is_stub(source, task.target) is True
     result.forbidden = forbidden_uses(node)
     for statement in tree.body:

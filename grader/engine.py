@@ -150,10 +150,24 @@ def grade_submission(submission: Submission,
     report = score(assignment, submission, analyses, runs, outcomes,
                    linter.findings)
     report.errors = check_errors + report.errors
+    report.figures = _figures(assignment, report, runs)
     report.seed_label = seed_label
     report.public_only = options.public_only
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _figures(assignment: Assignment, report: Report,
+             runs: dict[str, TaskRun]) -> list:
+    """The assignment's pictures of its failing items, if it has any."""
+    try:
+        module = importlib.import_module(
+            f"grader.assignments.{assignment.id}.figures")
+    except ModuleNotFoundError:
+        return []
+    failed = {item.id for item in report.items
+              if not item.passed and item.max_score > 0}
+    return module.figures(failed, runs)
 
 
 # --------------------------------------------------------------------------
@@ -237,10 +251,13 @@ def score_pep8_item(item: Item, analysis: TaskAnalysis,
         details=pep8.format_pep8(inside, analysis.source))
 
 
-def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...]
+def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
+                dimensions: tuple[str, ...] = ()
                 ) -> tuple[list[tuple[dict, dict]], list[str]]:
     runs, problems = [], []
-    for index, sizes in enumerate(size_sets):
+    for index, all_sizes in enumerate(size_sets):
+        sizes = {k: v for k, v in all_sizes.items()
+                 if not dimensions or k in dimensions}
         records = []
         for probe_id in run.probe_ids(f"trace:{index}"):
             result = run.result(probe_id)
@@ -267,7 +284,8 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     if analysis.stub or not statements:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"not checked: {where} has no code of yours yet")
-    trace_runs, problems = _trace_runs(run, assignment.size_sets)
+    trace_runs, problems = _trace_runs(run, assignment.size_sets,
+                                       analysis.task.dimensions)
     if problems:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, "; ".join(problems) + ".")
@@ -383,3 +401,29 @@ def score(assignment: Assignment, submission: Submission,
         score=sum(t.score for t in tasks), max_score=assignment.max_score,
         items=items, tasks=tasks, errors=_unique(errors) + task_errors,
         notes=notes, diagnoses=dict(assignment.diagnoses))
+
+
+def shape_report(path: Path, assignment: str | None = None,
+                 options: Options = Options()) -> tuple[str, Report]:
+    """The shape-comment findings of a submission, as ``grade`` sees them.
+
+    It grades on the public values (the shape traces do not depend on the
+    cases) and prints only the shapes items, so its findings are the very
+    ones a full grade penalises.
+    """
+    report = grade(path, assignment,
+                   Options(seed=options.seed, public_only=True,
+                           limits=options.limits))
+    lines = [f"Shape comments of {report.path} ({report.assignment})"]
+    rubric = {i.id: i for i in locate(Path(path), assignment)
+              .assignment.items}
+    for item in report.items:
+        if rubric[item.id].kind != "shapes":
+            continue
+        verdict = ("OK" if item.passed else
+                   f"{item.score:+g} point in the grade")
+        lines += ["", f"{item.id}: {verdict}: {item.message}"]
+        if item.details:
+            lines += ["  " + line if line else "" for line in
+                      item.details.split("\n")]
+    return "\n".join(lines) + "\n", report

@@ -70,6 +70,7 @@ class Report:
     seed_label: str = ""
     public_only: bool = False
     seconds: float = 0.0
+    figures: list[Any] = field(default_factory=list)  # not in the JSON
 
     def item(self, item_id: str) -> ItemReport:
         """The result of one item."""
@@ -93,7 +94,8 @@ class Report:
             "assignment": self.assignment,
             "tasks": [{"id": t.id, "score": float(t.score),
                        "max_score": float(t.max_score),
-                       "bonus": float(t.bonus), "source": t.source}
+                       "bonus": float(t.bonus), "source": t.source,
+                       "problems": list(t.problems)}
                       for t in self.tasks],
             "notes": list(self.notes),
             "output": {t.id: t.output for t in self.tasks if t.output},

@@ -28,6 +28,7 @@ class Task:
     title: str
     target: str
     max_score: float
+    dimensions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Assignment:
     dimensions: dict[str, tuple[str, ...]]
     size_sets: tuple[dict[str, int], ...]
     folder: Path
+    identities: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def checks_dir(self) -> Path:
@@ -143,7 +145,8 @@ def load_assignment(folder: Path) -> Assignment:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise RubricError(f"cannot read {path}: {exc}") from exc
     tasks = tuple(Task(id=t["id"], title=t["title"], target=t["target"],
-                       max_score=float(t["max_score"]))
+                       max_score=float(t["max_score"]),
+                       dimensions=tuple(t.get("dimensions", ())))
                   for t in raw["tasks"])
     task_ids = {t.id for t in tasks}
     diagnoses = dict(raw.get("diagnoses", {}))
@@ -167,7 +170,8 @@ def load_assignment(folder: Path) -> Assignment:
         dimensions={k: tuple(v) for k, v in
                     shapes.get("dimensions", {}).items()},
         size_sets=tuple(dict(s) for s in shapes.get("size_sets", ())),
-        folder=folder)
+        folder=folder,
+        identities=tuple(tuple(i) for i in shapes.get("identities", ())))
 
 
 @cache

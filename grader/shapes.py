@@ -528,9 +528,11 @@ def _has_prefix(lines: list[str], node: ast.stmt) -> bool:
     return line[:node.col_offset].strip() != b""
 
 
-def collect_statements(source: SourceFile, class_name: str,
+def collect_statements(source: SourceFile, class_name: str | None,
                        method: str) -> list[Statement]:
     """The statements of ``class_name.method`` that may need a comment.
+
+    With ``class_name`` None, ``method`` is a module-level function.
 
     Every assignment (plain, annotated, augmented, tuple unpacking,
     chained), ``return`` and expression statement whose first line lies in
@@ -540,11 +542,15 @@ def collect_statements(source: SourceFile, class_name: str,
     the method is missing; raises ``SyntaxError`` when the source does not
     parse.
     """
-    from grader.source import find_class, find_method, student_regions
+    from grader.source import (find_class, find_function, find_method,
+                               student_regions)
 
     tree = source.parse()
-    cls = find_class(tree, class_name)
-    func = find_method(cls, method) if cls is not None else None
+    if class_name is None:
+        func = find_function(tree, method)
+    else:
+        cls = find_class(tree, class_name)
+        func = find_method(cls, method) if cls is not None else None
     if func is None:
         return []
     lines = source.lines
@@ -745,7 +751,8 @@ class ShapeTracer:
         ``return`` of a tuple or list, one per element): the shape as a list
         of ints when the value is a tensor, else None.
         """
-        return {key: [list(values) for values in executions]
+        return {key: [[None if value is None else list(value)
+                       for value in values] for values in executions]
                 for key, executions in self._records.items()}
 
     @property

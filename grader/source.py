@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+# The notebook's own autograded cells carry this line; they are the kit's,
+# not the student's code, and are never graded as part of a submission.
+GRADING_CELL_MARK = "# nbgrader: graded by the kit's grader"
 START_MARKER = "YOUR CODE STARTS HERE"
 END_MARKER = "YOUR CODE ENDS HERE"
 _MAGIC_LINE = re.compile(r"^\s*[%!]")
@@ -123,19 +126,38 @@ def notebook_code_cells(path: Path) -> list[tuple[int, str]]:
     return cells
 
 
+def _loaded_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _assigned_names(node: ast.stmt) -> list[str]:
+    targets = (node.targets if isinstance(node, ast.Assign)
+               else [node.target])
+    return [n.id for t in targets for n in ast.walk(t)
+            if isinstance(n, ast.Name)]
+
+
 def load_notebook(path: Path) -> SourceFile:
     """Assemble a module from a notebook's code cells.
 
-    The module holds every top-level import of every code cell, then the
-    last definition of each top-level class and function, verbatim and in
-    notebook order, separated by two blank lines. Other statements (test
-    calls, plots) are left out so that loading the module runs no
-    experiment. Cells that do not parse are reported in ``cell_errors``.
+    The module holds every top-level import of every code cell, the last
+    top-level assignment of each global name that a kept definition uses
+    (e.g. ``DEVICE = "cpu"``), and the last definition of each top-level
+    class and function, verbatim and in notebook order, separated by two
+    blank lines. Other statements (test calls, plots) are left out, so that
+    loading the module runs no experiment. Cells that do not parse are
+    reported in ``cell_errors``.
     """
-    imports: list[tuple[int, ast.stmt, list[str]]] = []
-    definitions: dict[str, tuple[int, ast.stmt, list[str]]] = {}
+    Entry = tuple[int, ast.stmt, list[str]]
+    imports: list[Entry] = []
+    definitions: dict[str, Entry] = {}
+    assignments: dict[str, tuple[int, Entry]] = {}
     errors: list[str] = []
+    order = 0
     for number, raw in notebook_code_cells(path):
+        if GRADING_CELL_MARK in raw:
+            continue
         source = _strip_magics(raw)
         try:
             tree = ast.parse(source)
@@ -145,25 +167,44 @@ def load_notebook(path: Path) -> SourceFile:
             continue
         cell_lines = source.split("\n")
         for node in tree.body:
+            order += 1
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports.append((number, node, cell_lines))
             elif isinstance(node, (ast.ClassDef, ast.FunctionDef,
                                    ast.AsyncFunctionDef)):
                 definitions.pop(node.name, None)  # keep notebook order
                 definitions[node.name] = (number, node, cell_lines)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for name in _assigned_names(node):
+                    assignments[name] = (order, (number, node, cell_lines))
+
+    needed: dict[int, Entry] = {}
+    wanted = set().union(*(_loaded_names(e[1])
+                           for e in definitions.values()))
+    wanted -= set(definitions)
+    seen: set[str] = set()
+    while wanted - seen:
+        name = (wanted - seen).pop()
+        seen.add(name)
+        if name in assignments:
+            position, entry = assignments[name]
+            needed[position] = entry
+            wanted |= _loaded_names(entry[1].value) if entry[1].value \
+                else set()
 
     text_lines: list[str] = []
     origins: list[tuple[int, int] | None] = []
 
     def append(number: int, node: ast.stmt, cell_lines: list[str]) -> None:
-        first = min([node.lineno] + [d.lineno for d in getattr(
-            node, "decorator_list", [])])
-        for line_no in range(first, node.end_lineno + 1):
+        first, last = node_span(node, cell_lines)
+        for line_no in range(first, last + 1):
             text_lines.append(cell_lines[line_no - 1])
             origins.append((number, line_no))
 
     for entry in imports:
         append(*entry)
+    for position in sorted(needed):
+        append(*needed[position])
     for entry in definitions.values():
         if text_lines:
             text_lines.extend(["", ""])
@@ -208,11 +249,30 @@ def find_method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
     return found
 
 
-def node_span(node: ast.AST) -> tuple[int, int]:
-    """First and last line of a definition, decorators included."""
+def node_span(node: ast.AST,
+              lines: list[str] | None = None) -> tuple[int, int]:
+    """First and last line of a definition, decorators included.
+
+    With the source ``lines``, the span also takes in the comment lines
+    indented inside the definition that follow its last statement (such as
+    ``# YOUR CODE ENDS HERE``), which the syntax tree leaves out.
+    """
     first = min([node.lineno] + [d.lineno for d in getattr(
         node, "decorator_list", [])])
-    return first, node.end_lineno
+    last = node.end_lineno
+    if lines is not None:
+        indent = node.col_offset
+        probe = last
+        while probe < len(lines):
+            text = lines[probe]
+            stripped = text.strip()
+            if stripped and not (stripped.startswith("#") and
+                                 len(text) - len(text.lstrip()) > indent):
+                break
+            probe += 1
+            if stripped:
+                last = probe
+    return first, last
 
 
 def body_without_docstring(func: ast.FunctionDef) -> list[ast.stmt]:

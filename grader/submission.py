@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.rubric import Assignment, assignments, get_assignment
-from grader.source import (START_MARKER, SourceError, SourceFile,
-                           find_class, find_function, load_source,
-                           student_regions)
+from grader.source import (SourceError, SourceFile, find_class,
+                           find_function, load_source)
+from transformer_lm.notebook import marked_regions_only_raise
 
 MAX_NOTEBOOKS = 20
 
@@ -49,7 +49,9 @@ def is_stub(source: SourceFile, name: str) -> bool | None:
     True when every student region (between the YOUR CODE markers) of
     ``name`` only raises NotImplementedError; False when the student wrote
     something, or removed every marker; None when ``name`` is not defined
-    or the source does not parse (which counts as the student's work).
+    or the source does not parse (which counts as the student's work). The
+    notebook's :func:`transformer_lm.notebook.use_implemented` applies the
+    same rule.
     """
     try:
         tree = source.parse()
@@ -60,27 +62,10 @@ def is_stub(source: SourceFile, name: str) -> bool | None:
         return None
     functions = [node] if isinstance(node, ast.FunctionDef) else [
         n for n in node.body if isinstance(n, ast.FunctionDef)]
-    lines = source.lines
-    marked = [f for f in functions if any(
-        START_MARKER in lines[n - 1]
-        for n in range(f.lineno, f.end_lineno + 1))]
-    if not marked:
-        return False
-    for function in marked:
-        for start, end in student_regions(lines, function):
-            for stmt in ast.walk(function):
-                if (isinstance(stmt, ast.stmt) and stmt is not function
-                        and start <= stmt.lineno <= end
-                        and not _raises_not_implemented(stmt)):
-                    return False
-    return True
-
-
-def _raises_not_implemented(stmt: ast.stmt) -> bool:
-    if not isinstance(stmt, ast.Raise) or stmt.exc is None:
-        return False
-    exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
-    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    verdicts = [marked_regions_only_raise(f, source.lines)
+                for f in functions]
+    verdicts = [v for v in verdicts if v is not None]
+    return bool(verdicts) and all(verdicts)
 
 
 def _detect(candidates: list[SourceFile]) -> Assignment:

@@ -212,9 +212,15 @@ def test_claims_report_unknown_names_and_uneven_quotients() -> None:
 
 
 def test_rubric_size_sets_keep_dimensions_and_products_apart() -> None:
+    from grader.rubric import assignments
+
+    for assignment in assignments():
+        assert assignment.size_sets, assignment.id
+        for sizes in assignment.size_sets:
+            assert size_set_collisions(sizes, assignment.identities) == [], (
+                assignment.id, sizes)
     identity = [("hidden", "num_heads", "head_size")]
     for sizes in SIZE_SETS:
-        assert size_set_collisions(sizes, identity) == []
         assert size_set_collisions(sizes) == [
             f"hidden = head_size * num_heads = {sizes['hidden']}"]
     # The seed's test sizes cannot tell heads from batch or head size.
@@ -316,6 +322,25 @@ def test_every_accepted_comment_form_passes(class_name: str) -> None:
     traced = trace(CASES / "accepted_forms.py", class_name)
     assert traced.intact
     assert traced.findings() == []
+
+
+def test_module_level_function_is_checked_like_a_method() -> None:
+    path = CASES / "accepted_forms.py"
+    source, module = _load(path)
+    statements = collect_statements(source, None, "split_heads")
+    assert [s.kind for s in statements] == ["assign", "assign", "return"]
+    assert collect_statements(source, None, "no_such_function") == []
+    plan = [statement.to_plain() for statement in statements]
+    runs = []
+    for sizes in SIZE_SETS:
+        t = torch.zeros(sizes["batch_size"], sizes["seq_len"],
+                        sizes["hidden"])
+        with ShapeTracer(module.split_heads.__code__.co_filename,
+                         "split_heads", plan) as tracer:
+            module.split_heads(t, sizes["num_heads"])
+        runs.append((sizes, tracer.records))
+    assert runs[1][1][str(statements[2].id)] == [[[6, 7, 13]]]
+    assert verify(statements, runs, DIMS) == []
 
 
 # ---------------------------------------------------------------------------

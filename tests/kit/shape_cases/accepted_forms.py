@@ -83,3 +83,10 @@ class MultiHeadSelfAttention(nn.Module):
         if return_attention:
             return att, probs  # att [bs, seq, hidden], probs [bs * heads, seq, seq]
         return att  # [bs, seq, hidden]
+
+
+def split_heads(t, num_heads):
+    """A module-level function: its statements are checked like a method's."""
+    bs, seq, hidden = t.shape
+    t = t.view(bs, seq, num_heads, hidden // num_heads)  # [bs, seq, heads, head_size]
+    return t.transpose(1, 2).reshape(bs * num_heads, seq, -1)  # -> [bs * heads, seq, head_size]

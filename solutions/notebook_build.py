@@ -1,0 +1,242 @@
+"""Build each assignment's notebook from its template and reference.
+
+Template: ``solutions/notebooks/<assignment>.md``. Cells are separated by
+directive lines ``<!-- KIND key=value ... -->``:
+
+* ``markdown``: a markdown cell (its text follows);
+* ``readonly id=ID``: a locked code cell (its code follows);
+* ``solution id=ID source=NAME``: a solution cell holding the reference's
+  class or function ``NAME`` verbatim, solution markers included (nbgrader
+  replaces the solution blocks in the release);
+* ``test item=ITEM``: an autograded test cell for rubric item ``ITEM``,
+  worth the item's points; its hidden test runs the kit's grader
+  (:mod:`grader.notebook`); nothing follows it in the template;
+* ``answer id=ID points=N``: a manually graded markdown answer cell whose
+  text (the model answer) follows.
+
+From it this module writes the nbgrader *source* assignment
+``solutions/source/<assignment>/`` (the notebook with solutions and a copy
+of the student package) and the *release* ``assignment/<assignment>/``,
+which it obtains by running ``nbgrader generate_assignment`` in a scratch
+course directory, so the committed release is what nbgrader produces.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from grader.rubric import Assignment, assignments
+from grader.source import GRADING_CELL_MARK, node_span
+from solutions.build import PACKAGE, ROOT, SOLUTIONS, Generated
+
+TEMPLATES = SOLUTIONS / "notebooks"
+SOURCE = SOLUTIONS / "source"
+RELEASE = ROOT / "assignment"
+_DIRECTIVE = re.compile(r"^<!--\s*(\w+)((?:\s+\w+=\S+)*)\s*-->\s*$")
+# Student-package files every assignment folder carries, besides its module.
+SHARED_PACKAGE_FILES = ("__init__.py", "notebook.py")
+PACKAGE_EXTRAS = {"multi_head_attention": ("test_values.py",)}
+
+
+class TemplateError(Exception):
+    """A template that cannot be turned into a notebook."""
+
+
+@dataclass
+class CellSpec:
+    """One cell of a template."""
+
+    kind: str
+    options: dict[str, str] = field(default_factory=dict)
+    body: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The cell's text without leading or trailing blank lines."""
+        return "\n".join(self.body).strip("\n")
+
+
+def parse_template(text: str) -> list[CellSpec]:
+    """Split a template into cell specifications."""
+    cells: list[CellSpec] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        match = _DIRECTIVE.match(line)
+        if match:
+            options = dict(pair.split("=", 1)
+                           for pair in match.group(2).split())
+            cells.append(CellSpec(match.group(1), options))
+        elif cells:
+            cells[-1].body.append(line)
+        elif line.strip():
+            raise TemplateError(f"line {number}: text before the first "
+                                f"cell directive")
+    return cells
+
+
+def definition_source(reference: str, name: str) -> str:
+    """The verbatim source of top-level class or function ``name``."""
+    tree = ast.parse(reference)
+    lines = reference.split("\n")
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and \
+                node.name == name:
+            first, last = node_span(node, lines)
+            return "\n".join(lines[first - 1:last])
+    raise TemplateError(f"the reference defines no {name}")
+
+
+def _source_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + [lines[-1]]
+
+
+def _nbgrader(grade_id: str, *, grade: bool = False, solution: bool = False,
+              locked: bool = False, points: float | None = None) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked,
+            "schema_version": 3, "solution": solution, "task": False}
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def _test_source(assignment: Assignment, item_id: str) -> str:
+    item = assignment.item(item_id)
+    return "\n".join([
+        f"# Autograded: {item_id} ({item.points:g} point"
+        f"{'s' if item.points != 1 else ''}): {item.title}.",
+        GRADING_CELL_MARK,
+        "### BEGIN HIDDEN TESTS",
+        "from grader.notebook import item_cell",
+        f'item_cell(In, "{assignment.id}", "{item_id}")',
+        "### END HIDDEN TESTS"])
+
+
+def build_notebook(assignment: Assignment, template: str,
+                   reference: str) -> dict:
+    """The nbgrader source notebook of ``assignment`` as a JSON object."""
+    cells = []
+    used_ids: set[str] = set()
+    for index, spec in enumerate(parse_template(template)):
+        grade_id = spec.options.get("id") or spec.options.get(
+            "item", f"cell{index}").replace(".", "_")
+        if spec.kind != "markdown":
+            if grade_id in used_ids:
+                raise TemplateError(f"duplicate cell id {grade_id}")
+            used_ids.add(grade_id)
+        cell: dict = {"id": grade_id if spec.kind != "markdown"
+                      else f"md{index}", "metadata": {}}
+        if spec.kind == "markdown":
+            cell.update(cell_type="markdown", source=spec.text)
+        elif spec.kind == "readonly":
+            cell.update(cell_type="code", source=spec.text,
+                        metadata=_nbgrader(grade_id, locked=True))
+        elif spec.kind == "solution":
+            cell.update(cell_type="code", source=definition_source(
+                reference, spec.options["source"]),
+                metadata=_nbgrader(grade_id, solution=True))
+        elif spec.kind == "test":
+            item = assignment.item(spec.options["item"])
+            cell.update(cell_type="code",
+                        source=_test_source(assignment, item.id),
+                        metadata=_nbgrader(grade_id, grade=True, locked=True,
+                                           points=item.points))
+        elif spec.kind == "answer":
+            cell.update(cell_type="markdown",
+                        source="### BEGIN SOLUTION\n" + spec.text
+                        + "\n### END SOLUTION",
+                        metadata=_nbgrader(grade_id, grade=True,
+                                           solution=True,
+                                           points=float(
+                                               spec.options["points"])))
+        else:
+            raise TemplateError(f"unknown cell kind {spec.kind!r}")
+        if cell["cell_type"] == "code":
+            cell.update(execution_count=None, outputs=[])
+        cell["source"] = _source_lines(cell["source"])
+        cells.append(cell)
+    return {"cells": cells,
+            "metadata": {"kernelspec": {"display_name": "Python 3",
+                                        "language": "python",
+                                        "name": "python3"},
+                         "language_info": {"name": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def notebook_text(notebook: dict) -> str:
+    """JSON text as nbformat writes it."""
+    return json.dumps(notebook, indent=1, sort_keys=True,
+                      ensure_ascii=False) + "\n"
+
+
+def source_files(assignment: Assignment) -> dict[Path, str]:
+    """The nbgrader source assignment: notebook and student package."""
+    template = (TEMPLATES / f"{assignment.id}.md").read_text(
+        encoding="utf-8")
+    reference = (SOLUTIONS / f"{assignment.module}.py").read_text(
+        encoding="utf-8")
+    folder = SOURCE / assignment.id
+    files = {folder / assignment.notebook: notebook_text(
+        build_notebook(assignment, template, reference))}
+    names = (SHARED_PACKAGE_FILES + (f"{assignment.module}.py",)
+             + PACKAGE_EXTRAS.get(assignment.id, ()))
+    for name in names:
+        files[folder / "transformer_lm" / name] = (
+            PACKAGE / name).read_text(encoding="utf-8")
+    return files
+
+
+@cache
+def _release(assignment_id: str, sources: tuple[tuple[str, str], ...]
+             ) -> tuple[tuple[str, str], ...]:
+    """Run ``nbgrader generate_assignment`` on the given source files."""
+    with tempfile.TemporaryDirectory(prefix="nbgrader-build-") as tmp:
+        course = Path(tmp)
+        shutil.copy(ROOT / "nbgrader_config.py", course)
+        for relative, text in sources:
+            path = course / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        result = subprocess.run(
+            [sys.executable, "-m", "nbgrader", "generate_assignment",
+             assignment_id, "--force", "--log-level=WARN"],
+            cwd=course, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError(f"nbgrader generate_assignment failed: "
+                               f"{result.stderr[-3000:]}")
+        released = course / "assignment" / assignment_id
+        return tuple(sorted(
+            (str(path.relative_to(released)), path.read_text("utf-8"))
+            for path in released.rglob("*") if path.is_file()))
+
+
+def release_files(assignment: Assignment) -> dict[Path, str]:
+    """The release nbgrader makes from the current source files."""
+    sources = tuple(sorted((str(path.relative_to(ROOT)), text)
+                           for path, text in source_files(assignment)
+                           .items()))
+    folder = RELEASE / assignment.id
+    return {folder / relative: text for relative, text in
+            _release(assignment.id, sources)}
+
+
+def generated_files() -> list[Generated]:
+    """Source and release files of every assignment with a template."""
+    targets = []
+    for assignment in assignments():
+        if not (TEMPLATES / f"{assignment.id}.md").is_file():
+            continue
+        for path in source_files(assignment):
+            targets.append(Generated(
+                path, lambda a=assignment, p=path: source_files(a)[p]))
+        for path in release_files(assignment):
+            targets.append(Generated(
+                path, lambda a=assignment, p=path: release_files(a)[p]))
+    return targets
