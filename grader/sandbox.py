@@ -97,8 +97,8 @@ class _Running:
                 return
             try:
                 self.result.frames.extend(self.reader.feed(data))
-            except ChannelError as exc:
-                self.result.channel_error = str(exc)
+            except Exception as exc:  # any bytes may arrive: never crash
+                self.result.channel_error = _safe_reason(exc)
         else:
             room = self.limits.output_bytes - len(self.output)
             if room > 0:
@@ -113,6 +113,12 @@ class _Running:
                 target()
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _safe_reason(exc: Exception) -> str:
+    if isinstance(exc, ChannelError):
+        return str(exc)
+    return f"a frame could not be decoded ({type(exc).__name__})"
 
 
 def _describe_status(status: int) -> tuple[str, str]:

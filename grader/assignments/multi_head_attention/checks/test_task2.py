@@ -107,6 +107,25 @@ def test_probs_match_reference(task2: TaskRun) -> None:
                  f"({error}). {words}".rstrip(), *ids)
 
 
+def sums_to_one(probs: torch.Tensor, dim: int = -1) -> bool:
+    """True when ``probs`` sum to 1 along ``dim`` (within ATOL)."""
+    sums = probs.sum(dim)
+    return bool(torch.allclose(sums, torch.ones_like(sums), rtol=0,
+                               atol=ATOL))
+
+
+def hides_diagonal(probs: torch.Tensor) -> bool:
+    """True when every row after the first gives 0 to j >= i: the mask
+    hides the current token too (triu(diagonal=0)), whatever the fill
+    (with -inf the first row is NaN; with a finite fill it is uniform)."""
+    seq = probs.shape[-1]
+    if seq < 2:
+        return False
+    hidden = torch.ones(seq, seq, dtype=torch.bool).triu(diagonal=0)
+    hidden[0] = False
+    return bool(torch.all(probs[:, hidden] == 0))
+
+
 @pytest.mark.item("task2.causal")
 def test_causal_probs_structure(task2: TaskRun) -> None:
     """causal=True: 0 above the diagonal, > 0 on and below, rows sum 1."""
@@ -134,8 +153,14 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
             ids += mistakes.matching(probs, {
                 "mask_zero_fill": lambda: mistakes.probs_variant(
                     case, causal=True, fill=0.0)})
+            hint = ""
+            if hides_diagonal(probs):
+                ids.append("mask_diagonal")
+                hint = (" Every later token gives itself probability 0, "
+                        "and the first token, with every score masked, "
+                        "spreads its attention over all positions.")
             fail(f"probs {where} are not 0 above the diagonal: tokens "
-                 f"attend to the future.", *ids)
+                 f"attend to the future.{hint}", *ids)
         if not torch.all(probs[:, ~future] > 0):
             ids = (["mask_diagonal"] if torch.all(
                 probs.diagonal(dim1=1, dim2=2)[:, 1:] == 0) else [])
@@ -145,9 +170,10 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
         sums = probs.sum(-1)
         if not torch.allclose(sums, torch.ones_like(sums), rtol=0,
                               atol=ATOL):
+            ids = (["softmax_dim"] if sums_to_one(probs, dim=-2) else [])
             fail(f"rows of probs {where} do not sum to 1 (they range "
                  f"from {sums.min().item():.4g} to "
-                 f"{sums.max().item():.4g}).")
+                 f"{sums.max().item():.4g}).", *ids)
 
 
 def diagnose_output(case: Case, student: torch.Tensor
@@ -207,9 +233,13 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     _, train_probs = probs_of(task2, "dropout-train")
     _, eval_att = att_of(task2, "dropout-eval")
     _, train_att = att_of(task2, "dropout-train")
-    sums = eval_probs.sum(-1)
-    if not (torch.all(eval_probs >= 0) and torch.allclose(
-            sums, torch.ones_like(sums), rtol=0, atol=ATOL)):
+    if not (torch.all(eval_probs >= 0) and sums_to_one(eval_probs)):
+        if sums_to_one(eval_probs, dim=-2):
+            fail("In eval mode the probabilities of a model with "
+                 "dropout=0.5 are not a distribution: their rows do not "
+                 "sum to 1 but their columns do, so the softmax runs over "
+                 "the queries; dropout cannot be judged on them.",
+                 "softmax_dim")
         fail("In eval mode (model.eval()) the probabilities of a model "
              "with dropout=0.5 are not a distribution (rows must sum to "
              "1): dropout must act only in training. Use self.dropout, "
