@@ -193,11 +193,23 @@ class ChecksPlugin:
         return report
 
 
+# pytest plugins the checks do not need. unraisableexception and
+# threadexception run gc.collect() several times per session, which costs
+# most of a second with torch's heap; a check's message comes from its
+# exception, so no traceback needs formatting (--tb=native is the cheapest).
+_UNUSED_PLUGINS = ("cacheprovider", "warnings", "logging",
+                   "unraisableexception", "threadexception", "faulthandler",
+                   "doctest", "junitxml", "pastebin", "stepwise",
+                   "legacypath", "tmpdir", "monkeypatch", "recwarn")
+
+
 def _pytest_args(checks_dir: Path) -> list[str]:
-    return ["-p", "no:cacheprovider", "-p", "no:terminal",
-            "-p", "no:warnings", "-p", "no:logging",
-            "--import-mode=importlib", "-c", os.devnull,
-            "--rootdir", str(checks_dir), str(checks_dir)]
+    args = []
+    for name in _UNUSED_PLUGINS:
+        args += ["-p", f"no:{name}"]
+    return args + ["-q", "--tb=native", "--import-mode=importlib",
+                   "-c", os.devnull, "--rootdir", str(checks_dir),
+                   str(checks_dir)]
 
 
 def run_checks(checks_dir: Path, context: dict[str, Any]

@@ -102,6 +102,40 @@ def build_parser() -> argparse.ArgumentParser:
     shapes.add_argument("--memory", type=_positive(int), default=2048,
                         metavar="MB", help=argparse.SUPPRESS)
 
+    batch = commands.add_parser(
+        "batch", help="grade a whole class, in parallel",
+        description="Grade every submission in DIR: one entry per student "
+                    "(a folder, a .py file, a notebook, or nbgrader's "
+                    "submitted/<student>/<assignment>/ layout). Writes one "
+                    "CSV row per submission (atomically) and, next to the "
+                    "CSV, a JSON report and a feedback folder per student. "
+                    "Exits 0 when every submission got a row, whatever the "
+                    "scores.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    batch.add_argument("dir", type=Path, metavar="DIR")
+    batch.add_argument("--out", type=Path, default=Path("grades.csv"),
+                       metavar="FILE.csv",
+                       help="the CSV to write (default: grades.csv); JSON "
+                            "reports and feedback go to FILE.reports/")
+    batch.add_argument("--jobs", type=_positive(int), metavar="N",
+                       help="submissions graded at once (default: the "
+                            "number of cores)")
+    batch.add_argument("--resume", action="store_true",
+                       help="keep the rows of an interrupted batch and "
+                            "grade only the submissions without one")
+    batch.add_argument("--no-feedback", action="store_true",
+                       help="write no feedback folders (faster)")
+    _add_grading_options(batch)
+
+    bundle = commands.add_parser(
+        "gradescope-bundle", help="write a Gradescope autograder zip",
+        description="Write an autograder zip for Gradescope (setup.sh, "
+                    "run_autograder, the grader, pinned requirements).")
+    bundle.add_argument("out", type=Path, metavar="OUT.zip")
+    bundle.add_argument("--assignment", metavar="ID",
+                        help="grade this assignment (default: recognised "
+                             "from each submission)")
+
     commands.add_parser("assignments",
                         help="list the assignments the grader knows")
     return parser
@@ -147,6 +181,20 @@ def _shapes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batch(args: argparse.Namespace) -> int:
+    from grader.batch import run_batch
+
+    return run_batch(args)
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from grader.bundle import write_bundle
+
+    path = write_bundle(args.out, assignment=args.assignment)
+    sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
 def _assignments(args: argparse.Namespace) -> int:
     from grader.rubric import assignments
 
@@ -167,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     from grader.rubric import RubricError
     from grader.submission import SubmissionError
 
-    handlers = {"grade": _grade, "shapes": _shapes,
-                "assignments": _assignments}
+    handlers = {"grade": _grade, "shapes": _shapes, "batch": _batch,
+                "gradescope-bundle": _bundle, "assignments": _assignments}
     try:
         return handlers[args.command](args)
     except (SubmissionError, RubricError, CliError, OSError) as exc:

@@ -20,10 +20,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grader.wire import ChannelError, FrameReader
 
 _READ = 65536
+# What one worker may send on its result channel in all (a whole plan's
+# honest frames take a few megabytes); beyond, the channel is "corrupted".
+MAX_CHANNEL_BYTES = 256 * 1024 * 1024
+MAX_FRAMES = 20000
+DRAIN_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -90,15 +96,31 @@ class _Running:
         self.deadline = self.started + limits.timeout
         self.status: int | None = None
         self.limits = limits
+        self.channel_bytes = 0
 
     def on_data(self, fd: int, data: bytes) -> None:
         if fd == self.result_fd:
             if self.result.channel_error is not None:
-                return
+                return  # keep draining the pipe, discard what comes
+            self.channel_bytes += len(data)
             try:
-                self.result.frames.extend(self.reader.feed(data))
+                if self.channel_bytes > MAX_CHANNEL_BYTES:
+                    raise ChannelError(f"the worker sent more than "
+                                       f"{MAX_CHANNEL_BYTES >> 20} MB")
+                for message in self.reader.feed(data):
+                    problem = check_frame(message)
+                    if problem:
+                        raise ChannelError(f"a frame is malformed: "
+                                           f"{problem}")
+                    if len(self.result.frames) >= MAX_FRAMES:
+                        raise ChannelError(f"the worker sent more than "
+                                           f"{MAX_FRAMES} frames")
+                    self.result.frames.append(message)
             except Exception as exc:  # any bytes may arrive: never crash
-                self.result.channel_error = _safe_reason(exc)
+                self.result.channel_error = (
+                    str(exc) if isinstance(exc, ChannelError) else
+                    f"a frame could not be decoded "
+                    f"({type(exc).__name__})")
         else:
             room = self.limits.output_bytes - len(self.output)
             if room > 0:
@@ -115,10 +137,164 @@ class _Running:
                 pass
 
 
-def _safe_reason(exc: Exception) -> str:
-    if isinstance(exc, ChannelError):
-        return str(exc)
-    return f"a frame could not be decoded ({type(exc).__name__})"
+# --------------------------------------------------------------------------
+# The frames a worker may send: checked here, at the boundary, so that a
+# forged or garbled frame (the student's process can write to the channel)
+# never reaches the stages after this one in an unexpected form.
+
+_MAX_TEXT = 4096
+_MAX_INT = 2 ** 31
+_KINDS = ("tensor", "tuple", "list", "none", "number", "object")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= _MAX_TEXT
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value < _MAX_INT
+
+
+def _number(value: Any) -> bool:
+    return (type(value) is float or (type(value) is int
+                                     and abs(value) < _MAX_INT))
+
+
+def _error(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "an error is not an object"
+    if not (_text(value.get("type")) and _text(value.get("message"))):
+        return "an error has no type or message"
+    if "line" in value and not _count(value["line"]):
+        return "an error's line is not a line number"
+    if not all(_text(value[key]) for key in ("code", "function")
+               if key in value):
+        return "an error's code is not text"
+    return None
+
+
+def _tensor(value: dict) -> str | None:
+    shape = value.get("shape")
+    if not (isinstance(shape, list) and len(shape) <= 8
+            and all(_count(size) for size in shape)):
+        return "a tensor's shape is not a list of sizes"
+    if not _text(value.get("dtype")):
+        return "a tensor has no dtype"
+    data = value.get("data")
+    if data is None:
+        return None
+    itemsize = {"float32": 4, "int64": 8}.get(value.get("encoding"))
+    if itemsize is None or not isinstance(data, str):
+        return "a tensor has an unknown encoding"
+    elements = 1
+    for size in shape:
+        elements *= size
+    decoded = len(data) // 4 * 3 - len(data[-2:]) + len(
+        data[-2:].rstrip("="))
+    if len(data) % 4 or decoded != elements * itemsize:
+        return "a tensor's data does not fit its shape"
+    return None
+
+
+def _value(value: Any, depth: int = 0) -> str | None:
+    if not isinstance(value, dict) or value.get("kind") not in _KINDS:
+        return "a value has no known kind"
+    kind = value["kind"]
+    if kind == "tensor":
+        return _tensor(value)
+    if kind in ("tuple", "list"):
+        items = value.get("items")
+        if depth >= 3 or not isinstance(items, list) or len(items) > 8 \
+                or not _count(value.get("length")):
+            return "a sequence is malformed"
+        return next(filter(None, (_value(v, depth + 1) for v in items)),
+                    None)
+    if kind == "number" and not _number(value.get("value")):
+        return "a number is not a number"
+    if kind == "object" and not _text(value.get("type")):
+        return "an object has no type name"
+    return None
+
+
+def _shape_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        _text(k) and isinstance(v, list) and all(_count(s) for s in v)
+        for k, v in value.items())
+
+
+def _describe(value: Any) -> str | None:
+    if not isinstance(value, dict) or not _text(value.get("type")) \
+            or not isinstance(value.get("is_module"), bool):
+        return "a description is malformed"
+    children = value.get("children", {})
+    if not isinstance(children, dict):
+        return "a description's children are malformed"
+    for name, child in children.items():
+        if not (_text(name) and isinstance(child, dict)
+                and _text(child.get("type"))
+                and isinstance(child.get("is_linear"), bool)
+                and all(_count(child.get(k)) for k in ("in_features",
+                                                       "out_features")
+                        if k in child or child["is_linear"])
+                and isinstance(child.get("bias", False), bool)
+                and _number(child.get("p", 0.0))):
+            return "the description of a child layer is malformed"
+    if not all(_shape_map(value.get(key, {})) for key in ("parameters",
+                                                          "buffers")):
+        return "a description's parameters are malformed"
+    return None
+
+
+def _trace(value: Any) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("intact"),
+                                                     bool):
+        return "a trace is malformed"
+    records = value.get("records")
+    if not isinstance(records, dict):
+        return "trace records are not an object"
+    for key, executions in records.items():
+        if not (_text(key) and isinstance(executions, list) and all(
+                isinstance(execution, list) and all(
+                    shape is None or (isinstance(shape, list) and all(
+                        _count(size) for size in shape))
+                    for shape in execution)
+                for execution in executions)):
+            return "trace records are not shapes"
+    return None
+
+
+def check_frame(message: dict) -> str | None:
+    """Why a frame from a worker is malformed, or None when it is fine.
+
+    The worker's frames are documented in :mod:`grader.worker`; a frame of
+    an unknown type is malformed too.
+    """
+    kind = message.get("type")
+    if kind in ("done", "hello"):
+        return None
+    if kind in ("refused", "forbidden"):
+        return None if _text(message.get("what")) else "a report has no text"
+    if kind == "start":
+        return None if _text(message.get("id")) else "a start has no id"
+    if "seconds" in message and not _number(message["seconds"]):
+        return "seconds is not a number"
+    if not isinstance(message.get("ok"), bool):
+        return f"a {kind!r} frame has no outcome"
+    if kind == "import":
+        return None if message["ok"] else _error(message.get("error"))
+    if kind != "probe":
+        return f"unknown frame type {str(kind)[:40]!r}"
+    if not _text(message.get("id")):
+        return "a probe result has no id"
+    if not message["ok"]:
+        return _error(message.get("error"))
+    for key, check in (("value", _value), ("describe", _describe),
+                       ("trace", _trace)):
+        if key in message:
+            problem = check(message[key])
+            if problem:
+                return problem
+    return None
 
 
 def _describe_status(status: int) -> tuple[str, str]:
@@ -240,6 +416,7 @@ def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
                                f"{entry.limits.timeout:g} seconds and was "
                                f"stopped")
         _drain(entry, selector)
+        entry.result.detail += _phase(entry.result)
         return True
     if entry.status is not None:
         _drain(entry, selector)
@@ -248,9 +425,15 @@ def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
 
 
 def _drain(entry: _Running, selector: selectors.BaseSelector) -> None:
-    """Read what is left in a dead worker's pipes, then close them."""
+    """Read what is left in a dead worker's pipes, then close them.
+
+    Bounded in time: a process the worker left behind (which the kernel
+    layers forbid, but they may be missing) could keep a pipe open and
+    write forever.
+    """
+    until = time.monotonic() + DRAIN_SECONDS
     for fd in list(entry.open_fds):
-        while True:
+        while time.monotonic() < until:
             try:
                 data = os.read(fd, _READ)
             except (BlockingIOError, OSError):
@@ -263,19 +446,29 @@ def _drain(entry: _Running, selector: selectors.BaseSelector) -> None:
         entry.open_fds.discard(fd)
 
 
+def _phase(result: JobResult) -> str:
+    """Where the worker was when it stopped, when it matters: loading."""
+    if any(m.get("type") == "import" for m in result.frames):
+        return ""
+    return " while loading the submission (its module-level code)"
+
+
 def _finish(entry: _Running) -> JobResult:
+    """How the worker ended. Only the exit status is trusted: the frames
+    (a "done" among them) may have been written by the student's code."""
     result = entry.result
     result.output = entry.output.decode("utf-8", errors="replace")
-    said_done = any(m.get("type") == "done" for m in result.frames)
     if result.ended == "timeout":
         return result
     if entry.reader.leftover and result.channel_error is None:
         result.channel_error = "the channel ended in the middle of a frame"
-    if said_done and entry.status is not None and os.WIFEXITED(
-            entry.status) and os.WEXITSTATUS(entry.status) == 0:
+    said_done = any(m.get("type") == "done" for m in result.frames)
+    status = entry.status or 0
+    clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    if clean and (said_done or result.channel_error is not None):
+        # It ran to the end; on a corrupted channel its "done" was lost.
         result.ended = "finished"
         return result
-    result.ended, result.detail = _describe_status(entry.status or 0)
-    if said_done:
-        result.ended = "finished"
+    result.ended, result.detail = _describe_status(status)
+    result.detail += _phase(result)
     return result

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import faulthandler
 import fcntl
 import linecache
 import os
@@ -126,6 +127,7 @@ REFUSED_CALLS = (
 KEPT_ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TZ", "OMP_NUM_THREADS",
                     "MKL_NUM_THREADS")
 OPEN_FILES = 256
+MAX_REPORTS = 16
 
 
 class Refused(PermissionError):
@@ -232,12 +234,19 @@ class Sandbox:
     # -- reporting ---------------------------------------------------------
 
     def report(self, kind: str, what: str) -> None:
-        """Tell the parent, once per distinct event, what was refused."""
+        """Tell the parent, once per distinct event, what was refused (at
+        most MAX_REPORTS distinct events: a loop over many paths must not
+        flood the report)."""
         key = f"{kind}:{what}"
         if key in self.reported:
             return
         self.reported.add(key)
-        self.channel.send({"type": kind, "what": what})
+        count = sum(1 for k in self.reported if k.startswith(kind + ":"))
+        if count <= MAX_REPORTS:
+            self.channel.send({"type": kind, "what": what})
+        elif count == MAX_REPORTS + 1:
+            self.channel.send({"type": kind, "what": "do more of the same "
+                                                     "(not listed)"})
 
     def refuse(self, what: str) -> NoReturn:
         """Report a refusal and raise it into the code."""
@@ -272,8 +281,8 @@ class Sandbox:
     def check_open(self, path: object, writing: bool) -> None:
         """Refuse reading the reference, or writing outside scratch."""
         if self._protected(path):
-            self.report("forbidden", "reading the kit's reference "
-                                     "solution")
+            self.report("forbidden", f"the kit's reference (by reading "
+                                     f"{_safe_str(path, 200)})")
             raise Refused("the grader's sandbox refuses to read the "
                           "reference solution")
         if writing and not self._inside_scratch(path):
@@ -297,8 +306,8 @@ class Sandbox:
             for index in PATH_EVENTS[event]:
                 if index < len(args) and not self._inside_scratch(
                         args[index]):
-                    self.report("refused", f"{event} outside the scratch "
-                                           f"folder")
+                    self.report("refused", f"call {event} on "
+                                           f"{_safe_str(args[index], 200)}")
                     raise Refused(f"the grader's sandbox refuses {event} "
                                   f"outside its scratch folder")
         elif event == "import":
@@ -323,9 +332,9 @@ class Sandbox:
         replacements: dict[int, Any] = {}
         for module_name, attribute in FORBIDDEN_CALLS:
             original = _lookup(importlib, module_name, attribute)
-            if original is not None:
-                replacements[id(original)] = self._forbidden_call(
-                    f"{module_name}.{attribute}")
+            if original is not None:  # aliases keep the first name
+                replacements.setdefault(id(original), self._forbidden_call(
+                    f"{module_name}.{attribute}"))
         for module_name, attribute, what in REFUSED_CALLS:
             original = _lookup(importlib, module_name, attribute)
             if original is not None:
@@ -617,6 +626,9 @@ def main(job: dict, result_fd: int, output_fd: int, scratch: Path,
         result_fd = isolate_descriptors(result_fd, output_fd)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        # A crash's traceback goes to the captured output (the grader's
+        # own faulthandler file, if any, was closed with the rest).
+        faulthandler.enable(sys.stderr)
         os.chdir(scratch)
         channel = _Channel(result_fd)
         _run(job, channel, scratch)

@@ -1,6 +1,7 @@
 """SelfAttention.forward forgets to transpose the keys: q @ k raises a
-RuntimeError (seq_len != hidden). Task 2 is correct. Expected: 6 or 7 (see
-the test table).
+RuntimeError (seq_len != hidden), so task1.forward earns 0 with the line of
+the error. The statements after it never run, so their shape comments cannot
+be shown wrong: no shapes penalty. Task 2 is correct. Expected: 7.
 """
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
-"""SelfAttention divides the scores by a scale of 0 (hidden ** 0.5 - the same
-thing): inf scores, NaN probabilities and a NaN output. Task 2 is correct.
-Expected: 7.
+"""SelfAttention's scale is computed as hidden ** 0.5 - hidden ** 0.5 (a slip),
+so the scores are divided by 0: infinite scores, NaN probabilities and a NaN
+output, which the report must call NaN. Task 2 is correct. Expected: 7.
 """
 import torch
 import torch.nn as nn

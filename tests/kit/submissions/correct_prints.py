@@ -1,6 +1,7 @@
 """Correct, but it prints to standard output and standard error at import and
 in every forward: the grader must capture this, never mix it into its own
-output. Expected: 11.
+output. The print call is a fourth statement of SelfAttention.forward, so
+there is no bonus. Expected: 10.
 """
 import sys
 

@@ -1,7 +1,7 @@
 """Hard-codes the public test values: SelfAttention.forward returns
 SelfAttentionTestValues.output when given the public x, zeros otherwise. The
-hidden cases defeat it. Task 2 is correct. Expected: 7 (11 with --public-
-only, which only checks the public values).
+hidden cases defeat it. Task 2 is correct. Expected: 7 (and task1.forward
+earns 3 with --public-only, which checks the public values alone).
 """
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
-"""Only SelfAttention was submitted: MultiHeadSelfAttention is not
-defined at all. Task 1 is graded as usual, task 2 earns 0. Expected: 5.
+"""Only SelfAttention was submitted: MultiHeadSelfAttention is not defined at
+all. Task 1 is graded as usual, task 2 earns 0. Expected: 5.
 """
 import torch
 import torch.nn as nn

@@ -1,0 +1,269 @@
+"""``python -m grader batch``: one row per submission, whatever happens."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "solutions" / "modeling_attention.py"
+STUB = ROOT / "transformer_lm" / "modeling_attention.py"
+EXAMPLE = ROOT / "examples" / "submission"
+ITEMS = ["task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+         "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+         "task2.pep8", "task2.shapes"]
+
+
+def _variant(old: str, new: str) -> str:
+    text = REFERENCE.read_text()
+    assert old in text
+    return text.replace(old, new)
+
+
+HANG = _variant("        q, k, v = self.q(x), self.k(x), self.v(x)\n",
+                "        import time\n        time.sleep(600)\n"
+                "        q, k, v = self.q(x), self.k(x), self.v(x)\n")
+CRASH = "import os\nos._exit(7)\n" + REFERENCE.read_text()
+UNSCALED = _variant(" / self.scale, dim=-1)", ", dim=-1)")
+
+
+def _batch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", "batch", *args],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _rows(path: Path) -> dict[str, dict]:
+    return {row["student"]: row for row in csv.DictReader(path.open())}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A class of every kind of entry, graded once."""
+    folder = tmp_path_factory.mktemp("class")
+    shutil.copytree(EXAMPLE, folder / "alice")           # a repository
+    shutil.copy(REFERENCE, folder / "bob.py")            # a file
+    shutil.copy(STUB, folder / "carol.py")               # the stub
+    (folder / "dave.py").write_text(HANG)                # hangs in task 1
+    (folder / "erin.py").write_text(CRASH)               # dies on import
+    (folder / "frank.py").write_bytes(b"\x7fELF\x00\x01")  # binary
+    (folder / "notes.txt").write_text("not a submission")
+    notebook = {"cells": [{"cell_type": "code", "metadata": {},
+                           "outputs": [], "execution_count": None,
+                           "source": REFERENCE.read_text()}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (folder / "gina.ipynb").write_text(json.dumps(notebook))
+    out = tmp_path_factory.mktemp("out") / "grades.csv"
+    result = _batch(str(folder), "--out", str(out), "--jobs", "2",
+                    "--timeout", "3")
+    return out, result
+
+
+def test_every_submission_gets_one_row(mixed):
+    """Seven submissions, seven rows; the .txt is skipped and said so."""
+    out, result = mixed
+    rows = _rows(out)
+    assert sorted(rows) == ["alice", "bob", "carol", "dave", "erin",
+                            "frank", "gina"]
+    assert "skipped: notes.txt" in result.stderr
+    header = next(csv.reader(out.open()))
+    assert header[:4] == ["student", "status", "score", "max_score"]
+    assert header[4:14] == ITEMS
+
+
+def test_scores_and_errors_per_row(mixed):
+    """Each row carries the grade the grade command would give."""
+    rows = _rows(mixed[0])
+    assert float(rows["alice"]["score"]) == 9.0
+    assert float(rows["alice"]["task2.shapes"]) == -1.0
+    assert float(rows["bob"]["score"]) == 11.0
+    assert float(rows["gina"]["score"]) == 11.0
+    assert float(rows["carol"]["score"]) == 0.0
+    assert "stub" in rows["carol"]["errors"]
+    dave = rows["dave"]
+    assert dave["status"] == "graded"
+    assert float(dave["task1.forward"]) == 0.0
+    assert float(dave["task2.scores"]) == 3.0
+    assert "did not finish within 3 seconds" in dave["errors"]
+    erin = rows["erin"]
+    assert erin["status"] == "graded" and float(erin["score"]) == 0.0
+    assert "os._exit" in erin["errors"]
+    assert rows["frank"]["status"] == "error"
+    assert "binary file" in rows["frank"]["errors"]
+
+
+def test_exit_status_says_whether_everything_was_graded(mixed):
+    """1 because one submission (binary) could not be graded."""
+    _, result = mixed
+    assert result.returncode == 1, result.stderr
+    assert "not graded: frank" in result.stdout
+
+
+def test_reports_and_feedback_next_to_the_csv(mixed):
+    """A JSON per student and a feedback folder per graded student."""
+    out = mixed[0]
+    reports = out.with_name("grades.csv.reports")
+    record = json.loads((reports / "alice.json").read_text())
+    assert record["status"] == "graded"
+    assert record["report"]["score"] == 9.0
+    assert (reports / "alice" / "report.txt").is_file()
+    frank = json.loads((reports / "frank.json").read_text())
+    assert frank["status"] == "error" and "binary" in frank["error"]
+
+
+def test_nbgrader_layout(tmp_path):
+    """DIR = an nbgrader course: submitted/<student>/<assignment>/."""
+    for student, source in (("ann", REFERENCE), ("ben", STUB)):
+        target = (tmp_path / "course" / "submitted" / student /
+                  "multi_head_attention" / "transformer_lm")
+        target.mkdir(parents=True)
+        shutil.copy(source, target / "modeling_attention.py")
+    out = tmp_path / "grades.csv"
+    result = _batch(str(tmp_path / "course"), "--out", str(out),
+                    "--no-feedback", "--public-only")
+    assert result.returncode == 0, result.stderr
+    rows = _rows(out)
+    assert {k: float(v["score"]) for k, v in rows.items()} == {
+        "ann": 11.0, "ben": 0.0}
+
+
+def test_unwritable_output_fails_before_grading(tmp_path):
+    """A clear one-line error, exit 2, and nothing graded."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for out in (blocker / "grades.csv", Path("/proc/grades.csv")):
+        started = time.monotonic()
+        result = _batch(str(EXAMPLE.parent), "--out", str(out))
+        assert result.returncode == 2
+        assert "error: cannot write to" in result.stderr
+        assert result.stderr.count("\n") == 1
+        assert time.monotonic() - started < 30
+
+
+def test_interrupted_batch_resumes(tmp_path):
+    """SIGINT keeps what is done; --resume grades only the rest."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for index in range(6):
+        shutil.copy(REFERENCE, folder / f"s{index}.py")
+    out = tmp_path / "grades.csv"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--jobs", "1", "--no-feedback", "--public-only"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if out.is_file() and len(_rows(out)) >= 2:
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "--resume" in stderr
+    done = _rows(out)
+    assert 2 <= len(done) < 6
+    result = _batch(str(folder), "--out", str(out), "--no-feedback",
+                    "--public-only", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert f"resuming: {len(done)} already graded" in result.stderr
+    assert result.stderr.count("] s") == 6 - len(done)
+    rows = _rows(out)
+    assert sorted(rows) == [f"s{i}" for i in range(6)]
+    assert all(float(r["score"]) == 11.0 for r in rows.values())
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(t) for t in text]
+    return found
+
+
+def test_judge_killed_from_outside_is_retried(tmp_path):
+    """A judge killed by SIGKILL is graded again; no row goes missing."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "slow.py").write_text(HANG)
+    shutil.copy(REFERENCE, folder / "quick.py")
+    out = tmp_path / "grades.csv"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--jobs", "1", "--no-feedback", "--public-only",
+         "--timeout", "4"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline:
+        judges = _children(process.pid)
+        if judges and out.is_file() and len(_rows(out)) >= 1:
+            killed = judges[0]
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    _, stderr = process.communicate(timeout=120)
+    assert killed is not None
+    assert process.returncode == 0, stderr
+    rows = _rows(out)
+    assert sorted(rows) == ["quick", "slow"]
+    assert float(rows["slow"]["task2.scores"]) == 3.0
+
+
+def test_progress_bar_on_a_terminal(monkeypatch):
+    """A terminal gets one redrawn bar; a pipe gets plain lines."""
+    from grader.batch import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = _Progress(total=2, done=0)
+    row = {"student": "a", "status": "graded", "score": 9.0,
+           "max_score": 10.0}
+    progress.update(row, 1.0)
+    progress.update(row, 1.0)
+    text = terminal.getvalue()
+    assert text.startswith("\r[") and "2/2" in text and text.endswith("\n")
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    _Progress(total=1, done=0).update(row, 1.5)
+    assert pipe.getvalue() == "[1/1] a: 9/10 (1.5 s)\n"
+
+
+@pytest.mark.slow
+def test_a_hundred_mixed_submissions_give_a_hundred_rows(tmp_path):
+    """Correct, buggy, stub, hanging and crashing: 100 rows, none lost."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    kinds = {"ok": REFERENCE.read_text(), "unscaled": UNSCALED,
+             "stub": STUB.read_text(), "hang": HANG, "crash": CRASH}
+    expected = {"ok": 11.0, "unscaled": 9.0, "stub": 0.0, "hang": 7.0,
+                "crash": 0.0}
+    names = {}
+    for index in range(100):
+        kind = ("hang" if index % 25 == 0 else "crash" if index % 25 == 1
+                else list(kinds)[index % 3])
+        name = f"student{index:03d}"
+        (folder / f"{name}.py").write_text(kinds[kind])
+        names[name] = kind
+    out = tmp_path / "grades.csv"
+    started = time.monotonic()
+    result = _batch(str(folder), "--out", str(out), "--no-feedback",
+                    "--timeout", "2", "--jobs", "2", timeout=900)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = _rows(out)
+    assert len(rows) == 100
+    for name, kind in names.items():
+        assert float(rows[name]["score"]) == expected[kind], (name, kind)
+    assert elapsed < 600

@@ -1,0 +1,383 @@
+"""Hostile and broken submissions: nothing crashes the grader, nothing
+inflates a score, nothing is lost.
+
+Every file in ``hostile/`` is the reference solution with ONE task (or its
+module-level code) made hostile or broken; its docstring says what it does
+and what it must earn. Each is graded for real, in-process, with short
+limits (3 s, 512 MB per worker), and the test asserts:
+
+* the exact score of all ten rubric items, and the total, as an honest
+  reading of RUBRIC.md gives them: 0 for what the hostile code touched,
+  full marks for the untouched correct task;
+* that grading finished in bounded time;
+* that the kit's files (``transformer_lm/``, ``tests/``, ``grader/``,
+  ``solutions/``) are unchanged, that no ``results.json`` appeared in the
+  working folder, the kit's root or the corpus folder, and that a file the
+  grading process holds open (as ``batch`` holds its CSV) is untouched;
+* that the report says what happened (key words of its sentences), that no
+  secret of the grading process's environment reached the submission, and
+  that the markers a hostile file prints when an attack *succeeds* never
+  appear in its captured output.
+
+``docs/threat-model.md`` explains what the sandbox stops and how.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader import confine
+from grader.report import Report
+from grader.sandbox import Job, Limits, check_frame, run_jobs
+
+KIT = Path(__file__).resolve().parents[2]
+HOSTILE = Path(__file__).resolve().parent / "hostile"
+WATCHED = ("transformer_lm", "tests", "grader", "solutions")
+TIMEOUT = 3.0
+MEMORY_MB = 512
+# A grade takes about a second; a hanging task is stopped at TIMEOUT. The
+# bound leaves room for a loaded machine, not for a grader that hangs.
+BOUND_SECONDS = 30.0
+SECRET_NAME, SECRET = "HOSTILE_TEST_SECRET", "s3cret-7f0c2a"
+
+ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+         "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+         "task2.pep8", "task2.shapes")
+CORRECTNESS = ("task1.init", "task1.forward", "task2.scores",
+               "task2.causal", "task2.output")
+# One task's five items, in ITEMS order.
+T1_FULL = (1, 3, 0, 0, 1)      # init, forward, pep8, shapes, bonus
+T1_INIT_ONLY = (1, 0, 0, 0, 0)
+T2_FULL = (3, 1, 2, 0, 0)      # scores, causal, output, pep8, shapes
+ZERO = (0, 0, 0, 0, 0)
+TASK2_CHECKS = ("task2.scores", "task2.causal", "task2.output")
+
+
+def _kernel_layers() -> bool:
+    return confine.landlock_abi() >= 1 and confine.seccomp_supported()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a hostile submission earns and what its report must say."""
+
+    task1: tuple[float, ...]
+    task2: tuple[float, ...]
+    total: float
+    says: tuple[str, ...] = ()          # in the report's sentences
+    printed: tuple[str, ...] = ()       # in its captured output
+    never_printed: tuple[str, ...] = ()  # printed only if an attack worked
+    forbidden: tuple[str, ...] = ()     # items tagged forbidden_api
+    needs_kernel: bool = False          # Landlock and seccomp required
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Item id -> expected score."""
+        return dict(zip(ITEMS, self.task1 + self.task2))
+
+
+CORPUS: dict[str, Expected] = {
+    # ------------------------------------------------------ at import time
+    "import_sys_exit": Expected(
+        ZERO, ZERO, 0, says=("could not be loaded",
+                             "the code called sys.exit('graded elsewhere')",
+                             "line 12")),
+    "import_os_exit": Expected(
+        ZERO, ZERO, 0, says=("could not be loaded", "os._exit",
+                             "The sandbox refused to let the code end the "
+                             "process (os._exit).")),
+    "import_raises": Expected(
+        ZERO, ZERO, 0, says=("could not be loaded",
+                             "RuntimeError: no grading today (at line 10")),
+    "import_syntax_error": Expected(
+        ZERO, ZERO, 0, says=("SyntaxError at line 10",)),
+    "import_infinite_loop": Expected(
+        ZERO, ZERO, 0, says=("did not finish within 3 seconds",
+                             "while loading the submission")),
+    "import_segfault": Expected(
+        ZERO, ZERO, 0, says=("crashed (segmentation fault) while loading "
+                             "the submission",),
+        printed=("Fatal Python error: Segmentation fault",)),
+    "import_fake_report": Expected(
+        T1_FULL, T2_FULL, 11, printed=('"score": 99.0',)),
+    "import_writes_results_json": Expected(
+        ZERO, ZERO, 0, says=(
+            "could not be loaded",
+            "refuses writes outside its scratch folder",
+            "write to /autograder/results/results.json",
+            f"write to {KIT / 'results.json'}")),
+    "import_tampers_kit": Expected(
+        T1_FULL, T2_FULL, 11, says=tuple(
+            f"The sandbox refused to let the code {what}." for what in (
+                f"write to {KIT / 'transformer_lm' / 'test_values.py'}",
+                f"write to {KIT / 'tests' / 'public' / 'conftest.py'}",
+                f"write to {KIT / 'tests' / 'kit' / 'conftest.py'}",
+                f"write to {KIT / 'grader' / 'checking.py'}",
+                f"write to {KIT / 'grader' / 'pwned.py'}",
+                f"write to {KIT / 'grader' / 't.pt'}",
+                f"call os.remove on {KIT / 'grader' / 'no-such-file.py'}",
+                f"call os.rename on {KIT / 'grader' / 'no-such-file.py'}",
+                f"call shutil.rmtree on {KIT / 'grader' / 'no-such-folder'}",
+                f"call os.chmod on {KIT / 'grader' / 'checking.py'}",
+                f"call os.utime on {KIT / 'grader' / 'checking.py'}",
+                f"call os.truncate on {KIT / 'grader' / 'no-such-file.py'}",
+                f"call shutil.copyfile on {KIT / 'grader' / 'copied.py'}",
+                "create a symbolic link")),
+        never_printed=("TAMPERED",)),
+    "forge_channel": Expected(
+        T1_INIT_ONLY, T2_FULL, 7,
+        says=("on hidden case 'hidden-0'", "has shape [3, 5, 9]")),
+    "forge_malformed": Expected(
+        ZERO, ZERO, 0, says=("channel from the task1 process was corrupted",
+                             "channel from the task2 process was corrupted")),
+    # ------------------------------------------------ at run time, task 2
+    "t2_infinite_loop": Expected(
+        T1_FULL, ZERO, 5, says=("While running task2, it did not finish "
+                                "within 3 seconds and was stopped.",)),
+    "t2_memory_torch": Expected(
+        T1_FULL, ZERO, 5, says=("can't allocate memory",)),
+    "t2_memory_python": Expected(
+        T1_FULL, ZERO, 5, says=("MemoryError: the code ran out of memory "
+                                "(the sandbox allows 512 MB)",)),
+    "t2_spawns": Expected(
+        T1_FULL, ZERO, 5, says=tuple(
+            f"The sandbox refused to let the code {what}." for what in (
+                "fork a process", "start a subprocess",
+                "run a shell command", "start a process")),
+        never_printed=("SPAWNED",)),
+    "t2_kills": Expected(
+        T1_FULL, ZERO, 5, says=tuple(
+            f"The sandbox refused to let the code {what}." for what in (
+                "send a signal to a process",
+                "send a signal to a process group",
+                "send a signal to a thread",
+                "load a native library (ctypes)")),
+        never_printed=("SIGNALLED",)),
+    "t2_sys_exit": Expected(
+        T1_FULL, ZERO, 5, says=("SystemExit: the code called sys.exit(0)",)),
+    "t2_returns_non_tensor": Expected(
+        T1_FULL, ZERO, 5, says=("got an object of type str",
+                                "got an object of type dict")),
+    "t2_nan": Expected(T1_FULL, ZERO, 5, says=("the output contains NaN",)),
+    "t2_wrong_shape": Expected(
+        T1_FULL, ZERO, 5, says=("has shape [1, 8, 6, 6]; expected [8, 6, 6]",)),
+    "t2_wrong_dtype": Expected(
+        T1_FULL, ZERO, 5, says=("should be a floating-point tensor",)),
+    "t2_tensor_subclass": Expected(
+        T1_FULL, ZERO, 5, says=("got an object of type Agreeable",)),
+    "t2_eq_object": Expected(
+        T1_FULL, ZERO, 5, says=("got an object of type EqualsAnything",)),
+    "t2_garbage_fds": Expected(
+        T1_FULL, ZERO, 5, says=("channel from the task2 process was "
+                                "corrupted",)),
+    "t2_kernel_bypass": Expected(
+        T1_FULL, ZERO, 5, says=("RuntimeError: escape attempts done",),
+        printed=("stopped: shell", "stopped: signal", "stopped: dir_fd",
+                 "stopped: writer", "stopped: reader", "stopped: environ",
+                 "stopped: secret"),
+        never_printed=("ESCAPED",), needs_kernel=True),
+    # ---------------------------------------------------------- cheating
+    "cheat_patches_comparisons": Expected(
+        T1_INIT_ONLY, T2_FULL, 7, says=("does not match the reference",)),
+    "cheat_detects_grader": Expected(
+        T1_INIT_ONLY, T2_FULL, 7,
+        says=("on hidden case 'hidden-0'", "does not match the reference")),
+    "cheat_import_solutions": Expected(
+        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
+        says=(f"the kit's reference (by reading {KIT / 'solutions'}",
+              "which this homework forbids")),
+    "cheat_import_grader": Expected(
+        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
+        says=("import grader.assignments.multi_head_attention.reference",)),
+    "cheat_exec_reference": Expected(
+        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
+        says=(f"by reading {KIT / 'solutions' / 'modeling_attention.py'}",
+              f"by reading {KIT / 'grader' / 'assignments'}"),
+        never_printed=("READ:",)),
+    "forbidden_sdpa_aliases": Expected(
+        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
+        says=("torch.nn.functional.scaled_dot_product_attention",
+              "torch.ops.aten.scaled_dot_product_attention",
+              "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
+              "torch.ops.aten._scaled_dot_product_attention_math"),
+        never_printed=("USED",)),
+    "forbidden_mha_subclasses": Expected(
+        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
+        says=("the code uses torch.nn.MultiheadAttention",)),
+}
+
+
+# --------------------------------------------------------------------------
+# What must not change
+
+
+def kit_fingerprint() -> dict[str, str]:
+    """Relative path -> sha256 of every file under the watched folders."""
+    found = {}
+    for folder in WATCHED:
+        for path in sorted((KIT / folder).rglob("*")):
+            if "__pycache__" in path.parts or not path.is_file():
+                continue
+            found[str(path.relative_to(KIT))] = hashlib.sha256(
+                path.read_bytes()).hexdigest()
+    return found
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Paths added, removed or modified between two fingerprints."""
+    return sorted(path for path in before.keys() | after.keys()
+                  if before.get(path) != after.get(path))
+
+
+def forged_results() -> list[Path]:
+    """Every results.json a submission could have forged."""
+    places = (Path.cwd(), KIT, HOSTILE, Path("/autograder/results"))
+    return [p / "results.json" for p in places
+            if (p / "results.json").exists()]
+
+
+def sentences(report: Report) -> str:
+    """Everything the report says: task problems, item messages, errors."""
+    return "\n".join([p for t in report.tasks for p in t.problems]
+                     + [i.message for i in report.items] + report.errors)
+
+
+def test_the_corpus_table_lists_every_hostile_file() -> None:
+    """No hostile file is left ungraded, no entry lacks its file."""
+    assert sorted(p.stem for p in HOSTILE.glob("*.py")) == sorted(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_hostile_submission(name: str, grade_path, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact scores, bounded time, nothing changed, nothing leaked."""
+    expected = CORPUS[name]
+    if expected.needs_kernel and not _kernel_layers():
+        pytest.skip("the kernel offers no Landlock or seccomp here: only "
+                    "a container stops these escapes (docs/threat-model.md)")
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    held = tmp_path / "grades.csv"
+    held.write_text("student,score\n")
+    before = kit_fingerprint()
+    with held.open("a") as handle:  # open while grading, as batch's CSV
+        started = time.monotonic()
+        report = grade_path(HOSTILE / f"{name}.py", timeout=TIMEOUT,
+                            memory_mb=MEMORY_MB)
+        elapsed = time.monotonic() - started
+        handle.flush()
+    assert changed(before, kit_fingerprint()) == []
+    assert forged_results() == []
+    assert held.read_text() == "student,score\n"
+    assert elapsed < BOUND_SECONDS
+
+    assert report.scores() == expected.scores
+    assert report.score == expected.total
+    text = sentences(report)
+    for words in expected.says:
+        assert words in text
+    output = "".join(task.output for task in report.tasks)
+    for words in expected.printed:
+        assert words in output
+    for marker in expected.never_printed + (SECRET,):
+        assert marker not in output
+    tagged = tuple(item.id for item in report.items
+                   if "forbidden_api" in item.diagnosis)
+    assert tagged == expected.forbidden
+    if not (expected.says or expected.forbidden):  # nothing went wrong
+        assert [p for t in report.tasks for p in t.problems] == []
+
+
+# --------------------------------------------------------------------------
+# The grader's own output is never mixed with the submission's
+
+
+@pytest.mark.parametrize("fmt", ["json", "gradescope"])
+def test_printed_fake_reports_stay_inside_the_report(fmt: str) -> None:
+    """``grade --format json|gradescope`` prints one JSON object, the
+    grader's, whatever the submission printed (its fake says 99)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "grader", "grade",
+         str(HOSTILE / "import_fake_report.py"), "--format", fmt,
+         "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MB)],
+        cwd=KIT, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)  # the whole stdout: one object
+    assert result["score"] == 11.0
+    assert '"score": 99.0' in json.dumps(result)  # shown, as output
+
+
+# --------------------------------------------------------------------------
+# The boundary: frames and confinement
+
+
+MALFORMED_FRAMES = {
+    "unknown type": {"type": "surprise"},
+    "probe without outcome": {"type": "probe", "id": "init"},
+    "probe id not text": {"type": "probe", "id": 7, "ok": True},
+    "error as text": {"type": "import", "ok": False, "error": "boom"},
+    "error line too large": {"type": "probe", "id": "init", "ok": False,
+                             "error": {"type": "E", "message": "m",
+                                       "line": 10 ** 30}},
+    "huge shape": {"type": "probe", "id": "init", "ok": True,
+                   "value": {"kind": "tensor", "shape": [2 ** 70],
+                             "dtype": "float32", "encoding": "float32",
+                             "data": ""}},
+    "data not fitting shape": {
+        "type": "probe", "id": "init", "ok": True,
+        "value": {"kind": "tensor", "shape": [2, 2], "dtype": "float32",
+                  "encoding": "float32", "data": "AAAAAA=="}},
+    "sequence too deep": {
+        "type": "probe", "id": "init", "ok": True,
+        "value": {"kind": "tuple", "length": 1, "items": [
+            {"kind": "tuple", "length": 1, "items": [
+                {"kind": "tuple", "length": 1, "items": [
+                    {"kind": "tuple", "length": 1, "items": []}]}]}]}},
+    "children as a list": {"type": "probe", "id": "init", "ok": True,
+                           "describe": {"type": "M", "is_module": True,
+                                        "children": [1, 2]}},
+    "linear without sizes": {
+        "type": "probe", "id": "init", "ok": True,
+        "describe": {"type": "M", "is_module": True, "children": {
+            "q": {"type": "Linear", "is_linear": True}}}},
+    "trace records as a list": {"type": "probe", "id": "trace:0",
+                                "ok": True, "trace": {"records": [1],
+                                                      "intact": True}},
+    "trace shape not sizes": {
+        "type": "probe", "id": "trace:0", "ok": True,
+        "trace": {"records": {"3": [[["a"]]]}, "intact": True}},
+    "report too long": {"type": "refused", "what": "x" * 100000},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_FRAMES))
+def test_malformed_frames_are_refused_at_the_boundary(name: str) -> None:
+    """Frames a student's code can forge never reach the later stages in
+    a form they do not expect (each would crash or mislead them)."""
+    assert check_frame(MALFORMED_FRAMES[name])
+
+
+def test_a_real_worker_reports_its_confinement() -> None:
+    """The worker applies the kernel layers the kernel offers, and every
+    frame of a real grading run passes the boundary check."""
+    job = Job("probe", "x = 1\n", str(HOSTILE / "probe.py"), [])
+    result = run_jobs([job], Limits(timeout=TIMEOUT,
+                                    memory_mb=MEMORY_MB))["probe"]
+    assert result.ended == "finished"
+    assert result.channel_error is None
+    hello = next(m for m in result.frames if m["type"] == "hello")
+    layers = hello["confinement"]
+    assert layers["landlock_abi"] == confine.landlock_abi()
+    assert layers["seccomp"] == confine.seccomp_supported()
+    if _kernel_layers():
+        assert layers["problems"] == []
+    assert [check_frame(m) for m in result.frames] == [None] * len(
+        result.frames)
+
