@@ -47,9 +47,31 @@ def count_statements(function: ast.FunctionDef) -> int:
     return count
 
 
+def _docstrings(node: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings."""
+    found = set()
+    for child in ast.walk(node):
+        if isinstance(child, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                              ast.AsyncFunctionDef)) and child.body:
+            first = child.body[0]
+            if (isinstance(first, ast.Expr)
+                    and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                found.add(id(first.value))
+    return found
+
+
 def forbidden_uses(node: ast.AST) -> list[str]:
-    """Forbidden attention APIs or kit modules a piece of code names."""
+    """Forbidden attention APIs or kit modules a piece of code names.
+
+    A name, an attribute, an imported name or a string constant (e.g.
+    ``getattr(F, "scaled_dot_product_attention")``) equal to a forbidden
+    API counts; prose that mentions one (a docstring, a comment, a longer
+    string) does not. Obfuscated names are caught when called, by the
+    sandbox's tripwires.
+    """
     found = []
+    docstrings = _docstrings(node)
     for child in ast.walk(node):
         names: list[str] = []
         if isinstance(child, ast.Name):
@@ -57,14 +79,14 @@ def forbidden_uses(node: ast.AST) -> list[str]:
         elif isinstance(child, ast.Attribute):
             names = [child.attr]
         elif (isinstance(child, ast.Constant)
-              and isinstance(child.value, str)):
-            names = [child.value]
+              and isinstance(child.value, str)
+              and id(child) not in docstrings):
+            names = [child.value.strip()]
         elif isinstance(child, ast.alias):
-            names = [child.name]
+            names = [child.name.rsplit(".", 1)[-1]]
         for name in names:
-            for forbidden in FORBIDDEN_NAMES:
-                if forbidden in name and forbidden not in found:
-                    found.append(forbidden)
+            if name in FORBIDDEN_NAMES and name not in found:
+                found.append(name)
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             modules = ([a.name for a in child.names]
                        if isinstance(child, ast.Import)

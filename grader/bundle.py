@@ -423,9 +423,10 @@ def run(root: Path, assignment: str | None = None,
             f"Grading took longer than {timeout:g} s and was stopped, so "
             f"nothing was graded. Please tell your instructor.", seconds)
     elif status == 2:
-        reason = _tail(stderr).splitlines()[-1:] or ["(no reason given)"]
+        lines = _tail(stderr).splitlines() or ["(no reason given)"]
+        reason = lines[-1].split(": error: ", 1)[-1]
         outcome = failure_results(
-            f"Your submission could not be graded: {reason[0]}\n\n"
+            f"Your submission could not be graded: {reason}\n\n"
             f"Submit transformer_lm/modeling_attention.py (or the whole "
             f"repository, or the homework notebook) and try again.",
             seconds)

@@ -142,13 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from grader.engine import Options, grade
+    from grader.submission import locate
+
+    # Locate first: a bad path is reported before torch is imported.
+    submission = locate(args.path, args.assignment)
+    from grader.engine import Options, grade_submission
     from grader.sandbox import Limits
 
     options = Options(seed=args.seed, public_only=args.public_only,
                       limits=Limits(timeout=args.timeout,
                                     memory_mb=args.memory))
-    report = grade(args.path, args.assignment, options)
+    report = grade_submission(submission, options)
     if args.format == "json":
         text = report.to_json() + "\n"
     elif args.format == "gradescope":

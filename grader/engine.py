@@ -278,9 +278,13 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     """The shape-comment penalty: verified by running forward."""
     where = f"{analysis.task.target}.{item.method}"
     statements = analysis.statements.get(item.method, [])
-    if analysis.syntax_error or analysis.span is None:
+    if analysis.syntax_error:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          "not checked: the code does not load")
+                          "not checked: the code does not parse")
+    if analysis.span is None:
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          f"not checked: {analysis.task.target} is not "
+                          f"defined")
     if analysis.stub or not statements:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"not checked: {where} has no code of yours yet")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import json
 import re
+import symtable
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +133,24 @@ def _loaded_names(node: ast.AST) -> set[str]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def _global_names(node: ast.stmt, cell_lines: list[str]) -> set[str]:
+    """Global names a definition reads (its locals excluded)."""
+    first, last = node_span(node, cell_lines)
+    text = textwrap.dedent("\n".join(cell_lines[first - 1:last]))
+    try:
+        table = symtable.symtable(text, "<definition>", "exec")
+    except SyntaxError:
+        return _loaded_names(node)
+    names: set[str] = set()
+    pending = [table]
+    while pending:
+        scope = pending.pop()
+        names |= {symbol.get_name() for symbol in scope.get_symbols()
+                  if symbol.is_global() and symbol.is_referenced()}
+        pending += scope.get_children()
+    return names
+
+
 def _assigned_names(node: ast.stmt) -> list[str]:
     targets = (node.targets if isinstance(node, ast.Assign)
                else [node.target])
@@ -179,7 +199,7 @@ def load_notebook(path: Path) -> SourceFile:
                     assignments[name] = (order, (number, node, cell_lines))
 
     needed: dict[int, Entry] = {}
-    wanted = set().union(*(_loaded_names(e[1])
+    wanted = set().union(*(_global_names(e[1], e[2])
                            for e in definitions.values()))
     wanted -= set(definitions)
     seen: set[str] = set()

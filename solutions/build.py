@@ -4,6 +4,8 @@ Usage::
 
     python -m solutions.build           # rewrite every generated file
     python -m solutions.build --check   # list stale files, exit 1 if any
+    python -m solutions.build student-repo ASSIGNMENT OUT_DIR
+                                        # see solutions/student_repo.py
 
 The reference solutions ``solutions/<module>.py`` are the single source. From
 them this command writes the student stubs ``transformer_lm/<module>.py``
@@ -387,6 +389,11 @@ def stale_files() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["student-repo"]:
+        from solutions import student_repo
+
+        return student_repo.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m solutions.build",
         description="Regenerate the student stubs, the public test values "

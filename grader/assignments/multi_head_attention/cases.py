@@ -21,6 +21,8 @@ LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
 HIDDEN_CASES = 3
 DROPOUT_P = 0.5
+# SelfAttention(input_size, hidden) built for task1.init.
+INIT_SIZES = {"init": (7, 9), "init:other-sizes": (11, 6)}
 
 
 def _stored_case(name: str, values: type, layers: tuple[str, ...]) -> Case:
@@ -137,8 +139,10 @@ def build(seed: int, public_only: bool,
             judged[task] = cases[task] + judged[task]
 
     # Task 1: SelfAttention.
-    plan.add("task1", probe("init", "SelfAttention",
-                            init={"args": [7, 9]}, describe=True))
+    # Two sizes, so that hard-coded nn.Linear(7, 9) layers are caught.
+    for name, sizes in INIT_SIZES.items():
+        plan.add("task1", probe(name, "SelfAttention",
+                                init={"args": list(sizes)}, describe=True))
     for case in judged["task1"]:
         plan.add("task1", probe(f"forward:{case.name}", "SelfAttention",
                                 case=case, layers=LAYERS_1,

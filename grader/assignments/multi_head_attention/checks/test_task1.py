@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from grader.assignments.multi_head_attention import mistakes, reference
+from grader.assignments.multi_head_attention.cases import INIT_SIZES
 from grader.checking import close, fail, max_error, returned, tensor_of
 from grader.observe import TaskRun
 from grader.plan import Case
@@ -42,31 +43,35 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
 
 @pytest.mark.item("task1.init")
 def test_init_creates_q_k_v_linear_layers(task1: TaskRun) -> None:
-    """q, k, v are nn.Linear(input_size, hidden) with a bias."""
-    result = task1.result("init")
-    if not result.ok:
-        fail(f"SelfAttention(input_size=7, hidden=9) could not be built: "
-             f"{result.problem}")
-    info = result.describe or {}
-    if not info.get("is_module"):
-        fail("SelfAttention(7, 9) is not an nn.Module: call "
-             "super().__init__() first in __init__.")
-    children = info.get("children", {})
-    for name in ("q", "k", "v"):
-        layer = children.get(name)
-        if layer is None:
-            fail(f"SelfAttention has no layer named '{name}': create "
-                 f"self.{name} = nn.Linear(input_size, hidden).")
-        if not layer.get("is_linear"):
-            fail(f"self.{name} is a {layer.get('type')}; it should be "
-                 f"nn.Linear(input_size, hidden).")
-        if (layer["in_features"], layer["out_features"]) != (7, 9):
-            fail(f"self.{name} maps {layer['in_features']} -> "
-                 f"{layer['out_features']} features; with input_size=7 "
-                 f"and hidden=9 it should map 7 -> 9.")
-        if not layer.get("bias"):
-            fail(f"self.{name} has no bias; the reference uses "
-                 f"nn.Linear(input_size, hidden) with its default bias.")
+    """q, k, v are nn.Linear(input_size, hidden) with a bias (two sizes)."""
+    for probe_id, (inputs, hidden) in INIT_SIZES.items():
+        built = f"SelfAttention(input_size={inputs}, hidden={hidden})"
+        result = task1.result(probe_id)
+        if not result.ok:
+            fail(f"{built} could not be built: {result.problem}")
+        info = result.describe or {}
+        if not info.get("is_module"):
+            fail(f"{built} is not an nn.Module: call super().__init__() "
+                 f"first in __init__.")
+        children = info.get("children", {})
+        for name in ("q", "k", "v"):
+            layer = children.get(name)
+            if layer is None:
+                fail(f"SelfAttention has no layer named '{name}': create "
+                     f"self.{name} = nn.Linear(input_size, hidden).")
+            if not layer.get("is_linear"):
+                fail(f"self.{name} is a {layer.get('type')}; it should be "
+                     f"nn.Linear(input_size, hidden).")
+            sizes = (layer["in_features"], layer["out_features"])
+            if sizes != (inputs, hidden):
+                fail(f"In {built}, self.{name} maps "
+                     f"{layer['in_features']} -> {layer['out_features']} "
+                     f"features; it should map input_size -> hidden = "
+                     f"{inputs} -> {hidden}.")
+            if not layer.get("bias"):
+                fail(f"self.{name} has no bias; the reference uses "
+                     f"nn.Linear(input_size, hidden) with its default "
+                     f"bias.")
 
 
 @pytest.mark.item("task1.forward", part="scaled")
