@@ -301,6 +301,7 @@ def write_bundle(out: Path, assignment: str | None = None,
                                       else 0o100644) << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 archive.writestr(info, files[name])
+        os.chmod(temporary, 0o644)
         os.replace(temporary, out)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -427,9 +428,8 @@ def run(root: Path, assignment: str | None = None,
         reason = lines[-1].split(": error: ", 1)[-1]
         outcome = failure_results(
             f"Your submission could not be graded: {reason}\n\n"
-            f"Submit transformer_lm/modeling_attention.py (or the whole "
-            f"repository, or the homework notebook) and try again.",
-            seconds)
+            f"Upload the Python file or the notebook that holds your "
+            f"classes, or your whole repository, and try again.", seconds)
     else:
         outcome = failure_results(
             f"The autograder failed unexpectedly (exit status {status}); "

@@ -135,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     bundle.add_argument("--assignment", metavar="ID",
                         help="grade this assignment (default: recognised "
                              "from each submission)")
+    bundle.add_argument("--seed", type=int, metavar="N",
+                        help="secret seed of the hidden cases, baked into "
+                             "the bundle (default: $GRADER_SEED if set, "
+                             "else the grader's default)")
 
     commands.add_parser("assignments",
                         help="list the assignments the grader knows")
@@ -194,7 +198,8 @@ def _batch(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     from grader.bundle import write_bundle
 
-    path = write_bundle(args.out, assignment=args.assignment)
+    path = write_bundle(args.out, assignment=args.assignment,
+                        seed=args.seed)
     sys.stdout.write(f"wrote {path}\n")
     return 0
 

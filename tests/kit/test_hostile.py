@@ -182,7 +182,7 @@ CORPUS: dict[str, Expected] = {
         T1_FULL, ZERO, 5, says=("RuntimeError: escape attempts done",),
         printed=("stopped: shell", "stopped: signal", "stopped: dir_fd",
                  "stopped: writer", "stopped: reader", "stopped: environ",
-                 "stopped: secret"),
+                 "stopped: memory", "stopped: secret"),
         never_printed=("ESCAPED",), needs_kernel=True),
     # ---------------------------------------------------------- cheating
     "cheat_patches_comparisons": Expected(

@@ -119,8 +119,7 @@ def test_every_workflow_is_valid(student):
     has the structure GitHub requires, with pinned actions."""
     paths = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
     paths += sorted((student / ".github" / "workflows").glob("*.y*ml"))
-    names = [p.name for p in paths]
-    assert names == ["ci.yml", "classroom.yml"]
+    assert {"ci.yml", "classroom.yml"} <= {p.name for p in paths}
     for path in paths:
         _load(path)
 

@@ -8,7 +8,7 @@ sandbox's tripwires to reach the kernel directly:
   (the audit event sees only the relative name);
 * torch's C++ file writer and ``torch.from_file``, found behind the
   tripwires, to write into the kit and to read the reference solution;
-* reading the grader's environment and memory through ``/proc``;
+* opening the grader's environment and memory through ``/proc``;
 * the environment itself, for a secret the grading process holds.
 
 Each attempt is caught and printed (``ESCAPED``) when it succeeds, then an
@@ -94,11 +94,15 @@ def torch_reader() -> None:
 
 
 def parent_environment() -> None:
-    """The grader's environment and memory through /proc."""
+    """The grader's environment, through /proc."""
     with open(f"/proc/{os.getppid()}/environ", "rb") as handle:
         print(len(handle.read()), "bytes of environment")
-    with open(f"/proc/{os.getppid()}/mem", "rb") as handle:
-        print(len(handle.read(1)), "byte of memory")
+
+
+def parent_memory() -> None:
+    """The grader's memory, through /proc (opening it is the check)."""
+    with open(f"/proc/{os.getppid()}/mem", "rb"):
+        pass
 
 
 def secret() -> None:
@@ -109,7 +113,7 @@ def secret() -> None:
 ATTEMPTS = {"shell": run_shell, "signal": signal_parent,
             "dir_fd": write_through_dir_fd, "writer": torch_writer,
             "reader": torch_reader, "environ": parent_environment,
-            "secret": secret}
+            "memory": parent_memory, "secret": secret}
 DONE: list[str] = []
 
 

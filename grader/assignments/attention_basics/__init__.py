@@ -1,0 +1,1 @@
+"""The assignment "Attention from scratch" (the warm-up homework)."""

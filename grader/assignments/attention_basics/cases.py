@@ -1,0 +1,453 @@
+"""The inputs the grader runs a submission on, and what it asks for.
+
+:func:`build` returns a :class:`~grader.plan.Plan`: for each task, the
+probes the sandbox runs and, for the checks, the trusted case behind each.
+
+Cases:
+
+* **public**: the lecture's inputs, "Your journey starts with one step"
+  (``[6, 3]``; the classes from ``CausalAttention`` on get the batch of two
+  copies, ``[2, 6, 3]``), with the weights the lecture's
+  ``torch.manual_seed`` creates when the parameters are made in the
+  documented order (:func:`reference.documented_weights`);
+* **hidden** (unless ``public_only``): random cases derived from the
+  grading seed, in which no two sizes (and no two products of two sizes
+  that a head split could confuse) are equal, the mask buffer is longer
+  than the input (``context_length > num_tokens``) and ``qkv_bias``
+  alternates.
+
+Probes, per task (ids are prefixes the checks select on):
+
+* ``init:<case>``: construct with the case's sizes and ``describe`` the
+  module (children, ``nn.Linear`` sizes, parameters, buffers);
+* ``prime:`` then ``seeded:``: the lecture's construction after its
+  ``torch.manual_seed``. The worker seeds torch right before a probe's
+  *call*, not before its construction, and runs a task's probes in order in
+  one process; so the ``prime:`` probe builds the module and calls it with
+  no argument (``forward()`` raises a TypeError before any student code
+  runs, after the worker seeded torch) and the ``seeded:`` probe that
+  follows constructs its module from exactly that random state, as
+  ``torch.manual_seed(123); SelfAttention_v1(3, 2)`` does;
+* ``values:<case>``: the case's weights loaded into the parameters (never
+  into the buffers: the mask is the student's own), eval mode, dropout 0;
+  ``exact:<case>`` is the same with ``context_length = num_tokens`` (an
+  unsliced mask works there only), ``square:`` a case where batch_size =
+  num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
+  something instead of raising;
+* ``head:<case>:<h>``: the wrapper's head h run alone as a
+  ``CausalAttention`` with that head's weights (the wrapper is judged on
+  its own heads when they are wrong);
+* ``mask:<case>`` and ``blank-mask:<case>``: ``QKVMultiheadAttention`` with
+  an additive causal mask; "blank" cases have one head, zero query and key
+  weights and an identity ``linear_layer``, so the mask is judged alone;
+* ``dropout-off``, ``dropout-eval``, ``dropout-train``: dropout 0 in eval,
+  0.5 in eval and 0.5 in training (seeded) on a case with d_out (head_dim)
+  larger than num_tokens, so the attention weights can be recovered from
+  the output;
+* ``trace:<i>``: forward under the rubric's size set i, for the shape
+  comments (every branch: with and without a mask).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from grader.assignments.attention_basics import reference
+from grader.plan import Case, Plan, probe
+from grader.wire import encode_tensor
+
+HIDDEN_CASES = 3
+DROPOUT_P = 0.5
+PUBLIC = "public"
+
+# "Your journey starts with one step", embedded in 3 dimensions.
+INPUTS = torch.tensor(
+    [[0.43, 0.15, 0.89],   # Your
+     [0.55, 0.87, 0.66],   # journey
+     [0.57, 0.85, 0.64],   # starts
+     [0.22, 0.58, 0.33],   # with
+     [0.77, 0.25, 0.10],   # one
+     [0.05, 0.80, 0.55]])  # step
+BATCH = torch.stack((INPUTS, INPUTS), dim=0)
+
+TARGETS = {"task1": "simple_self_attention", "task2": "SelfAttention_v1",
+           "task3": "SelfAttention_v2", "task4": "CausalAttention",
+           "task5": "MultiHeadAttentionWrapper",
+           "task6": "MultiHeadAttention", "task7": "QKVMultiheadAttention"}
+# The lecture's constructions: (manual_seed, sizes). The weights of the
+# public case of each task are what this seed creates.
+SEEDED: dict[str, tuple[int, dict[str, int]]] = {
+    "task2": (123, {"num_tokens": 6, "d_in": 3, "d_out": 2}),
+    "task3": (789, {"num_tokens": 6, "d_in": 3, "d_out": 2}),
+    "task4": (123, {"batch_size": 2, "num_tokens": 6, "context_length": 6,
+                    "d_in": 3, "d_out": 2}),
+    "task5": (123, {"batch_size": 2, "num_tokens": 6, "context_length": 6,
+                    "d_in": 3, "d_out": 2, "num_heads": 2}),
+    "task6": (123, {"batch_size": 2, "num_tokens": 6, "context_length": 6,
+                    "d_in": 3, "d_out": 2, "num_heads": 2,
+                    "head_dim": 1}),
+    "task7": (123, {"batch_size": 2, "num_tokens": 6, "d_in": 3,
+                    "d_out": 4, "num_heads": 2, "head_dim": 2}),
+}
+# The context length of the public "long" probes: longer than the input.
+LONG_CONTEXT = 10
+
+
+def has_bias(case: Case) -> bool:
+    """Whether the case's query/key/value projections have a bias."""
+    return any(name.endswith("W_query.bias") for name in case.weights)
+
+
+def init_of(task: str, sizes: dict[str, int], dropout: float = 0.0,
+            qkv_bias: bool | None = None) -> dict[str, Any]:
+    """Constructor arguments of ``task``'s class for ``sizes``.
+
+    ``qkv_bias`` None passes no keyword (the lecture's calls).
+    """
+    s = sizes
+    if task in ("task2", "task3"):
+        args = [s["d_in"], s["d_out"]]
+    elif task == "task4":
+        args = [s["d_in"], s["d_out"], s["context_length"], dropout]
+    elif task in ("task5", "task6"):
+        args = [s["d_in"], s["d_out"], s["context_length"], dropout,
+                s["num_heads"]]
+    elif task == "task7":
+        return {"args": [s["d_in"], s["d_out"], s["num_heads"]],
+                "kwargs": {}}
+    else:
+        raise KeyError(task)
+    kwargs = {} if qkv_bias is None or task == "task2" else {
+        "qkv_bias": qkv_bias}
+    return {"args": args, "kwargs": kwargs}
+
+
+def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
+         init: dict | None = None, x: torch.Tensor | None = None,
+         extra: tuple[torch.Tensor, ...] = (), call: bool = True,
+         load: bool = True, describe: bool = False,
+         trace: str | None = None, train: bool = False, seed: int = 0,
+         causal: bool = False, dropout: float = 0.0,
+         sizes: dict[str, int] | None = None, target: str | None = None,
+         no_arguments: bool = False) -> None:
+    """Add one probe of ``task`` (on ``target``, default the task's).
+
+    The case's weights are loaded by parameter name (``load``); ``extra``
+    tensors follow x as positional arguments; ``call=False`` only builds
+    (and describes); ``no_arguments`` calls the object with no argument.
+    """
+    wire, info = probe(probe_id, target or TARGETS[task], case=case,
+                       init=init, x=x, describe=describe, trace=trace,
+                       train=train, seed=seed, causal=causal,
+                       dropout=dropout, sizes=sizes)
+    wire.pop("state", None)
+    if case is not None and load and init is not None:
+        wire["state"] = {name: encode_tensor(tensor)
+                         for name, tensor in case.weights.items()}
+    if no_arguments:
+        wire["call"] = {"args": [], "kwargs": {}}
+    elif not call:
+        wire.pop("call", None)
+    elif extra:
+        wire["call"]["args"] += [encode_tensor(t) for t in extra]
+    plan.add(task, (wire, info))
+
+
+# --------------------------------------------------------------------------
+# Cases
+
+
+def public_cases() -> dict[str, Case]:
+    """The lecture's inputs with the lecture's seeded weights, per task."""
+    cases = {"task1": Case(PUBLIC, True, {"num_tokens": 6, "d_in": 3},
+                           INPUTS, {})}
+    for task, (seed, sizes) in SEEDED.items():
+        init = init_of(task, sizes)
+        x = INPUTS if task in ("task2", "task3") else BATCH
+        weights = reference.documented_weights(TARGETS[task],
+                                               tuple(init["args"]), seed)
+        cases[task] = Case(PUBLIC, True, dict(sizes), x, weights)
+    return cases
+
+
+def _distinct(values: list[int]) -> bool:
+    return len(set(values)) == len(values)
+
+
+def random_sizes(rng: np.random.Generator, task: str) -> dict[str, int]:
+    """Sizes for ``task`` with no two equal (nor two products a head split
+    could confuse), context_length > num_tokens, and no size 3 for the
+    fused projection."""
+    def draw(low: int, high: int) -> int:
+        return int(rng.integers(low, high + 1))
+
+    while True:
+        s = {"num_tokens": draw(3, 8), "d_in": draw(2, 9)}
+        extra: list[int] = []
+        if task in ("task2", "task3"):
+            s["d_out"] = draw(2, 9)
+        if task in ("task4", "task5", "task6", "task7"):
+            s = {"batch_size": draw(2, 4), **s}
+        if task in ("task4", "task5", "task6"):
+            s["context_length"] = s["num_tokens"] + draw(1, 4)
+        if task in ("task4", "task5"):
+            s["d_out"] = draw(2, 7)
+        if task == "task5":
+            s["num_heads"] = draw(2, 4)
+            extra = [s["num_heads"] * s["d_out"]]
+        if task in ("task6", "task7"):
+            s["num_heads"] = draw(2, 4)
+            s["head_dim"] = draw(2, 5)
+            s["d_out"] = s["num_heads"] * s["head_dim"]
+            extra = [s["batch_size"] * s["num_heads"]]
+        if task == "task7":
+            extra += [3]
+        if _distinct(list(s.values()) + extra):
+            return s
+
+
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...],
+             bound: float) -> torch.Tensor:
+    return torch.from_numpy(rng.uniform(-bound, bound, shape)
+                            .astype(np.float32))
+
+
+def random_weights(rng: np.random.Generator, task: str,
+                   sizes: dict[str, int], bias: bool) -> dict:
+    """Weights ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), by parameter name."""
+    d_in, d_out = sizes.get("d_in", 0), sizes.get("d_out", 0)
+
+    def layer(name: str, fan_in: int, fan_out: int,
+              with_bias: bool = True) -> dict:
+        found = {f"{name}.weight": _uniform(rng, (fan_out, fan_in),
+                                            fan_in ** -0.5)}
+        if with_bias:
+            found[f"{name}.bias"] = _uniform(rng, (fan_out,), fan_in ** -0.5)
+        return found
+
+    weights: dict[str, torch.Tensor] = {}
+    if task == "task2":
+        for name in reference.PROJECTIONS:
+            weights[name] = _uniform(rng, (d_in, d_out), 1.0)
+    elif task in ("task3", "task4", "task6"):
+        for name in reference.PROJECTIONS:
+            weights.update(layer(name, d_in, d_out, bias))
+        if task == "task6":
+            weights.update(layer("out_proj", d_out, d_out))
+    elif task == "task5":
+        for head in range(sizes["num_heads"]):
+            for name in reference.PROJECTIONS:
+                weights.update(layer(f"heads.{head}.{name}", d_in, d_out,
+                                     bias))
+    elif task == "task7":
+        weights.update(layer("qkv_layer", d_in, 3 * d_out))
+        weights.update(layer("linear_layer", d_out, d_out))
+    return weights
+
+
+def random_input(rng: np.random.Generator, task: str,
+                 sizes: dict[str, int]) -> torch.Tensor:
+    """x ~ N(0, 1): [num_tokens, d_in] for tasks 1-3, else a batch."""
+    shape = (sizes["num_tokens"], sizes["d_in"])
+    if "batch_size" in sizes:
+        shape = (sizes["batch_size"],) + shape
+    return torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+
+
+def hidden_cases(seed: int) -> dict[str, list[Case]]:
+    """HIDDEN_CASES random cases per task, derived from ``seed``."""
+    found = {}
+    for number, task in enumerate(TARGETS, start=1):
+        rng = np.random.default_rng([seed, number])
+        cases = []
+        for index in range(HIDDEN_CASES):
+            sizes = random_sizes(rng, task)
+            bias = index % 2 == 0
+            cases.append(Case(f"hidden-{index}", False, sizes,
+                              random_input(rng, task, sizes),
+                              random_weights(rng, task, sizes, bias)))
+        found[task] = cases
+    return found
+
+
+def with_context(case: Case, context_length: int, suffix: str) -> Case:
+    """The same case for a module built with another context_length."""
+    return Case(f"{case.name}-{suffix}", case.public,
+                {**case.sizes, "context_length": context_length}, case.x,
+                case.weights)
+
+
+def square_case(seed: int) -> Case:
+    """batch_size = num_tokens = d_out = 4: ``keys.T`` runs here."""
+    rng = np.random.default_rng([seed, 20])
+    sizes = {"batch_size": 4, "num_tokens": 4, "context_length": 6,
+             "d_in": 3, "d_out": 4}
+    return Case("square", False, sizes, random_input(rng, "task4", sizes),
+                random_weights(rng, "task4", sizes, False))
+
+
+def dropout_case(seed: int, task: str) -> Case:
+    """A case whose attention weights can be read back from the output.
+
+    d_out (task 4) or head_dim (task 6, one head) is larger than
+    num_tokens, so the values of a sequence span a num_tokens-dimensional
+    space and the output determines the weights; ``out_proj`` is the
+    identity. 12 sequences give 252 causal weights: with p = 0.5 the share
+    of zeros falls outside [0.3, 0.7] with a probability below 1e-10.
+    """
+    rng = np.random.default_rng([seed, 21 if task == "task4" else 22])
+    sizes = {"batch_size": 12, "num_tokens": 6, "context_length": 9,
+             "d_in": 5, "d_out": 8}
+    if task == "task6":
+        sizes.update(num_heads=1, head_dim=8)
+    weights = random_weights(rng, task, sizes, False)
+    if task == "task6":
+        weights["out_proj.weight"] = torch.eye(8)
+        weights["out_proj.bias"] = torch.zeros(8)
+    return Case("dropout", False, sizes, random_input(rng, task, sizes),
+                weights)
+
+
+def blank_case(case: Case) -> Case:
+    """One head, zero query and key weights, identity linear_layer.
+
+    Every score is 0, so with a causal mask token i averages the values of
+    tokens 0..i whatever the scale, the head split and the merge: the mask
+    is judged alone.
+    """
+    d_out = case.sizes["d_out"]
+    weight = case.weights["qkv_layer.weight"].clone()
+    bias = case.weights["qkv_layer.bias"].clone()
+    weight[:2 * d_out] = 0.0
+    bias[:2 * d_out] = 0.0
+    weights = {"qkv_layer.weight": weight, "qkv_layer.bias": bias,
+               "linear_layer.weight": torch.eye(d_out),
+               "linear_layer.bias": torch.zeros(d_out)}
+    sizes = {**case.sizes, "num_heads": 1, "head_dim": d_out}
+    return Case(f"{case.name}-blank", case.public, sizes, case.x, weights)
+
+
+# --------------------------------------------------------------------------
+# The plan
+
+
+def _values(plan: Plan, task: str, case: Case, prefix: str = "values",
+            extra: tuple[torch.Tensor, ...] = (), causal: bool = False
+            ) -> None:
+    bias = None if case.public else has_bias(case)
+    if task == "task1":
+        _add(plan, task, f"{prefix}:{case.name}", case=case)
+        return
+    _add(plan, task, f"{prefix}:{case.name}", case=case,
+         init=init_of(task, case.sizes, qkv_bias=bias), extra=extra,
+         causal=causal)
+
+
+def _structure(plan: Plan, task: str, case: Case) -> None:
+    bias = None if case.public else has_bias(case)
+    _add(plan, task, f"init:{case.name}", case=case,
+         init=init_of(task, case.sizes, qkv_bias=bias), call=False,
+         load=False, describe=True)
+
+
+def _seeded(plan: Plan, task: str, case: Case, name: str = "",
+            context_length: int | None = None) -> None:
+    """The lecture's construction after its manual_seed (see the module
+    docstring for the prime: probe)."""
+    seed = SEEDED[task][0]
+    sizes = dict(case.sizes)
+    if context_length is not None:
+        sizes["context_length"] = context_length
+    init = init_of(task, sizes)
+    probe_id = f"seeded:{case.name}{name}"
+    _add(plan, task, f"prime:{probe_id}", init=init, seed=seed,
+         no_arguments=True)
+    _add(plan, task, probe_id, case=case, init=init, load=False)
+
+
+def _dropout(plan: Plan, task: str, seed: int) -> None:
+    case = dropout_case(seed, task)
+    for probe_id, p, train in (("dropout-off", 0.0, False),
+                               ("dropout-eval", DROPOUT_P, False),
+                               ("dropout-train", DROPOUT_P, True)):
+        _add(plan, task, probe_id, case=case,
+             init=init_of(task, case.sizes, dropout=p, qkv_bias=False),
+             train=train, seed=seed, dropout=p)
+
+
+def _traces(plan: Plan, task: str,
+            size_sets: tuple[dict[str, int], ...]) -> None:
+    generator = torch.Generator().manual_seed(0)
+    for index, sizes in enumerate(size_sets):
+        x = torch.randn(sizes["batch_size"], sizes["num_tokens"],
+                        sizes["d_in"], generator=generator)
+        init = init_of(task, sizes)
+        _add(plan, task, f"trace:{index}", init=init, x=x, trace="forward",
+             sizes=sizes)
+        if task == "task7":
+            _add(plan, task, f"trace:{index}:mask", init=init, x=x,
+                 extra=(reference.causal_additive_mask(
+                     sizes["num_tokens"]),), trace="forward", sizes=sizes)
+
+
+def build(seed: int, public_only: bool,
+          size_sets: tuple[dict[str, int], ...]) -> Plan:
+    """Every probe of every task, with the trusted case behind each."""
+    plan = Plan()
+    public = public_cases()
+    hidden = {task: [] for task in TARGETS} if public_only \
+        else hidden_cases(seed)
+    judged = {task: [public[task]] + hidden[task] for task in TARGETS}
+
+    # Task 1: simple_self_attention.
+    for case in judged["task1"]:
+        _values(plan, "task1", case)
+
+    # Tasks 2-7: structure, the lecture's seeded construction, values.
+    for task in list(TARGETS)[1:]:
+        for case in judged[task]:
+            _structure(plan, task, case)
+        _seeded(plan, task, public[task])
+        if task in ("task4", "task6"):
+            _seeded(plan, task, public[task], "-long", LONG_CONTEXT)
+        for case in judged[task]:
+            _values(plan, task, case)
+            if task in ("task4", "task6") and not case.public:
+                _values(plan, task, with_context(
+                    case, case.sizes["num_tokens"], "exact"), "exact")
+            if task == "task5":
+                for head in range(case.sizes["num_heads"]):
+                    _add(plan, task, f"head:{case.name}:{head}",
+                         case=head_case(case, head), init=init_of(
+                             "task4", case.sizes,
+                             qkv_bias=None if case.public
+                             else has_bias(case)),
+                         target=TARGETS["task4"])
+            if task == "task7":
+                mask = reference.causal_additive_mask(
+                    case.sizes["num_tokens"])
+                _values(plan, task, case, "mask", (mask,), causal=True)
+                _values(plan, task, blank_case(case), "blank-mask",
+                        (mask,), causal=True)
+    square = square_case(seed)
+    _add(plan, "task4", "square:square", case=square,
+         init=init_of("task4", square.sizes, qkv_bias=False))
+    for task in ("task4", "task6"):
+        _dropout(plan, task, seed)
+
+    # Shape comments: forward under every size set.
+    for task in ("task4", "task6", "task7"):
+        _traces(plan, task, size_sets)
+    return plan
+
+
+def head_case(case: Case, head: int) -> Case:
+    """The wrapper's head ``head`` as a CausalAttention case."""
+    prefix = f"heads.{head}."
+    weights = {name[len(prefix):]: tensor
+               for name, tensor in case.weights.items()
+               if name.startswith(prefix)}
+    return Case(f"{case.name}-head{head}", case.public, dict(case.sizes),
+                case.x, weights)

@@ -1,0 +1,121 @@
+"""Checks of Coding Task 5: MultiHeadAttentionWrapper.
+
+One point, when every check passes: ``heads`` is an nn.ModuleList of
+num_heads CausalAttention modules (seen through the parameter and buffer
+names) on every case's sizes; the output is the heads' outputs side by
+side on the last dimension, head 0 first, with the case's weights loaded;
+``torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)`` on
+the lecture's batch gives the lecture's numbers.
+
+The wrapper is judged on its own heads too: when the submission's
+CausalAttention is wrong, the wrapper passes if its output is that
+CausalAttention's output for each head's weights, side by side (the
+``head:`` probes), so one mistake costs one point.
+"""
+import pytest
+import torch
+
+from grader.assignments.attention_basics import reference
+from grader.assignments.attention_basics.observations import (
+    MEANINGS, described, name_of, optional_output, output_shape, seeded)
+from grader.checking import close, fail, max_error, tensor_of
+from grader.observe import TaskRun
+from grader.plan import Case
+
+TARGET = "MultiHeadAttentionWrapper"
+
+
+def expected(case: Case) -> torch.Tensor:
+    """The reference output of a case."""
+    x, weights = case.float64()
+    return reference.wrapper(x, weights, case.sizes["num_heads"])
+
+
+def own_heads(task5: TaskRun, case: Case) -> torch.Tensor | None:
+    """The submission's CausalAttention on each head's weights, side by
+    side, or None when one of them did not run."""
+    outputs = [optional_output(task5, f"head:{case.name}:{h}", "task4")
+               for h in range(case.sizes["num_heads"])]
+    if any(o is None for o in outputs):
+        return None
+    return torch.cat(outputs, dim=-1)
+
+
+@pytest.mark.item("task5.values", part="heads")
+def test_heads_are_a_module_list_of_causal_attention(task5: TaskRun) -> None:
+    """heads: nn.ModuleList of num_heads CausalAttention, on all sizes."""
+    for probe_id in task5.probe_ids("init:"):
+        case, info = described(task5, probe_id)
+        s = case.sizes
+        heads = info.get("children", {}).get("heads")
+        if heads is None:
+            fail(f"{TARGET} has no submodule named 'heads': create "
+                 f"self.heads = nn.ModuleList([CausalAttention(...) for _ "
+                 f"in range(num_heads)]).")
+        if heads.get("type") != "ModuleList":
+            fail(f"{TARGET}.heads is a {heads.get('type')}; it should be an "
+                 f"nn.ModuleList, so that PyTorch sees the heads' "
+                 f"parameters.")
+        parameters = info.get("parameters", {})
+        buffers = info.get("buffers", {})
+        count = len({name.split(".")[1] for name in parameters
+                     if name.startswith("heads.")})
+        if count != s["num_heads"]:
+            fail(f"{TARGET}.heads holds {count} modules with parameters; "
+                 f"with num_heads={s['num_heads']} it should hold "
+                 f"{s['num_heads']} CausalAttention heads.")
+        for head in range(s["num_heads"]):
+            for name in ("W_query", "W_key", "W_value"):
+                key = f"heads.{head}.{name}.weight"
+                if parameters.get(key) != [s["d_out"], s["d_in"]]:
+                    fail(f"{TARGET}.heads[{head}] has no {name} = "
+                         f"nn.Linear(d_in, d_out) ({key}: "
+                         f"{parameters.get(key, 'missing')}); each head is "
+                         f"a CausalAttention(d_in, d_out, context_length, "
+                         f"dropout, qkv_bias).")
+            if f"heads.{head}.mask" not in buffers:
+                fail(f"{TARGET}.heads[{head}] has no mask buffer; each "
+                     f"head is a CausalAttention.")
+
+
+@pytest.mark.item("task5.values", part="heads")
+def test_outputs_are_concatenated_on_the_last_dimension(
+        task5: TaskRun) -> None:
+    """The heads side by side, head 0 first (or the submission's own
+    CausalAttention heads side by side)."""
+    if task5.import_error:
+        fail(f"Not graded: {task5.import_error}")
+    for probe_id in task5.probe_ids("values:"):
+        case = task5.case(probe_id)
+        result = task5.result(probe_id)
+        what = name_of(task5, probe_id)
+        if not result.ok:
+            fail(f"{what} on {case.describe()}: {result.problem}")
+        shape = output_shape("task5", case.sizes)
+        value = result.value
+        if (value is not None and value.kind == "tensor"
+                and value.shape != shape and value.tensor is not None
+                and value.tensor.numel() == torch.Size(shape).numel()):
+            fail(f"{what}'s output on {case.describe()} has shape "
+                 f"{list(value.shape)}; expected {list(shape)} = "
+                 f"{MEANINGS['task5']}: the heads' outputs go side by side "
+                 f"on the last dimension.", "concat_dim")
+        student = tensor_of(value, f"{what}'s output", shape,
+                            MEANINGS["task5"], case)
+        want = expected(case)
+        if close(student, want):
+            continue
+        mine = own_heads(task5, case)
+        if mine is not None and close(student, mine):
+            continue
+        fail(f"{what}'s output on {case.describe()} is neither the "
+             f"reference ({max_error(student, want)}) nor your "
+             f"CausalAttention heads side by side, head 0 first.")
+
+
+@pytest.mark.item("task5.values", part="heads")
+def test_seeded_construction_gives_the_lecture_numbers(
+        task5: TaskRun) -> None:
+    """torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2):
+    [-0.4519, 0.2216, 0.4772, 0.1063] for the first token."""
+    seeded(task5, expected, lambda case: own_heads(task5, case))

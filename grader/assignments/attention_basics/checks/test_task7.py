@@ -1,0 +1,115 @@
+"""Checks of Coding Task 7: QKVMultiheadAttention.
+
+task7.values (1 point): qkv_layer = nn.Linear(input_dim, 3 * d_model) and
+linear_layer = nn.Linear(d_model, d_model) on every case's sizes; the
+output without a mask, with the case's weights loaded; and
+``torch.manual_seed(123); QKVMultiheadAttention(3, 4, 2)`` on the
+lecture's batch (the layers created in the documented order).
+
+task7.mask (1 point): with an additive causal mask the output matches the
+reference. When task7.values failed, the mask is judged on "blank" cases
+instead (one head, zero query and key weights, identity linear_layer:
+every score is 0, so token i must average the values of tokens 0..i
+whatever the scale, split or merge).
+"""
+import pytest
+import torch
+
+from grader.assignments.attention_basics import mistakes, reference
+from grader.assignments.attention_basics.observations import (
+    compare, described, expect_linear, optional_output, seeded)
+from grader.checking import close
+from grader.observe import TaskRun
+from grader.plan import Case
+
+TARGET = "QKVMultiheadAttention"
+
+
+def expected(case: Case, masked: bool = False) -> torch.Tensor:
+    """The reference output of a case, with the causal mask or without."""
+    x, weights = case.float64()
+    mask = (reference.causal_additive_mask(x.shape[1], torch.float64)
+            if masked else None)
+    return reference.qkv_attention(x, weights, case.sizes["num_heads"],
+                                   mask)
+
+
+def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
+    """Known mistakes of the fused split, scores, merge and linear_layer."""
+    head_dim = case.sizes["d_out"] // case.sizes["num_heads"]
+    ids, words = mistakes.scale_diagnosis(
+        mistakes.fit_scale(lambda c: mistakes.qkv_variant(case, scale=c),
+                           student),
+        head_dim ** 0.5, case.sizes)
+
+    def variant(**mistake: object):
+        return lambda: mistakes.qkv_variant(case, **mistake)
+
+    ids += mistakes.matching(student, {
+        "softmax_dim": variant(softmax_dim=-2),
+        "qkv_split_order": variant(chunk_first=True),
+        "reshape_not_transpose": variant(merge_permute=False)})
+    ids += mistakes.matching(student, {
+        "softmax_dim": variant(softmax_dim=1),
+        "reshape_not_transpose": variant(split_permute=False)})
+    ids += mistakes.matching(student, {
+        "reshape_not_transpose": variant(split_permute=False,
+                                         merge_permute=False),
+        "qkv_split_order": variant(chunk_first=True, merge_permute=False),
+        "no_out_proj": variant(linear_layer=False)})
+    return list(dict.fromkeys(ids)), words
+
+
+def values_correct(task7: TaskRun) -> bool:
+    """Every unmasked output matches (task7.values, without failing)."""
+    for probe_id in task7.probe_ids("values:"):
+        student = optional_output(task7, probe_id)
+        if student is None or not close(student,
+                                        expected(task7.case(probe_id))):
+            return False
+    return True
+
+
+def diagnose_mask(task7: TaskRun, case: Case, student: torch.Tensor
+                  ) -> tuple[list[str], str]:
+    """mask_ignored: the masked output is the unmasked one."""
+    unmasked = optional_output(task7, f"values:{case.name}")
+    if close(student, expected(case)) or (
+            unmasked is not None and close(student, unmasked)):
+        return ["mask_ignored"], ("The output is the same with and without "
+                                  "the mask.")
+    return [], ""
+
+
+@pytest.mark.item("task7.values", part="values")
+def test_layers(task7: TaskRun) -> None:
+    """qkv_layer and linear_layer, both with a bias, on all sizes."""
+    for probe_id in task7.probe_ids("init:"):
+        case, info = described(task7, probe_id)
+        d_in, d_out = case.sizes["d_in"], case.sizes["d_out"]
+        expect_linear(info, "qkv_layer", TARGET, (d_in, 3 * d_out), True,
+                      "input_dim, 3 * d_model")
+        expect_linear(info, "linear_layer", TARGET, (d_out, d_out), True,
+                      "d_model, d_model")
+
+
+@pytest.mark.item("task7.values", part="values")
+def test_forward_without_mask_matches_reference(task7: TaskRun) -> None:
+    """Fused split per head, scaled attention, merge, linear_layer."""
+    compare(task7, "values:", expected, diagnose)
+
+
+@pytest.mark.item("task7.values", part="values")
+def test_seeded_construction(task7: TaskRun) -> None:
+    """torch.manual_seed(123); QKVMultiheadAttention(3, 4, 2) creates
+    qkv_layer, then linear_layer."""
+    seeded(task7, expected)
+
+
+@pytest.mark.item("task7.mask", part="mask")
+def test_mask_is_added_before_the_softmax(task7: TaskRun) -> None:
+    """forward(x, causal_mask) matches the reference (on blank cases when
+    the unmasked output is wrong)."""
+    prefix = "mask:" if values_correct(task7) else "blank-mask:"
+    compare(task7, prefix, lambda case: expected(case, masked=True),
+            lambda case, student: diagnose_mask(task7, case, student))

@@ -1,0 +1,295 @@
+"""Known mistakes, reproduced, so that a failing item can say what is wrong.
+
+Each ``*_variant`` function computes, in float64, what a submission with
+one classic mistake returns on a case (its keyword arguments name the
+mistake; the defaults are the correct computation). :func:`matching`
+reports which variants a student's output equals, NaN included (a mask
+that hides the diagonal gives the first token a NaN row).
+
+The scale a submission divided its scores by is recovered from its output
+(:func:`fit_scale`), which tells ``no_scaling`` (1) from ``wrong_scale``
+(any other wrong constant).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from grader.assignments.attention_basics import reference
+from grader.checking import ATOL, RTOL
+from grader.plan import Case
+
+NEG_INF = float("-inf")
+
+
+def same(student: torch.Tensor, expected: torch.Tensor) -> bool:
+    """The rubric's match (rtol 1e-4, atol 1e-5), NaN equal to NaN."""
+    if tuple(student.shape) != tuple(expected.shape):
+        return False
+    return bool(torch.allclose(student.float(), expected.float(),
+                               rtol=RTOL, atol=ATOL, equal_nan=True))
+
+
+def matching(student: torch.Tensor,
+             variants: dict[str, Callable[[], torch.Tensor]]) -> list[str]:
+    """The ids of the variants whose output equals ``student``."""
+    found = []
+    for mistake, compute in variants.items():
+        try:
+            if mistake not in found and same(student, compute()):
+                found.append(mistake)
+        except (RuntimeError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _normalise(scores: torch.Tensor, divisor: float, softmax_dim: int,
+               normalise: str) -> torch.Tensor:
+    if normalise == "sum":
+        return scores / scores.sum(dim=-1, keepdim=True)
+    return torch.softmax(scores / divisor, dim=softmax_dim)
+
+
+def _mask(scores: torch.Tensor, diagonal: int, fill: float) -> torch.Tensor:
+    n = scores.shape[-1]
+    hidden = torch.ones(n, n, dtype=torch.bool).triu(diagonal)
+    return scores.masked_fill(hidden, fill)
+
+
+# --------------------------------------------------------------------------
+# Task 1
+
+
+def simple_variant(x: torch.Tensor, *, scale: float = 1.0,
+                   softmax_dim: int = -1,
+                   normalise: str = "softmax") -> torch.Tensor:
+    """simple_self_attention with a scale, axis or normalisation mistake."""
+    x = x.double()
+    weights = _normalise(x @ x.T, scale, softmax_dim, normalise)
+    return weights @ x
+
+
+# --------------------------------------------------------------------------
+# Tasks 2-4: one head
+
+
+def single_variant(case: Case, *, scale: float | None = None,
+                   softmax_dim: int = -1, normalise: str = "softmax",
+                   causal: bool = False, masked: bool = True,
+                   diagonal: int = 1, fill: float = NEG_INF,
+                   transpose_batch: bool = False) -> torch.Tensor:
+    """SelfAttention_v1/v2 (``causal=False``) or CausalAttention."""
+    x, weights = case.float64()
+    if "W_query" in weights:  # SelfAttention_v1: x @ W
+        q, k, v = (x @ weights[n] for n in reference.PROJECTIONS)
+    else:
+        q, k, v = (reference.linear(x, weights, n)
+                   for n in reference.PROJECTIONS)
+    keys = k.permute(2, 1, 0) if transpose_batch else k.transpose(-2, -1)
+    scores = q @ keys
+    if causal and masked:
+        scores = _mask(scores, diagonal, fill)
+    divisor = k.shape[-1] ** 0.5 if scale is None else scale
+    return _normalise(scores, divisor, softmax_dim, normalise) @ v
+
+
+# --------------------------------------------------------------------------
+# Task 6: heads from weight splits
+
+
+def multi_variant(case: Case, *, scale: float | None = None,
+                  softmax_dim: int = -1, split_transpose: bool = True,
+                  merge_transpose: bool = True, out_proj: bool = True,
+                  masked: bool = True, diagonal: int = 1,
+                  fill: float = NEG_INF) -> torch.Tensor:
+    """MultiHeadAttention in eval mode with one mistake."""
+    x, weights = case.float64()
+    b, n = x.shape[:2]
+    heads = case.sizes["num_heads"]
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        if split_transpose:
+            return reference.heads_first(t, heads)
+        return t.reshape(b, heads, n, -1)
+
+    q, k, v = (split(reference.linear(x, weights, name))
+               for name in reference.PROJECTIONS)
+    scores = q @ k.transpose(-2, -1)
+    if masked:
+        scores = _mask(scores, diagonal, fill)
+    divisor = k.shape[-1] ** 0.5 if scale is None else scale
+    context = torch.softmax(scores / divisor, dim=softmax_dim) @ v
+    if merge_transpose:
+        merged = reference.merge_heads(context)
+    else:
+        merged = context.reshape(b, n, -1)
+    if not out_proj:
+        return merged
+    return reference.linear(merged, weights, "out_proj")
+
+
+# --------------------------------------------------------------------------
+# Task 7: one fused projection
+
+
+def qkv_variant(case: Case, *, mask: torch.Tensor | None = None,
+                scale: float | None = None, softmax_dim: int = -1,
+                chunk_first: bool = False, split_permute: bool = True,
+                merge_permute: bool = True,
+                linear_layer: bool = True) -> torch.Tensor:
+    """QKVMultiheadAttention with one mistake.
+
+    ``chunk_first``: q, k, v are the three thirds of qkv_layer's output,
+    each then split into heads (another reading of the fused layer).
+    ``split_permute=False``: [b, tokens, 3 * d_model] reshaped straight to
+    [b, heads, tokens, 3 * head_dim]. ``merge_permute=False``: [b, heads,
+    tokens, head_dim] reshaped straight to [b, tokens, d_model] (the
+    lecture notes' own bug).
+    """
+    x, weights = case.float64()
+    b, n = x.shape[:2]
+    heads = case.sizes["num_heads"]
+    qkv = reference.linear(x, weights, "qkv_layer")
+    if chunk_first:
+        q, k, v = (reference.heads_first(t, heads)
+                   for t in qkv.chunk(3, dim=-1))
+    elif split_permute:
+        q, k, v = reference.heads_first(qkv, heads).chunk(3, dim=-1)
+    else:
+        q, k, v = qkv.reshape(b, heads, n, -1).chunk(3, dim=-1)
+    divisor = k.shape[-1] ** 0.5 if scale is None else scale
+    scores = q @ k.transpose(-2, -1) / divisor
+    if mask is not None:
+        scores = scores + mask.double()
+    context = torch.softmax(scores, dim=softmax_dim) @ v
+    merged = (reference.merge_heads(context) if merge_permute
+              else context.reshape(b, n, -1))
+    if not linear_layer:
+        return merged
+    return reference.linear(merged, weights, "linear_layer")
+
+
+# --------------------------------------------------------------------------
+# Scales
+
+
+def fit_scale(variant: Callable[[float], torch.Tensor],
+              student: torch.Tensor) -> float | None:
+    """The constant c for which ``variant(c)`` equals ``student``, if any.
+
+    A golden-section search on log c over [1e-2, 1e3] of the squared
+    error; returned only when the output at c matches the student's.
+    """
+    if not torch.isfinite(student).all():
+        return None
+
+    def error(log_c: float) -> float:
+        diff = variant(math.exp(log_c)) - student.double()
+        return float((diff ** 2).sum())
+
+    try:
+        low, high = math.log(1e-2), math.log(1e3)
+        ratio = (math.sqrt(5) - 1) / 2
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        fa, fb = error(a), error(b)
+        for _ in range(80):
+            if fa < fb:
+                high, b, fb = b, a, fa
+                a = high - ratio * (high - low)
+                fa = error(a)
+            else:
+                low, a, fa = a, b, fb
+                b = low + ratio * (high - low)
+                fb = error(b)
+        c = math.exp((low + high) / 2)
+        return c if same(student, variant(c)) else None
+    except RuntimeError:  # a shape the variant cannot produce
+        return None
+
+
+def name_scale(value: float, sizes: dict[str, int]) -> str:
+    """Describe a scale constant by the size expression it equals."""
+    candidates = {"1": 1.0}
+    for key in ("d_out", "head_dim", "d_in", "num_tokens", "num_heads"):
+        if key in sizes:
+            candidates[key] = float(sizes[key])
+            candidates[f"sqrt({key})"] = math.sqrt(sizes[key])
+    for label, candidate in candidates.items():
+        if abs(value - candidate) <= 1e-3 * max(1.0, candidate):
+            return f"{value:.4g} = {label}"
+    return f"{value:.4g}"
+
+
+def scale_diagnosis(c: float | None, expected: float,
+                    sizes: dict[str, int]) -> tuple[list[str], str]:
+    """Ids and words for a recovered scale constant."""
+    if c is None or abs(c - expected) <= 1e-3 * expected:
+        return [], ""
+    if abs(c - 1.0) <= 1e-3:
+        return ["no_scaling"], "The scores are not scaled at all."
+    return ["wrong_scale"], (f"The scores are divided by "
+                             f"{name_scale(c, sizes)}; expected "
+                             f"{name_scale(expected, sizes)}.")
+
+
+# --------------------------------------------------------------------------
+# Reading attention weights back from an output
+
+
+def recover_weights(output: torch.Tensor, values: torch.Tensor
+                    ) -> tuple[torch.Tensor, float]:
+    """The weights A with A @ values = output, and the relative residual.
+
+    ``values`` [..., num_tokens, d] with d > num_tokens spans a
+    num_tokens-dimensional space, so A is unique; a large residual says
+    the output is not a mix of the value vectors at all.
+    """
+    values = values.double()
+    output = output.double()
+    weights = torch.linalg.lstsq(values.transpose(-2, -1),
+                                 output.transpose(-2, -1)).solution
+    weights = weights.transpose(-2, -1)
+    residual = (weights @ values - output).abs().max()
+    scale = output.abs().max().clamp_min(1e-12)
+    return weights, float(residual / scale)
+
+
+def dropout_values(case: Case, task: str) -> torch.Tensor:
+    """The value vectors of the dropout case, head_dim-wide per head."""
+    x, weights = case.float64()
+    values = reference.linear(x, weights, "W_value")
+    if task == "task6":
+        values = reference.heads_first(values, case.sizes["num_heads"])
+    return values
+
+
+def merged_output(output: torch.Tensor, case: Case,
+                  task: str) -> torch.Tensor:
+    """The output split per head (task 6: out_proj is the identity)."""
+    if task == "task6":
+        return reference.heads_first(output.double(),
+                                     case.sizes["num_heads"])
+    return output.double()
+
+
+def simple_attention_expected(x: torch.Tensor) -> torch.Tensor:
+    """The reference of task 1 in float64 (a shortcut for the checks)."""
+    return reference.simple_self_attention(x.double())
+
+
+def uniform_causal(values: torch.Tensor) -> torch.Tensor:
+    """Each token's mean of the values of tokens 0..i."""
+    n = values.shape[-2]
+    weights = torch.ones(n, n, dtype=values.dtype).tril()
+    weights = weights / weights.sum(-1, keepdim=True)
+    return weights @ values
+
+
+def linear_output(x: torch.Tensor, weights: dict[str, torch.Tensor],
+                  name: str) -> torch.Tensor:
+    """A layer of a case applied to x (float64)."""
+    return F.linear(x.double(), weights[f"{name}.weight"].double(),
+                    weights[f"{name}.bias"].double())

@@ -1,0 +1,289 @@
+"""Reading this assignment's observations: what every task's checks share.
+
+The checks (``checks/test_task*.py``) are pytest tests of observations;
+this module holds the steps they have in common: the output of a probe as
+a tensor of the expected shape, the structure a ``describe`` probe saw,
+the lecture's seeded construction and the properties of dropout. Each
+fails with a message for the student and the ids of the known mistakes
+that explain the failure.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from grader.assignments.attention_basics import mistakes
+from grader.assignments.attention_basics.cases import (
+    LONG_CONTEXT, SEEDED, TARGETS, has_bias, init_of)
+from grader.checking import close, fail, max_error, tensor_of
+from grader.observe import TaskRun
+from grader.plan import Case
+
+MEANINGS = {
+    "task1": "[num_tokens, d_in]",
+    "task2": "[num_tokens, d_out]",
+    "task3": "[num_tokens, d_out]",
+    "task4": "[batch_size, num_tokens, d_out]",
+    "task5": "[batch_size, num_tokens, num_heads * d_out]",
+    "task6": "[batch_size, num_tokens, d_out]",
+    "task7": "[batch_size, num_tokens, d_model]",
+}
+# How an ``exact:`` probe is named from its ``values:`` probe's case.
+EXACT = "exact:{}-exact"
+
+
+def output_shape(task: str, sizes: dict[str, int]) -> tuple[int, ...]:
+    """The shape ``task``'s function or forward returns for ``sizes``."""
+    if task == "task1":
+        return sizes["num_tokens"], sizes["d_in"]
+    if task in ("task2", "task3"):
+        return sizes["num_tokens"], sizes["d_out"]
+    width = sizes["d_out"] * (sizes["num_heads"] if task == "task5" else 1)
+    return sizes["batch_size"], sizes["num_tokens"], width
+
+
+def name_of(run: TaskRun, probe_id: str) -> str:
+    """How a report names the call a probe made."""
+    info = run.result(probe_id).info
+    target = info.target
+    if target != "simple_self_attention":
+        target += ".forward"
+    if info.train:
+        target += f" in training mode (dropout={info.dropout:g})"
+    elif info.dropout:
+        target += f" in eval mode (dropout={info.dropout:g})"
+    if info.causal:
+        target += " with a causal mask"
+    return target
+
+
+def output(run: TaskRun, probe_id: str, task: str | None = None,
+           on_error: Callable[[], list[str]] | None = None
+           ) -> tuple[Case, torch.Tensor]:
+    """A probe's output, checked to be a float tensor of the right shape.
+
+    ``on_error`` names the known mistakes that explain a probe that raised.
+    """
+    task = task or run.task
+    what = name_of(run, probe_id)
+    if run.import_error:
+        fail(f"Not graded: {run.import_error}")
+    result = run.result(probe_id)
+    case = result.info.case
+    if not result.ok:
+        ids = on_error() if on_error and result.error else []
+        fail(f"{what} on {case.describe()}: {result.problem}", *ids)
+    shape = output_shape(task, case.sizes)
+    return case, tensor_of(result.value, f"{what}'s output", shape,
+                           MEANINGS[task], case)
+
+
+def optional_output(run: TaskRun, probe_id: str, task: str | None = None
+                    ) -> torch.Tensor | None:
+    """A probe's output if it is usable, else None (never fails)."""
+    if probe_id not in run.results:
+        return None
+    try:
+        return output(run, probe_id, task)[1]
+    except AssertionError:
+        return None
+
+
+def mask_not_sliced(run: TaskRun, case: Case) -> list[str]:
+    """["mask_not_sliced"] when the same case runs with context_length =
+    num_tokens: the mask buffer is used at its full size."""
+    exact = EXACT.format(case.name)
+    if exact in run.results and run.result(exact).ok:
+        return ["mask_not_sliced"]
+    return []
+
+
+def compare(run: TaskRun, prefix: str,
+            expected: Callable[[Case], torch.Tensor],
+            diagnose: Callable[[Case, torch.Tensor],
+                               tuple[list[str], str]],
+            on_error: Callable[[Case], list[str]] | None = None) -> None:
+    """Every ``prefix`` probe's output equals ``expected(case)``."""
+    for probe_id in run.probe_ids(prefix):
+        case = run.case(probe_id)
+        handler = (lambda c=case: on_error(c)) if on_error else None
+        _, student = output(run, probe_id, on_error=handler)
+        want = expected(case)
+        if not close(student, want):
+            ids, words = diagnose(case, student)
+            fail(f"{name_of(run, probe_id)}'s output on {case.describe()} "
+                 f"does not match the reference "
+                 f"({max_error(student, want)}). {words}".rstrip(), *ids)
+
+
+def seeded(run: TaskRun, expected: Callable[[Case], torch.Tensor],
+           alternative: Callable[[Case], torch.Tensor | None] | None = None
+           ) -> None:
+    """The lecture's construction after its manual_seed gives its numbers.
+
+    ``alternative`` (the wrapper) is a second acceptable output.
+    """
+    target = TARGETS[run.task]
+    for probe_id in run.probe_ids("seeded:"):
+        case = run.case(probe_id)
+        built = (f"torch.manual_seed({SEEDED[run.task][0]}); "
+                 f"{target}({_init_args(run, probe_id)})")
+        base = probe_id.removesuffix("-long")
+        if probe_id != base and not run.result(probe_id).ok \
+                and run.result(base).ok:
+            fail(f"{built} fails on the lecture's input, which is shorter "
+                 f"than context_length ({run.result(probe_id).problem}), "
+                 f"but works when context_length equals its length.",
+                 "mask_not_sliced")
+        _, student = output(run, probe_id)
+        want = expected(case)
+        other = alternative(case) if alternative else None
+        if close(student, want) or (other is not None
+                                    and close(student, other)):
+            continue
+        ids, hint = [], ""
+        loaded = optional_output(run, f"values:{case.name}")
+        if loaded is not None and (close(loaded, want) or (
+                other is not None and close(loaded, other))):
+            ids = ["init_order"]
+            hint = (" With the same weights loaded into its parameters "
+                    "it computes the right numbers, so the parameters "
+                    "are not created (or initialised) as the docstring "
+                    "says.")
+        fail(f"{built} on the lecture's input does not give the lecture's "
+             f"numbers ({max_error(student, want)}).{hint}", *ids)
+
+
+def _init_args(run: TaskRun, probe_id: str) -> str:
+    """The constructor arguments of a seeded probe, as Python text."""
+    s = run.case(probe_id).sizes
+    if probe_id.endswith("-long"):
+        s = {**s, "context_length": LONG_CONTEXT}
+    return ", ".join(f"{a:g}" if isinstance(a, float) else str(a)
+                     for a in init_of(run.task, s)["args"])
+
+
+# --------------------------------------------------------------------------
+# Structure
+
+
+def described(run: TaskRun, probe_id: str) -> tuple[Case, dict]:
+    """What a ``describe`` probe saw of the module it built."""
+    if run.import_error:
+        fail(f"Not graded: {run.import_error}")
+    result = run.result(probe_id)
+    case = result.info.case
+    target = result.info.target
+    if not result.ok:
+        fail(f"{target}(...) with the sizes of {case.describe()} could not "
+             f"be built: {result.problem}")
+    info = result.describe or {}
+    if not info.get("is_module"):
+        fail(f"{target}(...) is not an nn.Module: call super().__init__() "
+             f"first in __init__.")
+    return case, info
+
+
+def expect_linear(info: dict, name: str, target: str, sizes: tuple[int, int],
+                  bias: bool, meaning: str) -> None:
+    """Child ``name`` is an nn.Linear(*sizes, bias=bias)."""
+    layer = info.get("children", {}).get(name)
+    if layer is None:
+        fail(f"{target} has no layer named '{name}': create self.{name} = "
+             f"nn.Linear({meaning}).")
+    if not layer.get("is_linear"):
+        fail(f"self.{name} of {target} is a {layer.get('type')}; it should "
+             f"be nn.Linear({meaning}).")
+    got = (layer["in_features"], layer["out_features"])
+    if got != tuple(sizes):
+        fail(f"self.{name} of {target} maps {got[0]} -> {got[1]} features; "
+             f"nn.Linear({meaning}) maps {sizes[0]} -> {sizes[1]} here.")
+    if bool(layer.get("bias")) != bias:
+        has = "has a" if layer.get("bias") else "has no"
+        fail(f"self.{name} of {target} {has} bias; nn.Linear({meaning}) "
+             f"{'has' if bias else 'has none'} here.")
+
+
+def expect_projections(info: dict, case: Case, target: str) -> None:
+    """W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias)."""
+    s = case.sizes
+    for name in ("W_query", "W_key", "W_value"):
+        expect_linear(info, name, target, (s["d_in"], s["d_out"]),
+                      has_bias(case), "d_in, d_out, bias=qkv_bias")
+
+
+def expect_mask_buffer(info: dict, case: Case, target: str) -> None:
+    """A buffer ``mask`` of shape [context_length, context_length]."""
+    n = case.sizes["context_length"]
+    buffers = info.get("buffers", {})
+    if "mask" not in buffers:
+        where = ("it is an nn.Parameter" if "mask" in
+                 info.get("parameters", {}) else "it is not a buffer")
+        fail(f"{target} has no buffer named 'mask' ({where}; buffers: "
+             f"{', '.join(buffers) or 'none'}).", "mask_not_buffer")
+    if list(buffers["mask"]) != [n, n]:
+        fail(f"{target}'s mask buffer has shape {buffers['mask']}; with "
+             f"context_length={n} it should be [{n}, {n}] = "
+             f"[context_length, context_length].")
+
+
+# --------------------------------------------------------------------------
+# Dropout
+
+
+def dropout(run: TaskRun) -> None:
+    """Dropout acts on the attention weights, only in training.
+
+    On the ``dropout`` case the attention weights are read back from the
+    output (:func:`mistakes.recover_weights`): in eval mode dropout=0.5
+    changes nothing; in training each weight a_ij (j <= i) becomes 0 or
+    a_ij / (1 - p), for 30-70% of them 0, and the output is still those
+    weights times the value vectors.
+    """
+    task = run.task
+    p = run.result("dropout-train").info.dropout
+    case, off = output(run, "dropout-off")
+    _, evaluated = output(run, "dropout-eval")
+    _, trained = output(run, "dropout-train")
+    if not close(evaluated, off):
+        fail(f"In eval mode (model.eval()) the output of a model with "
+             f"dropout={p:g} differs from the same model with dropout=0 "
+             f"({max_error(evaluated, off)}): dropout must act only in "
+             f"training.", "dropout_in_eval")
+    if close(trained, off):
+        fail(f"With dropout={p:g} in training mode the output does not "
+             f"change: apply self.dropout to the attention weights.")
+    seen = f"in training mode (dropout={p:g}) the output"
+    if not torch.isfinite(trained).all():
+        fail(f"{seen.capitalize()} contains NaN or inf: dropout is applied "
+             f"before the softmax, to the masked scores.",
+             "dropout_misplaced")
+    values = mistakes.dropout_values(case, task)
+    base, residual = mistakes.recover_weights(
+        mistakes.merged_output(off, case, task), values)
+    if not torch.isfinite(off).all() or residual > 1e-4:
+        fail("Dropout could not be judged: with dropout=0 the output is not "
+             "a mix of the value vectors (attention weights times values "
+             "computed with W_value).")
+    dropped, residual = mistakes.recover_weights(
+        mistakes.merged_output(trained, case, task), values)
+    if residual > 1e-4:
+        fail(f"{seen.capitalize()} is no longer the attention weights times "
+             f"the value vectors: dropout is applied to the values or to "
+             f"the output, not to the attention weights.",
+             "dropout_misplaced")
+    n = base.shape[-1]
+    allowed = torch.ones(n, n, dtype=torch.bool).tril().expand_as(base)
+    zero = dropped.abs() <= 1e-4
+    kept = torch.isclose(dropped, base / (1 - p), rtol=1e-3, atol=1e-4)
+    if not torch.all(zero | kept):
+        fail(f"{seen.capitalize()} uses attention weights that are "
+             f"neither 0 nor their eval value / (1 - p): dropout is not "
+             f"applied to the weights after the softmax (case "
+             f"{case.describe()}).", "dropout_misplaced")
+    share = zero[allowed].float().mean().item()
+    if not 0.3 <= share <= 0.7:
+        fail(f"{seen.capitalize()} drops {share:.0%} of the attention "
+             f"weights; with p=0.5 expected between 30% and 70% (use "
+             f"nn.Dropout(dropout), the rate passed to __init__).")
