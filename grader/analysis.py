@@ -15,7 +15,14 @@ from grader.source import (SourceFile, body_without_docstring, find_class,
 from grader.submission import is_stub
 
 FORBIDDEN_NAMES = ("scaled_dot_product_attention", "MultiheadAttention",
-                   "multi_head_attention_forward")
+                   "multi_head_attention_forward",
+                   # torch's kernels behind them
+                   "_scaled_dot_product_attention_math",
+                   "_scaled_dot_product_flash_attention",
+                   "_scaled_dot_product_flash_attention_for_cpu",
+                   "_scaled_dot_product_efficient_attention",
+                   "_scaled_dot_product_cudnn_attention",
+                   "_native_multi_head_attention")
 FORBIDDEN_MODULES = ("grader", "solutions")
 
 
@@ -114,10 +121,16 @@ def analyse(assignment: Assignment, task: Task,
     result.span = node_span(node, source.lines)
     result.stub = is_stub(source, task.target) is True
     result.forbidden = forbidden_uses(node)
+    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     for statement in tree.body:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
             result.forbidden += [f for f in forbidden_uses(statement)
                                  if f.startswith("import ")]
+        elif (isinstance(statement, (ast.FunctionDef, ast.ClassDef))
+              and statement is not node and statement.name in used):
+            # A module-level helper the task's code calls.
+            result.forbidden += [f for f in forbidden_uses(statement)
+                                 if f not in result.forbidden]
     for item in assignment.items_of(task.id):
         if not item.method:
             continue

@@ -17,8 +17,9 @@ it could start, whatever the code does afterwards:
   Landlock ABI >= 4 no TCP port may be bound or connected; with ABI >= 6 no
   signal may reach a process outside the worker (its parent, the other
   worker, anything else) and no abstract UNIX socket outside it may be
-  reached. Landlock also forbids tracing (and reading the memory or the
-  environment of) any process outside the worker.
+  reached. Landlock also forbids tracing any process outside the worker,
+  and so reading its memory or its environment (for a worker forked from
+  root, only once the capabilities are dropped).
 * **seccomp** (x86-64 and AArch64): no new process (``fork``, ``vfork``,
   ``clone`` without ``CLONE_THREAD``; ``clone3`` reports ENOSYS so that
   threads fall back to ``clone``), no ``execve``, no ``ptrace`` or
@@ -70,6 +71,7 @@ _FILE_RIGHTS = (_FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
 # --------------------------------------------------------------------------
 # seccomp (include/uapi/linux/seccomp.h, filter.h, audit.h)
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _PR_SET_SECCOMP = 22
@@ -390,3 +392,23 @@ def confine(scratch: str, protected: tuple[str, ...]) -> Confinement:
         problems.append(f"no seccomp filter for {platform.machine()}")
     return Confinement(landlock_abi=abi, seccomp=applied,
                        problems=tuple(problems))
+
+
+def die_with_parent(parent: int) -> None:
+    """Be killed (SIGKILL) when the process that forked this one dies.
+
+    A worker whose grading process is killed from outside (an
+    administrator, the OOM killer, a batch that gives up) must not live on,
+    hung, as an orphan. Called right after fork, before the sandbox closes
+    ctypes; if the parent is already gone, exit at once.
+    """
+    import signal
+
+    try:
+        _libc().prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL),
+                      ctypes.c_ulong(0), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0))
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(75)

@@ -36,6 +36,8 @@ class ProbeResult:
 
 def format_error(error: dict, source: SourceFile) -> str:
     """One sentence about an exception raised in student code."""
+    if not isinstance(error, dict):
+        error = {}
     text = f"{error.get('type', 'Exception')}: {error.get('message', '')}"
     line = error.get("line")
     if isinstance(line, int):
@@ -104,7 +106,7 @@ def _result_from_frame(info: ProbeInfo, message: dict,
     try:
         value = (decode_value(message["value"]) if "value" in message
                  else None)
-    except (ChannelError, ValueError, TypeError) as exc:
+    except (ChannelError, ValueError, TypeError, OverflowError) as exc:
         return ProbeResult(info=info, seconds=seconds,
                            problem=f"its result could not be read ({exc})")
     describe = message.get("describe")
@@ -132,7 +134,10 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
                                 + format_error(error, source) + ".")
         elif kind == "start":
             started = str(message.get("id"))
-        elif kind == "probe" and isinstance(message.get("id"), str):
+        elif (kind == "probe" and isinstance(message.get("id"), str)
+              and message["id"] == started):
+            # Only the answer to the probe just started counts: a frame
+            # forged before (e.g. at import) is ignored.
             by_id.setdefault(message["id"], message)
         elif kind == "refused" and isinstance(message.get("what"), str):
             run.refused.append(message["what"][:200])

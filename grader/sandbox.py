@@ -306,8 +306,9 @@ def _describe_status(status: int) -> tuple[str, str]:
         name = signal.Signals(number).name if number in \
             signal.Signals._value2member_map_ else str(number)
         reason = {"SIGXCPU": "it used up its CPU-time limit",
-                  "SIGKILL": "it was killed (SIGKILL), usually for "
-                             "exhausting memory",
+                  "SIGKILL": "it was killed (SIGKILL): by the system "
+                             "for exhausting memory, or for running past "
+                             "its CPU-time limit",
                   "SIGSEGV": "it crashed (segmentation fault)",
                   "SIGABRT": "it aborted",
                   "SIGXFSZ": "it wrote a file over the size limit"}.get(
@@ -325,11 +326,12 @@ def _fork(job: Job, limits: Limits, inherited: list[int]) -> _Running:
     plan = {"source": job.source, "filename": job.filename,
             "probes": job.probes, "protected": list(job.protected),
             "timeout": limits.timeout, "memory_mb": limits.memory_mb}
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(result_r)
         os.close(output_r)
-        worker.main(plan, result_w, output_w, scratch, inherited)
+        worker.main(plan, result_w, output_w, scratch, inherited, parent)
     os.close(result_w)
     os.close(output_w)
     for fd in (result_r, output_r):

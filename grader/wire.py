@@ -52,8 +52,9 @@ class FrameReader:
             del self._buffer[:_HEADER.size + size]
             try:
                 message = json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ChannelError(f"a frame is not JSON: {exc}") from exc
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise ChannelError(f"a frame is not JSON: "
+                                   f"{type(exc).__name__}") from exc
             if not isinstance(message, dict):
                 raise ChannelError("a frame is not a JSON object")
             messages.append(message)

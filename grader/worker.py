@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from grader.confine import confine
+from grader.confine import confine, die_with_parent
 from grader.wire import decode_tensor, encode_value, frame
 
 # The worker's own exit and write, kept before student code could replace
@@ -446,9 +446,9 @@ def _replace_everywhere(replacements: dict[int, Any]) -> None:
                 namespace[key] = replacement
 
 
-def _limit(kind: int, soft: int) -> None:
+def _limit(kind: int, soft: int, hard: int | None = None) -> None:
     try:
-        resource.setrlimit(kind, (soft, soft))
+        resource.setrlimit(kind, (soft, soft if hard is None else hard))
     except (ValueError, OSError):
         pass
 
@@ -464,8 +464,12 @@ def _current_vm_bytes() -> int:
 
 
 def apply_limits(timeout: float, memory_mb: int) -> None:
-    """CPU seconds, address space (on top of what is mapped now), files."""
-    _limit(resource.RLIMIT_CPU, int(timeout) + 2)
+    """CPU seconds, address space (on top of what is mapped now), files.
+
+    The CPU limit matters when threads burn CPU faster than the wall clock
+    runs out: SIGXCPU at the soft limit, SIGKILL a second later.
+    """
+    _limit(resource.RLIMIT_CPU, int(timeout) + 1, int(timeout) + 2)
     if memory_mb > 0:
         _limit(resource.RLIMIT_AS,
                _current_vm_bytes() + memory_mb * 1024 * 1024)
@@ -614,7 +618,7 @@ def run_probe(namespace: dict, probe: dict, filename: str,
 
 
 def main(job: dict, result_fd: int, output_fd: int, scratch: Path,
-         inherited: list[int]) -> NoReturn:
+         inherited: list[int], parent: int | None = None) -> NoReturn:
     """The worker's whole life; called in the child right after fork.
 
     ``inherited`` (the other workers' pipe ends) is kept for callers; every
@@ -623,6 +627,7 @@ def main(job: dict, result_fd: int, output_fd: int, scratch: Path,
     code = 0
     try:
         os.setsid()
+        die_with_parent(parent)
         result_fd = isolate_descriptors(result_fd, output_fd)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)

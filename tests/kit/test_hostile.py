@@ -13,7 +13,9 @@ limits (3 s, 512 MB per worker), and the test asserts:
 * that the kit's files (``transformer_lm/``, ``tests/``, ``grader/``,
   ``solutions/``) are unchanged, that no ``results.json`` appeared in the
   working folder, the kit's root or the corpus folder, and that a file the
-  grading process holds open (as ``batch`` holds its CSV) is untouched;
+  grading process holds open (as ``batch`` holds its CSV) is untouched
+  (the kit is hashed just before and just after each grade: run this in a
+  checkout nobody edits meanwhile, as CI does, or an edit shows here);
 * that the report says what happened (key words of its sentences), that no
   secret of the grading process's environment reached the submission, and
   that the markers a hostile file prints when an attack *succeeds* never
@@ -273,7 +275,11 @@ def test_hostile_submission(name: str, grade_path, tmp_path: Path,
                             memory_mb=MEMORY_MB)
         elapsed = time.monotonic() - started
         handle.flush()
-    assert changed(before, kit_fingerprint()) == []
+    modified = changed(before, kit_fingerprint())
+    assert modified == [], (
+        f"kit files changed while {name} was graded (by the submission, "
+        f"or by another process editing this checkout meanwhile): "
+        f"{modified}")
     assert forged_results() == []
     assert held.read_text() == "student,score\n"
     assert elapsed < BOUND_SECONDS

@@ -12,9 +12,11 @@ Cases:
   documented order (:func:`reference.documented_weights`);
 * **hidden** (unless ``public_only``): random cases derived from the
   grading seed, in which no two sizes (and no two products of two sizes
-  that a head split could confuse) are equal, the mask buffer is longer
-  than the input (``context_length > num_tokens``) and ``qkv_bias``
-  alternates.
+  that a head split could confuse) are equal, the mask buffer of
+  ``CausalAttention`` and ``MultiHeadAttention`` is longer than the input
+  (``context_length > num_tokens``) and ``qkv_bias`` alternates. The
+  wrapper's cases have ``context_length = num_tokens``: its mask is
+  ``CausalAttention``'s, judged in task 4.
 
 Probes, per task (ids are prefixes the checks select on):
 
@@ -60,7 +62,7 @@ from grader.wire import encode_tensor
 
 HIDDEN_CASES = 3
 DROPOUT_P = 0.5
-PUBLIC = "public"
+PUBLIC = "lecture"
 
 # "Your journey starts with one step", embedded in 3 dimensions.
 INPUTS = torch.tensor(
@@ -190,8 +192,10 @@ def random_sizes(rng: np.random.Generator, task: str) -> dict[str, int]:
             s["d_out"] = draw(2, 9)
         if task in ("task4", "task5", "task6", "task7"):
             s = {"batch_size": draw(2, 4), **s}
-        if task in ("task4", "task5", "task6"):
+        if task in ("task4", "task6"):
             s["context_length"] = s["num_tokens"] + draw(1, 4)
+        if task == "task5":  # the mask is CausalAttention's (task 4)
+            s["context_length"] = s["num_tokens"]
         if task in ("task4", "task5"):
             s["d_out"] = draw(2, 7)
         if task == "task5":
@@ -291,15 +295,18 @@ def square_case(seed: int) -> Case:
 def dropout_case(seed: int, task: str) -> Case:
     """A case whose attention weights can be read back from the output.
 
-    d_out (task 4) or head_dim (task 6, one head) is larger than
-    num_tokens, so the values of a sequence span a num_tokens-dimensional
-    space and the output determines the weights; ``out_proj`` is the
-    identity. 12 sequences give 252 causal weights: with p = 0.5 the share
-    of zeros falls outside [0.3, 0.7] with a probability below 1e-10.
+    d_in and d_out (task 4) or head_dim (task 6, one head) are larger
+    than num_tokens, so the values of a sequence span a
+    num_tokens-dimensional space and the output determines the weights;
+    ``out_proj`` is the identity. One head, and context_length =
+    num_tokens, so that a wrong head split or an unsliced mask (judged by
+    the other item) does not cost the dropout point too. 12 sequences give
+    252 causal weights: with p = 0.5 the share of zeros falls outside
+    [0.3, 0.7] with a probability below 1e-10.
     """
     rng = np.random.default_rng([seed, 21 if task == "task4" else 22])
-    sizes = {"batch_size": 12, "num_tokens": 6, "context_length": 9,
-             "d_in": 5, "d_out": 8}
+    sizes = {"batch_size": 12, "num_tokens": 6, "context_length": 6,
+             "d_in": 7, "d_out": 8}
     if task == "task6":
         sizes.update(num_heads=1, head_dim=8)
     weights = random_weights(rng, task, sizes, False)

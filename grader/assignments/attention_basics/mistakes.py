@@ -16,7 +16,6 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from grader.assignments.attention_basics import reference
 from grader.checking import ATOL, RTOL
@@ -239,22 +238,25 @@ def scale_diagnosis(c: float | None, expected: float,
 # Reading attention weights back from an output
 
 
-def recover_weights(output: torch.Tensor, values: torch.Tensor
-                    ) -> tuple[torch.Tensor, float]:
+def recover_weights(output: torch.Tensor, values: torch.Tensor,
+                    rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     """The weights A with A @ values = output, and the relative residual.
 
-    ``values`` [..., num_tokens, d] with d > num_tokens spans a
-    num_tokens-dimensional space, so A is unique; a large residual says
-    the output is not a mix of the value vectors at all.
+    ``values`` [..., num_tokens, d] of rank num_tokens (d_in and d both
+    larger) make A unique; a large residual says the output is not a mix
+    of the value vectors at all. Only the tokens where ``rows`` [...,
+    num_tokens] is True are solved for and measured (the others are 0).
     """
     values = values.double()
-    output = output.double()
+    output = torch.where(rows[..., None], output.double(), 0.0)
     weights = torch.linalg.lstsq(values.transpose(-2, -1),
                                  output.transpose(-2, -1)).solution
     weights = weights.transpose(-2, -1)
-    residual = (weights @ values - output).abs().max()
+    residual = (weights @ values - output).abs()[rows]
+    if residual.numel() == 0:
+        return weights, 0.0
     scale = output.abs().max().clamp_min(1e-12)
-    return weights, float(residual / scale)
+    return weights, float(residual.max() / scale)
 
 
 def dropout_values(case: Case, task: str) -> torch.Tensor:
@@ -273,23 +275,3 @@ def merged_output(output: torch.Tensor, case: Case,
         return reference.heads_first(output.double(),
                                      case.sizes["num_heads"])
     return output.double()
-
-
-def simple_attention_expected(x: torch.Tensor) -> torch.Tensor:
-    """The reference of task 1 in float64 (a shortcut for the checks)."""
-    return reference.simple_self_attention(x.double())
-
-
-def uniform_causal(values: torch.Tensor) -> torch.Tensor:
-    """Each token's mean of the values of tokens 0..i."""
-    n = values.shape[-2]
-    weights = torch.ones(n, n, dtype=values.dtype).tril()
-    weights = weights / weights.sum(-1, keepdim=True)
-    return weights @ values
-
-
-def linear_output(x: torch.Tensor, weights: dict[str, torch.Tensor],
-                  name: str) -> torch.Tensor:
-    """A layer of a case applied to x (float64)."""
-    return F.linear(x.double(), weights[f"{name}.weight"].double(),
-                    weights[f"{name}.bias"].double())
