@@ -314,14 +314,18 @@ def run_batch(args: argparse.Namespace) -> int:
     write_csv(out, list(rows.values()))
     queue = [(entry, 0) for entry in todo]
     running: list[_Running] = []
-    interrupted = False
+    # Ctrl-C and SIGTERM only raise a flag that the loop checks: an
+    # exception raised by a signal can land in a finaliser, where Python
+    # prints it and carries on.
+    stop: list[int] = []
 
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    def on_signal(signum: int, frame: object) -> None:
+        stop.append(signum)
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_signal)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while queue or running:
+        while (queue or running) and not stop:
             while queue and len(running) < jobs:
                 entry, attempt = queue.pop(0)
                 running.append(_start(entry, reports, args, attempt,
@@ -360,17 +364,16 @@ def run_batch(args: argparse.Namespace) -> int:
                 rows[job.entry.student] = row
                 write_csv(out, list(rows.values()))
                 progress.update(row, seconds)
-    except KeyboardInterrupt:
-        interrupted = True
+    finally:
         for job in running:
             _stop(job)
             os.waitpid(job.pid, 0)
             os.close(job.fd)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     write_csv(out, list(rows.values()))
     errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
-    if interrupted:
+    if stop:
         sys.stderr.write(f"\ninterrupted: {len(rows)} of {len(entries)} "
                          f"submissions graded and kept in {out}; run again "
                          f"with --resume to grade the rest\n")
