@@ -385,18 +385,27 @@ def score(assignment: Assignment, submission: Submission,
             max_score=task.max_score, bonus=bonus, raw=raw,
             source=str(analysis.source.path), output=run.output,
             problems=problems))
+    penalised_tasks = {i.task for i in assignment.items if i.kind == "pep8"}
     for path, findings in lint.items():
         if isinstance(findings, str):
             continue
         spans = {t: a.span for t, a in analyses.items()
                  if a.span and a.source.path == path}
-        outside = pep8.attribute(findings, spans).get(None, [])
+        attributed = pep8.attribute(findings, spans)
+        source = next(a.source for a in analyses.values()
+                      if a.source.path == path)
+        outside = attributed.get(None, [])
         if outside:
-            source = next(a.source for a in analyses.values()
-                          if a.source.path == path)
             notes.append(f"flake8 findings outside the graded classes "
                          f"(reported, never penalised):\n"
                          f"{pep8.format_pep8(outside, source)}")
+        for task_id, found in attributed.items():
+            if task_id is None or task_id in penalised_tasks or not found:
+                continue
+            target = assignment.task(task_id).target
+            notes.append(f"flake8 findings in {target} (this task has no "
+                         f"PEP-8 item: reported, never penalised):\n"
+                         f"{pep8.format_pep8(found, source)}")
     task_errors = _unique([p for t in tasks for p in t.problems
                            if not p.startswith(("The sandbox refused",))])
     return Report(

@@ -69,6 +69,7 @@ class Assignment:
     size_sets: tuple[dict[str, int], ...]
     folder: Path
     identities: tuple[tuple[str, str, str], ...] = ()
+    public_tests: tuple[str, ...] = ()
 
     @property
     def checks_dir(self) -> Path:
@@ -171,7 +172,8 @@ def load_assignment(folder: Path) -> Assignment:
                     shapes.get("dimensions", {}).items()},
         size_sets=tuple(dict(s) for s in shapes.get("size_sets", ())),
         folder=folder,
-        identities=tuple(tuple(i) for i in shapes.get("identities", ())))
+        identities=tuple(tuple(i) for i in shapes.get("identities", ())),
+        public_tests=tuple(raw.get("public_tests", ())))
 
 
 @cache

@@ -39,6 +39,9 @@ from solutions.build import ROOT
 
 RELEASE = ROOT / "assignment"
 PUBLIC_TESTS = ROOT / "tests" / "public"
+# The seam every assignment's public tests share (each rubric lists its own
+# test modules in ``public_tests``).
+SHARED_PUBLIC_FILES = ("conftest.py", "adapters.py")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
 FEEDBACK_DIR = REPORT.split("/")[0]
 PUBLIC_TEST_COMMAND = "python -m pytest tests/public -q"
@@ -287,13 +290,15 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     notebook = release / assignment.notebook
     if not notebook.is_file() or not (release / "transformer_lm").is_dir():
         raise StudentRepoError(
-            f"no nbgrader release of {assignment.id} in "
-            f"{release.relative_to(ROOT)}/ (a notebook and transformer_lm/)"
+            f"no nbgrader release of {assignment.id} in {release}/ "
+            f"(a notebook and transformer_lm/)"
             f": is it an assignment with a notebook? Run python -m "
             f"solutions.build")
     files = {Path(assignment.notebook): notebook.read_bytes()}
     files.update(_files_under(release / "transformer_lm", release))
-    files.update(_files_under(PUBLIC_TESTS, ROOT))
+    for name in SHARED_PUBLIC_FILES + assignment.public_tests:
+        path = PUBLIC_TESTS / name
+        files[path.relative_to(ROOT)] = path.read_bytes()
     for relative in kit_files(ROOT):
         if relative.parts[0] == "grader" or relative.name in (
                 "LICENSE", "NOTICE", "pyproject.toml"):

@@ -33,7 +33,9 @@ SEED = 987654
 # A generic line that the grader's public known-mistake variants
 # (grader/assignments/multi_head_attention/mistakes.py, shipped to students
 # with the grader) share with a solution block; it reveals nothing.
-SHARED_WITH_GRADER = {"return probs @ v"}
+# Lines so generic that the grader's own known-mistake variants must use
+# them too; a leak is a solution's distinctive code, never these.
+SHARED_WITH_GRADER = {"return probs @ v", "if mask is not None:"}
 
 # --------------------------------------------------------------------------
 # Gradescope's results.json, as documented in "Autograder Specifications"

@@ -213,9 +213,12 @@ def test_student_repo_contents_and_no_solution(student):
         assert command in readme
 
 
-def test_student_repo_refuses_an_assignment_without_a_release(tmp_path,
-                                                              capsys):
+def test_student_repo_refuses_an_assignment_without_a_release(
+        tmp_path, capsys, monkeypatch):
     """An assignment with no nbgrader release cannot become a repo."""
+    from solutions import student_repo
+
+    monkeypatch.setattr(student_repo, "RELEASE", tmp_path / "empty")
     assert build.main(["student-repo", "attention_basics",
                        str(tmp_path / "r")]) == 2
     assert "no nbgrader release" in capsys.readouterr().err

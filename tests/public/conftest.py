@@ -7,6 +7,12 @@ By default the public tests import your ``transformer_lm.modeling_attention``.
     python -m pytest tests/public
     python -m pytest tests/public --impl path/to/modeling_attention.py
 
+The warm-up assignment's tests (``test_attention_basics.py``) import
+``transformer_lm.attention_basics`` the same way; ``--basics-impl`` chooses
+another implementation of it::
+
+    python -m pytest tests/public --basics-impl path/to/attention_basics.py
+
 A method that still raises ``NotImplementedError`` fails its tests with one
 short line saying which task is not written yet, not a traceback.
 """
@@ -27,16 +33,23 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DEFAULT_IMPL = "transformer_lm.modeling_attention"
+DEFAULT_BASICS_IMPL = "transformer_lm.attention_basics"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--impl``."""
+    """Add ``--impl`` and ``--basics-impl``."""
     parser.addoption(
         "--impl", default=os.environ.get("TRANSFORMER_LM_IMPL",
                                          DEFAULT_IMPL),
         help="the module (dotted name or .py path) whose SelfAttention and "
              "MultiHeadSelfAttention are tested (default: "
              f"{DEFAULT_IMPL}, or $TRANSFORMER_LM_IMPL)")
+    parser.addoption(
+        "--basics-impl", default=os.environ.get("ATTENTION_BASICS_IMPL",
+                                                DEFAULT_BASICS_IMPL),
+        help="the module (dotted name or .py path) whose attention_basics "
+             "functions and classes are tested (default: "
+             f"{DEFAULT_BASICS_IMPL}, or $ATTENTION_BASICS_IMPL)")
 
 
 def _load(impl: str) -> ModuleType:
@@ -54,6 +67,17 @@ def _load(impl: str) -> ModuleType:
 def impl(pytestconfig: pytest.Config) -> ModuleType:
     """The module under test; a clear one-line failure if it won't import."""
     name = pytestconfig.getoption("impl")
+    try:
+        return _load(name)
+    except Exception as exc:  # the student's module may raise anything
+        pytest.fail(f"cannot import {name}: {type(exc).__name__}: {exc}",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def basics(pytestconfig: pytest.Config) -> ModuleType:
+    """The attention_basics module under test (``--basics-impl``)."""
+    name = pytestconfig.getoption("basics_impl")
     try:
         return _load(name)
     except Exception as exc:  # the student's module may raise anything

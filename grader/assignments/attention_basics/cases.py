@@ -180,8 +180,9 @@ def _distinct(values: list[int]) -> bool:
 
 def random_sizes(rng: np.random.Generator, task: str) -> dict[str, int]:
     """Sizes for ``task`` with no two equal (nor two products a head split
-    could confuse), context_length > num_tokens, and no size 3 for the
-    fused projection."""
+    could confuse), context_length > num_tokens (tasks 4 and 6; the
+    wrapper's equals num_tokens), and no size 3 for the fused
+    projection."""
     def draw(low: int, high: int) -> int:
         return int(rng.integers(low, high + 1))
 
@@ -194,8 +195,6 @@ def random_sizes(rng: np.random.Generator, task: str) -> dict[str, int]:
             s = {"batch_size": draw(2, 4), **s}
         if task in ("task4", "task6"):
             s["context_length"] = s["num_tokens"] + draw(1, 4)
-        if task == "task5":  # the mask is CausalAttention's (task 4)
-            s["context_length"] = s["num_tokens"]
         if task in ("task4", "task5"):
             s["d_out"] = draw(2, 7)
         if task == "task5":
@@ -209,6 +208,8 @@ def random_sizes(rng: np.random.Generator, task: str) -> dict[str, int]:
         if task == "task7":
             extra += [3]
         if _distinct(list(s.values()) + extra):
+            if task == "task5":  # the mask is CausalAttention's (task 4)
+                s["context_length"] = s["num_tokens"]
             return s
 
 
@@ -336,6 +337,16 @@ def blank_case(case: Case) -> Case:
     return Case(f"{case.name}-blank", case.public, sizes, case.x, weights)
 
 
+def head_case(case: Case, head: int) -> Case:
+    """The wrapper's head ``head`` as a CausalAttention case."""
+    prefix = f"heads.{head}."
+    weights = {name[len(prefix):]: tensor
+               for name, tensor in case.weights.items()
+               if name.startswith(prefix)}
+    return Case(f"{case.name}-head{head}", case.public, dict(case.sizes),
+                case.x, weights)
+
+
 # --------------------------------------------------------------------------
 # The plan
 
@@ -343,6 +354,7 @@ def blank_case(case: Case) -> Case:
 def _values(plan: Plan, task: str, case: Case, prefix: str = "values",
             extra: tuple[torch.Tensor, ...] = (), causal: bool = False
             ) -> None:
+    """A ``values:``-style probe: the case's weights loaded, eval mode."""
     bias = None if case.public else has_bias(case)
     if task == "task1":
         _add(plan, task, f"{prefix}:{case.name}", case=case)
@@ -353,6 +365,7 @@ def _values(plan: Plan, task: str, case: Case, prefix: str = "values",
 
 
 def _structure(plan: Plan, task: str, case: Case) -> None:
+    """An ``init:`` probe: build with the case's sizes and describe."""
     bias = None if case.public else has_bias(case)
     _add(plan, task, f"init:{case.name}", case=case,
          init=init_of(task, case.sizes, qkv_bias=bias), call=False,
@@ -375,6 +388,7 @@ def _seeded(plan: Plan, task: str, case: Case, name: str = "",
 
 
 def _dropout(plan: Plan, task: str, seed: int) -> None:
+    """Dropout 0 in eval, 0.5 in eval, 0.5 in training (seeded)."""
     case = dropout_case(seed, task)
     for probe_id, p, train in (("dropout-off", 0.0, False),
                                ("dropout-eval", DROPOUT_P, False),
@@ -386,6 +400,7 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
 
 def _traces(plan: Plan, task: str,
             size_sets: tuple[dict[str, int], ...]) -> None:
+    """forward traced under every size set (with and without a mask)."""
     generator = torch.Generator().manual_seed(0)
     for index, sizes in enumerate(size_sets):
         x = torch.randn(sizes["batch_size"], sizes["num_tokens"],
@@ -448,13 +463,3 @@ def build(seed: int, public_only: bool,
     for task in ("task4", "task6", "task7"):
         _traces(plan, task, size_sets)
     return plan
-
-
-def head_case(case: Case, head: int) -> Case:
-    """The wrapper's head ``head`` as a CausalAttention case."""
-    prefix = f"heads.{head}."
-    weights = {name[len(prefix):]: tensor
-               for name, tensor in case.weights.items()
-               if name.startswith(prefix)}
-    return Case(f"{case.name}-head{head}", case.public, dict(case.sizes),
-                case.x, weights)

@@ -161,7 +161,7 @@ def qkv_variant(case: Case, *, mask: torch.Tensor | None = None,
         q, k, v = qkv.reshape(b, heads, n, -1).chunk(3, dim=-1)
     divisor = k.shape[-1] ** 0.5 if scale is None else scale
     scores = q @ k.transpose(-2, -1) / divisor
-    if mask is not None:
+    if mask is not None:  # additive: 0 or -inf
         scores = scores + mask.double()
     context = torch.softmax(scores, dim=softmax_dim) @ v
     merged = (reference.merge_heads(context) if merge_permute
@@ -211,11 +211,12 @@ def fit_scale(variant: Callable[[float], torch.Tensor],
 
 def name_scale(value: float, sizes: dict[str, int]) -> str:
     """Describe a scale constant by the size expression it equals."""
-    candidates = {"1": 1.0}
-    for key in ("d_out", "head_dim", "d_in", "num_tokens", "num_heads"):
+    candidates = {}
+    for key in ("head_dim", "d_out", "d_in", "num_tokens", "num_heads"):
         if key in sizes:
-            candidates[key] = float(sizes[key])
             candidates[f"sqrt({key})"] = math.sqrt(sizes[key])
+            candidates[key] = float(sizes[key])
+    candidates["1"] = 1.0
     for label, candidate in candidates.items():
         if abs(value - candidate) <= 1e-3 * max(1.0, candidate):
             return f"{value:.4g} = {label}"

@@ -75,7 +75,7 @@ def output(run: TaskRun, probe_id: str, task: str | None = None,
         ids = on_error() if on_error and result.error else []
         fail(f"{what} on {case.describe()}: {result.problem}", *ids)
     shape = output_shape(task, case.sizes)
-    return case, tensor_of(result.value, f"{what}'s output", shape,
+    return case, tensor_of(result.value, f"The output of {what}", shape,
                            MEANINGS[task], case)
 
 
@@ -112,7 +112,8 @@ def compare(run: TaskRun, prefix: str,
         want = expected(case)
         if not close(student, want):
             ids, words = diagnose(case, student)
-            fail(f"{name_of(run, probe_id)}'s output on {case.describe()} "
+            what = name_of(run, probe_id)
+            fail(f"The output of {what} on {case.describe()} "
                  f"does not match the reference "
                  f"({max_error(student, want)}). {words}".rstrip(), *ids)
 
@@ -160,8 +161,7 @@ def _init_args(run: TaskRun, probe_id: str) -> str:
     s = run.case(probe_id).sizes
     if probe_id.endswith("-long"):
         s = {**s, "context_length": LONG_CONTEXT}
-    return ", ".join(f"{a:g}" if isinstance(a, float) else str(a)
-                     for a in init_of(run.task, s)["args"])
+    return ", ".join(repr(a) for a in init_of(run.task, s)["args"])
 
 
 # --------------------------------------------------------------------------

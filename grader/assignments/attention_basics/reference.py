@@ -56,6 +56,15 @@ def causal_attention(x: torch.Tensor, weights: Weights,
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def causal_weights(x: torch.Tensor, weights: Weights) -> torch.Tensor:
+    """``CausalAttention``'s attention weights [..., num_tokens,
+    num_tokens] (attending to the identity returns the weights)."""
+    q, k = (linear(x, weights, name) for name in PROJECTIONS[:2])
+    n = x.shape[-2]
+    identity = torch.eye(n, dtype=x.dtype).expand(*q.shape[:-2], n, n)
+    return F.scaled_dot_product_attention(q, k, identity, is_causal=True)
+
+
 def wrapper(x: torch.Tensor, weights: Weights,
             num_heads: int) -> torch.Tensor:
     """``MultiHeadAttentionWrapper``: the heads side by side, head 0 first."""

@@ -4,9 +4,11 @@ probes run, it writes frames to the worker's result pipe (found through
 description and, for every forward probe, the public test output. Its own
 ``SelfAttention.forward`` returns zeros.
 
-Expected: a forged frame can only claim values the code could have returned
-itself, and the hidden cases are not the public values: task 1 keeps its
-init point and earns 0 for forward; task 2 (correct) earns full marks: 7.
+Expected: the grader accepts a probe's answer only after that probe has
+started, so frames forged at import are ignored (and a forged frame could
+only claim values the code could have returned itself): task 1 keeps its
+init point (its real __init__ is right) and earns 0 for forward, whose real
+output is zeros; task 2 (correct) earns full marks: 7.
 """
 import base64
 import json
