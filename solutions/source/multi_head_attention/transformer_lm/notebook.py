@@ -53,10 +53,12 @@ def marked_regions_only_raise(function: ast.FunctionDef,
     return True
 
 
-def is_untouched_stub(cls: type) -> bool:
-    """True when every marked method of ``cls`` still only raises."""
+def is_untouched_stub(cls: Any) -> bool:
+    """True when every marked method of ``cls`` (or the marked function
+    ``cls`` itself) still only raises."""
     verdicts = []
-    for member in vars(cls).values():
+    members = [cls] if inspect.isfunction(cls) else list(vars(cls).values())
+    for member in members:
         if not inspect.isfunction(member):
             continue
         try:
@@ -70,8 +72,9 @@ def is_untouched_stub(cls: type) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
-def use_implemented(notebook_class: type, module_class: type) -> type:
-    """The notebook's class unless it is the untouched stub."""
+def use_implemented(notebook_class: Any, module_class: Any) -> Any:
+    """The notebook's class (or function) unless it is the untouched
+    stub."""
     if is_untouched_stub(notebook_class) and not is_untouched_stub(
             module_class):
         print(f"Using {module_class.__name__} from "
