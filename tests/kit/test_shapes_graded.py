@@ -1,0 +1,68 @@
+"""The shape-comment and PEP-8 items, end to end: real submission files
+graded by the grader (sandbox, tracing, verification, scoring).
+
+The files are the verifier's cases in ``shape_cases/``; each file's
+docstring says what it holds. ``test_shapes.py`` checks the findings line by
+line; this module checks the items they cost, which are what a student sees.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CASES = Path(__file__).resolve().parent / "shape_cases"
+
+# file -> (task1.shapes, task2.shapes), from each file's documented intent.
+SHAPES = {
+    "accepted_forms": (0, 0),     # every accepted form, all right
+    "seed_solution": (0, 0),      # the seed's own comments (the right ones)
+    "attribution": (-1, -1),      # comments above their statement, etc.
+    "inplace_ops": (-1, -1),      # probs.mul_ wrong; masked_fill_ missing
+    "loops": (0, -1),             # right in every iteration / wrong in one
+    "mistakes": (-1, -1),         # missing, no shape, unknown name, wrong
+    "multiline_tuples": (-1, -1),  # tuple shapes in the wrong order
+    "never_runs": (0, -1),        # notes only in task 1; unknown name in 2
+    "tampering": (-1, -1),        # sys.settrace(None), frame trace removed
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_shape_items(grade_path, name: str) -> None:
+    """Each file costs exactly the shapes points its findings deserve."""
+    report = grade_path(CASES / f"{name}.py", public_only=True)
+    scores = report.scores()
+    got = (scores["task1.shapes"], scores["task2.shapes"])
+    assert got == SHAPES[name], [report.item(i).message for i in
+                                 ("task1.shapes", "task2.shapes")]
+    for item_id in ("task1.shapes", "task2.shapes"):
+        item = report.item(item_id)
+        assert item.passed == (item.score == 0)
+        if item.score < 0 and "sys.settrace" not in item.message:
+            assert "line " in item.details, item.details
+
+
+def test_tampering_is_named(grade_path) -> None:
+    """Switching the tracer off costs the point, and the report says why."""
+    report = grade_path(CASES / "tampering.py", public_only=True)
+    assert "sys.settrace" in report.item("task1.shapes").message
+
+
+def test_never_executed_lines_are_notes(grade_path) -> None:
+    """Branches the grader never enters give notes, not penalties."""
+    report = grade_path(CASES / "never_runs.py", public_only=True)
+    details = report.item("task2.shapes").details
+    assert "never ran" in details and "unknown" in details
+
+
+def test_pep8_items_inside_and_outside_the_classes(grade_path) -> None:
+    """Findings inside each class cost its point; module-level ones are
+    reported in the notes and cost nothing."""
+    report = grade_path(CASES / "pep8_style.py", public_only=True)
+    assert report.scores()["task1.pep8"] == -1
+    assert report.scores()["task2.pep8"] == -1
+    outside = [n for n in report.notes if "outside the graded classes" in n]
+    assert outside and "F401" in outside[0]
+    clean = grade_path(CASES.parents[2] / "examples" / "submission",
+                       public_only=True)
+    assert not any("outside the graded classes" in n for n in clean.notes)
