@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 
+from grader.fitting import fit_log_scale
 from grader.assignments.attention_basics import reference
 from grader.checking import ATOL, RTOL
 from grader.plan import Case
@@ -185,25 +186,12 @@ def fit_scale(variant: Callable[[float], torch.Tensor],
     if not torch.isfinite(student).all():
         return None
 
-    def error(log_c: float) -> float:
-        diff = variant(math.exp(log_c)) - student.double()
+    def error(scale: float) -> float:
+        diff = variant(scale) - student.double()
         return float((diff ** 2).sum())
 
     try:
-        low, high = math.log(1e-2), math.log(1e3)
-        ratio = (math.sqrt(5) - 1) / 2
-        a, b = high - ratio * (high - low), low + ratio * (high - low)
-        fa, fb = error(a), error(b)
-        for _ in range(80):
-            if fa < fb:
-                high, b, fb = b, a, fa
-                a = high - ratio * (high - low)
-                fa = error(a)
-            else:
-                low, a, fa = a, b, fb
-                b = low + ratio * (high - low)
-                fb = error(b)
-        c = math.exp((low + high) / 2)
+        c = fit_log_scale(error)
         return c if same(student, variant(c)) else None
     except RuntimeError:  # a shape the variant cannot produce
         return None

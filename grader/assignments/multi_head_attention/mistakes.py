@@ -16,6 +16,7 @@ import torch
 
 from grader.assignments.multi_head_attention import reference
 from grader.checking import close
+from grader.fitting import fit_log_scale
 from grader.plan import Case
 
 
@@ -144,24 +145,11 @@ def fit_scale_output(case: Case, student: torch.Tensor) -> float | None:
     A golden-section search on log c over [1e-2, 1e3] of the squared error;
     returned only when the output at c matches the student's.
     """
-    def error(log_c: float) -> float:
-        variant = self_attention_variant(case, scale=math.exp(log_c))
+    def error(scale: float) -> float:
+        variant = self_attention_variant(case, scale=scale)
         return float(((variant - student.double()) ** 2).sum())
 
-    low, high = math.log(1e-2), math.log(1e3)
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = high - ratio * (high - low), low + ratio * (high - low)
-    fa, fb = error(a), error(b)
-    for _ in range(80):
-        if fa < fb:
-            high, b, fb = b, a, fa
-            a = high - ratio * (high - low)
-            fa = error(a)
-        else:
-            low, a, fa = a, b, fb
-            b = low + ratio * (high - low)
-            fb = error(b)
-    c = math.exp((low + high) / 2)
+    c = fit_log_scale(error)
     if close(student, self_attention_variant(case, scale=c).float()):
         return c
     return None
