@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.files import write_atomic
+from grader.text import csv_cell
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 STATUS_GRADED = "graded"
@@ -95,7 +96,9 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
     row = {"student": student, "status": STATUS_GRADED,
            "score": report["score"], "max_score": report["max_score"],
            "assignment": report.get("assignment", ""), "path": str(path),
-           "errors": " | ".join(report.get("errors", []))}
+           "errors": " | ".join(report.get("errors", [])),
+           "flags": " | ".join(f["message"] for f in
+                               report.get("flags", []))}
     for item in report["items"]:
         row[item["id"]] = item["score"]
     return row
@@ -111,7 +114,7 @@ def error_row(student: str, path: Path, message: str) -> dict:
 def write_csv(path: Path, rows: list[dict]) -> None:
     """Write every row, atomically, items in rubric order."""
     fixed = ["student", "status", "score", "max_score"]
-    tail = ["errors", "assignment", "path"]
+    tail = ["flags", "errors", "assignment", "path"]
     items: list[str] = []
     for row in rows:
         items += [k for k in row if k not in fixed + tail
@@ -121,7 +124,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                             restval="", lineterminator="\n")
     writer.writeheader()
     for row in sorted(rows, key=lambda r: r["student"]):
-        writer.writerow(row)
+        writer.writerow({key: csv_cell(value) for key, value in row.items()})
     write_atomic(path, buffer.getvalue())
 
 

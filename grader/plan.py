@@ -8,12 +8,28 @@ the trusted process, what the checks need to judge the answer.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from grader.wire import encode_tensor
+
+
+def derive_seed(seed: int, *labels: object) -> int:
+    """A seed for one random stream, derived one-way from the grading seed.
+
+    Every random stream a submission can observe (hidden inputs and
+    weights, dropout masks) is seeded with ``derive_seed(seed, "what",
+    ...)``: a SHA-256 of the secret seed and the labels, so that nothing a
+    submission sees or prints (``torch.initial_seed()``, the inputs) gives
+    the secret seed away. Returns a 63-bit non-negative integer.
+    """
+    text = "\x1f".join(["grader-seed-v1", str(int(seed))]
+                       + [str(label) for label in labels])
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 @dataclass(frozen=True)

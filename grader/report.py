@@ -14,6 +14,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.text import clean, indented
+
 
 @dataclass
 class ItemReport:
@@ -36,6 +38,23 @@ class ItemReport:
         return {"id": self.id, "score": float(self.score),
                 "max_score": float(self.max_score), "passed": self.passed,
                 "message": message, "diagnosis": list(self.diagnosis)}
+
+
+@dataclass(frozen=True)
+class Flag:
+    """An integrity flag: what a submission tried that the instructor should
+    see (a refused action, code the grader could not attribute, a
+    submission that fits another assignment). A flag costs nothing by
+    itself; the items it touched say what they earned."""
+
+    kind: str
+    message: str
+    task: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The flag as the JSON ``flags`` list shows it."""
+        return {"kind": self.kind, "task": self.task,
+                "message": clean(self.message)}
 
 
 @dataclass
@@ -67,6 +86,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     diagnoses: dict[str, str] = field(default_factory=dict)
+    flags: list[Flag] = field(default_factory=list)
     seed_label: str = ""
     public_only: bool = False
     seconds: float = 0.0
@@ -91,6 +111,7 @@ class Report:
             "score": float(self.score), "max_score": float(self.max_score),
             "items": [item.as_json() for item in self.items],
             "errors": list(self.errors),
+            "flags": [flag.as_json() for flag in self.flags],
             "assignment": self.assignment,
             "tasks": [{"id": t.id, "score": float(t.score),
                        "max_score": float(t.max_score),
@@ -125,14 +146,15 @@ class Report:
                           "max_score": float(item.max_score),
                           "status": "passed" if item.passed else "failed",
                           "output": body, "visibility": "visible"})
-        summary = [f"{t.title}: {t.score:g} / {t.max_score:g}"
-                   + (f" (+{t.bonus:g} bonus)" if t.bonus else "")
-                   for t in self.tasks]
+        summary = [f"Integrity flag: {clean(f.message)}" for f in self.flags]
+        summary += [f"{t.title}: {t.score:g} / {t.max_score:g}"
+                    + (f" (+{t.bonus:g} bonus)" if t.bonus else "")
+                    for t in self.tasks]
         summary += self.errors + self.notes
         for task in self.tasks:
             if task.output:
                 summary.append(f"Output of your code ({task.id}):\n"
-                               f"{task.output}")
+                               + "\n".join(indented(task.output)))
         return {"score": float(self.score),
                 "execution_time": round(self.seconds, 3),
                 "output": "\n".join(summary),
@@ -148,6 +170,9 @@ class Report:
         mode = ("public test values only" if self.public_only
                 else f"public and hidden cases, seed {self.seed_label}")
         lines.append(f"Graded on: {mode}")
+        for flag in self.flags:
+            lines.append(_wrap(f"Integrity flag: {clean(flag.message)}",
+                               "", "    "))
         for note in self.notes:
             lines.append(f"Note: {note}")
         for error in self.errors:
@@ -166,8 +191,7 @@ class Report:
             if task.output:
                 lines.append(f"  Output of your code while grading "
                              f"{task.id}:")
-                lines += ["    | " + line for line in
-                          task.output.rstrip("\n").split("\n")]
+                lines += indented(task.output)
         lines += ["", f"Total: {self.score:g} / {self.max_score:g}"]
         return "\n".join(lines) + "\n"
 
