@@ -542,8 +542,7 @@ def collect_statements(source: SourceFile, class_name: str | None,
     the method is missing; raises ``SyntaxError`` when the source does not
     parse.
     """
-    from grader.source import (find_class, find_function, find_method,
-                               student_regions)
+    from grader.source import find_class, find_function, find_method
 
     tree = source.parse()
     if class_name is None:
@@ -553,6 +552,17 @@ def collect_statements(source: SourceFile, class_name: str | None,
         func = find_method(cls, method) if cls is not None else None
     if func is None:
         return []
+    return function_statements(source, func)
+
+
+def function_statements(source: SourceFile,
+                        func: ast.FunctionDef | ast.AsyncFunctionDef,
+                        first_id: int = 0) -> list[Statement]:
+    """The statements of one function node (see :func:`collect_statements`),
+    numbered from ``first_id``: the student regions when the function has
+    the markers, else its whole body."""
+    from grader.source import student_regions
+
     lines = source.lines
     regions = student_regions(lines, func)
     comments = _Comments.scan(source.text)
@@ -583,7 +593,8 @@ def collect_statements(source: SourceFile, class_name: str | None,
             where = None
         segment = ast.get_source_segment(source.text, node, padded=True)
         statements.append(Statement(
-            id=len(statements), kind=kind, first_line=first, last_line=last,
+            id=first_id + len(statements), kind=kind, first_line=first,
+            last_line=last,
             text=textwrap.dedent(segment or lines[first - 1]).strip(),
             watch=watch, comment=comment, comment_where=where,
             below=comments.join(below) if where == "trailing" else None,

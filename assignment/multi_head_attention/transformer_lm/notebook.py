@@ -42,7 +42,10 @@ def marked_regions_only_raise(function: ast.FunctionDef,
             regions.append((start, number))
             start = None
     if start is not None:
-        regions.append((start, function.end_lineno))
+        # An open region runs to the end of the function, last line
+        # included (the end marker, if any, lies after the function's
+        # last statement).
+        regions.append((start, function.end_lineno + 1))
     if not regions:
         return None
     for node in ast.walk(function):
