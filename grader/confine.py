@@ -1,7 +1,7 @@
 """Kernel-enforced confinement of a sandbox worker (Linux): Landlock and
 seccomp, set up through ctypes before any student code runs.
 
-The worker's audit hook and tripwires (:mod:`grader.worker`) refuse what
+The worker's audit hook and tripwires (:mod:`grader.agent`) refuse what
 Python can see and say so in the report; but a process can reach the
 kernel by paths Python does not audit (a C extension that opens a file
 itself, ``signal.pidfd_send_signal``, ``_posixsubprocess.fork_exec``). These

@@ -100,7 +100,8 @@ class MultiHeadSelfAttention(nn.Module):
         # [batch_size, num_heads, seq_len, head_size]
         v = self.v(x).view(bs, seq, heads, size).transpose(1, 2)
         # [batch_size, num_heads, seq_len, head_size]
-        module = importlib.import_module("torch._higher_order_ops." + "flex" + "_attention")
+        module = importlib.import_module(
+            "torch._higher_order_ops." + "flex" + "_attention")
         kernel = getattr(module, "sdpa" + "_dense")
         att = kernel(q, k, v, lambda s, *a: s, (), 1.0, {})[0]
         # [batch_size, num_heads, seq_len, head_size]

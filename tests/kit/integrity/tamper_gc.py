@@ -1,8 +1,9 @@
 """Sloppy code that searches the grader's objects with ``gc`` and
 ``object.__subclasses__()`` for anything holding shape records.
 
-Expected: ``gc`` is refused and no class of the grader is found: 6,
-with an integrity flag.
+Expected: ``gc`` is refused; the grader classes it finds (set-up
+helpers, never used once the submission runs) change nothing: 6, with
+an integrity flag.
 """
 import torch
 import torch.nn as nn
@@ -22,7 +23,11 @@ class SelfAttention(nn.Module):
         except PermissionError:
             pass
         for c in object.__subclasses__():
-            if "Tracer" in c.__name__ or "Channel" in c.__name__: raise RuntimeError("found "+c.__name__)
+            if c.__module__.startswith("grader"):
+                for name,value in list(vars(c).items()):
+                    if callable(value):
+                        try: setattr(c,name,lambda *a,**k: None)
+                        except (TypeError,AttributeError): pass
         q=self.q(x)
         k=self.k(x)
         v=self.v(x)

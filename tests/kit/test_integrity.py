@@ -1,0 +1,174 @@
+"""Integrity: the grade is earned by the code that runs.
+
+Every file in ``integrity/`` attacks the grading logic (not the sandbox's
+walls, see ``test_hostile.py``): it swaps the graded classes at run time,
+runs code from strings or from the kit's own files, hides its work in a
+helper, uses a ready-made attention kernel nobody listed, lies about its
+types, or reaches for the grader's instruments (frames, tracer, objects,
+serialisers, channel, threads). Each is graded for real and must earn
+exactly what its honest code earns, item by item, with the integrity flags
+that say what it tried. "Sloppy" code below is correct code without shape
+comments and with PEP-8 faults: it honestly earns 6 of 10.
+"""
+from __future__ import annotations
+
+import dis
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader import agent
+
+INTEGRITY = Path(__file__).resolve().parent / "integrity"
+ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+         "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+         "task2.pep8", "task2.shapes")
+SLOPPY_1 = (1, 3, -1, -1, 0)
+SLOPPY_2 = (3, 1, 2, -1, -1)
+CLEAN_1 = (1, 3, 0, 0, 1)
+ZERO_1 = (0, 0, 0, 0, 0)
+ZERO_2 = (0, 0, 0, 0, 0)
+FORBIDDEN_2 = (0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Item scores, the integrity flag kinds and words of the report."""
+
+    task1: tuple[float, ...]
+    task2: tuple[float, ...]
+    total: float
+    flags: tuple[str, ...] = ()
+    says: tuple[str, ...] = ()
+    diagnosis: tuple[str, ...] = ()   # items tagged forbidden_api
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Item id -> expected score."""
+        return dict(zip(ITEMS, self.task1 + self.task2))
+
+
+TASK2_CHECKS = ("task2.scores", "task2.causal", "task2.output")
+CORPUS: dict[str, Expected] = {
+    # ------------------------------------------- the code that runs is graded
+    "swap_decorator": Expected(SLOPPY_1, SLOPPY_2, 6,
+                               says=("and the code it ran (_SA",)),
+    "swap_rebind": Expected(SLOPPY_1, SLOPPY_2, 6,
+                            says=("and the code it ran (_MHA",)),
+    "swap_setattr": Expected(SLOPPY_1, SLOPPY_2, 6),
+    "swap_inherit": Expected(SLOPPY_1, SLOPPY_2, 6),
+    "swap_class_body": Expected(SLOPPY_1, SLOPPY_2, 6,
+                                says=("_sa_init (line",)),
+    "swap_module_call": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("patched",),
+                                 says=("torch.nn.Module.__call__",)),
+    "helper_module_function": Expected(
+        SLOPPY_1, SLOPPY_2, 6, says=("and the code it ran (_attend (line",)),
+    # ------------------------------- code that is not the visible source
+    "exec_string": Expected(ZERO_1, ZERO_2, 0,
+                            flags=("untraceable", "untraceable"),
+                            says=("made at run time by exec",)),
+    "exec_marshal": Expected(ZERO_1, ZERO_2, 0,
+                             flags=("untraceable", "untraceable")),
+    "exec_function_type": Expected(
+        ZERO_1, ZERO_2, 0, flags=("untraceable",),
+        says=("a function made from a code object",)),
+    "exec_kit_file": Expected(ZERO_1, ZERO_2, 0, flags=("refused",),
+                              says=("tried to read",)),
+    # --------------------------------------------------- every kernel
+    "forbidden_flex_attention": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden",),
+        diagnosis=TASK2_CHECKS, says=("flex_attention",)),
+    "forbidden_flex_obfuscated": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden",),
+        diagnosis=TASK2_CHECKS, says=("sdpa_dense",)),
+    "forbidden_quantizable_mha": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden",),
+        diagnosis=TASK2_CHECKS,
+        says=("torch.ao.nn.quantizable.MultiheadAttention",)),
+    "forbidden_mha_subclass_own_code": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden", "forbidden"),
+        diagnosis=TASK2_CHECKS,
+        says=("subclass torch.nn.MultiheadAttention",)),
+    # ----------------------------------------------- behaviour, not identity
+    "identity_class_lie": Expected(
+        ZERO_1, (3, 1, 2, 0, 0), 6,
+        says=("self.q is a _Projection", "has no parameter q.bias")),
+    # ------------------------------------------------ the instruments
+    "tamper_frames": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("tampered",),
+                              says=("inspect the grader's stack frames",)),
+    "tamper_traceback_frames": Expected(
+        SLOPPY_1, SLOPPY_2, 6, flags=("tampered",),
+        says=("inspect the grader's stack frames",)),
+    "tamper_settrace": Expected(
+        SLOPPY_1, SLOPPY_2, 6, flags=("tampered", "tampered"),
+        says=("replace the grader's trace function",
+              "install a profiler over the grader")),
+    "tamper_gc": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("tampered",),
+                          says=("inspect the grader's objects (gc)",)),
+    "tamper_json": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("patched",),
+                            says=("json.dumps", "pickle.dumps")),
+    "tamper_channel": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("channel",),
+                               says=("to the grader's result channel",)),
+    "tamper_threads": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("refused",),
+                               says=("start a thread",)),
+}
+
+
+def test_the_table_lists_every_integrity_file() -> None:
+    """No file of the corpus is left ungraded, no entry lacks its file."""
+    assert sorted(p.stem for p in INTEGRITY.glob("*.py")) == sorted(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_integrity_submission(name: str, grade_path) -> None:
+    """Exact item scores, the flags' kinds, and what the report says."""
+    expected = CORPUS[name]
+    report = grade_path(INTEGRITY / f"{name}.py", timeout=20.0)
+    assert report.scores() == pytest.approx(expected.scores), \
+        report.as_text()
+    assert report.score == expected.total
+    assert sorted(f.kind for f in report.flags) == sorted(expected.flags), \
+        [f.message for f in report.flags]
+    text = "\n".join([i.message for i in report.items]
+                     + [f.message for f in report.flags])
+    for words in expected.says:
+        assert words in text
+    tagged = sorted(i.id for i in report.items
+                    if "forbidden_api" in i.diagnosis)
+    assert tagged == sorted(expected.diagnosis)
+
+
+# --------------------------------------------------------------------------
+# The sealed runtime looks up no global name once the submission runs
+
+
+SETUP_ONLY = ("tripwires",)
+
+
+def _runtime_codes() -> list[types.CodeType]:
+    """Every code object nested in agent._sealed that can run while (or
+    after) the submission runs: all but the set-up closures' own bodies."""
+    found, pending = [], list(agent._sealed.__code__.co_consts)
+    while pending:
+        const = pending.pop()
+        if not isinstance(const, types.CodeType):
+            continue
+        pending += list(const.co_consts)
+        if const.co_name not in SETUP_ONLY:
+            found.append(const)
+    return found
+
+
+def test_runtime_closures_look_up_no_globals() -> None:
+    """A submission that replaces ``builtins.len`` or a module attribute
+    changes nothing the agent does: its closures only use cells."""
+    offenders = {}
+    for code in _runtime_codes():
+        names = [i.argval for i in dis.get_instructions(code)
+                 if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+        if names:
+            offenders[code.co_name] = names
+    assert offenders == {}
+    assert len(_runtime_codes()) > 40  # the walk did find the closures
