@@ -107,15 +107,18 @@ def _keys(names: list[str]) -> dict[str, str]:
     """A safe, unique report-folder name for each entry name.
 
     ASCII letters, digits, ``_``, ``.`` and ``-`` only, never starting
-    with a dot or a dash; a name that had to change, or that would clash
-    with another on a case-insensitive disk, gets a short hash of its
-    bytes.
+    with a dot or a dash; a name that had to change, or that shares its
+    lower-case form with another (a case-insensitive disk would merge
+    them), gets a short hash of its bytes.
     """
+    bases = {name: _UNSAFE.sub("_", name).lstrip(".-")[:80] or "entry"
+             for name in names}
+    lower = [base.lower() for base in bases.values()]
     keys: dict[str, str] = {}
     taken: set[str] = set()
     for name in sorted(names):
-        base = _UNSAFE.sub("_", name).lstrip(".-")[:80] or "entry"
-        if base != name or base.lower() in taken:
+        base = bases[name]
+        if base != name or lower.count(base.lower()) > 1:
             digest = hashlib.sha256(os.fsencode(name)).hexdigest()
             base = f"{base}-{digest[:10]}"
         key, number = base, 1
