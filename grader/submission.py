@@ -243,8 +243,9 @@ class _Deadline:
                                f"{self.seconds:g} s")
 
 
-class _Expired(Exception):
-    """Raised by the timer's signal handler."""
+class _Expired(BaseException):
+    """Raised by the timer's signal handler (a BaseException, so that no
+    ``except Exception`` on the way swallows it)."""
 
 
 @contextmanager
