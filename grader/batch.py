@@ -92,6 +92,11 @@ class Entry:
     key: str = ""
     problem: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.key:  # a caller that names no key gets a safe one
+            name = Path(self.path).name
+            object.__setattr__(self, "key", _keys([name])[name])
+
 
 @dataclass
 class ClassFolder:

@@ -23,8 +23,9 @@ submission:
   implement best (then define best); a notebook's nearby module
   (``transformer_lm/<module>.py`` beside it) is considered only when the
   notebook itself defines none. With an assignment named by the route, a
-  submission that fits another assignment better is graded as the named
-  one and flagged ``wrong_assignment``.
+  submission that fits another assignment better and implements nothing
+  of the named one is graded as the named one and flagged
+  ``wrong_assignment``.
 * **Each task from the first candidate that implements it** (defines the
   task's class with something other than the untouched stub): notebooks,
   then top-level files, then the package module. When no candidate
@@ -615,7 +616,10 @@ def locate(path: Path, assignment_id: str | None = None, *,
                          f"--assignment chooses another")
         else:
             assignment = named
-            if fits[best].key() > fits[named.id].key():
+            # Wrong work, not more work: a kit folder with the warm-up
+            # done and the homework begun is the homework's.
+            if (fits[best].key() > fits[named.id].key()
+                    and fits[named.id].implemented == 0):
                 flags.insert(0, _wrong_assignment(named, get_assignment(
                     best), fits))
         sources = _choose_sources(assignment, gathered)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.batch import (BatchError, class_assignment, discover, _keys)
+from grader.batch import (BatchError, Entry, class_assignment, discover,
+                          _keys)
 from grader.submission import label
 from grader.text import csv_cell
 
@@ -110,6 +111,7 @@ def test_report_folder_names_are_safe_and_unique():
     assert keys["alice.py"] != "alice.py"  # ALICE.py shares its form
     assert _keys(["alice.py", "bob.py"]) == {"alice.py": "alice.py",
                                              "bob.py": "bob.py"}
+    assert Entry("x", Path("/class/a b.py")).key == keys["a b.py"]
     for key in keys.values():
         assert key[0] not in ".-"
         assert all(c.isascii() and (c.isalnum() or c in "_.-")
@@ -225,6 +227,7 @@ FLAT = {
     "@sum.ipynb": (SOURCE, "@sum", "graded", 11.0, ""),
     f"{EVIL}.py": (STUB, label(EVIL), "graded", 0.0, ""),
     f"{CAFE}.py": (EXAMPLE, "caf\\xe9", "graded", 9.0, ""),
+    "new\nline.py": (EXAMPLE, "new\\x0aline", "graded", 9.0, ""),
     "my homework (final).ipynb": (RELEASE, "my homework (final)",
                                   "graded", 0.0, ""),
     # One student's unrenamed module beside classmates' notebooks.

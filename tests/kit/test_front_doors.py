@@ -230,11 +230,56 @@ def test_a_notebook_comes_before_the_modules_beside_it(tmp_path):
         locate(notebook, nearby=False)  # a batch entry: its own file only
 
 
+ONE_LINERS = STUB.read_text().replace(
+    'raise NotImplementedError("Task 1.1: SelfAttention.__init__")',
+    'super().__init__(); self.q, self.k, self.v = (nn.Linear(input_size, '
+    'hidden) for _ in "qkv")', 1).replace(
+    'raise NotImplementedError("Task 1.2: SelfAttention.forward")',
+    "return torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) / "
+    "self.q.out_features ** 0.5, -1) @ self.v(x)", 1)
+
+
+def test_a_region_of_one_line_is_the_students_code(tmp_path):
+    """A method whose student region is one line (the last of the
+    method, the end marker below it) is written, not the stub: the
+    notebook's class is chosen over the module beside it, by the grader
+    and by the notebook's use_implemented alike."""
+    import importlib.util
+
+    from grader.source import load_source
+    from grader.submission import is_stub
+    from transformer_lm.notebook import is_untouched_stub
+
+    path = tmp_path / "one_liners.py"
+    path.write_text(ONE_LINERS)
+    assert ONE_LINERS != STUB.read_text()
+    assert is_stub(load_source(path), "SelfAttention") is False
+    assert is_stub(load_source(path), "MultiHeadSelfAttention") is True
+    assert is_stub(load_source(STUB), "SelfAttention") is True
+    spec = importlib.util.spec_from_file_location("one_liners", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not is_untouched_stub(module.SelfAttention)
+    assert is_untouched_stub(module.MultiHeadSelfAttention)
+
+    notebook = {"cells": [{"cell_type": "code", "metadata": {},
+                           "outputs": [], "execution_count": None,
+                           "source": ONE_LINERS}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "homework.ipynb").write_text(json.dumps(notebook))
+    _copy(EXAMPLE, tmp_path / "repo" / "transformer_lm"
+          / "modeling_attention.py")
+    assert _relative(locate(tmp_path / "repo"), tmp_path / "repo") == {
+        "task1": "homework.ipynb",
+        "task2": "transformer_lm/modeling_attention.py"}
+
+
 # --------------------------------------------------------------------------
 # The assignment comes from the route
 
 
-def test_a_submission_for_another_assignment_is_flagged():
+def test_a_submission_for_another_assignment_is_flagged(tmp_path):
     """Named assignment, other assignment's work: graded as the named one
     (its tasks defined nowhere) and flagged; honest work is not."""
     submission = locate(BASICS_REFERENCE, "multi_head_attention")
@@ -246,6 +291,18 @@ def test_a_submission_for_another_assignment_is_flagged():
     assert "graded as multi_head_attention" in flag.message
     assert "Defined nowhere in the submission: SelfAttention, " \
            "MultiHeadSelfAttention" in submission.notes
+    # More work, not wrong work: the warm-up done, the homework begun.
+    both = tmp_path / "both"
+    _copy(BASICS_REFERENCE, both / "transformer_lm" / "attention_basics.py")
+    _copy(EXAMPLE, both / "transformer_lm" / "modeling_attention.py")
+    (both / "transformer_lm" / "modeling_attention.py").write_text(
+        STUB.read_text().replace(
+            'raise NotImplementedError("Task 1.1: SelfAttention.__init__")',
+            "self.q = nn.Linear(input_size, hidden)\n"
+            "        self.k = nn.Linear(input_size, hidden)", 1))
+    assert assess(both)["attention_basics"].implemented == 1.0
+    assert assess(both)["multi_head_attention"].implemented == 0.5
+    assert locate(both, "multi_head_attention").flags == ()
     for path, assignment in ((REFERENCE, "multi_head_attention"),
                              (STUB, "multi_head_attention"),
                              (KIT, "multi_head_attention"),
