@@ -257,8 +257,8 @@ def discover(folder: Path, assignment: str | None = None,
                              f"({COURSE_CONFIG}) without a {SUBMITTED}/ "
                              f"folder: collect the submissions first")
         return _course(submitted, assignment)
-    parent_config = folder.resolve().parent / COURSE_CONFIG
-    if folder.resolve().name == SUBMITTED and parent_config.is_file():
+    real = Path(os.path.realpath(folder))
+    if real.name == SUBMITTED and (real.parent / COURSE_CONFIG).is_file():
         return _course(folder, assignment)
     inside = _one_submission(folder)
     if inside:
@@ -266,10 +266,11 @@ def discover(folder: Path, assignment: str | None = None,
                          f"holds {inside}), not a class folder: grade it "
                          f"with python -m grader grade, or give the "
                          f"folder that holds one entry per student")
-    excluded = {p.resolve() for p in exclude}
+    # realpath, unlike Path.resolve, never raises on a symlink loop.
+    excluded = {os.path.realpath(p) for p in exclude}
     found = [(path.name, path, _entry_problem(path))
              for path in _visible(folder)
-             if path.resolve() not in excluded]
+             if os.path.realpath(path) not in excluded]
     if not any(not problem for _, _, problem in found):
         from grader.submission import what_is_there
 

@@ -623,7 +623,7 @@ def locate(path: Path, assignment_id: str | None = None, *,
                 flags.insert(0, _wrong_assignment(named, get_assignment(
                     best), fits))
         sources = _choose_sources(assignment, gathered)
-        notes += _graded_from(assignment, sources, gathered.root)
+        notes += _graded_from(assignment, sources, gathered)
         notes += gathered.notes
     return Submission(path=Path(path), assignment=assignment,
                       sources=sources, notes=tuple(notes),
@@ -660,18 +660,27 @@ def _choose_sources(assignment: Assignment, gathered: _Gathered
 
 
 def _graded_from(assignment: Assignment, sources: dict[str, SourceFile],
-                 root: Path) -> list[str]:
+                 gathered: _Gathered) -> list[str]:
+    """The notes that say which file each task was graded from (and which
+    other files hold work of the same names, not graded)."""
     groups: dict[Path, list[str]] = {}
-    missing = []
+    missing, others = [], []
     for task in assignment.tasks:
         source = sources[task.id]
         if task.target in defined_names(source.text):
             groups.setdefault(source.path, []).append(task.target)
         else:
             missing.append(task.target)
-    notes = [f"Graded from {show(path, root)}: {', '.join(targets)}"
-             for path, targets in groups.items()]
+        others += [c.source.path for c in gathered.loaded
+                   if c.source is not source and c.eligible(assignment)
+                   and c.implements(task.target)]
+    notes = [f"Graded from {show(path, gathered.root)}: "
+             f"{', '.join(targets)}" for path, targets in groups.items()]
     if missing:
         notes.append(f"Defined nowhere in the submission: "
                      f"{', '.join(missing)}")
+    if others:
+        shown = listing([show(p, gathered.root) for p in others], 3)
+        notes.append(f"Also written in {shown}, not graded (the first "
+                     f"file that implements a task is graded)")
     return notes

@@ -236,6 +236,7 @@ FLAT = {
     "trudy.py": (BASICS_REFERENCE, "trudy", "graded", 0.0,
                  "wrong assignment"),
     "linked.py": (None, "linked", "error", 0.0, ""),
+    "loop.py": (None, "loop", "error", 0.0, ""),
     "pipe.py": (None, "pipe", "error", 0.0, ""),
     "notes.txt": ("my notes\n", "notes.txt", "error", 0.0, ""),
     "bundle.zip": ("PK\x03\x04", "bundle.zip", "error", 0.0, ""),
@@ -258,6 +259,11 @@ def flat(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess,
         if isinstance(content, (Path, str)):
             _put(content, folder / name)
     (folder / "linked.py").symlink_to(REFERENCE)
+    (folder / "loop.py").symlink_to(folder / "loop.py")
+    (folder / "loopy" / "transformer_lm").mkdir(parents=True)
+    (folder / "loopy" / "transformer_lm" / "modeling_attention.py"
+     ).symlink_to(folder / "loopy" / "transformer_lm"
+                  / "modeling_attention.py")
     os.mkfifo(folder / "pipe.py")
     (folder / ".DS_Store").write_bytes(b"\x00\x01")
     (folder / "__MACOSX").mkdir()
@@ -287,6 +293,7 @@ def test_every_entry_gets_its_own_row(flat):
                 (v[1:] for v in FLAT.values())}
     expected.update({name: ("graded", score, flag)
                      for name, (_, _, score, flag) in FOLDERS.items()})
+    expected["loopy"] = ("error", 0.0, "")
     assert sorted(rows) == sorted(expected)
     for student, (status, score, flag) in expected.items():
         row = rows[student]
@@ -299,6 +306,7 @@ def test_every_entry_gets_its_own_row(flat):
     assert "symbolic link; the batch follows no links" in rows[
         "linked"]["errors"]
     assert "is a FIFO" in rows["pipe"]["errors"]
+    assert "broken or looping symbolic link" in rows["loopy"]["errors"]
     assert "a .zip file" in rows["bundle.zip"]["errors"]
     assert "grades.csv" not in rows
     assert float(rows["alice.json"]["task2.shapes"]) == -1.0
@@ -343,7 +351,7 @@ def test_each_entry_has_its_own_report_folder_and_resume_keeps_rows(flat):
     assert (reports / "alice.json.py" / "report.txt").is_file()
     assert (reports / records["alice"][0] / "report.txt").is_file()
     assert again.returncode == 1, again.stderr
-    graded = sum(1 for v in list(FLAT.values()) if v[2] == "graded") + len(
+    graded = sum(1 for v in FLAT.values() if v[2] == "graded") + len(
         FOLDERS)
     assert f"resuming: {graded} already graded" in again.stderr
     assert sorted(_rows(out)) == sorted(records)

@@ -164,6 +164,14 @@ def test_uploads_of_any_name_are_recognised_by_what_they_define(tmp_path):
             == {name}, folder
         assert f'Graded from "{name}": SelfAttention, ' \
                f'MultiHeadSelfAttention' in submission.notes
+    # Two files that implement the classes: the module's name first, and
+    # the report says the other was not graded.
+    _copy(EXAMPLE, tmp_path / "two" / "modeling_attention.py")
+    notes = locate(tmp_path / "two").notes
+    assert 'Graded from "modeling_attention.py": SelfAttention, ' \
+           'MultiHeadSelfAttention' in notes
+    assert 'Also written in "modeling_attention (1).py", not graded ' \
+           '(the first file that implements a task is graded)' in notes
 
 
 def test_nothing_that_defines_the_graded_names_lists_the_upload(tmp_path):
