@@ -281,6 +281,7 @@ def flat(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess,
     return out, first, again
 
 
+@pytest.mark.slow
 def test_every_entry_gets_its_own_row(flat):
     """Exact rows: each student graded from their own entry (the
     release notebooks beside an implemented modeling_attention.py earn
@@ -312,6 +313,7 @@ def test_every_entry_gets_its_own_row(flat):
     assert float(rows["alice.json"]["task2.shapes"]) == -1.0
 
 
+@pytest.mark.slow
 def test_no_cell_is_a_formula_and_no_control_reaches_csv_or_terminal(
         flat):
     """Leading = + - @ get a quote; ESC, CR and raw bytes never leave."""
@@ -333,6 +335,7 @@ def test_no_cell_is_a_formula_and_no_control_reaches_csv_or_terminal(
     assert label(EVIL) in first.stderr
 
 
+@pytest.mark.slow
 def test_each_entry_has_its_own_report_folder_and_resume_keeps_rows(flat):
     """alice.py and alice.json.py: two folders, two records; the resumed
     run grades nothing again and keeps every row."""
@@ -384,6 +387,7 @@ def course(tmp_path_factory) -> tuple[Path, dict, dict]:
     return root, results["root"], results["submitted"]
 
 
+@pytest.mark.slow
 def test_issue11_batch_on_an_nbgrader_course(course):
     """One row per student, from submitted/ only, the same either way."""
     _, from_root, from_submitted = course

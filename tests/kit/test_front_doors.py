@@ -484,6 +484,7 @@ def kit_routes(tmp_path_factory) -> dict[str, dict]:
     return {name: _finish(process) for name, process in runs.items()}
 
 
+@pytest.mark.slow
 def test_issue11_grade_dot_in_the_kit_folder(kit_routes):
     """Issue 11: ``grade . --public-only`` in the kit said "fits ...
     equally"; with --assignment it graded solutions/source/ (11/10) while
@@ -506,6 +507,7 @@ def test_issue11_grade_dot_in_the_kit_folder(kit_routes):
                'SelfAttention, MultiHeadSelfAttention' in report["notes"]
 
 
+@pytest.mark.slow
 def test_issue11_every_kit_notebook_grades_without_assignment(kit_routes):
     """Issue 11: the warm-up's source notebook needed --assignment. Each
     source notebook earns full marks, each release 0."""
@@ -518,6 +520,7 @@ def test_issue11_every_kit_notebook_grades_without_assignment(kit_routes):
         assert report["flags"] == []
 
 
+@pytest.mark.slow
 def test_issue12_padded_file_grades_on_merit(kit_routes):
     """40,000 blank lines before the reference: full marks."""
     assert kit_routes["padded"]["score"] == 11.0
@@ -579,6 +582,7 @@ def gradescope(autograder, tmp_path_factory) -> dict[str, dict]:
         return {name: future.result() for name, future in futures.items()}
 
 
+@pytest.mark.slow
 def test_issue11_gradescope_uploads_of_any_name(gradescope):
     """Issue 11: hw3_attention.py and 'modeling_attention (1).py' scored
     0. Every upload that holds the classes earns their score."""
@@ -589,6 +593,7 @@ def test_issue11_gradescope_uploads_of_any_name(gradescope):
         "task2.shapes"] == -1.0
 
 
+@pytest.mark.slow
 def test_gradescope_says_what_was_uploaded_and_flags_the_wrong_one(
         gradescope):
     """Nothing defines the classes: the message lists the upload. The
@@ -645,6 +650,7 @@ def _in_kit(kit: Path, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow
 def test_issue11_bundle_ships_the_generated_stub(tampered_kit, tmp_path):
     """Issue 11: the bundle shipped the working tree's stub (here, a
     solution). It ships the build's stub and test values."""
@@ -659,6 +665,7 @@ def test_issue11_bundle_ships_the_generated_stub(tampered_kit, tmp_path):
     assert b"### BEGIN SOLUTION" not in shipped
 
 
+@pytest.mark.slow
 def test_student_repo_ships_the_generated_stub(tampered_kit, tmp_path):
     """The same rule for the GitHub Classroom repository."""
     _in_kit(tampered_kit, "-m", "solutions.build", "student-repo",
