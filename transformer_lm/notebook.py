@@ -42,7 +42,9 @@ def marked_regions_only_raise(function: ast.FunctionDef,
             regions.append((start, number))
             start = None
     if start is not None:
-        regions.append((start, function.end_lineno))
+        # The end marker lies below the function's last statement (the
+        # syntax tree ends there): the region takes in that statement.
+        regions.append((start, function.end_lineno + 1))
     if not regions:
         return None
     for node in ast.walk(function):
