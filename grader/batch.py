@@ -1,13 +1,40 @@
 """``python -m grader batch DIR``: grading a whole class, losing nothing.
 
-DIR holds one entry per student: a folder (a student repository, or
-nbgrader's ``submitted/<student>/<assignment>/``), a ``.py`` file or a
-notebook. A warm coordinator (torch and the grader imported once) forks one
-*judge* per submission, ``--jobs`` at a time; each judge grades its
-submission exactly like ``python -m grader grade`` (its own sandboxed
-workers), writes the student's JSON report and feedback, and hands the
-coordinator one row. The CSV is rewritten atomically after every
-submission, so it is always whole.
+**The class folder.** DIR is one of:
+
+* an nbgrader course root (it holds ``nbgrader_config.py``) or its
+  ``submitted/`` folder: one student per ``submitted/<student>/``, graded
+  from ``submitted/<student>/<assignment>/``; nothing else of the course
+  (``gradebook.db``, ``autograded/``, ``feedback/``, ``source/``...) is a
+  student;
+* a flat folder: every visible entry is one student's (a folder, a ``.py``
+  file, a notebook), whatever its name (``submitted/`` or ``feedback/``
+  there are students' folders). An entry of another kind (a ``.zip``, a
+  FIFO, a symbolic link, which the batch never follows) still gets a row,
+  with the reason it was not graded.
+
+A folder that is one submission (``transformer_lm/<module>.py`` at its
+top, as in a student repository or the kit) or that holds nothing any
+assignment defines is refused before grading starts. Each student is
+graded only from their own entry: a notebook's "module beside it" is never
+looked up in a batch (the files beside an entry are classmates').
+
+**The assignment** is ``--assignment``, else the course's assignment id
+(nbgrader), else the one the class as a whole fits: every entry is
+assessed first (what it defines), and the assignment most entries fit best
+is graded for everyone; an entry that fits another better is graded as
+the class's and flagged ``wrong_assignment``.
+
+**Rows and reports.** A warm coordinator (torch and the grader imported
+once) forks one *judge* per submission, ``--jobs`` at a time; each judge
+grades its submission exactly like ``python -m grader grade``, writes the
+student's record and feedback into ``FILE.csv.reports/<key>/`` and hands
+the coordinator one row. ``<key>`` is a safe file name unique to the entry
+(``alice.py`` and ``alice.json.py`` are two students with two folders);
+the ``student`` column shows the entry's name with control characters and
+undecodable bytes escaped. The CSV is rewritten atomically after every
+submission, so it is always whole, and no cell starts with ``=``, ``+``,
+``-`` or ``@`` (:func:`grader.text.csv_cell`).
 
 Nothing is lost: a judge that dies (killed from outside, out of memory) is
 retried once and then recorded as an error row; one that hangs is stopped
@@ -18,24 +45,32 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import json
 import os
+import re
 import signal
+import stat
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.files import write_atomic
-from grader.text import csv_cell
+from grader.submission import label
+from grader.text import csv_cell, one_line
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 STATUS_GRADED = "graded"
 STATUS_ERROR = "error"
 RETRIES = 1
+COURSE_CONFIG = "nbgrader_config.py"
+SUBMITTED = "submitted"
+RECORD = "record.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class BatchError(Exception):
@@ -44,36 +79,243 @@ class BatchError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One student's submission in the batch folder."""
+    """One student's submission in the batch folder.
+
+    ``student`` is what the CSV and the terminal show (escaped); ``key``
+    names the student's report folder (safe and unique); ``problem``, when
+    set, is why the entry cannot be graded (it gets an error row without
+    a judge).
+    """
 
     student: str
     path: Path
+    key: str = ""
+    problem: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:  # a caller that names no key gets a safe one
+            name = Path(self.path).name
+            object.__setattr__(self, "key", _keys([name])[name])
 
 
-def discover(folder: Path) -> tuple[list[Entry], list[str]]:
-    """The submissions in ``folder`` (and what was skipped, and why)."""
+@dataclass
+class ClassFolder:
+    """What ``batch`` found in DIR."""
+
+    entries: list[Entry]
+    layout: str                          # "nbgrader" or "flat"
+    assignment: str | None = None        # named by the layout, if any
+    notes: list[str] = field(default_factory=list)
+
+
+def _keys(names: list[str]) -> dict[str, str]:
+    """A safe, unique report-folder name for each entry name.
+
+    ASCII letters, digits, ``_``, ``.`` and ``-`` only, never starting
+    with a dot or a dash; a name that had to change, or that shares its
+    lower-case form with another (a case-insensitive disk would merge
+    them), gets a short hash of its bytes.
+    """
+    bases = {name: _UNSAFE.sub("_", name).lstrip(".-")[:80] or "entry"
+             for name in names}
+    lower = [base.lower() for base in bases.values()]
+    keys: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in sorted(names):
+        base = bases[name]
+        if base != name or lower.count(base.lower()) > 1:
+            digest = hashlib.sha256(os.fsencode(name)).hexdigest()
+            base = f"{base}-{digest[:10]}"
+        key, number = base, 1
+        while key.lower() in taken:
+            number += 1
+            key = f"{base}-{number}"
+        taken.add(key.lower())
+        keys[name] = key
+    return keys
+
+
+def _entry_problem(path: Path) -> str:
+    """Why an entry of a flat folder cannot be graded ('' if it can)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(mode):
+        return ("is a symbolic link; the batch follows no links (copy the "
+                "submission into the class folder)")
+    if stat.S_ISDIR(mode):
+        return ""
+    if not stat.S_ISREG(mode):
+        from grader.submission import refusal
+
+        return refusal(path, path.parent.resolve()) or "is not a file"
+    if path.suffix not in SUBMISSION_SUFFIXES:
+        return (f"not a submission: a {path.suffix or 'suffix-less'} file "
+                f"(hand in a .py file, a notebook or a folder)")
+    return ""
+
+
+def _visible(folder: Path) -> list[Path]:
+    from grader.submission import MAX_LISTING
+
+    found = []
+    try:
+        with os.scandir(folder) as scan:
+            for item in scan:
+                if len(found) >= 4 * MAX_LISTING:
+                    raise BatchError(f"{label(str(folder))} holds more "
+                                     f"than {4 * MAX_LISTING} entries")
+                if not item.name.startswith((".", "__")):
+                    found.append(folder / item.name)
+    except OSError as exc:
+        raise BatchError(f"cannot list {label(str(folder))}: "
+                         f"{exc.strerror}") from exc
+    return sorted(found, key=lambda p: os.fsencode(p.name))
+
+
+def _name_entries(found: list[tuple[str, Path, str]]) -> list[Entry]:
+    """Entries from (name, path, problem): students are file stems unless
+    two entries share a stem (then the full names)."""
+    def stem(name: str, path: Path) -> str:
+        return (name[:-len(path.suffix)] if path.suffix in
+                SUBMISSION_SUFFIXES and not path.is_dir() and
+                len(name) > len(path.suffix) else name)
+
+    stems = [stem(n, p) for n, p, _ in found]
+    keys = _keys([n for n, _, _ in found])
+    entries = []
+    for (name, path, problem), short in zip(found, stems):
+        shown = short if stems.count(short) == 1 else name
+        entries.append(Entry(label(shown), path, keys[name], problem))
+    return entries
+
+
+def _course(submitted: Path, assignment: str | None) -> ClassFolder:
+    """The students of an nbgrader ``submitted/`` folder."""
+    students = [p for p in _visible(submitted)
+                if p.is_dir() and not p.is_symlink()]
+    names: set[str] = set()
+    for student in students:
+        names |= {p.name for p in _visible(student)
+                  if p.is_dir() and not p.is_symlink()}
+    if assignment and assignment in names:
+        folder = assignment
+    elif len(names) == 1:
+        folder = next(iter(names))
+    elif not names:
+        raise BatchError(f"{label(str(submitted))} holds no "
+                         f"submitted/<student>/<assignment>/ folder: "
+                         f"collect the submissions first")
+    else:
+        shown = ", ".join(label(n) for n in sorted(names)[:10])
+        raise BatchError(f"{label(str(submitted))} holds several "
+                         f"assignments ({shown}): choose one with "
+                         f"--assignment")
+    found = []
+    for path in _visible(submitted):
+        problem = "" if path in students else (
+            "not a student folder of the nbgrader course")
+        where = path / folder
+        if not problem and not (where.is_dir() and not where.is_symlink()):
+            problem = f"has no submission of {label(folder)}"
+        found.append((path.name, where if not problem else path, problem))
+    from grader.rubric import assignments
+
+    known = {a.id for a in assignments()}
+    return ClassFolder(_name_entries(found), "nbgrader",
+                       folder if folder in known else None,
+                       [f"nbgrader course: {len(found)} students, "
+                        f"assignment folder {label(folder)}"])
+
+
+def _one_submission(folder: Path) -> str:
+    """What makes ``folder`` one submission ('' when nothing does)."""
+    from grader.rubric import assignments
+
+    for assignment in assignments():
+        for inside in (Path("transformer_lm") / f"{assignment.module}.py",
+                       Path("assignment") / assignment.id):
+            if os.path.lexists(folder / inside):
+                return str(inside)
+    return ""
+
+
+def discover(folder: Path, assignment: str | None = None,
+             exclude: tuple[Path, ...] = ()) -> ClassFolder:
+    """The students of the class folder ``folder`` (see the module
+    docstring). ``exclude``: the batch's own outputs, if they lie inside.
+    Raises :class:`BatchError` for a folder that is not a class folder."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise BatchError(f"{folder} is not a folder")
-    if (folder / "submitted").is_dir() and not any(
-            p.suffix in SUBMISSION_SUFFIXES for p in folder.iterdir()):
-        folder = folder / "submitted"  # an nbgrader course directory
-    entries, skipped = [], []
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith((".", "__")):
+        raise BatchError(f"{label(str(folder))} is not a folder")
+    config = folder / COURSE_CONFIG
+    if config.is_file() and not config.is_symlink():
+        submitted = folder / SUBMITTED
+        if not (submitted.is_dir() and not submitted.is_symlink()):
+            raise BatchError(f"{label(str(folder))} is an nbgrader course "
+                             f"({COURSE_CONFIG}) without a {SUBMITTED}/ "
+                             f"folder: collect the submissions first")
+        return _course(submitted, assignment)
+    real = Path(os.path.realpath(folder))
+    if real.name == SUBMITTED and (real.parent / COURSE_CONFIG).is_file():
+        return _course(folder, assignment)
+    inside = _one_submission(folder)
+    if inside:
+        raise BatchError(f"{label(str(folder))} is one submission (it "
+                         f"holds {inside}), not a class folder: grade it "
+                         f"with python -m grader grade, or give the "
+                         f"folder that holds one entry per student")
+    # realpath, unlike Path.resolve, never raises on a symlink loop.
+    excluded = {os.path.realpath(p) for p in exclude}
+    found = [(path.name, path, _entry_problem(path))
+             for path in _visible(folder)
+             if os.path.realpath(path) not in excluded]
+    if not any(not problem for _, _, problem in found):
+        from grader.submission import what_is_there
+
+        raise BatchError(f"{label(str(folder))} is neither a class folder "
+                         f"nor a submission: no entry is a folder, a .py "
+                         f"file or a notebook (it holds "
+                         f"{what_is_there(folder)})")
+    return ClassFolder(_name_entries(found), "flat")
+
+
+def class_assignment(entries: list[Entry]) -> tuple[str, str]:
+    """The assignment the class as a whole fits, and a sentence saying
+    how it was chosen: each gradable entry votes for the assignment it
+    fits best; most votes win (ties: the larger total share implemented,
+    then rubric order). Raises :class:`BatchError` when no entry defines
+    any graded name."""
+    from grader.rubric import assignments
+    from grader.submission import SubmissionError, assess, best_fit
+
+    order = [a.id for a in assignments()]
+    votes = {a: 0 for a in order}
+    shares = {a: 0.0 for a in order}
+    for entry in entries:
+        if entry.problem:
             continue
-        if path.is_dir() or path.suffix in SUBMISSION_SUFFIXES:
-            student = path.name if path.is_dir() else path.stem
-            entries.append(Entry(student, path))
-        else:
-            skipped.append(f"{path.name} (not a folder, .py or .ipynb)")
-    students = [e.student for e in entries]
-    clashes = sorted({s for s in students if students.count(s) > 1})
-    if clashes:
-        raise BatchError(f"several entries for the same student: "
-                         f"{', '.join(clashes)} (e.g. alice.py and "
-                         f"alice/); keep one per student")
-    return entries, skipped
+        try:
+            fits = assess(entry.path)
+        except (SubmissionError, OSError, RecursionError, MemoryError):
+            continue
+        best = best_fit(fits)
+        if best is not None:
+            votes[best] += 1
+            for assignment, fit in fits.items():
+                shares[assignment] += fit.implemented
+    if not any(votes.values()):
+        raise BatchError("no entry of the class folder defines any "
+                         "assignment's graded classes or functions: it is "
+                         "neither a class folder nor a submission "
+                         "(--assignment names the assignment)")
+    chosen = max(order, key=lambda a: (votes[a], shares[a],
+                                       -order.index(a)))
+    total = sum(votes.values())
+    return chosen, (f"assignment {chosen}: the one {votes[chosen]} of "
+                    f"{total} recognised submissions fit best "
+                    f"(--assignment chooses)")
 
 
 def _check_writable(folder: Path) -> None:
@@ -95,7 +337,8 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
     """A CSV row from a report's JSON."""
     row = {"student": student, "status": STATUS_GRADED,
            "score": report["score"], "max_score": report["max_score"],
-           "assignment": report.get("assignment", ""), "path": str(path),
+           "assignment": report.get("assignment", ""),
+           "path": label(str(path)),
            "errors": " | ".join(report.get("errors", [])),
            "flags": " | ".join(f["message"] for f in
                                report.get("flags", []))}
@@ -107,12 +350,13 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
 def error_row(student: str, path: Path, message: str) -> dict:
     """A row for a submission that could not be graded."""
     return {"student": student, "status": STATUS_ERROR, "score": 0.0,
-            "max_score": "", "assignment": "", "path": str(path),
+            "max_score": "", "assignment": "", "path": label(str(path)),
             "errors": message}
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    """Write every row, atomically, items in rubric order."""
+    """Write every row, atomically, items in rubric order; every cell
+    through :func:`grader.text.csv_cell` (no formulas, no controls)."""
     fixed = ["student", "status", "score", "max_score"]
     tail = ["flags", "errors", "assignment", "path"]
     items: list[str] = []
@@ -123,7 +367,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=fixed + items + tail,
                             restval="", lineterminator="\n")
     writer.writeheader()
-    for row in sorted(rows, key=lambda r: r["student"]):
+    for row in sorted(rows, key=lambda r: (r["student"], r["path"])):
         writer.writerow({key: csv_cell(value) for key, value in row.items()})
     write_atomic(path, buffer.getvalue())
 
@@ -132,24 +376,35 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 # Judges
 
 
+def record_path(reports: Path, entry: Entry) -> Path:
+    """Where the judge keeps an entry's record (status, report or error):
+    ``<reports>/<key>/record.json``, beside its feedback files."""
+    return reports / entry.key / RECORD
+
+
 def _judge(entry: Entry, reports: Path, args: argparse.Namespace,
            result_fd: int) -> None:
-    """Grade one submission (in a forked child); send back its row."""
-    from grader.engine import Options, grade
+    """Grade one submission (in a forked child); send back its row.
+
+    The submission is located from its own entry alone (no module beside
+    it is looked up) and graded against ``args.assignment``, the class's.
+    """
+    from grader.engine import Options, grade_submission
     from grader.sandbox import Limits
-    from grader.submission import SubmissionError
+    from grader.submission import SubmissionError, locate
 
     record = {"student": entry.student, "path": str(entry.path)}
     try:
         options = Options(seed=args.seed, public_only=args.public_only,
                           limits=Limits(timeout=args.timeout,
                                         memory_mb=args.memory))
-        report = grade(entry.path, args.assignment, options)
+        submission = locate(entry.path, args.assignment, nearby=False)
+        report = grade_submission(submission, options)
         record.update(status=STATUS_GRADED, report=report.as_json())
         if not args.no_feedback:
             from grader.feedback import write_feedback
 
-            write_feedback(report, reports / entry.student)
+            write_feedback(report, reports / entry.key)
     except SubmissionError as exc:
         record.update(status=STATUS_ERROR,
                       error=f"could not grade: {exc}")
@@ -158,7 +413,7 @@ def _judge(entry: Entry, reports: Path, args: argparse.Namespace,
                       error=f"internal grader error: "
                             f"{type(exc).__name__}: {exc}",
                       traceback=traceback.format_exc())
-    write_atomic(reports / f"{entry.student}.json",
+    write_atomic(record_path(reports, entry),
                  json.dumps(record, indent=2) + "\n")
     data = json.dumps(record).encode()
     view = memoryview(data)
@@ -274,46 +529,100 @@ def _prewarm(args: argparse.Namespace) -> None:
         import matplotlib.pyplot  # noqa: F401
 
 
-def run_batch(args: argparse.Namespace) -> int:
-    """Grade every submission of ``args.dir``; return the exit status."""
+def _row(entry: Entry, record: dict | None, why: str) -> dict:
+    """The row of a finished judge (``record``), or an error row saying
+    ``why`` there is none; never raises."""
     try:
-        entries, skipped = discover(args.dir)
-    except BatchError as exc:
-        from grader.cli import CliError
+        if record is None:
+            return error_row(entry.student, entry.path,
+                             f"could not grade: {why}")
+        if record.get("status") == STATUS_GRADED:
+            return row_from_report(entry.student, entry.path,
+                                   record["report"])
+        return error_row(entry.student, entry.path,
+                         str(record.get("error", "could not grade")))
+    except (KeyError, TypeError, ValueError) as exc:
+        return error_row(entry.student, entry.path,
+                         f"internal grader error: unreadable record "
+                         f"({type(exc).__name__}: {exc})")
 
-        raise CliError(str(exc)) from exc
-    out = Path(args.out)
-    reports = out.with_name(out.name + ".reports")
+
+def _save_error(reports: Path, entry: Entry, row: dict) -> None:
+    write_atomic(record_path(reports, entry),
+                 json.dumps({"student": entry.student,
+                             "path": str(entry.path),
+                             "status": STATUS_ERROR,
+                             "error": row["errors"]}, indent=2) + "\n")
+
+
+def _resumed(entries: list[Entry], reports: Path) -> dict[str, dict]:
+    rows = {}
+    for entry in entries:
+        try:
+            record = json.loads(record_path(reports, entry).read_text(
+                encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get(
+                "status") == STATUS_GRADED and "report" in record:
+            row = _row(entry, record, "")
+            if row["status"] == STATUS_GRADED:
+                rows[entry.key] = row
+    return rows
+
+
+def _prepare(args: argparse.Namespace, out: Path, reports: Path
+             ) -> tuple[ClassFolder, argparse.Namespace]:
+    """Everything checked before grading starts: the class folder, the
+    outputs, the assignment. Raises CliError (exit 2) with one line."""
     from grader.cli import CliError
+    from grader.rubric import RubricError, get_assignment
 
     try:
+        if args.assignment:
+            get_assignment(args.assignment)
+        found = discover(args.dir, args.assignment, exclude=(out, reports))
         _check_writable(out.parent if str(out.parent) else Path("."))
         _check_writable(reports)
-    except BatchError as exc:
+        chosen = args.assignment or found.assignment
+        if chosen:
+            how = ("--assignment" if args.assignment else
+                   "the nbgrader course's assignment id")
+            found.notes.append(f"assignment {chosen} ({how})")
+        else:
+            chosen, how = class_assignment(found.entries)
+            found.notes.append(how)
+    except (BatchError, RubricError) as exc:
         raise CliError(str(exc)) from exc
-    for note in skipped:
-        sys.stderr.write(f"skipped: {note}\n")
-    if not entries:
-        raise CliError(f"no submissions in {args.dir}")
+    args = argparse.Namespace(**vars(args))
+    args.assignment = chosen
+    return found, args
 
-    rows: dict[str, dict] = {}
-    if args.resume:
-        for entry in entries:
-            saved = reports / f"{entry.student}.json"
-            try:
-                record = json.loads(saved.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                continue
-            if record.get("status") == STATUS_GRADED and "report" in record:
-                rows[entry.student] = row_from_report(
-                    entry.student, entry.path, record["report"])
-    todo = [e for e in entries if e.student not in rows]
+
+def run_batch(args: argparse.Namespace) -> int:
+    """Grade every submission of ``args.dir``; return the exit status."""
+    out = Path(args.out)
+    reports = out.with_name(out.name + ".reports")
+    found, args = _prepare(args, out, reports)
+    entries = found.entries
+    for note in found.notes:
+        sys.stderr.write(f"{note}\n")
+
+    rows: dict[str, dict] = _resumed(entries, reports) if args.resume \
+        else {}
     if rows:
         sys.stderr.write(f"resuming: {len(rows)} already graded, "
-                         f"{len(todo)} to go\n")
+                         f"{len(entries) - len(rows)} to go\n")
+    progress = _Progress(len(entries), len(rows))
+    for entry in entries:
+        if entry.problem and entry.key not in rows:
+            rows[entry.key] = error_row(entry.student, entry.path,
+                                        f"not graded: {entry.problem}")
+            _save_error(reports, entry, rows[entry.key])
+            progress.update(rows[entry.key], 0.0)
+    todo = [e for e in entries if e.key not in rows]
     _prewarm(args)
     jobs = args.jobs or os.cpu_count() or 1
-    progress = _Progress(len(entries), len(rows))
     write_csv(out, list(rows.values()))
     queue = [(entry, 0) for entry in todo]
     running: list[_Running] = []
@@ -350,21 +659,12 @@ def run_batch(args: argparse.Namespace) -> int:
                 if record is None and not late and job.attempt < RETRIES:
                     queue.append((job.entry, job.attempt + 1))
                     continue
+                why = (f"grading took longer than {_deadline(args):g} s"
+                       if late else _death(status))
+                row = _row(job.entry, record, why)
                 if record is None:
-                    why = (f"grading took longer than {_deadline(args):g} s"
-                           if late else _death(status))
-                    row = error_row(job.entry.student, job.entry.path,
-                                    f"could not grade: {why}")
-                    write_atomic(reports / f"{job.entry.student}.json",
-                                 json.dumps({**row, "error": row["errors"]},
-                                            indent=2) + "\n")
-                elif record["status"] == STATUS_GRADED:
-                    row = row_from_report(job.entry.student,
-                                          job.entry.path, record["report"])
-                else:
-                    row = error_row(job.entry.student, job.entry.path,
-                                    record["error"])
-                rows[job.entry.student] = row
+                    _save_error(reports, job.entry, row)
+                rows[job.entry.key] = row
                 write_csv(out, list(rows.values()))
                 progress.update(row, seconds)
     finally:
@@ -383,9 +683,9 @@ def run_batch(args: argparse.Namespace) -> int:
         return 130
     sys.stdout.write(f"graded {len(rows) - len(errors)} of {len(entries)} "
                      f"submissions -> {out} (reports in {reports})\n")
-    for row in errors:
+    for row in sorted(errors, key=lambda r: r["student"]):
         sys.stdout.write(f"  not graded: {row['student']}: "
-                         f"{row['errors']}\n")
+                         f"{one_line(row['errors'])}\n")
     return 0 if not errors else 1
 
 

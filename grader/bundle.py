@@ -20,7 +20,17 @@ which writes, at the root of the zip (Gradescope's layout):
 * the kit's grader and student package (``grader/``, ``transformer_lm/``)
   and ``setup.cfg``, ``pyproject.toml``, ``README.md``, ``LICENSE``,
   ``NOTICE``, plus ``manifest.json`` (versions and a checksum per file).
-  Never ``solutions/``: nothing of the reference solution is shipped.
+  Never ``solutions/``: nothing of the reference solution is shipped. The
+  package's generated files (the stubs, the public test values) are
+  shipped as a fresh build makes them from ``solutions/``, whatever the
+  working tree holds (:func:`generated_package`).
+
+**The assignment** is baked in at build time (``--assignment``; required
+when the kit has more than one): ``run_autograder`` grades every upload
+against it, never against what an upload happens to define. An upload of
+any name is graded (a ``.py`` file, several files, a notebook, a zip
+extracted into a folder: the file that defines the graded names);
+when nothing does, the result lists what was uploaded.
 
 **The secret seed.** Gradescope documents no per-assignment environment
 variables, so the seed of the hidden cases is baked into the bundle when
@@ -227,13 +237,13 @@ exit 0
 """
 
 
-def _manifest(files: dict[str, bytes], assignment: str | None,
+def _manifest(files: dict[str, bytes], assignment: str,
               seeded: bool) -> str:
     from grader.rubric import assignments
 
     metadata = {
         "kit_version": _kit_version(),
-        "assignment": assignment or "recognised from each submission",
+        "assignment": assignment,
         "assignments": [a.id for a in assignments()],
         "torch": f"{TORCH_VERSION} (CPU build, {TORCH_CPU_INDEX})",
         "secret_seed": "baked in" if seeded else "none: the public default",
@@ -251,13 +261,59 @@ def _kit_version() -> str:
     return parser.get("metadata", "version", fallback="unknown")
 
 
+def bundle_assignment(assignment: str | None) -> str:
+    """The assignment a bundle grades: the one named, or the kit's only
+    one. Building for a kit of several without naming one is an error:
+    the assignment comes from the route, never from an upload."""
+    from grader.rubric import assignments, get_assignment
+
+    if assignment is not None:
+        return get_assignment(assignment).id  # RubricError if unknown
+    known = [a.id for a in assignments()]
+    if len(known) == 1:
+        return known[0]
+    raise BundleError(f"name the assignment this bundle grades: "
+                      f"--assignment ID (this kit has {len(known)}: "
+                      f"{', '.join(known)})")
+
+
+def generated_package() -> dict[str, bytes]:
+    """The student package's generated files as a fresh build makes them
+    (zip path -> bytes): the stubs and the public test values.
+
+    They come from the single source in ``solutions/``, whatever the
+    working tree's ``transformer_lm/`` holds (an instructor who tried a
+    solution there ships the stub all the same). Needs the instructor's
+    kit (``solutions/``).
+    """
+    try:
+        from solutions import build
+    except ImportError as exc:
+        raise BundleError(f"the bundle is built from the instructor's kit: "
+                          f"solutions/ (the source of the student stubs) "
+                          f"cannot be imported ({exc})") from exc
+    if Path(build.__file__).resolve().parent.parent != KIT_ROOT:
+        raise BundleError(f"solutions/ is imported from "
+                          f"{Path(build.__file__).parent}, not from this "
+                          f"kit ({KIT_ROOT}): run from the kit's folder")
+    from grader.rubric import assignments
+
+    files = {}
+    for assignment in assignments():
+        source = build.SOLUTIONS / f"{assignment.module}.py"
+        if source.is_file():
+            stub = build.make_stub(source.read_text(encoding="utf-8"),
+                                   str(source))
+            files[f"transformer_lm/{assignment.module}.py"] = stub.encode()
+    files["transformer_lm/test_values.py"] = \
+        build.make_test_values().encode()
+    return files
+
+
 def bundle_contents(assignment: str | None = None,
                     seed: int | str | None = None) -> dict[str, bytes]:
     """Every file of the bundle: zip path -> bytes (nothing is written)."""
-    if assignment is not None:
-        from grader.rubric import get_assignment
-
-        get_assignment(assignment)  # RubricError if unknown
+    assignment = bundle_assignment(assignment)
     if seed is None:
         seed = os.environ.get(SEED_ENV, "").strip() or None
     if seed is not None and not str(seed).strip():
@@ -269,6 +325,7 @@ def bundle_contents(assignment: str | None = None,
     }
     for relative in kit_files():
         files[relative.as_posix()] = (KIT_ROOT / relative).read_bytes()
+    files.update(generated_package())
     if seed is not None:
         files[SEED_FILE] = f"{str(seed).strip()}\n".encode()
     files["manifest.json"] = _manifest(
@@ -281,8 +338,8 @@ def write_bundle(out: Path, assignment: str | None = None,
                  seed: int | str | None = None) -> Path:
     """Write the autograder zip to ``out``; return its path.
 
-    ``assignment``: grade every submission as this assignment (default:
-    recognised from each submission). ``seed``: the secret seed of the
+    ``assignment``: grade every submission as this assignment (required
+    when the kit has more than one). ``seed``: the secret seed of the
     hidden cases, baked into the bundle (default: ``$GRADER_SEED`` if set,
     else none, and the grader's public default applies). The zip is
     reproducible: same kit, same options, same bytes.

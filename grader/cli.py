@@ -42,8 +42,10 @@ def _positive(kind: type) -> callable:
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--assignment", metavar="ID",
-        help="the assignment to grade against (default: recognised from "
-             "the submission; see 'python -m grader assignments')")
+        help="the assignment to grade against (grade: default recognised "
+             "from what the submission defines; batch: the course's, else "
+             "the one the class fits). A submission that fits another "
+             "better is flagged wrong_assignment")
     parser.add_argument(
         "--public-only", action="store_true",
         help="grade on the public test values alone (a quick self-check); "
@@ -104,13 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     batch = commands.add_parser(
         "batch", help="grade a whole class, in parallel",
-        description="Grade every submission in DIR: one entry per student "
-                    "(a folder, a .py file, a notebook, or nbgrader's "
-                    "submitted/<student>/<assignment>/ layout). Writes one "
-                    "CSV row per submission (atomically) and, next to the "
-                    "CSV, a JSON report and a feedback folder per student. "
-                    "Exits 0 when every submission got a row, whatever the "
-                    "scores.",
+        description="Grade every submission in DIR: an nbgrader course "
+                    "root (with nbgrader_config.py) or its submitted/ "
+                    "folder, one student per submitted/<student>/; or a "
+                    "flat folder with one entry per student (a folder, a "
+                    ".py file or a notebook, any name). Every student is "
+                    "graded against one assignment: --assignment, else "
+                    "the course's assignment id, else the one the class "
+                    "as a whole fits. Writes one CSV row per entry "
+                    "(atomically) and, next to the CSV, a record and a "
+                    "feedback folder per student. Exits 0 when every "
+                    "submission was graded, whatever the scores.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     batch.add_argument("dir", type=Path, metavar="DIR")
     batch.add_argument("--out", type=Path, default=Path("grades.csv"),
@@ -133,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "run_autograder, the grader, pinned requirements).")
     bundle.add_argument("out", type=Path, metavar="OUT.zip")
     bundle.add_argument("--assignment", metavar="ID",
-                        help="grade this assignment (default: recognised "
-                             "from each submission)")
+                        help="the assignment every upload is graded "
+                             "against, baked into the zip (required when "
+                             "the kit has more than one; see 'python -m "
+                             "grader assignments')")
     bundle.add_argument("--seed", type=int, metavar="N",
                         help="secret seed of the hidden cases, baked into "
                              "the bundle (default: $GRADER_SEED if set, "

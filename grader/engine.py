@@ -149,6 +149,7 @@ def grade_submission(submission: Submission,
         "assignment": assignment})
     report = score(assignment, submission, analyses, runs, outcomes,
                    linter.findings, codes)
+    report.flags[:0] = submission.flags  # what locating refused or found
     report.errors = check_errors + report.errors
     report.figures = _figures(assignment, report, runs)
     report.seed_label = seed_label

@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.text import clean, indented
+from grader.text import clean, indented, one_line
 
 
 @dataclass
@@ -166,7 +166,7 @@ class Report:
     def as_text(self) -> str:
         """A readable per-task table with messages and captured output."""
         lines = [f"{self.title} ({self.assignment})",
-                 f"Submission: {self.path}"]
+                 f"Submission: {one_line(self.path)}"]
         mode = ("public test values only" if self.public_only
                 else f"public and hidden cases, seed {self.seed_label}")
         lines.append(f"Graded on: {mode}")

@@ -8,7 +8,9 @@ writes into ``OUT_DIR`` (created if needed; files already there are
 overwritten, others, such as ``.git``, are left alone):
 
 * the release notebook ``<assignment>.ipynb`` and the student package
-  ``transformer_lm/``, both from the nbgrader release ``assignment/<id>/``;
+  ``transformer_lm/``, both from the nbgrader release ``assignment/<id>/``,
+  except the package's generated files (the stub, the test values), which
+  are built afresh from ``solutions/`` whatever the working tree holds;
 * the public tests ``tests/public/`` and the grader ``grader/`` (the same
   grader the instructor grades with, for self-checks);
 * ``requirements.txt`` (the CPU torch and the grader's tools, pinned as in
@@ -31,8 +33,8 @@ import json
 import sys
 from pathlib import Path
 
-from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, kit_files,
-                           pinned_requirements)
+from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, BundleError,
+                           generated_package, kit_files, pinned_requirements)
 from grader.classroom import REPORT, classroom_tests
 from grader.rubric import Assignment, RubricError, get_assignment
 from solutions.build import ROOT
@@ -296,6 +298,12 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
             f"solutions.build")
     files = {Path(assignment.notebook): notebook.read_bytes()}
     files.update(_files_under(release / "transformer_lm", release))
+    # The stubs and test values as a fresh build makes them, whatever the
+    # working tree holds (the same rule as the Gradescope bundle).
+    generated = generated_package()
+    for relative in list(files):
+        if relative.as_posix() in generated:
+            files[relative] = generated[relative.as_posix()]
     for name in SHARED_PUBLIC_FILES + assignment.public_tests:
         path = PUBLIC_TESTS / name
         files[path.relative_to(ROOT)] = path.read_bytes()
@@ -341,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         written = write_student_repo(args.assignment, args.out)
-    except (StudentRepoError, RubricError, ValueError, OSError) as exc:
+    except (StudentRepoError, BundleError, RubricError, ValueError,
+            OSError) as exc:
         print(f"python -m solutions.build student-repo: error: {exc}",
               file=sys.stderr)
         return 2

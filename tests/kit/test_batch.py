@@ -69,12 +69,14 @@ def mixed(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 
 
 def test_every_submission_gets_one_row(mixed):
-    """Seven submissions, seven rows; the .txt is skipped and said so."""
+    """Eight entries, eight rows; the .txt is an error row that says
+    why it was not graded."""
     out, result = mixed
     rows = _rows(out)
     assert sorted(rows) == ["alice", "bob", "carol", "dave", "erin",
-                            "frank", "gina"]
-    assert "skipped: notes.txt" in result.stderr
+                            "frank", "gina", "notes.txt"]
+    assert rows["notes.txt"]["status"] == "error"
+    assert "not a submission: a .txt file" in rows["notes.txt"]["errors"]
     header = next(csv.reader(out.open()))
     assert header[:4] == ["student", "status", "score", "max_score"]
     assert header[4:14] == ITEMS
@@ -102,7 +104,7 @@ def test_scores_and_errors_per_row(mixed):
 
 
 def test_exit_status_says_whether_everything_was_graded(mixed):
-    """1 because one submission (binary) could not be graded."""
+    """1 because two entries (a binary, a .txt) could not be graded."""
     _, result = mixed
     assert result.returncode == 1, result.stderr
     assert "not graded: frank" in result.stdout
@@ -112,16 +114,18 @@ def test_reports_and_feedback_next_to_the_csv(mixed):
     """A JSON per student and a feedback folder per graded student."""
     out = mixed[0]
     reports = out.with_name("grades.csv.reports")
-    record = json.loads((reports / "alice.json").read_text())
+    record = json.loads((reports / "alice" / "record.json").read_text())
     assert record["status"] == "graded"
     assert record["report"]["score"] == 9.0
     assert (reports / "alice" / "report.txt").is_file()
-    frank = json.loads((reports / "frank.json").read_text())
+    frank = json.loads((reports / "frank.py" / "record.json").read_text())
     assert frank["status"] == "error" and "binary" in frank["error"]
 
 
 def test_nbgrader_layout(tmp_path):
     """DIR = an nbgrader course: submitted/<student>/<assignment>/."""
+    (tmp_path / "course").mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path / "course")
     for student, source in (("ann", REFERENCE), ("ben", STUB)):
         target = (tmp_path / "course" / "submitted" / student /
                   "multi_head_attention" / "transformer_lm")

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "submission" / "transformer_lm" \
     / "modeling_attention.py"
 SEED = 987654
+ASSIGNMENT = "multi_head_attention"
 # A generic line that the grader's public known-mistake variants
 # (grader/assignments/multi_head_attention/mistakes.py, shipped to students
 # with the grader) share with a solution block; it reveals nothing.
@@ -178,7 +179,8 @@ def test_validator_accepts_the_documented_example_shape():
 def built(tmp_path_factory) -> Path:
     """The bundle, built once with a baked seed."""
     out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
-    assert bundle.write_bundle(out, seed=SEED) == out
+    assert bundle.write_bundle(out, assignment=ASSIGNMENT, seed=SEED) \
+        == out
     return out
 
 
@@ -271,7 +273,7 @@ def test_zip_is_reproducible_and_bakes_the_seed_privately(built, tmp_path,
     """Same kit and options give the same bytes; the seed sits in the
     grader's private folder and reaches the grader's environment only."""
     again = tmp_path / "again.zip"
-    bundle.write_bundle(again, seed=SEED)
+    bundle.write_bundle(again, assignment=ASSIGNMENT, seed=SEED)
     assert again.read_bytes() == built.read_bytes()
     with zipfile.ZipFile(built) as archive:
         assert archive.read(bundle.SEED_FILE).decode().strip() == str(SEED)
@@ -292,11 +294,11 @@ def test_zip_is_reproducible_and_bakes_the_seed_privately(built, tmp_path,
 
     monkeypatch.delenv(bundle.SEED_ENV)
     unseeded = tmp_path / "unseeded.zip"
-    bundle.write_bundle(unseeded)
+    bundle.write_bundle(unseeded, assignment=ASSIGNMENT)
     with zipfile.ZipFile(unseeded) as archive:
         assert bundle.SEED_FILE not in archive.namelist()
     monkeypatch.setenv(bundle.SEED_ENV, "from-the-shell")
-    bundle.write_bundle(unseeded)
+    bundle.write_bundle(unseeded, assignment=ASSIGNMENT)
     with zipfile.ZipFile(unseeded) as archive:
         assert archive.read(bundle.SEED_FILE) == b"from-the-shell\n"
 

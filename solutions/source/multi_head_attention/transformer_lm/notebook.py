@@ -42,9 +42,8 @@ def marked_regions_only_raise(function: ast.FunctionDef,
             regions.append((start, number))
             start = None
     if start is not None:
-        # An open region runs to the end of the function, last line
-        # included (the end marker, if any, lies after the function's
-        # last statement).
+        # The end marker lies below the function's last statement (the
+        # syntax tree ends there): the region takes in that statement.
         regions.append((start, function.end_lineno + 1))
     if not regions:
         return None
