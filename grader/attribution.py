@@ -36,6 +36,12 @@ _INNER = ("<lambda>", "<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def code_filename(source: SourceFile) -> str:
+    """The file name a submission's code is compiled under, in the sandbox
+    and here: its absolute path (what ``__file__`` says)."""
+    return str(source.path.resolve())
+
+
 @dataclass(frozen=True)
 class Definition:
     """A function of the submission that ran (a method, a helper, a
@@ -71,7 +77,7 @@ class SourceMap:
         """Compile ``source`` as the agent does and index its code."""
         mapping = cls(source)
         try:
-            module = compile_submission(source.text, str(source.path))
+            module = compile_submission(source.text, code_filename(source))
             tree = source.parse()
         except (SyntaxError, ValueError, RecursionError,
                 MemoryError) as exc:

@@ -129,7 +129,8 @@ def grade_submission(submission: Submission,
             continue
         statements = [s.to_plain() for found in
                       statement_plans[source.path].values() for s in found]
-        jobs.append(Job(task.id, source.text, str(source.path),
+        jobs.append(Job(task.id, source.text,
+                        attribution.code_filename(source),
                         plan.probes.get(task.id, []),
                         statements=statements,
                         forbidden=assignment.forbidden))
@@ -197,7 +198,7 @@ def integrity_flags(runs: dict[str, TaskRun],
     verb, at most three objects each), code that ran but is not the
     submission's, foreign bytes on the result channel, replaced library
     functions."""
-    from grader.text import listing
+    from grader.text import listing, one_line, quote
 
     flags: list[Flag] = []
     words = {"refused": "tried to", "forbidden": "tried to",
@@ -207,11 +208,13 @@ def integrity_flags(runs: dict[str, TaskRun],
         for event in run.events:
             where = (f" (line {event.line})" if isinstance(event.line, int)
                      else "")
+            # The object is the submission's (a path, a module name).
+            thing = quote(event.object, 200) if event.object else ""
             grouped.setdefault((event.kind, event.verb), []).append(
-                (event.object or "") + where)
+                (thing + where).strip())
     for (kind, verb), objects in grouped.items():
         objects = [o for o in dict.fromkeys(objects) if o]
-        text = f"The code {words.get(kind, 'tried to')} {verb}"
+        text = f"The code {words.get(kind, 'tried to')} {one_line(verb, 200)}"
         if objects:
             text += " " + listing(objects)
         label = {"refused": "the sandbox refused it",

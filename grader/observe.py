@@ -12,6 +12,7 @@ from typing import Any
 
 from grader.plan import Case, ProbeInfo
 from grader.sandbox import JobResult
+from grader.text import one_line, quote
 from grader.source import SourceFile
 from grader.wire import ChannelError, Value, decode_value
 
@@ -41,15 +42,24 @@ class ProbeResult:
 
 
 def format_error(error: dict, source: SourceFile) -> str:
-    """One sentence about an exception raised in student code."""
+    """One sentence about an exception raised in student code.
+
+    The exception's type name, its message and the line of code are the
+    submission's: they are cleaned of control characters and folded to
+    one line, and the message is quoted, so that nothing it says can pass
+    for a line of the grader's report.
+    """
     if not isinstance(error, dict):
         error = {}
-    text = f"{error.get('type', 'Exception')}: {error.get('message', '')}"
+    kind = one_line(str(error.get("type", "Exception")), 80)
+    message = str(error.get("message", ""))
+    text = f"{kind}: {quote(message)}" if message else kind
     line = error.get("line")
     if isinstance(line, int):
         where = source.where(line)
         code = error.get("code")
-        text += f" (at {where}" + (f": `{code}`" if code else "") + ")"
+        text += f" (at {where}" + (f": `{one_line(str(code), 200)}`"
+                                   if code else "") + ")"
     return text
 
 

@@ -230,7 +230,8 @@ class Value:
             return "None"
         if self.kind == "number":
             return f"the number {self.number!r}"
-        return f"an object of type {self.type_name}"
+        name = " ".join(str(self.type_name).split())[:80]
+        return f"an object of type {name!r}"
 
 
 def decode_value(data: Any) -> Value:

@@ -172,3 +172,64 @@ def test_runtime_closures_look_up_no_globals() -> None:
             offenders[code.co_name] = names
     assert offenders == {}
     assert len(_runtime_codes()) > 40  # the walk did find the closures
+
+
+# --------------------------------------------------------------------------
+# In a batch, classmates are invisible
+
+CLASSMATES = Path(__file__).resolve().parent / "classmates"
+SECRET_SEED = "918273645"
+
+
+@pytest.mark.slow
+def test_a_batch_submission_sees_no_classmate_and_no_secret(
+        tmp_path: Path) -> None:
+    """A nosy submission, graded in a batch beside classmates with a secret
+    seed, finds nothing of them in its worker: no file name, no score, no
+    seed; its frame and object look-ups are refused and flagged."""
+    import csv
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from grader.batch import RECORD
+
+    root = Path(__file__).resolve().parents[2]
+    folder = tmp_path / "class"
+    folder.mkdir()
+    example = root / "examples" / "submission" / "transformer_lm"
+    shutil.copy(example / "modeling_attention.py",
+                folder / "alice_wonderland.py")
+    shutil.copy(root / "solutions" / "modeling_attention.py",
+                folder / "carol_secretive.py")
+    shutil.copy(CLASSMATES / "nosy.py", folder / "bob_nosy.py")
+    out = tmp_path / "grades.csv"
+    env = {**os.environ, "GRADER_SEED": SECRET_SEED, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--jobs", "2", "--no-feedback",
+         "--assignment", "multi_head_attention"],
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = {row["student"]: row for row in csv.DictReader(out.open())}
+    assert set(rows) == {"alice_wonderland", "bob_nosy", "carol_secretive"}
+    reports = out.with_name(out.name + ".reports")
+    records = {json.loads(p.read_text())["student"]: json.loads(
+        p.read_text()) for p in reports.glob(f"*/{RECORD}")}
+    bob = records["bob_nosy"]["report"]
+    printed = json.dumps(bob.get("output", {}))
+    # Only its own scratch folder (empty) can be listed.
+    assert str(folder) not in printed and str(tmp_path) not in printed
+    assert "no listing" in printed and "no frames" in printed
+    assert "no objects" in printed and "ENVIRON" in printed
+    for secret in ("alice", "carol", "wonderland", "secretive",
+                   SECRET_SEED, str(out), rows["carol_secretive"]["score"]
+                   + ","):
+        assert secret not in printed, secret
+    kinds = sorted({flag["kind"] for flag in bob["flags"]})
+    assert kinds == ["tampered"]
+    scores = {item["id"]: item["score"] for item in bob["items"]}
+    assert (scores["task1.init"], scores["task1.forward"]) == (1.0, 3.0)
+    assert float(rows["carol_secretive"]["score"]) == 11.0
