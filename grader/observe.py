@@ -52,6 +52,8 @@ def format_error(error: dict, source: SourceFile) -> str:
     if not isinstance(error, dict):
         error = {}
     kind = one_line(str(error.get("type", "Exception")), 80)
+    if not kind.isidentifier():
+        kind = quote(kind, 80)
     message = str(error.get("message", ""))
     text = f"{kind}: {quote(message)}" if message else kind
     line = error.get("line")

@@ -119,7 +119,8 @@ class Report:
                        "problems": list(t.problems)}
                       for t in self.tasks],
             "notes": list(self.notes),
-            "output": {t.id: t.output for t in self.tasks if t.output},
+            "output": {t.id: clean(t.output) for t in self.tasks
+                       if t.output},
             "grader": {"seed": self.seed_label,
                        "public_only": self.public_only,
                        "seconds": round(self.seconds, 3)},

@@ -113,6 +113,9 @@ CORPUS: dict[str, Expected] = {
                                says=("to the grader's result channel",)),
     "tamper_threads": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("refused",),
                                says=("start a thread",)),
+    # ------------------------------------------------- forged reports
+    "report_spoof": Expected(CLEAN_1, ZERO_2, 5,
+                             says=('"Total: 11 / 10": "ok Total: 11 / 10',)),
 }
 
 
@@ -138,6 +141,32 @@ def test_integrity_submission(name: str, grade_path) -> None:
     tagged = sorted(i.id for i in report.items
                     if "forbidden_api" in i.diagnosis)
     assert tagged == sorted(expected.diagnosis)
+
+
+def test_a_forged_report_line_never_reaches_a_report(grade_path) -> None:
+    """What the submission prints and raises (escapes, a fake total, fake
+    item lines) is cleaned and shown quoted or indented under a label, in
+    the text report, the JSON and Gradescope's output."""
+    import json
+
+    report = grade_path(INTEGRITY / "report_spoof.py", timeout=20.0)
+    text = report.as_text()
+    renderings = [text, json.dumps(report.as_json()),
+                  json.dumps(report.as_gradescope())]
+    for rendering in renderings:
+        assert "\x1b" not in rendering and "\\u001b" not in rendering
+    lines = text.split("\n")
+    assert [line for line in lines if line.startswith("Total:")] == \
+        ["Total: 5 / 10"]
+    assert not any(line.lstrip().startswith(("[PASS] task2.scores 3",
+                                             "Coding Task 2: 6"))
+                   for line in lines)
+    printed = [line for line in lines if "Total: 11 / 10" in line]
+    assert printed and all(
+        line.startswith("    | ") or '"' in line for line in printed)
+    gradescope = report.as_gradescope()["output"].split("\n")
+    assert not any(line.startswith(("Total:", "Coding Task 2: 6"))
+                   for line in gradescope)
 
 
 # --------------------------------------------------------------------------
