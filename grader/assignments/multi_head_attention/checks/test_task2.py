@@ -259,7 +259,7 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
                 continue
             where = f"with causal=True on {case.describe()}"
             if case.name.endswith("-equal-scores"):
-                where += ", where every score is equal"
+                where += ", where every score is equal,"
             ids, words = diagnose_causal(task2, case, probs)
             fail(f"probs {where} {problem}. {words}".rstrip(), *ids)
 
