@@ -43,27 +43,27 @@ class Failure:
 
     ``key`` says what "the same way" is (the exception type and the line
     it was raised at, or the problem's words when nothing was raised); the
-    sentence is ``before`` + the cases in words + ``after``.
+    sentence is ``before`` + the cases in words + ``after``. ``cases`` are
+    (short name, full description) pairs.
     """
 
     key: str
     before: str
     after: str
-    cases: tuple[str, ...]
+    cases: tuple[tuple[str, str], ...]
 
     def sentence(self) -> str:
         """The failure said once, with the number of cases."""
         return f"{self.before}{cases_phrase(self.cases)}{self.after}"
 
 
-def cases_phrase(cases: Iterable[str]) -> str:
+def cases_phrase(cases: Iterable[tuple[str, str]]) -> str:
     """'hidden case 'a' (sizes)' or '3 cases (hidden case 'a' (sizes),
-    'b' and 'c')': how many, and which."""
-    unique = list(dict.fromkeys(cases))
+    'b', 'c')': how many, and which (the first one in full)."""
+    unique = list(dict.fromkeys(tuple(case) for case in cases))
     if len(unique) == 1:
-        return unique[0]
-    names = [unique[0]] + [c.split(" (")[0].split(" ")[-1]
-                           for c in unique[1:]]
+        return unique[0][1]
+    names = [unique[0][1]] + [f"'{name}'" for name, _ in unique[1:]]
     shown = ", ".join(names[:3])
     more = len(names) - 3
     if more > 0:
@@ -144,7 +144,8 @@ def failure_of(run: TaskRun, probe_id: str, what: str) -> Failure | None:
     if result.ok:
         return None
     case = result.info.case
-    where = case.describe() if case else "the grader's inputs"
+    where = ((case.name, case.describe()) if case
+             else (probe_id, "the grader's inputs"))
     error = result.error if isinstance(result.error, dict) else None
     if error:
         line = error.get("line")
@@ -263,7 +264,7 @@ def item_messages(failing: list[CheckOutcome]) -> list[str]:
             continue
         for raw in outcome.failures:
             found = Failure(raw["key"], raw["before"], raw["after"],
-                            tuple(raw["cases"]))
+                            tuple(tuple(case) for case in raw["cases"]))
             known = merged.get(found.key)
             if known is None:
                 merged[found.key] = found

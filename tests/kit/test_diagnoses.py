@@ -194,6 +194,8 @@ def _keys() -> list[Key]:
     keys += [(f"attention_basics/dropout/{name}", SEED, "attention_basics")
              for name in BASICS]
     keys += [(name, OTHER_SEED, "multi_head_attention") for name in CORRECT]
+    keys += [("attention_basics/broken_forward_raises", SEED,
+              "attention_basics")]
     return keys
 
 
@@ -340,12 +342,18 @@ def test_one_failure_one_sentence(graded) -> None:
     assert " on 5 cases (hidden case " in item.message
     causal = graded("diagnoses/hardcoded_size_view3").item("task2.causal")
     assert " on 6 cases (" in causal.message
+    warm_up = graded("attention_basics/broken_forward_raises",
+                     assignment="attention_basics").item("task6.values")
+    assert warm_up.message.count("RuntimeError: unfinished") == 1
+    assert " on 4 cases (the public test values 'lecture' (" in (
+        warm_up.message)
 
 
 def test_item_messages_merge_the_same_failure() -> None:
     """item_messages: one sentence per (exception type, line), with the
     union of the cases; other messages are kept once each."""
-    def outcome(key: str, cases_: list[str], note: str = "") -> CheckOutcome:
+    def outcome(key: str, cases_: list[list[str]],
+                note: str = "") -> CheckOutcome:
         return CheckOutcome("t", "task2.output", "values", False,
                             message="ignored",
                             failures=[{"key": key, "before": f"{key} on ",
@@ -354,11 +362,12 @@ def test_item_messages_merge_the_same_failure() -> None:
 
     plain = CheckOutcome("t", "task2.output", "dropout", False,
                          message="Dropout is not random.")
+    a, b, c = (["a", "case 'a' (x=1)"], ["b", "case 'b' (x=2)"],
+               ["c", "case 'c' (x=3)"])
     messages = item_messages([
-        outcome("RuntimeError@40", ["case 'a' (x=1)", "case 'b' (x=2)"]),
-        outcome("RuntimeError@40", ["case 'b' (x=2)", "case 'c' (x=3)"],
-                note=" Look at line 40."),
-        outcome("IndexError@12", ["case 'a' (x=1)"]),
+        outcome("RuntimeError@40", [a, b]),
+        outcome("RuntimeError@40", [b, c], note=" Look at line 40."),
+        outcome("IndexError@12", [a]),
         plain, plain])
     assert messages == [
         "RuntimeError@40 on 3 cases (case 'a' (x=1), 'b', 'c').",

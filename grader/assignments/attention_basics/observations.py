@@ -18,7 +18,8 @@ from grader.assignments.attention_basics.cases import (
     DROPOUT_DRAWS, DROPOUT_RATES, LONG_CONTEXT, SEEDED, TARGETS, has_bias,
     init_of)
 from grader.checking import (close, fail, fail_probes, failure_of,
-                             max_error, share_bounds, tensor_of)
+                             max_error, require_ran, share_bounds,
+                             tensor_of)
 from grader.observe import TaskRun
 from grader.plan import Case
 
@@ -107,8 +108,18 @@ def compare(run: TaskRun, prefix: str,
             diagnose: Callable[[Case, torch.Tensor],
                                tuple[list[str], str]],
             on_error: Callable[[Case], list[str]] | None = None) -> None:
-    """Every ``prefix`` probe's output equals ``expected(case)``."""
-    for probe_id in run.probe_ids(prefix):
+    """Every ``prefix`` probe's output equals ``expected(case)``.
+
+    Probes that raised the same way are reported once, with their number.
+    """
+    probe_ids = run.probe_ids(prefix)
+    failed = [p for p in probe_ids if not run.result(p).ok]
+    if failed:
+        first = run.result(failed[0])
+        ids = (on_error(first.info.case) if on_error and first.error
+               else [])
+        require_ran(run, probe_ids, name_of(run, failed[0]), *ids)
+    for probe_id in probe_ids:
         case = run.case(probe_id)
         handler = (lambda c=case: on_error(c)) if on_error else None
         _, student = output(run, probe_id, on_error=handler)
