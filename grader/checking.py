@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import traceback
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,19 +37,92 @@ RTOL = 1e-4
 ATOL = 1e-5
 
 
-class CheckFailed(AssertionError):
-    """A check's verdict: a message for the student and diagnosis ids."""
+@dataclass(frozen=True)
+class Failure:
+    """Probes that failed the same way: one sentence, many cases.
 
-    def __init__(self, message: str, diagnoses: tuple[str, ...] = ()):
-        """Keep the message and the diagnosis ids."""
+    ``key`` says what "the same way" is (the exception type and the line
+    it was raised at, or the problem's words when nothing was raised); the
+    sentence is ``before`` + the cases in words + ``after``. ``cases`` are
+    (short name, full description) pairs.
+    """
+
+    key: str
+    before: str
+    after: str
+    cases: tuple[tuple[str, str], ...]
+
+    def sentence(self) -> str:
+        """The failure said once, with the number of cases."""
+        return f"{self.before}{cases_phrase(self.cases)}{self.after}"
+
+
+def cases_phrase(cases: Iterable[tuple[str, str]]) -> str:
+    """'hidden case 'a' (sizes)' or '3 cases (hidden case 'a' (sizes),
+    'b', 'c')': how many, and which (the first one in full)."""
+    unique = list(dict.fromkeys(tuple(case) for case in cases))
+    if len(unique) == 1:
+        return unique[0][1]
+    names = [unique[0][1]] + [f"'{name}'" for name, _ in unique[1:]]
+    shown = ", ".join(names[:3])
+    more = len(names) - 3
+    if more > 0:
+        shown += f" and {more} more"
+    return f"{len(unique)} cases ({shown})"
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict: a message for the student and diagnosis ids.
+
+    ``failures`` are the probe failures the message reports (see
+    :class:`Failure`), so that the engine can say a failure shared by
+    several checks of an item once; ``note`` is what the message adds to
+    them.
+    """
+
+    def __init__(self, message: str, diagnoses: tuple[str, ...] = (),
+                 failures: tuple[Failure, ...] = (), note: str = ""):
+        """Keep the message, the diagnosis ids and the failures."""
         super().__init__(message)
         self.message = message
         self.diagnoses = tuple(diagnoses)
+        self.failures = tuple(failures)
+        self.note = note
+
+    def extended(self, diagnoses: list[str], words: str) -> CheckFailed:
+        """The same verdict with more diagnosis ids and words."""
+        words = f" {words}" if words else ""
+        ids = tuple(dict.fromkeys(self.diagnoses + tuple(diagnoses)))
+        return CheckFailed(self.message + words, ids, self.failures,
+                           self.note + words)
 
 
 def fail(message: str, *diagnoses: str) -> None:
     """Fail the current check with a message and known-mistake ids."""
     raise CheckFailed(message, diagnoses)
+
+
+def fail_probes(failures: list[Failure], *diagnoses: str,
+                note: str = "") -> None:
+    """Fail with probe failures, each said once with its cases."""
+    message = " ".join(f.sentence() for f in failures) + note
+    raise CheckFailed(message, diagnoses, tuple(failures), note)
+
+
+@contextlib.contextmanager
+def explained(extra: Callable[[], tuple[list[str], str]]) -> Iterator[None]:
+    """Add ``extra()``'s diagnosis ids and words to a failing check.
+
+    For explanations that hold for every way the check can fail (e.g. the
+    code only works on the public sizes); ``extra`` runs only on failure.
+    """
+    try:
+        yield
+    except CheckFailed as exc:
+        ids, words = extra()
+        if not ids and not words:
+            raise
+        raise exc.extended(ids, words) from None
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -58,16 +133,52 @@ def close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
                                rtol=RTOL, atol=ATOL))
 
 
-def returned(run: TaskRun, probe_id: str, what: str) -> Any:
-    """The value a probe returned, or fail with why there is none."""
+def failure_of(run: TaskRun, probe_id: str, what: str) -> Failure | None:
+    """How a probe failed to run, as a :class:`Failure` (None if it ran).
+
+    Two probes fail "the same way" when they raised the same exception
+    type at the same line (or, when nothing was raised, for the same
+    reason).
+    """
+    result = run.result(probe_id)
+    if result.ok:
+        return None
+    case = result.info.case
+    where = ((case.name, case.describe()) if case
+             else (probe_id, "the grader's inputs"))
+    error = result.error if isinstance(result.error, dict) else None
+    if error:
+        line = error.get("line")
+        key = f"{error.get('type')}@{line}" if isinstance(line, int) \
+            else f"{error.get('type')}:{result.problem}"
+        return Failure(key, f"{what} raised {result.problem}, on ", ".",
+                       (where,))
+    return Failure(str(result.problem), f"{what} on ",
+                   f": {result.problem}.", (where,))
+
+
+def require_ran(run: TaskRun, probe_ids: list[str], what: str,
+                *diagnoses: str) -> None:
+    """Fail, each way once with its cases, unless every probe ran."""
     if run.import_error:
         fail(f"Not graded: {run.import_error}")
-    result = run.result(probe_id)
-    case = result.info.case
-    where = f" on {case.describe()}" if case else ""
-    if not result.ok:
-        fail(f"{what}{where}: {result.problem}")
-    return result.value
+    groups: dict[str, Failure] = {}
+    for probe_id in probe_ids:
+        found = failure_of(run, probe_id, what)
+        if found is None:
+            continue
+        known = groups.get(found.key)
+        groups[found.key] = found if known is None else Failure(
+            known.key, known.before, known.after,
+            known.cases + found.cases)
+    if groups:
+        fail_probes(list(groups.values()), *diagnoses)
+
+
+def returned(run: TaskRun, probe_id: str, what: str) -> Any:
+    """The value a probe returned, or fail with why there is none."""
+    require_ran(run, [probe_id], what)
+    return run.result(probe_id).value
 
 
 def tensor_of(value: Any, what: str, shape: tuple[int, ...],
@@ -92,6 +203,25 @@ def tensor_of(value: Any, what: str, shape: tuple[int, ...],
     return value.tensor
 
 
+def share_bounds(p: float, n: int, delta: float = 1e-9,
+                 at_least: tuple[float, float] | None = None
+                 ) -> tuple[float, float]:
+    """Where the share of zeros of a correct dropout falls, p +- t.
+
+    Each of ``n`` values is dropped independently with probability ``p``,
+    so by Hoeffding's inequality the share of zeros lies outside
+    ``[p - t, p + t]`` with probability at most
+    ``2 exp(-2 n t^2) = delta`` when ``t = sqrt(ln(2 / delta) / (2 n))``:
+    a correct dropout fails this bound once in a billion gradings.
+    ``at_least`` widens the bounds (a rubric's own range).
+    """
+    t = math.sqrt(math.log(2 / delta) / (2 * max(n, 1)))
+    low, high = p - t, p + t
+    if at_least is not None:
+        low, high = min(low, at_least[0]), max(high, at_least[1])
+    return max(low, 0.0), min(high, 1.0)
+
+
 def max_error(actual: torch.Tensor, expected: torch.Tensor) -> str:
     """The largest absolute difference, in words."""
     diff = (actual.float() - expected.float()).abs()
@@ -114,6 +244,40 @@ class CheckOutcome:
     passed: bool
     message: str = ""
     diagnoses: list[str] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    note: str = ""
+
+
+def item_messages(failing: list[CheckOutcome]) -> list[str]:
+    """The failing checks' messages, each failure said once.
+
+    Checks of one item that report the same probe failure (the same
+    exception at the same line) give one sentence with every case it
+    happened on, not one sentence per check.
+    """
+    merged: dict[str, Failure] = {}
+    order: list[tuple[str, str]] = []   # ("failure", key) or ("text", ..)
+    for outcome in failing:
+        if not outcome.failures:
+            if outcome.message:
+                order.append(("text", outcome.message))
+            continue
+        for raw in outcome.failures:
+            found = Failure(raw["key"], raw["before"], raw["after"],
+                            tuple(tuple(case) for case in raw["cases"]))
+            known = merged.get(found.key)
+            if known is None:
+                merged[found.key] = found
+                order.append(("failure", found.key))
+            else:
+                merged[found.key] = Failure(known.key, known.before,
+                                            known.after,
+                                            known.cases + found.cases)
+        if outcome.note:
+            order.append(("text", outcome.note.strip()))
+    texts = [merged[value].sentence() if kind == "failure" else value
+             for kind, value in order]
+    return list(dict.fromkeys(texts))
 
 
 class ChecksPlugin:
@@ -181,6 +345,8 @@ class ChecksPlugin:
                 if isinstance(exc, CheckFailed):
                     outcome.message = exc.message
                     outcome.diagnoses = list(exc.diagnoses)
+                    outcome.failures = [asdict(f) for f in exc.failures]
+                    outcome.note = exc.note
                 elif isinstance(exc, AssertionError):
                     outcome.message = str(exc).split("\nassert ")[0]
                 else:

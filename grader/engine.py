@@ -23,7 +23,7 @@ from grader import attribution, pep8, shapes
 from grader.analysis import (TaskAnalysis, analyse, count_statements,
                              forbidden_uses)
 from grader.attribution import SourceMap, TaskCode
-from grader.checking import CheckOutcome, run_checks
+from grader.checking import CheckOutcome, item_messages, run_checks
 from grader.observe import ProbeResult, TaskRun, observe
 from grader.plan import Plan
 from grader.report import Flag, ItemReport, Report, TaskReport
@@ -316,7 +316,8 @@ def score_checks_item(item: Item, outcomes: list[CheckOutcome],
     if item.combine == "max":
         missed = [max(missed, key=lambda part: item.parts[part])]
     failing = [o for o in mine if o.part in missed and not o.passed]
-    messages = _unique([o.message for o in failing if o.message])[:3]
+    # One sentence per way of failing, with the cases it happened on.
+    messages = item_messages(failing)[:3]
     diagnosis = _unique([d for o in failing for d in o.diagnoses])
     if item.combine == "max" and total > 0:
         best = max((p for p in item.parts if earned[p] == total),

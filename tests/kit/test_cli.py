@@ -30,7 +30,9 @@ PENALTIES_AND_BONUS = {"task1.pep8", "task1.shapes", "task1.bonus",
 DIAGNOSES = {"no_scaling", "wrong_scale", "softmax_dim",
              "reshape_not_transpose", "mask_diagonal", "mask_zero_fill",
              "mask_ignored", "no_mix", "probs_shape", "dropout_misplaced",
-             "forbidden_api"}
+             "forbidden_api", "heads_not_split", "head_order",
+             "merge_wrong_axes", "mask_inverted", "hardcoded_size",
+             "mask_from_scores"}
 
 
 @dataclass(frozen=True)

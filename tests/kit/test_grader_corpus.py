@@ -43,7 +43,9 @@ ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
 DIAGNOSES = {"no_scaling", "wrong_scale", "softmax_dim",
              "reshape_not_transpose", "mask_diagonal", "mask_zero_fill",
              "mask_ignored", "no_mix", "probs_shape", "dropout_misplaced",
-             "forbidden_api"}
+             "forbidden_api", "heads_not_split", "head_order",
+             "merge_wrong_axes", "mask_inverted", "hardcoded_size",
+             "mask_from_scores"}
 
 # Scores of one task's five items, in ITEMS order.
 # task 1: init, forward, pep8, shapes, bonus
@@ -130,7 +132,10 @@ CORPUS: dict[str, Expected] = {
          "task2.output": ("reshape_not_transpose",)}),
     "mistake_merge_not_transpose": Expected(
         T1_FULL, (3, 1, 1, 0, 0), 10,
-        {"task2.output": ("reshape_not_transpose",)}),
+        {"task2.output": ("reshape_not_transpose", "merge_wrong_axes")},
+        why="a reshape across the head axis is both mistakes: heads "
+            "merged without the transpose, so the right per-head values "
+            "land in the wrong places"),
     "mistake_mask_diagonal": Expected(
         T1_FULL, (3, 0, 2, 0, 0), 10, {"task2.causal": ("mask_diagonal",)}),
     "mistake_mask_diagonal_finite": Expected(
@@ -142,11 +147,11 @@ CORPUS: dict[str, Expected] = {
     "mistake_no_mix": Expected(
         T1_FULL, (3, 1, 1, 0, 0), 10, {"task2.output": ("no_mix",)}),
     "mistake_probs_shape": Expected(
-        T1_FULL, (0, 0, 1, 0, 0), 6,
-        {"task2.scores": ("probs_shape",), "task2.causal": ("probs_shape",),
-         "task2.output": ("probs_shape",)},
-        why="every probs-based check needs [bs * num_heads, seq, seq]; the "
-            "value point is judged on att alone"),
+        T1_FULL, (0, 0, 2, 0, 0), 7,
+        {"task2.scores": ("probs_shape",), "task2.causal": ("probs_shape",)},
+        why="task2.scores and task2.causal need [bs * num_heads, seq, seq]; "
+            "the value point is judged on att alone, the dropout point on "
+            "the probabilities whatever their layout (RUBRIC.md)"),
     "mistake_dropout_on_output": Expected(
         T1_FULL, (3, 1, 1, 0, 0), 10,
         {"task2.output": ("dropout_misplaced",)}),
@@ -158,7 +163,7 @@ CORPUS: dict[str, Expected] = {
         {"task2.output": ("dropout_misplaced",)}),
     "mistake_no_dropout": Expected(T1_FULL, (3, 1, 1, 0, 0), 10),
     "mistake_hardcoded_sizes": Expected(
-        (0, 3, 0, -1, 1), T2_FULL, 9,
+        (0, 3, 0, -1, 1), T2_FULL, 9, {"task1.init": ("hardcoded_size",)},
         why="q, k, v = nn.Linear(7, 9) are not nn.Linear(input_size, "
             "hidden): no init point. With the weights loaded the forward "
             "is right (3 and the bonus), but run with its own layers under "

@@ -93,6 +93,13 @@ def test_causal_probs_structure(impl, values):
     model = multi_head(impl, values, causal=True)
     _, probs = model(values.x, return_attention=True)
     expect_shape(probs, (bs * heads, seq, seq), "probs (causal)", PROBS)
+    # triu(..., diagonal=0) hides the current token too: the first token
+    # then sees nothing (NaN with -inf) and every later one gives itself 0.
+    diagonal = probs.detach().diagonal(dim1=1, dim2=2)
+    assert not (torch.isnan(probs[:, 0]).all()
+                or torch.all(diagonal[:, 1:] == 0)), (
+        "the current token is masked: each token must attend to itself; "
+        "mask only j > i (torch.triu(..., diagonal=1), not diagonal=0)")
     future = torch.ones(seq, seq, dtype=torch.bool).triu(diagonal=1)
     assert torch.all(probs[:, future] == 0), (
         "causal probs must be exactly 0 strictly above the diagonal (a "

@@ -42,12 +42,18 @@ Probes, per task (ids are prefixes the checks select on):
 * ``mask:<case>`` and ``blank-mask:<case>``: ``QKVMultiheadAttention`` with
   an additive causal mask; "blank" cases have one head, zero query and key
   weights and an identity ``linear_layer``, so the mask is judged alone;
-* ``dropout-off``, ``dropout-eval``, ``dropout-train``: dropout 0 in eval,
-  0.5 in eval and 0.5 in training (seeded) on a case with d_out (head_dim)
-  larger than num_tokens, so the attention weights can be recovered from
-  the output;
+* ``dropout-off``, ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``:
+  dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
+  training under ``DROPOUT_DRAWS`` random seeds, on a case with d_out
+  (head_dim) larger than num_tokens, so the attention weights can be
+  recovered from the output;
 * ``trace:<i>``: forward under the rubric's size set i, for the shape
   comments (every branch: with and without a mask).
+
+Every random stream a submission can observe (hidden inputs and weights,
+the torch seed of a dropout probe) is seeded with
+:func:`grader.plan.derive_seed`, a one-way hash of the grading seed; the
+lecture's own seeds (123, 789) are public.
 """
 from __future__ import annotations
 
@@ -57,11 +63,14 @@ import numpy as np
 import torch
 
 from grader.assignments.attention_basics import reference
-from grader.plan import Case, Plan, probe
+from grader.plan import Case, Plan, derive_seed, probe
 from grader.wire import encode_tensor
 
 HIDDEN_CASES = 3
-DROPOUT_P = 0.5
+# Dropout is judged at two rates, each under two random seeds: the masks
+# must differ between seeds and the share of zeros must follow p.
+DROPOUT_RATES = (0.5, 0.2)
+DROPOUT_DRAWS = 2
 PUBLIC = "lecture"
 
 # "Your journey starts with one step", embedded in 3 dimensions.
@@ -261,11 +270,17 @@ def random_input(rng: np.random.Generator, task: str,
     return torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
 
 
+def _rng(seed: int, *labels: object) -> np.random.Generator:
+    """A generator for one stream, seeded one-way from the grading seed."""
+    return np.random.default_rng(
+        derive_seed(seed, "attention_basics", *labels))
+
+
 def hidden_cases(seed: int) -> dict[str, list[Case]]:
     """HIDDEN_CASES random cases per task, derived from ``seed``."""
     found = {}
-    for number, task in enumerate(TARGETS, start=1):
-        rng = np.random.default_rng([seed, number])
+    for task in TARGETS:
+        rng = _rng(seed, "hidden", task)
         cases = []
         for index in range(HIDDEN_CASES):
             sizes = random_sizes(rng, task)
@@ -286,7 +301,7 @@ def with_context(case: Case, context_length: int, suffix: str) -> Case:
 
 def square_case(seed: int) -> Case:
     """batch_size = num_tokens = d_out = 4: ``keys.T`` runs here."""
-    rng = np.random.default_rng([seed, 20])
+    rng = _rng(seed, "square")
     sizes = {"batch_size": 4, "num_tokens": 4, "context_length": 6,
              "d_in": 3, "d_out": 4}
     return Case("square", False, sizes, random_input(rng, "task4", sizes),
@@ -301,12 +316,13 @@ def dropout_case(seed: int, task: str) -> Case:
     num_tokens-dimensional space and the output determines the weights;
     ``out_proj`` is the identity. One head, and context_length =
     num_tokens, so that a wrong head split or an unsliced mask (judged by
-    the other item) does not cost the dropout point too. 12 sequences give
-    252 causal weights: with p = 0.5 the share of zeros falls outside
-    [0.3, 0.7] with a probability below 1e-10.
+    the other item) does not cost the dropout point too. 24 sequences give
+    504 causal weights per call, so the bounds of
+    :func:`grader.checking.share_bounds` (two calls per rate) separate
+    p = 0.2 from p = 0.5.
     """
-    rng = np.random.default_rng([seed, 21 if task == "task4" else 22])
-    sizes = {"batch_size": 12, "num_tokens": 6, "context_length": 6,
+    rng = _rng(seed, "dropout", task)
+    sizes = {"batch_size": 24, "num_tokens": 6, "context_length": 6,
              "d_in": 7, "d_out": 8}
     if task == "task6":
         sizes.update(num_heads=1, head_dim=8)
@@ -388,14 +404,20 @@ def _seeded(plan: Plan, task: str, case: Case, name: str = "",
 
 
 def _dropout(plan: Plan, task: str, seed: int) -> None:
-    """Dropout 0 in eval, 0.5 in eval, 0.5 in training (seeded)."""
+    """Dropout 0 in eval; each rate in eval and in training under
+    DROPOUT_DRAWS seeds derived from the grading seed."""
     case = dropout_case(seed, task)
-    for probe_id, p, train in (("dropout-off", 0.0, False),
-                               ("dropout-eval", DROPOUT_P, False),
-                               ("dropout-train", DROPOUT_P, True)):
+    runs = [("dropout-off", 0.0, None)]
+    for p in DROPOUT_RATES:
+        runs += [(f"dropout-eval:{p:g}", p, None)]
+        runs += [(f"dropout-train:{p:g}:{draw}", p, draw)
+                 for draw in range(DROPOUT_DRAWS)]
+    for probe_id, p, draw in runs:
         _add(plan, task, probe_id, case=case,
              init=init_of(task, case.sizes, dropout=p, qkv_bias=False),
-             train=train, seed=seed, dropout=p)
+             train=draw is not None, dropout=p,
+             seed=derive_seed(seed, "attention_basics", "dropout", task,
+                              p, draw))
 
 
 def _traces(plan: Plan, task: str,

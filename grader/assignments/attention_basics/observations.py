@@ -15,8 +15,11 @@ import torch
 
 from grader.assignments.attention_basics import mistakes
 from grader.assignments.attention_basics.cases import (
-    LONG_CONTEXT, SEEDED, TARGETS, has_bias, init_of)
-from grader.checking import close, fail, max_error, tensor_of
+    DROPOUT_DRAWS, DROPOUT_RATES, LONG_CONTEXT, SEEDED, TARGETS, has_bias,
+    init_of)
+from grader.checking import (close, fail, fail_probes, failure_of,
+                             max_error, require_ran, share_bounds,
+                             tensor_of)
 from grader.observe import TaskRun
 from grader.plan import Case
 
@@ -73,7 +76,8 @@ def output(run: TaskRun, probe_id: str, task: str | None = None,
     case = result.info.case
     if not result.ok:
         ids = on_error() if on_error and result.error else []
-        fail(f"{what} on {case.describe()}: {result.problem}", *ids)
+        found = failure_of(run, probe_id, what)
+        fail_probes([found] if found else [], *ids)
     shape = output_shape(task, case.sizes)
     return case, tensor_of(result.value, f"The output of {what}", shape,
                            MEANINGS[task], case)
@@ -104,8 +108,18 @@ def compare(run: TaskRun, prefix: str,
             diagnose: Callable[[Case, torch.Tensor],
                                tuple[list[str], str]],
             on_error: Callable[[Case], list[str]] | None = None) -> None:
-    """Every ``prefix`` probe's output equals ``expected(case)``."""
-    for probe_id in run.probe_ids(prefix):
+    """Every ``prefix`` probe's output equals ``expected(case)``.
+
+    Probes that raised the same way are reported once, with their number.
+    """
+    probe_ids = run.probe_ids(prefix)
+    failed = [p for p in probe_ids if not run.result(p).ok]
+    if failed:
+        first = run.result(failed[0])
+        ids = (on_error(first.info.case) if on_error and first.error
+               else [])
+        require_ran(run, probe_ids, name_of(run, failed[0]), *ids)
+    for probe_id in probe_ids:
         case = run.case(probe_id)
         handler = (lambda c=case: on_error(c)) if on_error else None
         _, student = output(run, probe_id, on_error=handler)
@@ -233,58 +247,102 @@ def expect_mask_buffer(info: dict, case: Case, target: str) -> None:
 
 
 def dropout(run: TaskRun) -> None:
-    """Dropout acts on the attention weights, only in training.
+    """Dropout acts on the attention weights, only in training, at random.
 
     On the ``dropout`` case the attention weights are read back from the
-    output (:func:`mistakes.recover_weights`): in eval mode dropout=0.5
-    changes nothing; in training each weight a_ij (j <= i) becomes 0 or
-    a_ij / (1 - p), for 30-70% of them 0, and the output is still those
-    weights times the value vectors. Tokens whose eval output is not
+    output (:func:`mistakes.recover_weights`): in eval mode dropout
+    changes nothing; in training, at each rate p of ``DROPOUT_RATES``,
+    each weight a_ij (j <= i) becomes 0 or a_ij / (1 - p), the output is
+    still those weights times the value vectors, calls under different
+    seeds drop different weights, and the share of zeros lies within the
+    bounds a correct dropout cannot miss (:func:`share_bounds`, at least
+    the rubric's 30-70% at p = 0.5). Tokens whose eval output is not
     finite (a mask that hides the diagonal gives token 0 NaN) are left
     out, so a mistake judged by another item does not cost this one.
     """
     task = run.task
-    p = run.result("dropout-train").info.dropout
     case, off = output(run, "dropout-off")
-    _, evaluated = output(run, "dropout-eval")
-    _, trained = output(run, "dropout-train")
-    if not mistakes.same(evaluated, off):
-        fail(f"In eval mode (model.eval()) the output of a model with "
-             f"dropout={p:g} differs from the same model with dropout=0 "
-             f"({max_error(evaluated, off)}): dropout must act only in "
-             f"training.", "dropout_in_eval")
-    if mistakes.same(trained, off):
-        fail(f"With dropout={p:g} in training mode the output does not "
-             f"change: apply self.dropout to the attention weights.")
     values = mistakes.dropout_values(case, task)
     base_out = mistakes.merged_output(off, case, task)
-    drop_out = mistakes.merged_output(trained, case, task)
     rows = torch.isfinite(base_out).all(-1)  # the tokens judged
-    seen = f"In training mode (dropout={p:g}) the output"
-    if not torch.isfinite(drop_out).all(-1)[rows].all():
-        fail(f"{seen} contains NaN or inf: dropout is applied before the "
-             f"softmax, to the masked scores.", "dropout_misplaced")
     base, residual = mistakes.recover_weights(base_out, values, rows)
     if not rows.any() or residual > 1e-4:
         fail("Dropout could not be judged: with dropout=0 the output is not "
              "a mix of the value vectors (attention weights times values "
              "computed with W_value).")
-    dropped, residual = mistakes.recover_weights(drop_out, values, rows)
-    if residual > 1e-4:
-        fail(f"{seen} is no longer the attention weights times the value "
-             f"vectors: dropout is applied to the values or to the output, "
-             f"not to the attention weights.", "dropout_misplaced")
     n = base.shape[-1]
     judged = torch.ones(n, n, dtype=torch.bool).tril() & rows[..., None]
-    zero = dropped.abs() <= 1e-4
-    kept = torch.isclose(dropped, base / (1 - p), rtol=1e-3, atol=1e-4)
-    if not torch.all((zero | kept)[judged]):
-        fail(f"{seen} uses attention weights that are neither 0 nor their "
-             f"eval value / (1 - p): dropout is not applied to the weights "
-             f"after the softmax (case {case.describe()}).",
-             "dropout_misplaced")
-    share = zero[judged].float().mean().item()
-    if not 0.3 <= share <= 0.7:
-        fail(f"{seen} drops {share:.0%} of the attention weights; with "
-             f"p={p:g} expected between 30% and 70% (use "
-             f"nn.Dropout(dropout), the rate passed to __init__).")
+    for p in DROPOUT_RATES:
+        masks = _dropped(run, p, off, values, rows, base, judged)
+        if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
+            fail(f"In training mode (dropout={p:g}) calls under different "
+                 f"random seeds drop exactly the same attention weights: "
+                 f"dropout must be random. Use self.dropout (an "
+                 f"nn.Dropout); do not fix the pattern or seed the "
+                 f"generator yourself.")
+        dropped = torch.cat(masks)
+        share = dropped.float().mean().item()
+        low, high = share_bounds(p, dropped.numel(),
+                                 at_least=RUBRIC_SHARE.get(p))
+        if not low <= share <= high:
+            fail(f"In training mode (dropout={p:g}) the output drops "
+                 f"{share:.1%} of the attention weights; expected between "
+                 f"{low:.1%} and {high:.1%}: the share must follow p (use "
+                 f"nn.Dropout(dropout), the rate passed to __init__).")
+
+
+# The rubric's range for the share of zeros at p = 0.5; other rates use
+# the bounds a correct dropout cannot miss (checking.share_bounds).
+RUBRIC_SHARE = {0.5: (0.3, 0.7)}
+
+
+def _dropped(run: TaskRun, p: float, off: torch.Tensor,
+             values: torch.Tensor, rows: torch.Tensor, base: torch.Tensor,
+             judged: torch.Tensor) -> list[torch.Tensor]:
+    """Judge one rate: eval mode unchanged, every training call drops
+    weights as dropout does. Returns each call's mask of dropped
+    weights."""
+    task = run.task
+    case, evaluated = output(run, f"dropout-eval:{p:g}")
+    if not mistakes.same(evaluated, off):
+        fail(f"In eval mode (model.eval()) the output of a model with "
+             f"dropout={p:g} differs from the same model with dropout=0 "
+             f"({max_error(evaluated, off)}): dropout must act only in "
+             f"training.", "dropout_in_eval")
+    seen = f"In training mode (dropout={p:g}) the output"
+    masks = []
+    for draw in range(DROPOUT_DRAWS):
+        _, trained = output(run, f"dropout-train:{p:g}:{draw}")
+        if mistakes.same(trained, off):
+            fail(f"With dropout={p:g} in training mode the output does "
+                 f"not change: apply self.dropout to the attention "
+                 f"weights.")
+        drop_out = mistakes.merged_output(trained, case, task)
+        if not torch.isfinite(drop_out).all(-1)[rows].all():
+            fail(f"{seen} contains NaN or inf: dropout is applied before "
+                 f"the softmax, to the masked scores.", "dropout_misplaced")
+        dropped, residual = mistakes.recover_weights(drop_out, values, rows)
+        if residual > 1e-4:
+            fail(f"{seen} is no longer the attention weights times the "
+                 f"value vectors: dropout is applied to the values or to "
+                 f"the output, not to the attention weights.",
+                 "dropout_misplaced")
+        zero = dropped.abs() <= 1e-4
+        kept = torch.isclose(dropped, base / (1 - p), rtol=1e-3, atol=1e-4)
+        if not torch.all((zero | kept)[judged]):
+            ratios = (dropped / base)[judged & ~zero & (base.abs() > 1e-3)]
+            scale = float(ratios.median()) if ratios.numel() else 0.0
+            if scale > 1 and torch.allclose(
+                    ratios, torch.full_like(ratios, scale), rtol=1e-3):
+                fail(f"{seen} scales the kept attention weights by "
+                     f"{scale:.4g} = 1 / (1 - {1 - 1 / scale:.3g}), not "
+                     f"by 1 / (1 - p) = {1 / (1 - p):.4g}: the dropout "
+                     f"rate passed to __init__ is not the one used.")
+            fail(f"{seen} uses attention weights that are neither 0 nor "
+                 f"their eval value / (1 - p): dropout is not applied to "
+                 f"the weights after the softmax (case "
+                 f"{case.describe()}).", "dropout_misplaced")
+        # Weights that are 0 without dropout (hidden by a mask) say
+        # nothing about the rate.
+        masks.append(zero[judged & (base.abs() > 1e-4)])
+    return masks

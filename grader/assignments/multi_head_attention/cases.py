@@ -6,23 +6,59 @@ call it on this input, in this mode) and, for the checks, the trusted case
 behind every probe.
 
 Cases: the public test values (``transformer_lm.test_values``) and, unless
-``public_only``, hidden random cases derived from the grading seed, with
-sizes chosen so that no two of batch_size, seq_len, input_size, hidden,
-num_heads, head_size and batch_size * num_heads are equal.
+``public_only``, hidden random cases derived from the grading seed. In a
+hidden case every size (batch_size, seq_len, input_size, hidden, num_heads,
+head_size) differs from its value in every public case, and no two of
+them (nor batch_size * num_heads) are equal, so code that hard-codes a
+public size, or reads one size for another, fails there.
+
+Probes of task 2 (ids are prefixes the checks select on):
+
+* ``probs:<case>``, ``causal:<case>``: ``forward(x, return_attention=True)``
+  without and with ``causal=True``;
+* ``causal:<case>-equal-scores``: causal, with zero query weights and bias,
+  so every score is 0: a mask built from the score values shows there;
+* ``zero-qk:<case>``: zero query and key weights (uniform probabilities),
+  for the value point when the scores are wrong;
+* ``att-only:<case>``: ``forward(x)``;
+* ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``: a hidden case large
+  enough to measure a dropout rate, for two rates p and two random seeds
+  per rate;
+* ``size:<public case>:<dimension>:<probs|causal>``: the public sizes, and
+  the public sizes with one dimension changed, so that a failure on the
+  hidden cases can be traced to a size the code hard-codes;
+* ``trace:...``: forward under the rubric's size sets (shape comments).
+
+Every random stream a submission can observe (inputs, weights, the torch
+seed of a probe) is seeded with :func:`grader.plan.derive_seed`, a one-way
+hash of the grading seed, so nothing a submission sees reveals the seed.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from grader.plan import Case, Plan, probe
+from grader.plan import Case, Plan, derive_seed, probe
 
 LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
 HIDDEN_CASES = 3
-DROPOUT_P = 0.5
+# Dropout is judged at two rates, each under two random seeds: the masks
+# must differ between seeds and the share of zeros must follow p.
+DROPOUT_RATES = (0.5, 0.2)
+DROPOUT_DRAWS = 2
 # SelfAttention(input_size, hidden) built for task1.init.
 INIT_SIZES = {"init": (7, 9), "init:other-sizes": (11, 6)}
+# The sizes a hard-coded number could stand for, varied one at a time.
+VARIED_1 = ("batch_size", "seq_len", "input_size", "hidden")
+VARIED_2 = ("batch_size", "seq_len", "input_size", "num_heads",
+            "head_size")
+# Where hidden sizes are drawn from (before the public values and equal
+# sizes are excluded).
+RANGES = {"batch_size": (2, 6), "seq_len": (3, 10), "input_size": (3, 13),
+          "hidden": (3, 13), "num_heads": (2, 6), "head_size": (2, 7)}
+DROPOUT_RANGES = {**RANGES, "batch_size": (4, 6), "seq_len": (10, 14),
+                  "num_heads": (2, 5), "head_size": (2, 6)}
 
 
 def _stored_case(name: str, values: type, layers: tuple[str, ...]) -> Case:
@@ -50,21 +86,53 @@ def public_cases() -> dict[str, list[Case]]:
     }
 
 
-def _distinct_sizes(rng: np.random.Generator, heads: bool) -> dict:
+def with_head_size(sizes: dict[str, int]) -> dict[str, int]:
+    """``sizes`` with head_size = hidden // num_heads (when it has heads)."""
+    if "num_heads" not in sizes:
+        return dict(sizes)
+    return {**sizes, "head_size": sizes["hidden"] // sizes["num_heads"]}
+
+
+def public_values(task: str) -> dict[str, set[int]]:
+    """Every value each size takes in the public cases of ``task``."""
+    found: dict[str, set[int]] = {}
+    for case in public_cases()[task]:
+        for key, value in with_head_size(case.sizes).items():
+            found.setdefault(key, set()).add(value)
+    return found
+
+
+def all_distinct(sizes: dict[str, int]) -> bool:
+    """No two sizes (head_size and batch_size * num_heads included) are
+    equal, so no size can stand in for another."""
+    values = list(with_head_size(sizes).values())
+    if "num_heads" in sizes:
+        values.append(sizes["batch_size"] * sizes["num_heads"])
+    return len(set(values)) == len(values)
+
+
+def _distinct_sizes(rng: np.random.Generator, heads: bool,
+                    ranges: dict[str, tuple[int, int]] = RANGES
+                    ) -> dict[str, int]:
+    """Sizes that differ from the public ones and from each other."""
+    public = public_values("task2" if heads else "task1")
+
+    def draw(key: str) -> int:
+        low, high = ranges[key]
+        while True:
+            value = int(rng.integers(low, high + 1))
+            if value not in public.get(key, ()):
+                return value
+
     while True:
-        sizes = {"batch_size": int(rng.integers(2, 5)),
-                 "seq_len": int(rng.integers(3, 10)),
-                 "input_size": int(rng.integers(3, 13))}
+        sizes = {key: draw(key)
+                 for key in ("batch_size", "seq_len", "input_size")}
         if heads:
-            sizes["num_heads"] = int(rng.integers(2, 5))
-            head_size = int(rng.integers(2, 7))
-            sizes["hidden"] = sizes["num_heads"] * head_size
-            values = list(sizes.values()) + [
-                head_size, sizes["batch_size"] * sizes["num_heads"]]
+            sizes["num_heads"] = draw("num_heads")
+            sizes["hidden"] = sizes["num_heads"] * draw("head_size")
         else:
-            sizes["hidden"] = int(rng.integers(3, 13))
-            values = list(sizes.values())
-        if len(set(values)) == len(values):
+            sizes["hidden"] = draw("hidden")
+        if sizes["hidden"] not in public["hidden"] and all_distinct(sizes):
             return sizes
 
 
@@ -86,14 +154,20 @@ def random_case(rng: np.random.Generator, name: str, sizes: dict,
     return Case(name=name, public=False, sizes=sizes, x=x, weights=weights)
 
 
+def _rng(seed: int, *labels: object) -> np.random.Generator:
+    """A generator for one stream, seeded one-way from the grading seed."""
+    return np.random.default_rng(
+        derive_seed(seed, "multi_head_attention", *labels))
+
+
 def hidden_cases(seed: int) -> dict[str, list[Case]]:
     """Random cases derived from ``seed``, per task."""
-    rng = np.random.default_rng([seed, 1])
-    task1 = [random_case(rng, f"hidden-{i}", _distinct_sizes(rng, False),
-                         LAYERS_1) for i in range(HIDDEN_CASES)]
-    task2 = [random_case(rng, f"hidden-{i}", _distinct_sizes(rng, True),
-                         LAYERS_2) for i in range(HIDDEN_CASES)]
-    return {"task1": task1, "task2": task2}
+    found = {}
+    for task, layers in (("task1", LAYERS_1), ("task2", LAYERS_2)):
+        rng = _rng(seed, "hidden", task)
+        found[task] = [random_case(rng, f"hidden-{i}", _distinct_sizes(
+            rng, task == "task2"), layers) for i in range(HIDDEN_CASES)]
+    return found
 
 
 def zero_qk(case: Case) -> Case:
@@ -109,16 +183,67 @@ def zero_qk(case: Case) -> Case:
                 sizes=case.sizes, x=case.x, weights=weights)
 
 
-def dropout_case(seed: int) -> Case:
-    """A case large enough to measure a dropout rate (864 probabilities).
+def equal_scores(case: Case) -> Case:
+    """The same case with zero query weights and bias: every score is 0.
 
-    With p = 0.5 the share of zeros falls outside [0.3, 0.7] with a
-    probability below 1e-30, so a correct dropout never fails.
+    A causal mask built from positions still hides the future here; one
+    built from the score values (``triu(scores, 1) != 0``) does not.
     """
-    rng = np.random.default_rng([seed, 2])
-    sizes = {"batch_size": 3, "seq_len": 12, "input_size": 5, "hidden": 8,
-             "num_heads": 2}
-    return random_case(rng, "dropout", sizes, LAYERS_2)
+    weights = dict(case.weights)
+    for name in ("q.weight", "q.bias"):
+        weights[name] = torch.zeros_like(weights[name])
+    return Case(name=f"{case.name}-equal-scores", public=case.public,
+                sizes=case.sizes, x=case.x, weights=weights)
+
+
+def dropout_case(seed: int) -> Case:
+    """A hidden case large enough to measure a dropout rate.
+
+    Its sizes follow the hidden cases' rules (none equals a public size),
+    with at least 4 * 2 * 10 * 10 = 800 probabilities per call, so the
+    bounds of :func:`grader.checking.share_bounds` separate p = 0.2 from
+    p = 0.5.
+    """
+    rng = _rng(seed, "dropout")
+    return random_case(rng, "dropout", _distinct_sizes(
+        rng, True, DROPOUT_RANGES), LAYERS_2)
+
+
+def vary(task: str, sizes: dict[str, int], key: str) -> dict[str, int]:
+    """``sizes`` with only ``key`` changed, to the smallest larger value
+    that no public case uses and that no other size equals (changing
+    num_heads or head_size changes hidden with it)."""
+    public = public_values(task)
+    base = with_head_size(sizes)
+    others = {value for name, value in base.items() if name != key}
+    for value in range(base[key] + 1, base[key] + 40):
+        if value in public.get(key, ()) or value in others:
+            continue
+        changed = {**base, key: value}
+        if key in ("num_heads", "head_size"):
+            changed["hidden"] = changed["num_heads"] * changed["head_size"]
+        changed.pop("head_size", None)
+        return changed
+    raise ValueError(f"no other value of {key} for {sizes}")
+
+
+def size_cases(seed: int, task: str) -> list[tuple[Case, str]]:
+    """Each public case of ``task``, and copies with one size changed.
+
+    Pairs (case, the dimension changed, "same" for none). A changed
+    case has random weights drawn for its sizes.
+    """
+    layers = LAYERS_2 if task == "task2" else LAYERS_1
+    keys = VARIED_2 if task == "task2" else VARIED_1
+    found = []
+    for public in public_cases()[task]:
+        found.append((public, "same"))
+        for key in keys:
+            sizes = vary(task, public.sizes, key)
+            rng = _rng(seed, "sizes", task, public.name, key)
+            found.append((random_case(rng, f"{public.name}-{key}", sizes,
+                                      layers), key))
+    return found
 
 
 def _mha_init(case: Case, causal: bool = False,
@@ -126,6 +251,19 @@ def _mha_init(case: Case, causal: bool = False,
     s = case.sizes
     return {"args": [s["input_size"], s["hidden"], s["num_heads"]],
             "kwargs": {"causal": causal, "dropout": dropout}}
+
+
+def _task1_init(case: Case) -> dict:
+    return {"args": [case.sizes["input_size"], case.sizes["hidden"]]}
+
+
+def _attention(plan: Plan, probe_id: str, case: Case, causal: bool = False
+               ) -> None:
+    """forward(x, return_attention=True) in eval mode."""
+    plan.add("task2", probe(
+        probe_id, "MultiHeadSelfAttention", case=case, layers=LAYERS_2,
+        init=_mha_init(case, causal), kwargs={"return_attention": True},
+        causal=causal))
 
 
 def build(seed: int, public_only: bool,
@@ -146,35 +284,49 @@ def build(seed: int, public_only: bool,
     for case in judged["task1"]:
         plan.add("task1", probe(f"forward:{case.name}", "SelfAttention",
                                 case=case, layers=LAYERS_1,
-                                init={"args": [case.sizes["input_size"],
-                                               case.sizes["hidden"]]}))
+                                init=_task1_init(case)))
+    if not public_only:
+        for case, key in size_cases(seed, "task1"):
+            plan.add("task1", probe(
+                f"size:{case.name.removesuffix('-' + key)}:{key}",
+                "SelfAttention", case=case, layers=LAYERS_1,
+                init=_task1_init(case)))
 
     # Task 2: MultiHeadSelfAttention.
     task2 = [c for c in judged["task2"] if public_only or not c.public]
     for case in task2:
-        for causal in (False, True):
-            kind = "causal" if causal else "probs"
-            plan.add("task2", probe(
-                f"{kind}:{case.name}", "MultiHeadSelfAttention", case=case,
-                layers=LAYERS_2, init=_mha_init(case, causal),
-                kwargs={"return_attention": True}, causal=causal))
+        _attention(plan, f"probs:{case.name}", case)
+        _attention(plan, f"causal:{case.name}", case, causal=True)
         blank = zero_qk(case)
         plan.add("task2", probe(
             f"zero-qk:{case.name}", "MultiHeadSelfAttention", case=blank,
             layers=LAYERS_2, init=_mha_init(blank),
             kwargs={"return_attention": True}))
+    for case in task2:   # after every plain causal probe
+        equal = equal_scores(case)
+        _attention(plan, f"causal:{equal.name}", equal, causal=True)
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
                             layers=LAYERS_2, init=_mha_init(first)))
     drop = dropout_case(seed)
-    for train in (False, True):
-        mode = "train" if train else "eval"
-        plan.add("task2", probe(
-            f"dropout-{mode}", "MultiHeadSelfAttention", case=drop,
-            layers=LAYERS_2, init=_mha_init(drop, dropout=DROPOUT_P),
-            kwargs={"return_attention": True}, train=train,
-            seed=seed, dropout=DROPOUT_P))
+    for p in DROPOUT_RATES:
+        for draw in (None,) + tuple(range(DROPOUT_DRAWS)):
+            probe_id = (f"dropout-eval:{p:g}" if draw is None
+                        else f"dropout-train:{p:g}:{draw}")
+            plan.add("task2", probe(
+                probe_id, "MultiHeadSelfAttention", case=drop,
+                layers=LAYERS_2, init=_mha_init(drop, dropout=p),
+                kwargs={"return_attention": True}, train=draw is not None,
+                seed=derive_seed(seed, "multi_head_attention", "dropout",
+                                 p, draw),
+                dropout=p))
+    if not public_only:
+        for case, key in size_cases(seed, "task2"):
+            base = case.name.removesuffix("-" + key)
+            for causal in (False, True):
+                kind = "causal" if causal else "probs"
+                _attention(plan, f"size:{base}:{key}:{kind}", case, causal)
 
     # Shape comments: forward under every size set, every branch taken.
     for index, sizes in enumerate(size_sets):

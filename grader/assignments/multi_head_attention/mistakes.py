@@ -6,6 +6,15 @@ output equals. The scale a submission used is recovered from its output
 (:func:`fit_scale_output`) or, for probabilities, in closed form
 (:func:`fit_scale_probs`), which tells ``no_scaling`` (scale 1) from
 ``wrong_scale`` (any other wrong constant).
+
+Mistakes with many spellings are recognised by what they do to the
+output, not by enumerating code: probabilities that are the reference's
+``[seq, seq]`` blocks in another order (:func:`block_order`, head_order),
+blocks that are single-head attention over the full ``hidden`` width
+(:func:`full_width_blocks`, heads_not_split), an output whose values
+before ``mix`` are the reference's, moved (:func:`moved_values`,
+merge_wrong_axes), and a causal mask that hides the past
+(:func:`hides_past`, mask_inverted).
 """
 from __future__ import annotations
 
@@ -13,9 +22,10 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from grader.assignments.multi_head_attention import reference
-from grader.checking import close
+from grader.checking import ATOL, RTOL, close
 from grader.fitting import fit_log_scale
 from grader.plan import Case
 
@@ -113,19 +123,18 @@ def name_scale(value: float, sizes: dict[str, int]) -> str:
     return f"{value:.4g}"
 
 
-def fit_scale_probs(case: Case, student: torch.Tensor,
-                    causal: bool = False) -> float | None:
-    """The constant c with softmax(q k^T / c) = student, if there is one.
+def softmax_scale(scores: torch.Tensor, student: torch.Tensor
+                  ) -> float | None:
+    """The constant c with softmax(scores / c) = student, if there is one.
 
     From log p_ij = s_ij / c - logsumexp_i, centering each row removes the
     normaliser: c = sum(s_c^2) / sum(s_c * log(p)_c). The fit is returned
     only when it reproduces the student's probabilities.
     """
-    parts = _heads(case)
-    scores = parts["q"] @ parts["k"].transpose(1, 2)
-    logs = torch.log(student.double().clamp_min(1e-300))
-    if causal or not torch.all(student > 0):
+    if tuple(scores.shape) != tuple(student.shape) or not torch.all(
+            student > 0):
         return None
+    logs = torch.log(student.double())
     s_c = scores - scores.mean(-1, keepdim=True)
     l_c = logs - logs.mean(-1, keepdim=True)
     denominator = (s_c * l_c).sum()
@@ -137,6 +146,201 @@ def fit_scale_probs(case: Case, student: torch.Tensor,
     if close(student, torch.softmax(scores / c, dim=-1).float()):
         return c
     return None
+
+
+def fit_scale_probs(case: Case, student: torch.Tensor,
+                    causal: bool = False) -> float | None:
+    """The constant c with softmax(q k^T / c) = student, if there is one
+    (non-causal probabilities; see :func:`softmax_scale`)."""
+    if causal:
+        return None
+    parts = _heads(case)
+    return softmax_scale(parts["q"] @ parts["k"].transpose(1, 2), student)
+
+
+# --------------------------------------------------------------------------
+# Mistakes recognised by what they do to the output
+
+
+def _blocks_equal(student: torch.Tensor, reference: torch.Tensor
+                  ) -> torch.Tensor:
+    """[n, m] booleans: block i of ``student`` matches block j of
+    ``reference`` (the rubric's tolerance, block by block)."""
+    s = student.double().flatten(1)[:, None]
+    r = reference.double().flatten(1)[None]
+    within = (s - r).abs() <= ATOL + RTOL * r.abs()
+    return within.all(-1)
+
+
+def block_order(student: torch.Tensor, reference: torch.Tensor
+                ) -> list[int] | None:
+    """Which reference block each block of ``student`` is, when the
+    student's blocks are exactly the reference's in some order.
+
+    Both are ``[n, seq, seq]``; returns the reference index of every
+    student block (a permutation), or None when some block matches no
+    reference block or two match the same one.
+    """
+    if tuple(student.shape) != tuple(reference.shape):
+        return None
+    equal = _blocks_equal(student, reference)
+    order = []
+    for row in equal:
+        found = torch.nonzero(row).flatten().tolist()
+        if len(found) != 1:
+            return None
+        order.append(found[0])
+    return order if len(set(order)) == len(order) else None
+
+
+def describe_order(order: list[int], batch_size: int,
+                   num_heads: int) -> str:
+    """Words for a row order of probs: head-major, or some permutation."""
+    head_major = [(i % batch_size) * num_heads + i // batch_size
+                  for i in range(batch_size * num_heads)]
+    if order == head_major:
+        return ("they are ordered head-major (row i holds head "
+                "i // batch_size of sequence i % batch_size)")
+    wrong = sum(1 for i, j in enumerate(order) if i != j)
+    return f"{wrong} of the {len(order)} rows are in another row's place"
+
+
+def full_width_blocks(case: Case, student: torch.Tensor) -> bool:
+    """True when every ``[seq, seq]`` block of ``student`` is single-head
+    attention of one sequence over the full ``hidden`` width (the
+    projections not split into heads), with any scale."""
+    x, weights = case.float64()
+    q, k = (reference.project(x, weights, n) for n in "qk")
+    scores = q @ k.transpose(1, 2)            # [batch, seq, seq]
+    seq = scores.shape[-1]
+    if student.dim() < 3 or tuple(student.shape[-2:]) != (seq, seq):
+        return False
+    for block in student.reshape(-1, seq, seq):
+        if not any(softmax_scale(full, block) is not None
+                   for full in scores):
+            return False
+    return True
+
+
+def merged_heads(case: Case) -> torch.Tensor:
+    """The reference's per-head outputs merged to [batch, seq, hidden],
+    before ``mix``."""
+    return output_variant(case, mix=False)
+
+
+def moved_values(case: Case, student: torch.Tensor, mixed: bool = True
+                 ) -> bool:
+    """True when ``student`` is the reference output with the merged
+    per-head values moved to other places (another batch, position or
+    channel) before ``mix`` (``mixed=False``: with no ``mix`` at all).
+
+    The student's values before ``mix`` are recovered by solving the
+    ``mix`` layer; pairing them with the reference's by rank gives the
+    move, and the output rebuilt from the reference's values so moved
+    must equal the student's (at the rubric's tolerance).
+    """
+    _, weights = case.float64()
+    merged = merged_heads(case)
+    if tuple(student.shape) != tuple(merged.shape):
+        return False
+    weight, bias = weights["mix.weight"], weights["mix.bias"]
+    values = student.double()
+    if mixed:
+        if torch.linalg.cond(weight) > 1e6:
+            return False
+        flat = (values - bias).reshape(-1, weight.shape[0])
+        values = torch.linalg.solve(weight, flat.T).T.reshape(merged.shape)
+    moved = torch.empty_like(merged).flatten()
+    moved[torch.argsort(values.flatten())] = torch.sort(
+        merged.flatten()).values
+    moved = moved.reshape(merged.shape)
+    rebuilt = F.linear(moved, weight, bias) if mixed else moved
+    right = F.linear(merged, weight, bias) if mixed else merged
+    return close(student, rebuilt.float()) and not close(rebuilt, right)
+
+
+def hides_past(probs: torch.Tensor) -> bool:
+    """True when causal probabilities hide the past and show the future:
+    every row that is a distribution gives 0 to each j < i, and some row
+    gives probability to a j > i (the mask inverted)."""
+    seq = probs.shape[-1]
+    if seq < 2 or probs.dim() < 2 or probs.shape[-2] != seq:
+        return False
+    rows = probs.reshape(-1, seq, seq)
+    finite = torch.isfinite(rows).all(-1)           # [n, seq]
+    past = torch.ones(seq, seq, dtype=torch.bool).tril(-1)
+    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+    judged = finite[..., None] & past
+    seen = finite[..., None] & future
+    return bool(torch.all(rows[judged] == 0)
+                and torch.any(rows[seen] > 0))
+
+
+# --------------------------------------------------------------------------
+# Sizes written as numbers
+
+
+def shapes_fit(value: object, shapes: list[tuple[int, ...]]) -> bool:
+    """True when a returned value is the tensor (or tuple of tensors) of
+    the expected shapes."""
+    if value is None:
+        return False
+    items = [value] if len(shapes) == 1 else list(
+        getattr(value, "items", ()))
+    if len(shapes) > 1 and (getattr(value, "kind", "") not in
+                            ("tuple", "list") or len(items) != len(shapes)):
+        return False
+    return all(getattr(item, "kind", "") == "tensor"
+               and tuple(item.shape or ()) == tuple(shape)
+               for item, shape in zip(items, shapes))
+
+
+def size_dependence(run: object, suffix: str,
+                    shapes: Callable[[Case], list[tuple[int, ...]]]
+                    ) -> tuple[list[str], str]:
+    """``hardcoded_size`` when the code runs on a public case but raises
+    or returns the wrong shape once a single size of it changes.
+
+    ``run`` is the task's :class:`~grader.observe.TaskRun`; its
+    ``size:<public case>:<dimension><suffix>`` probes are the public case
+    ("same") and copies with one dimension changed; ``shapes`` gives the
+    contract shapes of a case's return value.
+    """
+    def fits(probe_id: str) -> bool:
+        result = run.results.get(probe_id)
+        return (result is not None and result.ok
+                and shapes_fit(result.value, shapes(result.info.case)))
+
+    for probe_id in run.probe_ids("size:"):
+        if not probe_id.endswith(f":same{suffix}") or not fits(probe_id):
+            continue
+        base = probe_id[:-len(f"same{suffix}")]
+        public = run.results[probe_id].info.case
+        broken = []
+        for other in run.probe_ids(base):
+            if other.endswith(suffix) and other != probe_id \
+                    and not fits(other):
+                key = other[len(base):-len(suffix) or None]
+                changed = run.results[other]
+                old = _size_of(public.sizes, key)
+                new = _size_of(changed.info.case.sizes, key)
+                how = (changed.problem if not changed.ok
+                       else "it returns the wrong shape")
+                broken.append((f"{key} ({old} -> {new})", how))
+        if broken:
+            keys = " or ".join(k for k, _ in broken)
+            return ["hardcoded_size"], (
+                f"The code runs on {public.describe()} but fails when only "
+                f"{keys} changes (first: {broken[0][1]}): a size is "
+                f"written as a number; read it from x.shape or the "
+                f"module's attributes.")
+    return [], ""
+
+
+def _size_of(sizes: dict[str, int], key: str) -> int:
+    if key == "head_size":
+        return sizes["hidden"] // sizes["num_heads"]
+    return sizes[key]
 
 
 def fit_scale_output(case: Case, student: torch.Tensor) -> float | None:

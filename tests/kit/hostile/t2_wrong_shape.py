@@ -1,10 +1,11 @@
 """Broken at run time in task 2: both tensors get an extra leading dimension.
 
-Expected: task 2 earns 0; the report gives the shape returned and the shape
-expected.
+Expected: task 2 earns only the dropout point (judged on the probabilities
+whatever their layout, as RUBRIC.md reads it); the report gives the shape
+returned and the shape expected.
 
 Task 1 is correct and untouched, so it earns full marks (5 with the
-bonus); the total is 5.
+bonus); the total is 6.
 """
 import torch
 import torch.nn as nn

@@ -1,0 +1,600 @@
+"""Diagnoses of the mistakes real students make, hidden sizes, dropout as
+randomness, one sentence per failure and seeds nobody can read back.
+
+``submissions/diagnoses/`` holds submissions written for this file: for
+each diagnosis id added from issue 13 (heads_not_split, head_order,
+merge_wrong_axes, mask_inverted, hardcoded_size, mask_from_scores) at
+least three different ways of making the mistake, dropout that is not
+random or ignores its rate, and correct code that looks like a mistake
+(a ``tril == 0`` mask, a functional dropout, a head loop).
+``submissions/attention_basics/dropout/`` holds the same dropout mistakes
+for the warm-up assignment. Every file is graded for real and every item's
+score and diagnoses are checked against the table below, which is what
+RUBRIC.md gives (not what the grader happens to print).
+
+The rest pins the rules behind them: hidden sizes that differ from the
+public ones, dropout bounds a correct dropout cannot miss, derived seeds,
+the merged messages and the public test's word for ``mask_diagonal``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from grader.assignments.attention_basics import cases as basics_cases
+from grader.assignments.multi_head_attention import cases
+from grader.checking import CheckOutcome, item_messages, share_bounds
+from grader.plan import derive_seed
+from grader.report import Report
+from grader.rubric import get_assignment
+
+KIT = Path(__file__).resolve().parents[2]
+SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+CORPUS_DIR = SUBMISSIONS / "diagnoses"
+BASICS_DIR = SUBMISSIONS / "attention_basics" / "dropout"
+SEED = 7                     # the grade_path fixture's default
+OTHER_SEED = 3               # correct code is also graded under this one
+NEW_IDS = ("heads_not_split", "head_order", "merge_wrong_axes",
+           "mask_inverted", "hardcoded_size", "mask_from_scores")
+ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+         "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+         "task2.pep8", "task2.shapes")
+T1_FULL = (1, 3, 0, 0, 1)
+T2_FULL = (3, 1, 2, 0, 0)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """All ten items of a submission, its total and its diagnoses."""
+
+    task1: tuple[float, ...]
+    task2: tuple[float, ...]
+    total: float
+    diagnoses: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    why: str = ""
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Item id -> expected score."""
+        return dict(zip(ITEMS, self.task1 + self.task2))
+
+
+def only(item: str, mistake: str, task2: tuple[float, ...], total: float,
+         why: str = "") -> Expected:
+    """Task 1 full, ``task2`` as given, one item tagged ``mistake``."""
+    return Expected(T1_FULL, task2, total, {item: (mistake,)}, why)
+
+
+SCORES_ONLY = (0, 1, 2, 0, 0)    # probs wrong; mask, values, dropout right
+CAUSAL_ONLY = (3, 0, 2, 0, 0)
+VALUES_ONLY = (3, 1, 1, 0, 0)    # the value point lost, dropout kept
+DROPOUT_ONLY = (3, 1, 1, 0, 0)   # the dropout point lost
+ALL_TASK2 = {item: ("hardcoded_size",) for item in
+             ("task2.scores", "task2.causal", "task2.output")}
+
+CORPUS: dict[str, Expected] = {
+    # --------------------------------------------------- heads_not_split
+    "heads_not_split_repeat": only(
+        "task2.scores", "heads_not_split", SCORES_ONLY, 8,
+        why="the heads are identical full-width attention; the mask is "
+            "right, and the value point is judged with uniform "
+            "probabilities, where averaging identical heads is right"),
+    "heads_not_split_expand": only(
+        "task2.scores", "heads_not_split", SCORES_ONLY, 8),
+    "heads_not_split_loop": only(
+        "task2.scores", "heads_not_split", SCORES_ONLY, 8),
+    "heads_not_split_concat": only(
+        "task2.scores", "heads_not_split", SCORES_ONLY, 8),
+    # -------------------------------------------------------- head_order
+    "head_order_permute": only(
+        "task2.scores", "head_order", SCORES_ONLY, 8,
+        why="att is right (split and merge agree); only the row order of "
+            "probs is wrong, and the causal structure holds in any order"),
+    "head_order_slices": only(
+        "task2.scores", "head_order", SCORES_ONLY, 8),
+    "head_order_einsum": only(
+        "task2.scores", "head_order", SCORES_ONLY, 8),
+    # -------------------------------------------------- merge_wrong_axes
+    "merge_wrong_axes_channels": only(
+        "task2.output", "merge_wrong_axes", VALUES_ONLY, 10),
+    "merge_wrong_axes_head_major": only(
+        "task2.output", "merge_wrong_axes", VALUES_ONLY, 10),
+    "merge_wrong_axes_loop": only(
+        "task2.output", "merge_wrong_axes", VALUES_ONLY, 10),
+    "merge_wrong_axes_transpose01": only(
+        "task2.output", "merge_wrong_axes", VALUES_ONLY, 10),
+    # ----------------------------------------------------- mask_inverted
+    "mask_inverted_eq_zero": only(
+        "task2.causal", "mask_inverted", CAUSAL_ONLY, 10,
+        why="the last token has nothing left (NaN): said, but the id is "
+            "mask_inverted, not mask_diagonal"),
+    "mask_inverted_tril": only(
+        "task2.causal", "mask_inverted", CAUSAL_ONLY, 10),
+    "mask_inverted_where": only(
+        "task2.causal", "mask_inverted", CAUSAL_ONLY, 10),
+    "mask_inverted_additive": only(
+        "task2.causal", "mask_inverted", CAUSAL_ONLY, 10),
+    # -------------------------------------------------- mask_from_scores
+    "mask_from_scores_ne_zero": only(
+        "task2.causal", "mask_from_scores", CAUSAL_ONLY, 10,
+        why="right on random scores, wrong when every score is 0"),
+    "mask_from_scores_bool": only(
+        "task2.causal", "mask_from_scores", CAUSAL_ONLY, 10),
+    "mask_from_scores_zeros": only(
+        "task2.causal", "mask_from_scores", CAUSAL_ONLY, 10,
+        why="with every score 0 every score becomes -inf: NaN rows"),
+    "mask_from_scores_where": only(
+        "task2.causal", "mask_from_scores", CAUSAL_ONLY, 10),
+    # ---------------------------------------------------- hardcoded_size
+    "hardcoded_size_view3": Expected(
+        T1_FULL, (0, 0, 0, 0, 0), 5, ALL_TASK2,
+        why="num_heads written as 3: forward raises (or returns [bs * 3, "
+            "seq, seq]) on every hidden case; the shape comments are right "
+            "where the code runs"),
+    "hardcoded_size_mask5": only(
+        "task2.causal", "hardcoded_size", CAUSAL_ONLY, 10,
+        why="only the causal branch has the literal 5"),
+    "hardcoded_size_merge_seq": Expected(
+        T1_FULL, (0, 0, 0, 0, 0), 5, ALL_TASK2,
+        why="forward raises before it returns probs on any other length"),
+    "hardcoded_size_loops": Expected(
+        (1, 0, 0, 0, 0), (0, 0, 0, 0, -1), 1,
+        {"task1.forward": ("hardcoded_size",), **ALL_TASK2},
+        why="task 1 loops over 3 sequences, task 2 over 3 heads; under the "
+            "second shape size set (2 heads) the stacked scores have 3 "
+            "heads, not the num_heads their comments claim"),
+    # ----------------------------------------------------------- dropout
+    "dropout_fixed_pattern": Expected(
+        T1_FULL, DROPOUT_ONLY, 10,
+        why="0 or eval / (1 - p), 50% zeros, but the same mask under "
+            "every seed"),
+    "dropout_self_seeded": Expected(T1_FULL, DROPOUT_ONLY, 10),
+    "dropout_fixed_rate": Expected(
+        T1_FULL, DROPOUT_ONLY, 10,
+        why="right at p = 0.5, kept values doubled at p = 0.2"),
+    "dropout_keep_rate": Expected(
+        T1_FULL, DROPOUT_ONLY, 10,
+        why="drops 80% of the probabilities at p = 0.2"),
+    # ----------------------------------------------------------- correct
+    "correct_tril_eq_zero": Expected(T1_FULL, T2_FULL, 11),
+    "correct_where_head_loop": Expected((1, 3, 0, 0, 0), T2_FULL, 10,
+                                        why="task 1 is a loop: no bonus"),
+}
+
+# The warm-up's dropout mistakes: the item that loses its point.
+BASICS: dict[str, str] = {
+    "fixed_rate": "task4.dropout",
+    "fixed_pattern": "task4.dropout",
+    "self_seeded": "task6.dropout",
+}
+# The correct files of both corpora, graded again under OTHER_SEED.
+CORRECT = sorted([f"diagnoses/{p.stem}" for p in
+                  CORPUS_DIR.glob("correct_*.py")]
+                 + [p.stem for p in SUBMISSIONS.glob("correct_*.py")])
+
+
+# --------------------------------------------------------------------------
+# Grading, once per (file, seed), half of it in a forked process
+
+Key = tuple[str, int, str]        # (path below submissions/, seed, id)
+
+
+def _keys() -> list[Key]:
+    keys = [(f"diagnoses/{name}", SEED, "multi_head_attention")
+            for name in CORPUS]
+    keys += [(f"attention_basics/dropout/{name}", SEED, "attention_basics")
+             for name in BASICS]
+    keys += [(name, OTHER_SEED, "multi_head_attention") for name in CORRECT]
+    keys += [("attention_basics/broken_forward_raises", SEED,
+              "attention_basics")]
+    return keys
+
+
+@pytest.fixture(scope="module")
+def graded(grade_path) -> Callable[..., Report]:
+    """The report of a corpus file (by its path below submissions/)."""
+    keys = _keys()
+    theirs, mine = keys[1::2], keys[0::2]
+
+    def run(key: Key) -> Report | str:
+        try:
+            return grade_path(SUBMISSIONS / f"{key[0]}.py", seed=key[1],
+                              assignment=key[2])
+        except Exception as exc:  # reported by the test that reads it
+            return f"{type(exc).__name__}: {exc}"
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            found = {key: run(key) for key in theirs}
+            with os.fdopen(write_fd, "wb") as pipe:
+                pickle.dump(found, pipe)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        cache = {key: run(key) for key in mine}
+    finally:
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+    cache.update(pickle.loads(data) if data else {})
+
+    def report(name: str, seed: int = SEED,
+               assignment: str = "multi_head_attention") -> Report:
+        found = cache.get((name, seed, assignment))
+        if found is None:
+            found = cache[(name, seed, assignment)] = run(
+                (name, seed, assignment))
+        if isinstance(found, str):
+            pytest.fail(f"grading {name} raised {found}")
+        return found
+    return report
+
+
+def describe(report: Report) -> str:
+    """Every item's score, diagnoses and message, for a failure."""
+    return "\n".join(f"{i.id}: {i.score:g} {i.diagnosis} {i.message[:400]}"
+                     for i in report.items)
+
+
+# --------------------------------------------------------------------------
+# The corpus
+
+
+def test_table_lists_every_file() -> None:
+    """Every file of both folders has a row, and every row a file."""
+    assert {p.stem for p in CORPUS_DIR.glob("*.py")} == set(CORPUS)
+    assert {p.stem for p in BASICS_DIR.glob("*.py")} == set(BASICS)
+
+
+def test_every_new_id_has_three_styles_and_is_in_the_rubric() -> None:
+    """Each new id is the diagnosis of at least three different files,
+    and the rubric explains it (with where to look)."""
+    rubric = get_assignment("multi_head_attention").diagnoses
+    for mistake in NEW_IDS:
+        files = [name for name, row in CORPUS.items()
+                 if any(mistake in ids for ids in row.diagnoses.values())]
+        assert len(files) >= 3, (mistake, files)
+        assert "Look" in rubric[mistake], mistake
+    for name, row in CORPUS.items():
+        total = (min(max(sum(row.task1[:4]), 0), 4) + row.task1[4]
+                 + min(max(sum(row.task2), 0), 6))
+        assert total == row.total, name
+        for ids in row.diagnoses.values():
+            assert set(ids) <= set(rubric), name
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_corpus_scores_and_diagnoses(graded, name: str) -> None:
+    """All ten items, every diagnosis and the total, as RUBRIC.md says."""
+    expected = CORPUS[name]
+    report = graded(f"diagnoses/{name}")
+    assert report.scores() == pytest.approx(expected.scores), (
+        f"expected because: {expected.why or 'see the file'}\n"
+        + describe(report))
+    diagnoses = {item.id: sorted(item.diagnosis) for item in report.items
+                 if item.diagnosis}
+    assert diagnoses == {k: sorted(v) for k, v in
+                         expected.diagnoses.items()}, describe(report)
+    assert report.score == expected.total
+    assert report.errors == [], report.errors
+
+
+@pytest.mark.parametrize("name", sorted(BASICS))
+def test_warm_up_dropout_must_be_random(graded, name: str) -> None:
+    """attention_basics: a fixed pattern, a fixed rate or a seed of the
+    code's own costs the task's dropout point, and nothing else."""
+    report = graded(f"attention_basics/dropout/{name}",
+                    assignment="attention_basics")
+    lost = BASICS[name]
+    for item in report.items:
+        full = item.max_score if item.max_score > 0 else 0.0
+        assert item.score == (0.0 if item.id == lost else full), (
+            describe(report))
+    assert report.score == 9
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_code_earns_everything_with_no_diagnosis(
+        graded, name: str) -> None:
+    """Under another seed (other hidden sizes and dropout masks) every
+    correct file keeps every correctness point and no diagnosis fires."""
+    report = graded(name, seed=OTHER_SEED)
+    for item in report.items:
+        if item.max_score > 0:
+            assert item.score == item.max_score, describe(report)
+        assert item.diagnosis == [], describe(report)
+
+
+# --------------------------------------------------------------------------
+# What the messages say
+
+
+def test_hardcoded_size_names_the_size_that_breaks(graded) -> None:
+    """The message says which single size change breaks the code."""
+    heads = graded("diagnoses/hardcoded_size_view3").item("task2.scores")
+    assert "but fails when only num_heads (3 -> " in heads.message
+    mask = graded("diagnoses/hardcoded_size_mask5").item("task2.causal")
+    assert "seq_len (5 -> " in mask.message
+    assert "num_heads" not in mask.message.split("fails when only")[1]
+    loops = graded("diagnoses/hardcoded_size_loops").item("task1.forward")
+    assert "batch_size (3 -> 4)" in loops.message
+
+
+def test_one_failure_one_sentence(graded) -> None:
+    """The same exception at the same line, in several checks and cases
+    of an item, is said once with the number of cases."""
+    item = graded("diagnoses/hardcoded_size_view3").item("task2.output")
+    assert item.message.count("is invalid for input of size") == 1
+    assert item.message.count("raised RuntimeError") == 1
+    assert " on 5 cases (hidden case " in item.message
+    causal = graded("diagnoses/hardcoded_size_view3").item("task2.causal")
+    assert " on 6 cases (" in causal.message
+    warm_up = graded("attention_basics/broken_forward_raises",
+                     assignment="attention_basics").item("task6.values")
+    assert warm_up.message.count("RuntimeError: unfinished") == 1
+    assert " on 4 cases (the public test values 'lecture' (" in (
+        warm_up.message)
+
+
+def test_item_messages_merge_the_same_failure() -> None:
+    """item_messages: one sentence per (exception type, line), with the
+    union of the cases; other messages are kept once each."""
+    def outcome(key: str, cases_: list[list[str]],
+                note: str = "") -> CheckOutcome:
+        return CheckOutcome("t", "task2.output", "values", False,
+                            message="ignored",
+                            failures=[{"key": key, "before": f"{key} on ",
+                                       "after": ".", "cases": cases_}],
+                            note=note)
+
+    plain = CheckOutcome("t", "task2.output", "dropout", False,
+                         message="Dropout is not random.")
+    a, b, c = (["a", "case 'a' (x=1)"], ["b", "case 'b' (x=2)"],
+               ["c", "case 'c' (x=3)"])
+    messages = item_messages([
+        outcome("RuntimeError@40", [a, b]),
+        outcome("RuntimeError@40", [b, c], note=" Look at line 40."),
+        outcome("IndexError@12", [a]),
+        plain, plain])
+    assert messages == [
+        "RuntimeError@40 on 3 cases (case 'a' (x=1), 'b', 'c').",
+        "Look at line 40.",
+        "IndexError@12 on case 'a' (x=1).",
+        "Dropout is not random."]
+
+
+def test_text_report_explains_every_new_id(graded) -> None:
+    """The text report spells out each new diagnosis id."""
+    rubric = get_assignment("multi_head_attention").diagnoses
+    for mistake in NEW_IDS:
+        name = next(n for n, row in CORPUS.items()
+                    if any(mistake in ids for ids in row.diagnoses.values()))
+        text = graded(f"diagnoses/{name}").as_text()
+        first = rubric[mistake].split(".")[0]
+        assert f"diagnosis {mistake}: {first[:40]}" in text, (mistake, text)
+
+
+def test_probs_shape_keeps_the_dropout_point(graded) -> None:
+    """probs returned as [bs, num_heads, seq, seq]: the dropout point is
+    judged on the probabilities whatever their layout."""
+    report = graded("mistake_probs_shape")
+    assert report.item("task2.output").score == 2
+    assert report.item("task2.scores").diagnosis == ["probs_shape"]
+
+
+def test_dropout_messages_name_the_rule(graded) -> None:
+    """Each way dropout can fail says what to fix."""
+    def said(name: str) -> str:
+        return graded(f"diagnoses/{name}").item("task2.output").message
+
+    assert "different random seeds drop exactly the same" in said(
+        "dropout_fixed_pattern")
+    assert "different random seeds drop exactly the same" in said(
+        "dropout_self_seeded")
+    assert "multiplied by 2 = 1 / (1 - 0.5)" in said("dropout_fixed_rate")
+    assert "dropout=0.2" in said("dropout_keep_rate")
+    assert "must follow p" in said("dropout_keep_rate")
+
+
+# --------------------------------------------------------------------------
+# Hidden sizes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hidden_sizes_differ_from_the_public_ones(seed: int) -> None:
+    """Every hidden size (the dropout case's too) differs from its value
+    in every public case and from every other size; num_heads is never
+    3."""
+    found = cases.hidden_cases(seed)
+    for task, heads in (("task1", False), ("task2", True)):
+        public = cases.public_values(task)
+        judged = found[task] + ([cases.dropout_case(seed)] if heads else [])
+        for case in judged:
+            sizes = cases.with_head_size(case.sizes)
+            for key, value in sizes.items():
+                assert value not in public[key], (task, case.name, sizes)
+            assert cases.all_distinct(case.sizes), sizes
+            if heads:
+                assert sizes["num_heads"] != 3
+
+
+def test_size_probes_change_one_size_at_a_time() -> None:
+    """The size probes are each public case and copies with exactly one
+    size changed (hidden follows num_heads and head_size)."""
+    for task, keys in (("task1", cases.VARIED_1), ("task2", cases.VARIED_2)):
+        pairs = cases.size_cases(SEED, task)
+        for public in cases.public_cases()[task]:
+            base = cases.with_head_size(public.sizes)
+            mine = [(c, k) for c, k in pairs
+                    if c.name == (public.name if k == "same"
+                                  else f"{public.name}-{k}")]
+            assert [k for _, k in mine] == ["same", *keys]
+            for case, key in mine[1:]:
+                changed = cases.with_head_size(case.sizes)
+                differ = {k for k in base if base[k] != changed[k]}
+                allowed = {key, "hidden"} if key in (
+                    "num_heads", "head_size") else {key}
+                assert key in differ and differ <= allowed, (key, differ)
+
+
+# --------------------------------------------------------------------------
+# Dropout bounds
+
+
+def _binomial_outside(n: int, p: float, low: float, high: float) -> float:
+    """P(X / n < low or X / n > high) for X ~ Binomial(n, p), exactly."""
+    def log_pmf(k: int) -> float:
+        return (math.lgamma(n + 1) - math.lgamma(k + 1)
+                - math.lgamma(n - k + 1) + k * math.log(p)
+                + (n - k) * math.log(1 - p))
+    return sum(math.exp(log_pmf(k)) for k in range(n + 1)
+               if k / n < low or k / n > high)
+
+
+def _smallest_dropout_counts() -> dict[str, int]:
+    """The fewest probabilities a rate is judged on, per assignment."""
+    low = cases.DROPOUT_RANGES
+    heads = min(h for h in range(low["num_heads"][0],
+                                 low["num_heads"][1] + 1)
+                if h not in cases.public_values("task2")["num_heads"])
+    per_call = low["batch_size"][0] * heads * low["seq_len"][0] ** 2
+    basics = basics_cases.dropout_case(0, "task4").sizes
+    tokens = basics["num_tokens"]
+    causal = basics["batch_size"] * tokens * (tokens + 1) // 2
+    return {"multi_head_attention": per_call * cases.DROPOUT_DRAWS,
+            "attention_basics": causal * basics_cases.DROPOUT_DRAWS}
+
+
+def test_dropout_cases_are_as_large_as_promised() -> None:
+    """Every seed's dropout case has at least the counts the bounds were
+    computed for."""
+    smallest = _smallest_dropout_counts()
+    for seed in range(60):
+        s = cases.dropout_case(seed).sizes
+        per_call = s["batch_size"] * s["num_heads"] * s["seq_len"] ** 2
+        assert per_call * cases.DROPOUT_DRAWS >= smallest[
+            "multi_head_attention"]
+
+
+@pytest.mark.parametrize("assignment", ["multi_head_attention",
+                                        "attention_basics"])
+@pytest.mark.parametrize("p", cases.DROPOUT_RATES)
+def test_share_bounds_never_fail_a_correct_dropout(assignment: str,
+                                                   p: float) -> None:
+    """With the fewest values ever judged, a correct dropout's share of
+    zeros falls outside the bounds with probability below 1e-9 (the exact
+    binomial tail), and a dropout at the other rate (or keeping with
+    probability p) falls inside them with probability below 1e-9."""
+    n = _smallest_dropout_counts()[assignment]
+    rubric = {0.5: (0.3, 0.7)}.get(p)
+    low, high = share_bounds(p, n, at_least=rubric)
+    assert _binomial_outside(n, p, low, high) < 1e-9
+    if rubric:
+        assert (low, high) == rubric
+    for wrong in {*cases.DROPOUT_RATES, 1 - p} - {p}:
+        inside = 1 - _binomial_outside(n, wrong, low, high)
+        assert inside < 1e-9, (p, wrong, low, high)
+
+
+# --------------------------------------------------------------------------
+# Seeds
+
+
+@pytest.mark.parametrize("module", [cases, basics_cases])
+def test_no_probe_receives_the_grading_seed(module) -> None:
+    """Every torch seed a probe gets is derived one-way from the grading
+    seed (or is a public constant of the lecture); the raw seed never
+    reaches the sandbox, and different seeds give different streams."""
+    seed = 987654321
+    plan = module.build(seed, False, get_assignment(
+        "multi_head_attention" if module is cases
+        else "attention_basics").size_sets)
+    seeds = {wire.get("seed", 0) for probes in plan.probes.values()
+             for wire in probes}
+    public = {0} | {s for s, _ in basics_cases.SEEDED.values()}
+    derived = seeds - public
+    assert seed not in seeds
+    assert derived, "no probe is seeded from the grading seed"
+    assert all(s.bit_length() > 40 for s in derived)
+    other = module.build(seed + 1, False, get_assignment(
+        "multi_head_attention" if module is cases
+        else "attention_basics").size_sets)
+    assert derived.isdisjoint({wire.get("seed", 0) for probes in
+                               other.probes.values() for wire in probes})
+
+
+def test_hidden_inputs_come_from_derived_streams() -> None:
+    """The hidden cases are drawn from derive_seed(seed, ...), not from
+    the seed itself."""
+    import numpy as np
+
+    seed = 1234
+    drawn = cases.hidden_cases(seed)["task2"][0]
+    rng = np.random.default_rng(derive_seed(
+        seed, "multi_head_attention", "hidden", "task2"))
+    sizes = cases._distinct_sizes(rng, True)
+    assert sizes == drawn.sizes
+    rebuilt = cases.random_case(rng, "hidden-0", sizes, cases.LAYERS_2)
+    assert rebuilt.x.equal(drawn.x)
+
+
+def test_a_printed_torch_seed_is_not_the_grading_seed(grade_path,
+                                                      tmp_path: Path) -> None:
+    """A submission that prints torch.initial_seed() in forward shows only
+    derived seeds."""
+    text = (SUBMISSIONS / "correct_matmul.py").read_text()
+    marker = "        probs = self.dropout(probs)\n"
+    assert marker in text
+    path = tmp_path / "prints_seed.py"
+    path.write_text(text.replace(
+        marker, marker + "        print('seed', torch.initial_seed())\n"))
+    seed = 424242
+    report = grade_path(path, seed=seed)
+    output = "\n".join(task.output for task in report.tasks)
+    printed = {int(line.split()[-1]) for line in output.splitlines()
+               if line.startswith("seed ")}
+    assert printed, output[:500]
+    assert seed not in printed
+    assert str(seed) not in output
+    assert derive_seed(seed, "multi_head_attention", "dropout", 0.5,
+                       0) in printed
+
+
+# --------------------------------------------------------------------------
+# The public tests
+
+
+@pytest.mark.parametrize("name", ["mistake_mask_diagonal",
+                                  "mistake_mask_diagonal_finite"])
+def test_public_tests_call_a_masked_diagonal_by_its_name(
+        tmp_path: Path, name: str) -> None:
+    """triu(..., diagonal=0) fails the public causal-structure test with
+    the grader's words (the current token is masked), not "tokens see the
+    future"."""
+    report = tmp_path / "junit.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/public/test_multi_head_self_attention.py",
+         "-k", "causal_probs_structure", f"--junitxml={report}",
+         "--impl", str(SUBMISSIONS / f"{name}.py")],
+        cwd=KIT, capture_output=True, text=True, timeout=300)
+    failures = [case.find("failure") for case in
+                ElementTree.parse(report).getroot().iter("testcase")]
+    assert len(failures) == 2 and all(f is not None for f in failures)
+    for failure in failures:
+        message = failure.get("message", "")
+        assert "the current token is masked" in message, message
+        assert "future" not in message, message
