@@ -113,7 +113,13 @@ CODE_EVENTS = ("exec", "function.__new__", "object.__setattr__",
 # module name (and never hand it on): their frame look-ups are allowed.
 FRAME_USERS = (("collections", "namedtuple"), ("typing", "_caller"),
                ("logging", "currentframe"), ("logging", "Logger.findCaller"),
-               ("enum", "EnumType._create_"), ("warnings", "warn"))
+               ("enum", "EnumType._create_"), ("warnings", "warn"),
+               # These turn frames into text (file, line, function name):
+               # torch records where a lazy CUDA call came from with them,
+               # and printing a traceback needs them.
+               ("traceback", "extract_stack"), ("traceback", "format_stack"),
+               ("traceback", "print_stack"),
+               ("traceback", "_walk_tb_with_full_positions"))
 # Public entry points that generate code (exec) for the caller: the code
 # they make is the library's (namedtuple's __new__, a dataclass's
 # __init__), not code the submission smuggled in.
@@ -555,7 +561,9 @@ def _sealed(job: dict, probes: list, result_fd: int,
     write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
                    | os.O_TRUNC)
     my_pid = os.getpid()
+    exit_now = os._exit
     getframe = sys._getframe
+    sys_audit = sys.audit
     settrace = sys.settrace
     add_audit_hook = sys.addaudithook
     clock = time.perf_counter
@@ -570,7 +578,8 @@ def _sealed(job: dict, probes: list, result_fd: int,
         list(PROCESS_EVENTS) + list(INTROSPECTION_EVENTS)
         + list(PATH_EVENTS) + ["open", "import", "exec", "function.__new__",
                                "object.__setattr__", "object.__getattr__",
-                               "sys.addaudithook"])
+                               "sys.addaudithook", "grader.frame",
+                               "grader.event", "grader.open"])
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
 
     Tensor = torch.Tensor
@@ -617,6 +626,15 @@ def _sealed(job: dict, probes: list, result_fd: int,
     # its file (which the sandbox does not let anyone read).
     linecache.cache[filename] = (b_len(source), None,
                                  [line + "\n" for line in lines], filename)
+    # The agent's own files are not readable either: a traceback printed
+    # by the submission (or by torch) shows their lines from memory.
+    for module in b_list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if getattr(module, "__name__", "").startswith("grader") and path:
+            try:
+                linecache.updatecache(path)
+            except OSError:
+                pass
 
     # Shape-trace plan: lines -> units of statements sharing lines.
     units: list = []
@@ -688,13 +706,28 @@ def _sealed(job: dict, probes: list, result_fd: int,
         return "null"
 
     def send(message):
+        """Write one authenticated frame. Only the audit hook calls this
+        (the key is reachable from nothing else); a channel that fails
+        ends the worker rather than raise into the submission."""
         body = dump(message).encode("ascii")
         header = pack_length(b_len(body))
         data = magic + header + body + hmac_digest(key, header + body,
                                                    "sha256")
         view = b_memoryview(data)
-        while view:
-            view = view[write(result_fd, view):]
+        try:
+            while view:
+                view = view[write(result_fd, view):]
+        except b_BaseException:
+            exit_now(75)
+
+    def emit(message):
+        """Send a frame through the audit hook (the only key holder)."""
+        sys_audit("grader.frame", message)
+
+    def note(kind, verb, what=""):
+        """Report an event through the audit hook; the line is that of
+        the code that called the function calling this."""
+        sys_audit("grader.event", kind, verb, what)
 
     def report(kind, verb, what="", frame=None):
         """Tell the grading process at once what the code tried (kind:
@@ -847,9 +880,35 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return
         in_hook[0] = True
         try:
-            decide(event, args, getframe(1))
+            caller = getframe(1)
+            if event.startswith("grader."):
+                relay(event, args, caller)
+            else:
+                decide(event, args, caller)
         finally:
             in_hook[0] = False
+
+    def relay(event, args, caller):
+        """The agent's own frames and events, accepted only from the
+        agent's code; anyone else asking is tampering."""
+        if b_id(caller.f_code) not in agent_codes:
+            who, student = actor(caller)
+            report("tampered", "send frames through the grader's channel",
+                   "", student)
+            return
+        if event == "grader.frame" and args:
+            send(args[0])
+        elif event == "grader.event" and b_len(args) >= 3:
+            below = caller.f_back
+            while below is not None and b_id(below.f_code) in agent_codes:
+                below = below.f_back
+            report(args[0], args[1], args[2], below)
+        elif event == "grader.open" and b_len(args) >= 2:
+            below = caller.f_back
+            who, student = actor(below)
+            if who != "agent":
+                opened([args[0], args[1], None], student, who == "library",
+                       below)
 
     def decide(event, args, caller):
         who, student = actor(caller)
@@ -890,7 +949,8 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 raise b_PermissionError("the grader's sandbox refuses to "
                                         + what)
             refuse("refused", what, "", student)
-        if event == "sys._getframe" and b_id(caller.f_code) in frame_users:
+        if (event == "sys._getframe" or event == "object.__getattr__") and \
+                b_id(caller.f_code) in frame_users:
             return
         if event in introspection_events or event == "object.__getattr__" \
                 or event == "sys.addaudithook":
@@ -1248,7 +1308,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
         for base in type_mro(b_type(obj)):
             for label, forbidden_class in forbidden_classes:
                 if base is forbidden_class:
-                    report("forbidden", "use", label)
+                    note("forbidden", "use", label)
                     raise b_RuntimeError(label + " is not allowed in this "
                                          "homework: write the attention "
                                          "yourself")
@@ -1344,14 +1404,14 @@ def _sealed(job: dict, probes: list, result_fd: int,
 
     def forbidden_call(name):
         def tripped(*args, **kwargs):
-            report("forbidden", "use", name, getframe(1))
+            note("forbidden", "use", name)
             raise b_RuntimeError(name + " is not allowed in this homework: "
                                  "write the attention yourself")
         return tripped
 
     def refused_call(what):
         def refused(*args, **kwargs):
-            report("refused", what, "", getframe(1))
+            note("refused", what, "")
             raise b_PermissionError("the grader's sandbox refuses to "
                                     + what)
         return refused
@@ -1362,21 +1422,19 @@ def _sealed(job: dict, probes: list, result_fd: int,
     def guarded_file(original, writing):
         """torch opens these files in C++, where no audit event is raised:
         check their paths as the audit hook checks ``open``."""
+        mode = "wb" if writing else "rb"
+
         def call(*args, **kwargs):
             path = args[0] if args else kwargs.get(
                 "filename", kwargs.get("name"))
             if b_type(path) is b_str or b_type(path) is b_bytes:
-                caller = getframe(1)
-                who, student = actor(caller)
-                if who != "agent":
-                    opened([path, "wb" if writing else "rb", None], student,
-                           who == "library", caller)
+                sys_audit("grader.open", path, mode)
             return original(*args, **kwargs)
         return call
 
     def subclass_tripwire(label):
         def subclassed(*args, **kwargs):
-            report("forbidden", "subclass", label, getframe(1))
+            note("forbidden", "subclass", label)
         return subclassed
 
     def tripwires():
@@ -1461,9 +1519,9 @@ def _sealed(job: dict, probes: list, result_fd: int,
 
     def run():
         tripwires()
-        send({"type": "hello", "pid": my_pid, "confinement": confinement})
-        set_grad_enabled(False)
         add_audit_hook(hook)
+        emit({"type": "hello", "pid": my_pid, "confinement": confinement})
+        set_grad_enabled(False)
         settrace(global_tracer)
         module = ModuleType("submission")
         module.__file__ = filename
@@ -1477,17 +1535,17 @@ def _sealed(job: dict, probes: list, result_fd: int,
                              optimize=0)
             b_exec(code, namespace)
         except b_BaseException as exception:
-            send({"type": "import", "ok": False,
+            emit({"type": "import", "ok": False,
                   "error": describe_error(exception),
                   "seconds": clock() - started, "coverage": coverage()})
-            send({"type": "patched", "what": patched()})
-            send({"type": "done"})
+            emit({"type": "patched", "what": patched()})
+            emit({"type": "done"})
             return
-        send({"type": "import", "ok": True, "seconds": clock() - started,
+        emit({"type": "import", "ok": True, "seconds": clock() - started,
               "coverage": coverage()})
-        send({"type": "patched", "what": patched()})
+        emit({"type": "patched", "what": patched()})
         for number, probe in b_enumerate(probes):
-            send({"type": "start", "id": probe["id"]})
+            emit({"type": "start", "id": probe["id"]})
             start_phase(probe["id"])
             started = clock()
             try:
@@ -1499,9 +1557,9 @@ def _sealed(job: dict, probes: list, result_fd: int,
                            "error": describe_error(exception)}
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
-            send(message)
+            emit(message)
         start_phase("end", "end")
-        send({"type": "patched", "what": patched()})
-        send({"type": "done"})
+        emit({"type": "patched", "what": patched()})
+        emit({"type": "done"})
 
     return run

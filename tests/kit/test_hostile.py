@@ -97,7 +97,7 @@ CORPUS: dict[str, Expected] = {
                              "process (os._exit) (line 13).")),
     "import_raises": Expected(
         ZERO, ZERO, 0, says=("could not be loaded",
-                             "RuntimeError: no grading today (at line 10")),
+                             'RuntimeError: "no grading today" (at line 10')),
     "import_syntax_error": Expected(
         ZERO, ZERO, 0, says=("SyntaxError at line 10",)),
     "import_infinite_loop": Expected(
@@ -149,8 +149,8 @@ CORPUS: dict[str, Expected] = {
     "t2_memory_torch": Expected(
         T1_FULL, ZERO, 5, says=("can't allocate memory",)),
     "t2_memory_python": Expected(
-        T1_FULL, ZERO, 5, says=("MemoryError: the code ran out of memory "
-                                "(the sandbox allows 512 MB)",)),
+        T1_FULL, ZERO, 5, says=('MemoryError: "the code ran out of memory '
+                                '(the sandbox allows 512 MB)"',)),
     "t2_spawns": Expected(
         T1_FULL, ZERO, 5, says=tuple(
             f"The sandbox refused to let the code {what}" for what in (
@@ -166,10 +166,10 @@ CORPUS: dict[str, Expected] = {
                 "load a native library (ctypes)")),
         never_printed=("SIGNALLED",)),
     "t2_sys_exit": Expected(
-        T1_FULL, ZERO, 5, says=("SystemExit: the code called sys.exit(0)",)),
+        T1_FULL, ZERO, 5, says=('SystemExit: "the code called sys.exit(0)"',)),
     "t2_returns_non_tensor": Expected(
-        T1_FULL, ZERO, 5, says=("got an object of type str",
-                                "got an object of type dict")),
+        T1_FULL, ZERO, 5, says=("got an object of type 'str'",
+                                "got an object of type 'dict'")),
     "t2_nan": Expected(T1_FULL, ZERO, 5, says=("the output contains NaN",)),
     # The dropout point stays: the probabilities show dropout whatever
     # their layout (RUBRIC.md's "Readings settled in use").
@@ -179,9 +179,9 @@ CORPUS: dict[str, Expected] = {
     "t2_wrong_dtype": Expected(
         T1_FULL, ZERO, 5, says=("should be a floating-point tensor",)),
     "t2_tensor_subclass": Expected(
-        T1_FULL, ZERO, 5, says=("got an object of type Agreeable",)),
+        T1_FULL, ZERO, 5, says=("got an object of type 'Agreeable'",)),
     "t2_eq_object": Expected(
-        T1_FULL, ZERO, 5, says=("got an object of type EqualsAnything",)),
+        T1_FULL, ZERO, 5, says=("got an object of type 'EqualsAnything'",)),
     "t2_garbage_fds": Expected(
         # The flooding thread is refused; forward raises on its first call
         # only (the thread's start), so the items judged on later calls
@@ -189,7 +189,7 @@ CORPUS: dict[str, Expected] = {
         T1_FULL, (0, 1, 1, 0, 0), 7,
         says=("The sandbox refused to let the code start a thread",)),
     "t2_kernel_bypass": Expected(
-        T1_FULL, ZERO, 5, says=("RuntimeError: escape attempts done",),
+        T1_FULL, ZERO, 5, says=('RuntimeError: "escape attempts done"',),
         printed=("stopped: shell", "stopped: signal", "stopped: dir_fd",
                  "stopped: writer", "stopped: reader", "stopped: environ",
                  "stopped: memory", "stopped: secret"),
@@ -205,7 +205,7 @@ CORPUS: dict[str, Expected] = {
               "PermissionError")),
     "cheat_import_solutions": Expected(
         T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
-        says=("The code tried to import solutions",
+        says=('The code tried to import "solutions"',
               "which this homework forbids")),
     "cheat_import_grader": Expected(
         T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,

@@ -90,7 +90,7 @@ CORPUS: dict[str, Expected] = {
     "forbidden_mha_subclass_own_code": Expected(
         CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden", "forbidden"),
         diagnosis=TASK2_CHECKS,
-        says=("subclass torch.nn.MultiheadAttention",)),
+        says=('subclass "torch.nn.MultiheadAttention"',)),
     # ----------------------------------------------- behaviour, not identity
     "identity_class_lie": Expected(
         ZERO_1, (3, 1, 2, 0, 0), 6,
