@@ -201,7 +201,13 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
 
     Never returns: the process ends with ``os._exit``.
     """
+    # Locals only from here on: _life clears this module's globals before
+    # the submission runs (see _seal_module).
     exit_now = os._exit
+    standard = sys
+    import traceback
+
+    print_exception = traceback.print_exc
     code = 0
     try:
         os.setsid()
@@ -214,15 +220,13 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
     except BaseException:  # nothing may escape a forked child
         code = 70
         try:
-            import traceback
-
-            traceback.print_exc()
+            print_exception()
         except BaseException:
             pass
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            standard.stdout.flush()
+            standard.stderr.flush()
         except BaseException:
             pass
         exit_now(code)
@@ -360,11 +364,11 @@ def _code_objects(root: object) -> list:
     return found
 
 
-def _named_codes(pairs: tuple[tuple[str, str], ...]) -> set[int]:
-    """ids of the code objects of ``(module, qualified name)`` pairs."""
+def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
+    """The code objects of ``(module, qualified name)`` pairs, by id."""
     import importlib
 
-    ids: set[int] = set()
+    codes: dict[int, object] = {}
     for module_name, qualname in pairs:
         try:
             value: object = importlib.import_module(module_name)
@@ -372,8 +376,8 @@ def _named_codes(pairs: tuple[tuple[str, str], ...]) -> set[int]:
                 value = getattr(value, part)
         except (ImportError, AttributeError):
             continue
-        ids |= {id(code) for code in _code_objects(value)}
-    return ids
+        codes.update((id(code), code) for code in _code_objects(value))
+    return codes
 
 
 _PREPARED: dict[str, tuple[dict[int, str], list]] = {}
@@ -472,27 +476,46 @@ def _life(job: dict, result_fd: int) -> None:
             probe["state"] = {k: decode_tensor(v)
                               for k, v in probe["state"].items()}
     functions, classes = prepare(job.get("forbidden", {}))
-    agent_codes = {id(c) for c in _code_objects(sys.modules[__name__])}
+    # Ids of code objects stand for them only while they live: the agent's
+    # are kept alive (this module's namespace is emptied before the
+    # submission runs), so no code of the submission can take their ids.
+    kept = _code_objects(sys.modules[__name__])
+    agent_codes = {id(c) for c in kept}
     frame_users = _named_codes(FRAME_USERS)
     generators = _named_codes(GENERATORS)
-    import_codes = {id(c) for name in ("importlib._bootstrap",
-                                       "importlib._bootstrap_external",
-                                       "_frozen_importlib",
-                                       "_frozen_importlib_external",
-                                       "importlib")
+    import_codes = {id(c): c for name in ("importlib._bootstrap",
+                                          "importlib._bootstrap_external",
+                                          "_frozen_importlib",
+                                          "_frozen_importlib_external",
+                                          "importlib")
                     if name in sys.modules
                     for c in _code_objects(sys.modules[name])}
+    for found in (frame_users, generators, import_codes):
+        kept += list(found.values())
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []))
     run = _sealed(job, probes, result_fd, functions, classes, agent_codes,
-                  frame_users, generators,
-                  import_codes, confinement.as_plain())
+                  set(frame_users), set(generators), set(import_codes),
+                  confinement.as_plain(), kept)
     del job, probes, functions, classes
     for name in list(sys.modules):
         if name.split(".")[0] in ("grader", "solutions"):
             del sys.modules[name]
+    _seal_module(globals())
     run()
+
+
+def _seal_module(namespace: dict) -> None:
+    """Empty this module's globals, once the runtime is built.
+
+    The tripwires the agent installs are reachable by the submission (they
+    replace library functions), and through their ``__globals__`` this
+    module's namespace: emptied, it offers no way to build a second
+    runtime or call the set-up functions. Nothing that runs from now on
+    looks a global up (a kit test checks the bytecode).
+    """
+    namespace.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -503,7 +526,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
             forbidden_functions: dict[int, str], forbidden_classes: list,
             agent_codes: set[int], frame_users: set[int],
             generators: set[int], import_codes: set[int],
-            confinement: dict) -> Callable[[], None]:
+            confinement: dict, kept: list) -> Callable[[], None]:
     """Build the runtime's closures; return ``run``, which installs the
     audit hook and the trace function and runs the whole plan.
 
@@ -672,6 +695,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
     reported: dict = {}
     library_checked: dict = {}
     holder: list = []
+    token = object()
 
     # -- the channel --------------------------------------------------------
 
@@ -721,8 +745,9 @@ def _sealed(job: dict, probes: list, result_fd: int,
             exit_now(75)
 
     def emit(message):
-        """Send a frame through the audit hook (the only key holder)."""
-        sys_audit("grader.frame", message)
+        """Send a frame through the audit hook (the only key holder), with
+        the token that only this function and the hook hold."""
+        sys_audit("grader.frame", token, message)
 
     def note(kind, verb, what=""):
         """Report an event through the audit hook; the line is that of
@@ -761,20 +786,29 @@ def _sealed(job: dict, probes: list, result_fd: int,
         return kind
 
     def actor(frame):
-        """('student', its frame), ('library', None) for a library module
-        being imported, or ('agent', None): the first frame that is not a
-        library function decides."""
+        """Who asked: ('student', the submission's frame), ('library',
+        None) for a library module being imported, or ('agent', None).
+
+        Walking down from the top, the first frame of the submission (or
+        of code it made) decides "student"; a library module's top level
+        decides "library" (above the agent's own frames: below them lie
+        the fork server's). The agent's own frames decide nothing: its
+        code counts only when no submission frame lies below it, so agent
+        functions a submission can reach (its tripwires) act for the
+        submission when it calls them.
+        """
+        agent_seen = False
         while frame is not None:
             code = frame.f_code
             kind = classify(code)
             if kind == "agent":
-                return "agent", None
-            if kind == "library":
-                if code.co_name == "<module>":
-                    return "library", None
-                frame = frame.f_back
-                continue
-            return "student", frame
+                agent_seen = True
+            elif kind == "library" and code.co_name == "<module>" and \
+                    not agent_seen:
+                return "library", None
+            elif kind == "submission" or kind == "synthetic":
+                return "student", frame
+            frame = frame.f_back
         return "agent", None
 
     def line_of(frame):
@@ -890,14 +924,18 @@ def _sealed(job: dict, probes: list, result_fd: int,
 
     def relay(event, args, caller):
         """The agent's own frames and events, accepted only from the
-        agent's code; anyone else asking is tampering."""
-        if b_id(caller.f_code) not in agent_codes:
+        agent's code (frames: with the agent's token); anyone else asking
+        is tampering."""
+        if b_id(caller.f_code) not in agent_codes or (
+                event == "grader.frame" and (
+                    b_len(args) != 2 or args[0] is not token)):
             who, student = actor(caller)
             report("tampered", "send frames through the grader's channel",
                    "", student)
             return
-        if event == "grader.frame" and args:
-            send(args[0])
+        if event == "grader.frame" and b_len(args) == 2 and \
+                args[0] is token:
+            send(args[1])
         elif event == "grader.event" and b_len(args) >= 3:
             below = caller.f_back
             while below is not None and b_id(below.f_code) in agent_codes:
@@ -1518,7 +1556,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
     # -- the run --------------------------------------------------------------
 
     def run():
-        tripwires()
+        holder.append(kept)  # the agent's code objects stay alive
         add_audit_hook(hook)
         emit({"type": "hello", "pid": my_pid, "confinement": confinement})
         set_grad_enabled(False)
@@ -1562,4 +1600,5 @@ def _sealed(job: dict, probes: list, result_fd: int,
         emit({"type": "patched", "what": patched()})
         emit({"type": "done"})
 
+    tripwires()
     return run

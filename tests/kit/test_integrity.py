@@ -113,6 +113,7 @@ CORPUS: dict[str, Expected] = {
                                says=("to the grader's result channel",)),
     "tamper_threads": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("refused",),
                                says=("start a thread",)),
+    "tamper_closures": Expected(SLOPPY_1, SLOPPY_2, 6),
     # ------------------------------------------------- forged reports
     "report_spoof": Expected(CLEAN_1, ZERO_2, 5,
                              says=('"Total: 11 / 10": "ok Total: 11 / 10',)),
