@@ -164,8 +164,10 @@ def _escape(line: str) -> str | None:
     if target:
         prefix = target.group(1) + " = "
         body = body[target.end():]
-    if body.startswith("!!") or (body.startswith("!") and prefix):
-        call = f"get_ipython().getoutput({body.lstrip('!')!r})"
+    if body.startswith("!") and prefix:
+        call = f"get_ipython().getoutput({body[1:]!r})"
+    elif body.startswith("!!"):
+        call = f"get_ipython().getoutput({body[2:]!r})"
     elif body.startswith("!"):
         call = f"get_ipython().system({body[1:]!r})"
     elif body.startswith("%") and not body.startswith("%%"):

@@ -766,8 +766,12 @@ class ShapeTracer:
                 or code.co_name != self.method):
             return False
         lines = [line for _, _, line in code.co_lines() if line is not None]
-        return (bool(lines) and code.co_firstlineno <= self._span[0]
-                and max(lines) >= self._span[1])
+        # The function that holds the first planned line. (Requiring its
+        # code to reach the last planned line failed when that line holds
+        # no instruction, a lone ")", or is dead code after a return the
+        # compiler dropped: the method was then not traced at all.)
+        return (bool(lines)
+                and code.co_firstlineno <= self._span[0] <= max(lines))
 
     def _lookup(self, chain: list[str], local_values: Any,
                 global_values: dict) -> Any:

@@ -460,21 +460,26 @@ def test_every_loop_iteration_is_checked() -> None:
     assert [(one.wrong, one.executions) for one in finding.real] == [
         (8, 12), (4, 8)]
     assert finding.real[1].shapes == ("[3, 7, 13]", "[3, 7, 26]")
-    assert "(12 of 20 executions)" in finding.message
+    assert ("(wrong in 12 of the 20 times this line ran, right in the "
+            "others)") in finding.message
 
 
-def test_lines_that_never_run_give_notes_except_unknown_names() -> None:
+def test_lines_that_never_run_are_judged_statically() -> None:
+    """A statement that never ran: a right comment is a note, a missing
+    one on a tensor statement is a finding, an unknown name too."""
     path = CASES / "never_runs.py"
     traced = trace(path, MHSA)
     assert traced.kinds() == [
         ("never_ran", line_of(path, "x = x.unsqueeze(0)")),
-        ("never_ran", line_of(path, "scores = scores.float()")),
+        ("missing", line_of(path, "scores = scores.float()")),
         ("unknown_name", line_of(path, "scores = scores.half()")),
         ("not_traced", line_of(path, "if bs < 0: att")),
     ]
     assert [finding.penalised for finding in traced.findings()] == [
-        False, False, True, False]
-    assert "never ran" in traced.findings()[2].message
+        False, True, True, False]
+    findings = traced.findings()
+    assert "never ran under the grader's cases" in findings[1].message
+    assert "never ran" in findings[2].message
 
 
 def test_removing_the_trace_function_is_tampering() -> None:
