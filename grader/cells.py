@@ -362,10 +362,10 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
                 tree = ast.parse(text)
             except SyntaxError as exc:
                 row = exc.lineno or 0
-                where = (f"line {lines[row - 1].line}"
-                         if 1 <= row <= len(lines) else "the end")
+                where = (f", line {lines[row - 1].line}"
+                         if 1 <= row <= len(lines) else "")
                 if not grading:
-                    errors.append(f"cell {number}, {where}: SyntaxError: "
+                    errors.append(f"cell {number}{where}: SyntaxError: "
                                   f"{exc.msg}")
             except (RecursionError, MemoryError, ValueError) as exc:
                 if not grading:

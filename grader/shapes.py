@@ -1019,6 +1019,9 @@ def shape_fix(comment: str | None) -> str | None:
             return (f"write {', '.join(names)}, not "
                     f"{', '.join('self.' + n for n in names)}: {fixed}")
     for match in _BRACKET_FIX.finditer(comment):
+        before = comment[match.start() - 1] if match.start() else " "
+        if before.isalnum() or before == "_":
+            continue  # a call, f(x, y), not a shape
         inside = _SELF.sub("", match.group(1))
         if _parses(inside):
             fixed = "[" + " ".join(inside.split()) + "]"

@@ -167,6 +167,14 @@ def decode_python(data: bytes, name: str) -> tuple[str, str]:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
+        try:
+            data.decode("utf-8-sig")
+        except UnicodeDecodeError as bad:
+            if "encoding declaration" in str(exc.msg):
+                raise SourceError(
+                    f"{name} is not valid UTF-8 text (byte {bad.start}) "
+                    f"and declares no encoding, so Python refuses it"
+                ) from exc
         raise SourceError(f"{name}: Python refuses its encoding "
                           f"({exc.msg})") from exc
     try:
