@@ -52,7 +52,7 @@ PYTHON_CELL_MAGICS = frozenset({"capture", "time", "prun", "debug"})
 #: How much cell text IPython's transformer may tokenize per notebook (it
 #: re-reads a cell once per magic it rewrites); beyond, the equivalent
 #: rule takes over.
-TRANSFORM_BUDGET = 4 * 1024 * 1024
+TRANSFORM_BUDGET = 512 * 1024
 
 # A line IPython's token transformers may rewrite: an escape at the start
 # of a line, a help '?' at its end, or '= %' / '= !' assignments.
@@ -476,18 +476,19 @@ def load_notebook(path: Path) -> SourceFile:
                     assignments[name] = (order, entry)
 
     needed: dict[int, Entry] = {}
-    wanted = set().union(*(_global_names(e[1], [k.text for k in e[2]])
-                           for e in definitions.values()))
-    wanted -= set(definitions)
-    seen: set[str] = set()
-    while wanted - seen:
-        name = (wanted - seen).pop()
-        seen.add(name)
+    pending = list(set().union(*(_global_names(e[1], [k.text for k in e[2]])
+                                 for e in definitions.values()))
+                   - set(definitions))
+    seen: set[str] = set(pending)
+    while pending:
+        name = pending.pop()
         if name in assignments:
             position, entry = assignments[name]
             needed[position] = entry
-            wanted |= _loaded_names(entry[1].value) if entry[1].value \
-                else set()
+            value = entry[1].value
+            fresh = (_loaded_names(value) if value else set()) - seen
+            seen |= fresh
+            pending.extend(fresh)
 
     text_lines: list[str] = []
     origins: list[tuple[int, int] | None] = []

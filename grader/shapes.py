@@ -505,6 +505,28 @@ def _has_prefix(lines: list[str], node: ast.stmt) -> bool:
     return line[:node.col_offset].strip() != b""
 
 
+def _segment(lines: list[str], node: ast.stmt) -> str | None:
+    """The source of ``node``, its first line padded to its column (as
+    ``ast.get_source_segment(..., padded=True)``, which splits the whole
+    text on every call)."""
+    first, last = node.lineno, node.end_lineno
+    if last is None or not 1 <= first <= last <= len(lines):
+        return None
+    start = lines[first - 1].encode("utf-8")
+    head = start[:node.col_offset].decode("utf-8", "replace")
+    if first == last:
+        body = [start[node.col_offset:node.end_col_offset]
+                .decode("utf-8", "replace")]
+    else:
+        end = lines[last - 1].encode("utf-8")
+        body = ([start[node.col_offset:].decode("utf-8", "replace")]
+                + lines[first:last - 1]
+                + [end[:node.end_col_offset].decode("utf-8", "replace")])
+    if len(body) > 1:
+        body[0] = " " * len(head) + body[0]
+    return "\n".join(body)
+
+
 def collect_statements(source: SourceFile, class_name: str | None,
                        method: str,
                        given: tuple[str, ...] | None = None
@@ -569,7 +591,7 @@ def collect_statements(source: SourceFile, class_name: str | None,
             comment, where = comments.join(below), "below"
         if comment is None:
             where = None
-        segment = ast.get_source_segment(source.text, node, padded=True)
+        segment = _segment(lines, node)
         statements.append(Statement(
             id=len(statements), kind=kind, first_line=first, last_line=last,
             text=textwrap.dedent(segment or lines[first - 1]).strip(),
