@@ -127,8 +127,9 @@ def _flake8(data: bytes, config: Path) -> list[tuple[int, int, str, str]]:
         raise Flake8Error(f"flake8 failed: {why[:200]}" if why else
                           f"flake8 failed (exit code "
                           f"{completed.returncode}) without a message")
-    return [(int(m.group(1)), int(m.group(2)), m.group(3), m.group(4))
-            for m in matches if m]
+    return [(int(m.group(1)), int(m.group(2)), m.group(3),
+             m.group(4) if len(m.group(4)) <= 300
+             else m.group(4)[:297] + "...") for m in matches if m]
 
 
 def run_flake8(source: SourceFile, config: Path) -> list[Pep8Finding]:

@@ -152,19 +152,23 @@ Dim = Name | Int | BinOp
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[^\W\d]\w*)"
                     r"|(?P<op>//|[*/(),]))")
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
-_WORD_BEFORE = re.compile(r"(\w+)$")
+
+
+#: The longest dimension a shape may spell (operators and parentheses):
+#: longer ones are no shape, and are never evaluated (nothing a comment
+#: holds can make the grader recurse deeply).
+MAX_DIM_OPERATORS = 16
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
     tokens = []
     position = 0
-    while position < len(text):
-        if text[position:].strip() == "":
-            break
+    end = len(text.rstrip())
+    while position < end:
         match = _TOKEN.match(text, position)
         if match is None:
             raise ShapeSyntaxError(
-                f"unexpected {text[position:].strip()[0]!r}")
+                f"unexpected {text[position:end].lstrip()[:1]!r}")
         kind = match.lastgroup
         tokens.append((kind, match.group(kind)))
         position = match.end()
@@ -177,6 +181,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.index = 0
+        self.operators = 0
 
     def peek(self) -> tuple[str, str] | None:
         return (self.tokens[self.index]
@@ -201,20 +206,29 @@ class _Parser:
             self.take()
         return tuple(dims)
 
+    def count(self) -> None:
+        self.operators += 1
+        if self.operators > MAX_DIM_OPERATORS:
+            raise ShapeSyntaxError("too long to be a shape")
+
     def dim(self) -> Dim:
         node = self.factor()
         while self.peek() in (("op", "*"), ("op", "/"), ("op", "//")):
             op = self.take()[1]
+            self.count()
             node = BinOp(op, node, self.factor())
         return node
 
     def factor(self) -> Dim:
         kind, text = self.take()
         if kind == "int":
+            if len(text) > 18:
+                raise ShapeSyntaxError("a number too large to be a size")
             return Int(int(text))
         if kind == "name":
             return Name(text)
         if text == "(":
+            self.count()
             node = self.dim()
             if self.take() != ("op", ")"):
                 raise ShapeSyntaxError("unbalanced parentheses")
@@ -293,15 +307,25 @@ def _is_index(comment: str, start: int) -> bool:
         return True
     if not (before.isalnum() or before == "_"):
         return False
-    word = _WORD_BEFORE.search(comment[:start]).group(1).lower()
+    first = start - 1
+    while first > 0 and (comment[first - 1].isalnum()
+                         or comment[first - 1] == "_"):
+        first -= 1  # (a regex search here is quadratic in the word)
+    word = comment[first:start].lower()
     return not (word in ("shape", "size") or word.endswith("tensor"))
 
 
+def _brief(text: str, limit: int = 120) -> str:
+    """``text`` for a report line: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _bracket_groups(comment: str) -> list[tuple[str, tuple[Dim, ...] | str]]:
-    """Each bracket group: its text and its dims, or why it is no shape."""
+    """Each bracket group: its text (shortened for reports) and its dims,
+    or why it is no shape."""
     groups = []
     for match in _BRACKET.finditer(comment):
-        text = " ".join(match.group(0).split())
+        text = _brief(" ".join(match.group(0).split()))
         if _is_index(comment, match.start()):
             groups.append((text, "an index, not a shape"))
             continue
@@ -924,7 +948,7 @@ def penalised(findings: Iterable[Finding]) -> bool:
 
 
 def _show(shape: Iterable[int]) -> str:
-    return "[" + ", ".join(str(size) for size in shape) + "]"
+    return _brief("[" + ", ".join(str(size) for size in shape) + "]")
 
 
 def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
@@ -990,7 +1014,7 @@ def _real(index: int, sizes: dict[str, int], executions: list[Execution],
 def _unknown_finding(statement: Statement, claim: ShapeClaim,
                      unknown: list[str], table: DimensionTable,
                      real: tuple[RealShapes, ...] = ()) -> Finding:
-    names = ", ".join(unknown)
+    names = _brief(", ".join(unknown))
     plural = "s" if len(unknown) > 1 else ""
     return Finding(
         line=statement.first_line, statement=statement.text,
@@ -1037,16 +1061,17 @@ def shape_fix(comment: str | None) -> str | None:
         if _SELF.search(inside) and _parses(_SELF.sub("", inside)):
             names = sorted(set(re.findall(r"\bself\s*\.\s*(\w+)",
                                           inside)))
-            fixed = " ".join(_SELF.sub("", match.group(0)).split())
-            return (f"write {', '.join(names)}, not "
-                    f"{', '.join('self.' + n for n in names)}: {fixed}")
+            fixed = _brief(" ".join(_SELF.sub("", match.group(0)).split()))
+            return (_brief(f"write {', '.join(names)}, not "
+                           f"{', '.join('self.' + n for n in names)}")
+                    + f": {fixed}")
     for match in _BRACKET_FIX.finditer(comment):
         before = comment[match.start() - 1] if match.start() else " "
         if before.isalnum() or before == "_":
             continue  # a call, f(x, y), not a shape
         inside = _SELF.sub("", match.group(1))
         if _parses(inside):
-            fixed = "[" + " ".join(inside.split()) + "]"
+            fixed = _brief("[" + " ".join(inside.split()) + "]")
             return f"use square brackets: {fixed}"
     return None
 
@@ -1265,7 +1290,10 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
                    for index, sizes in sorted(size_sets.items())]
     blocks = ["\n".join(header)]
     for finding in problems + notes:
-        statement = textwrap.indent(finding.statement, "    ")
+        shown = finding.statement.split("\n")
+        if len(shown) > 12 or len(finding.statement) > 1200:
+            shown = [_brief(line, 200) for line in shown[:12]] + ["..."]
+        statement = textwrap.indent("\n".join(shown), "    ")
         lines = [f"{source.where(finding.line)}: {_TITLES[finding.kind]}",
                  statement, _wrap(finding.message, "  ")]
         for one in finding.real:

@@ -830,3 +830,35 @@ def test_a_method_whose_last_line_holds_no_code_is_traced() -> None:
     with ShapeTracer("probe_lone.py", "forward", plan) as tracer:
         namespace["Probe"]().forward(torch.zeros(2, 3))
     assert tracer.records == {"0": [[[2, 3]]], "1": [[[2, 3]]]}
+
+
+@pytest.mark.parametrize("comment", [
+    "[" + ", ".join(["bs"] * 40_000) + "]",
+    "a" * 100_000 + " b[bs]",
+    "[" + "(" * 50_000 + "bs" + ")" * 50_000 + "]",
+    "[" + " * ".join(["bs"] * 40_000) + "]",
+    "[" + "9" * 5_000 + "]",
+    "[bs] " * 40_000,
+    "(" + ", ".join(["bs"] * 40_000) + ")",
+    "[" + ", ".join(["self.bs"] * 30_000) + "]",
+], ids=["long list", "long word", "deep parentheses", "long product",
+        "huge number", "many brackets", "round brackets", "self"])
+def test_hostile_comments_are_read_in_bounded_time_and_space(
+        comment: str) -> None:
+    """Whatever a comment holds, reading and reporting it is linear, never
+    recursive, and the report stays short."""
+    import time
+
+    text = ("class SelfAttention:\n    def forward(self, x):\n"
+            "        # YOUR CODE STARTS HERE\n"
+            f"        y = x + 1  # {comment}\n"
+            "        return y  # [bs, seq, input_size]\n")
+    source = SourceFile(text=text, path=Path("hostile_comment.py"))
+    started = time.perf_counter()
+    statements = collect_statements(source, SA, "forward")
+    runs = [(SET_1, {"0": [[[2, 5, 7]]], "1": [[[2, 5, 7]]]})]
+    findings = verify(statements, runs, DIMS)
+    report = format_findings(findings, source)
+    assert time.perf_counter() - started < 5
+    assert [f.line for f in findings] == [4]
+    assert len(report) < 3000
