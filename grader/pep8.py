@@ -62,7 +62,10 @@ _REDEFINED = re.compile(r"from line (\d+)")
 # (no preexec_fn: the grader lints from a thread).
 _RUNNER = ("import resource, runpy, sys\n"
            "limit = int(sys.argv.pop(1))\n"
-           "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+           "_, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+           "if hard != resource.RLIM_INFINITY:\n"
+           "    limit = min(limit, hard)\n"
+           "resource.setrlimit(resource.RLIMIT_AS, (limit, hard))\n"
            "runpy.run_module('flake8', run_name='__main__', alter_sys=True)\n")
 
 
@@ -141,7 +144,7 @@ def run_flake8(source: SourceFile, config: Path) -> list[Pep8Finding]:
     flake8 cannot check the code (warnings on its standard error are
     ignored).
     """
-    lint: LintText | None = source.lint  # type: ignore[assignment]
+    lint = source.lint
     text = lint.text if lint is not None else source.text
     encoding = "utf-8" if lint is not None else source.encoding
     try:

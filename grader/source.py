@@ -41,7 +41,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from grader.cells import LintText
 
 # The notebook's own autograded cells carry this line; they are the kit's,
 # not the student's code, and are never graded as part of a submission.
@@ -250,7 +253,7 @@ class SourceFile:
     origins: tuple[tuple[int, int] | None, ...] | None = None
     cell_errors: tuple[str, ...] = ()
     encoding: str = "utf-8"
-    lint: object | None = field(default=None, compare=False, repr=False)
+    lint: LintText | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Make :attr:`text` canonical (``\\n`` line ends only)."""
