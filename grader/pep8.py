@@ -114,7 +114,9 @@ def _flake8(data: bytes, config: Path) -> list[tuple[int, int, str, str]]:
     # line of a finding starts with "row<TAB>col", so a crash is told by any
     # other line (its "failed during execution" banner), a traceback on
     # standard error, or an exit code 1 with no finding at all.
-    rows = completed.stdout.splitlines()
+    # flake8's rows end with "\n" only; a message may quote a character
+    # that str.splitlines would split at.
+    rows = [row for row in completed.stdout.split("\n") if row]
     matches = [_LINE.match(row) for row in rows]
     crashed = (completed.returncode not in (0, 1)
                or (completed.returncode == 1 and not rows)
@@ -122,7 +124,7 @@ def _flake8(data: bytes, config: Path) -> list[tuple[int, int, str, str]]:
                or "Traceback (most recent call last)" in completed.stderr)
     if crashed:
         detail = [line for line in (completed.stdout + "\n"
-                                    + completed.stderr).splitlines()
+                                    + completed.stderr).split("\n")
                   if line.strip() and "greater verbosity" not in line]
         why = next((line for line in detail if "failed during" in line
                     or "Error" in line), detail[-1] if detail else "")
