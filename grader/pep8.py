@@ -20,9 +20,10 @@ later one is used), and findings are mapped back to the module the grader
 assembled and to ``cell 7, line 3``. Findings on the kit's own cells
 (nbgrader's read-only cells) outside the graded classes are not the
 student's and are dropped, and so are findings on lines IPython rewrote
-(magics), ``E402`` (imports in later cells are how notebooks are written)
-and ``F811`` for a definition redefined in a later cell (re-running an
-edited cell is how notebooks are written).
+(magics), ``E402`` (imports in later cells are how notebooks are written),
+``F811`` for a definition redefined in a later cell (re-running an edited
+cell is how notebooks are written), and ``F821`` for the names the kernel
+itself defines (``get_ipython``, ``display``, ``In``, ...).
 """
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ NBGRADER_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION",
 #: Codes that say nothing about a notebook's own style (see the module
 #: docstring).
 NOTEBOOK_IGNORED = ("E402",)
+#: Names the IPython kernel defines in every notebook's namespace: using
+#: them is no undefined name (F821) in a notebook.
+KERNEL_NAMES = frozenset({"get_ipython", "display", "In", "Out", "exit",
+                          "quit", "_", "__", "___", "_i", "_ii", "_iii",
+                          "_ih", "_oh", "_dh"})
+_UNDEFINED = re.compile(r"undefined name '([^']*)'")
 
 _FORMAT = "%(row)d\t%(col)d\t%(code)s\t%(text)s"
 _LINE = re.compile(r"^(\d+)\t(\d+)\t(\w+)\t(.*)$")
@@ -177,6 +184,9 @@ def _notebook_finding(source: SourceFile, lint: LintText, row: int,
     """A finding on line ``row`` of the notebook's program, mapped to the
     assembled module (None: not a finding on the student's Python)."""
     if row in lint.rewritten or code in NOTEBOOK_IGNORED:
+        return None
+    undefined = _UNDEFINED.match(message) if code == "F821" else None
+    if undefined and undefined.group(1) in KERNEL_NAMES:
         return None
     origin = lint.origins[row - 1] if 1 <= row <= len(lint.origins) \
         else None

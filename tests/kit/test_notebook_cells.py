@@ -226,7 +226,7 @@ def test_flake8_judges_the_notebook_as_one_program(tmp_path: Path) -> None:
               "        return math.pi"),
         _cell("import json\n\n\nclass A(nn.Module):\n"
               "    def f(self):\n        return json.dumps(1)"),
-        _cell("plt.plot([1,2])"),
+        _cell("plt.plot([1,2])\ndisplay(In[-1])\nget_ipython()"),
     ])
     source = load_notebook(path)
     findings = run_flake8(source, CONFIG)
