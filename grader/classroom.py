@@ -97,9 +97,15 @@ class RunnerResult:
     error: str | None = None
 
     @property
-    def score(self) -> int:
+    def each(self) -> float:
+        """What one passed test is worth (the reporter: max / tests)."""
+        return self.runner.max_score / max(1, len(self.tests))
+
+    @property
+    def score(self) -> float:
         """The points the reporter counts."""
-        return 0 if self.error else sum(t.passed for t in self.tests)
+        return 0 if self.error else \
+            sum(t.passed for t in self.tests) * self.each
 
     @property
     def status(self) -> str:
@@ -118,7 +124,7 @@ class RunnerResult:
                       "message": self.error}]
         else:
             tests = [{"name": t.name, "status": "pass" if t.passed else "fail",
-                      "score": 1 if t.passed else 0}
+                      "score": self.each if t.passed else 0}
                      for t in self.tests]
         for test in tests:
             test.update(test_code="", filename="", line_no=0, duration=0)
@@ -129,6 +135,32 @@ class RunnerResult:
         """The base64 JSON the reporter decodes."""
         text = json.dumps(self.as_json(), ensure_ascii=False)
         return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+# The public tests' runner: the command grader's result for them, passed
+# on by the grading step as a 0-point runner that never fails the run (the
+# rubric's points decide its colour; a public test can check what the
+# rubric does not, e.g. the output's dtype).
+PUBLIC_TESTS = Runner("publictests", "Public tests (0 points)", 0, True)
+PUBLIC_TESTS_ENV = "PUBLIC_TESTS_RESULT"
+
+
+def public_tests_result(encoded: str | None) -> RunnerResult:
+    """The public tests' runner from the command grader's ``result``."""
+    where = "see the log of the step Public tests"
+    try:
+        result = json.loads(base64.b64decode(encoded or "", validate=True))
+        (test,) = result["tests"]
+        name, status = one_line(test["name"], 120), test["status"]
+    except (ValueError, KeyError, TypeError):
+        return RunnerResult(PUBLIC_TESTS, (Test(
+            f"Public tests: no result ({where})", False),))
+    if status == "pass":
+        return RunnerResult(PUBLIC_TESTS, (Test(f"{name}: passed", True),))
+    why = "failed" if status == "fail" else one_line(
+        str(test.get("message") or status), 80)
+    return RunnerResult(PUBLIC_TESTS, (Test(f"{name}: {why} ({where})",
+                                            False),))
 
 
 def _whole(points: float, what: str) -> int:
@@ -285,13 +317,18 @@ def summary_markdown(report: dict | None, assignment: Assignment,
     points = sum(r.score for r in found)
     most = sum(r.runner.max_score for r in found)
     lines = [f"## {_cell(assignment.title)}", ""]
+    public = [t for r in found if r.runner == PUBLIC_TESTS for t in r.tests]
     if report is None:
-        lines += [f"**Not graded**: {_cell(found[0].error or '')}", "",
+        error = next((r.error for r in found if r.error), "")
+        lines += [f"**Not graded**: {_cell(error)}", "",
                   "See the log of the step *Grade*.", ""]
         return "\n".join(lines) + "\n"
     lines += [f"**Grade: {report['score']:g} / {report['max_score']:g}** "
-              f"(Classroom points: {points} / {most}, the bonus included)",
-              "", "| item | points | why |", "|---|---|---|"]
+              f"(Classroom points: {points:g} / {most}, the bonus "
+              f"included)", ""]
+    lines += [f"{'✅' if t.passed else '❌'} {_cell(t.name)}, 0 points"
+              for t in public] + ([""] if public else [])
+    lines += ["| item | points | why |", "|---|---|---|"]
     items = {entry["id"]: entry for entry in report["items"]}
     for task in assignment.tasks:
         for item in assignment.items_of(task.id):
@@ -331,7 +368,7 @@ def preview(found: list[RunnerResult]) -> str:
     """What the reporter will print, in short: each test, then the total."""
     lines = []
     for result in found:
-        lines.append(f"{result.runner.id}: {result.score} / "
+        lines.append(f"{result.runner.id}: {result.score:g} / "
                      f"{result.runner.max_score} ({result.status})")
         if result.error:
             lines.append(f"  Error: {result.error}")
@@ -339,7 +376,7 @@ def preview(found: list[RunnerResult]) -> str:
             lines.append(f"  {'✅' if test.passed else '❌'} {test.name}")
     total = sum(r.score for r in found)
     most = sum(r.runner.max_score for r in found)
-    lines.append(f"Classroom points: {total} / {most}")
+    lines.append(f"Classroom points: {total:g} / {most}")
     return "\n".join(lines)
 
 
@@ -407,6 +444,7 @@ def grade_for_classroom(path: Path, assignment_id: str, feedback: Path,
     if report is None:
         found = not_graded(assignment, f"{error}; see the log of the step "
                                        f"Grade")
+    found.insert(0, public_tests_result(os.environ.get(PUBLIC_TESTS_ENV)))
     _append("GITHUB_OUTPUT", "".join(f"{r.runner.id}={r.encoded()}\n"
                                      for r in found))
     _append("GITHUB_STEP_SUMMARY", summary_markdown(report, assignment,

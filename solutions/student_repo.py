@@ -34,7 +34,8 @@ from pathlib import Path
 
 from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, kit_files,
                            pinned_requirements)
-from grader.classroom import runners
+from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
+from grader.classroom import PUBLIC_TESTS_ENV, runners
 from grader.rubric import Assignment, RubricError, get_assignment
 from solutions.build import ROOT
 
@@ -45,7 +46,7 @@ PUBLIC_TESTS = ROOT / "tests" / "public"
 SHARED_PUBLIC_FILES = ("conftest.py", "adapters.py")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
 FEEDBACK_DIR = "grading"
-PUBLIC_TESTS_RUNNER = "publictests"
+PUBLIC_TESTS_RUNNER = PUBLIC_RUNNER.id  # its command-grader step's id
 PUBLIC_TESTS_RUN = "python -m pytest tests/public -q"
 
 
@@ -329,15 +330,18 @@ def classroom_workflow(assignment: Assignment) -> str:
           ("timeout", str(PUBLIC_TESTS_TIMEOUT)), ("max-score", "0"))
     _step(lines, "Grade", STEP_MINUTES["grade"], ("id", "grade"),
           after_install, ("run", _quote(grade_command(assignment))))
+    lines[-1:-1] = [
+        "        env:",
+        f"          {PUBLIC_TESTS_ENV}: \"${{{{ steps.{PUBLIC_TESTS_RUNNER}"
+        f".outputs.result }}}}\""]
     _step(lines, "Keep the grader's report and pictures",
           STEP_MINUTES["upload"], after_install, ("uses", UPLOAD.uses))
     _with(lines, ("name", "grading-report"),
           ("path", f"{FEEDBACK_DIR}/"), ("if-no-files-found", "ignore"))
     _step(lines, "Autograding Reporter", STEP_MINUTES["report"],
           after_install, ("uses", REPORTER.uses))
-    results = [(PUBLIC_TESTS_RUNNER, f"steps.{PUBLIC_TESTS_RUNNER}"
-                                     f".outputs.result")]
-    results += [(r.id, f"steps.grade.outputs.{r.id}") for r in graded]
+    results = [(r.id, f"steps.grade.outputs.{r.id}")
+               for r in [PUBLIC_RUNNER] + graded]
     lines[-1:-1] = ["        env:"] + [
         f"          {name.upper()}_RESULTS: \"${{{{ {value} }}}}\""
         for name, value in results]

@@ -117,7 +117,10 @@ def _matches(shown: list[str], expected: list[str]) -> bool:
 
 
 # ------------------------------------------------------------ the job
-PUBLIC = "publictests ✅ Public tests (python -m pytest tests/public -q)"
+PUBLIC = ("publictests ✅ Public tests (python -m pytest tests/public -q): "
+          "passed")
+PUBLIC_FAILED = ("publictests ❌ Public tests (python -m pytest tests/public "
+                 "-q): failed (see the log of the step Public tests)")
 INIT = ("task1 ✅ task1.init 1/1: point 1 of 1 - SelfAttention.__init__ "
         "builds q, k, v = nn.Linear(input_size, hidden)")
 FORWARD = "task1.forward {}: point {} of 3 - SelfAttention.forward " \
@@ -145,8 +148,14 @@ CASES = {
                         for k in (1, 2, 3)], *TASK2_FULL,
         NO_BONUS + "SelfAttention.forward has 6 statements (at most 3 "
                    "earn the bonus)"], True),
+    # The rubric compares in float32: full marks, although a public test
+    # wants float32 back. The rubric's points decide the colour.
+    "full marks, a public test fails": ("broken_returns_float64.py", [
+        PUBLIC_FAILED, INIT, *[f"task1 ✅ {FORWARD.format('3/3', k)}"
+                               for k in (1, 2, 3)], *TASK2_FULL,
+        "task1bonus ✅ task1.bonus +1 (optional): earned - ..."], True),
     "partial": ("mistake_no_scaling.py", [
-        PUBLIC.replace("✅", "❌"), INIT,
+        PUBLIC_FAILED, INIT,
         *[f"task1 ✅ {FORWARD.format('2/3', k)}" for k in (1, 2)],
         "task1 ❌ task1.forward 2/3: point 3 of 3 not earned - 2 of 3 "
         "points: the 'unscaled' credit...",
@@ -315,7 +324,7 @@ def test_hanging_submission_whole_job(template, tmp_path):
     assert reporter.points == (report["score"], 11)
     assert not reporter.green
     shown = _shown(reporter)
-    assert shown[0] == PUBLIC.replace("✅", "❌")
+    assert shown[0] == PUBLIC_FAILED
     assert shown[1] == INIT
     assert _matches(shown[2:5], [
         f"task1 ❌ task1.forward 0/3: point {k} of 3 not earned - "
@@ -493,6 +502,42 @@ def test_hostile_text_cannot_forge_lines_or_markdown():
     assert "\\[link\\]\\(http://x\\)" in row
 
 
+def _command_grader_result(status: str, message: str | None = None) -> str:
+    test = {"name": "Public tests (pytest)", "status": status,
+            "score": 0, "test_code": "pytest"}
+    if message:
+        test["message"] = message
+    return base64.b64encode(json.dumps(
+        {"version": 1, "status": status, "max_score": 0,
+         "tests": [test]}).encode()).decode()
+
+
+@pytest.mark.parametrize("encoded, name, passed", [
+    (_command_grader_result("pass"), "Public tests (pytest): passed", True),
+    (_command_grader_result("fail", "failed with exit code 1"),
+     "Public tests (pytest): failed (see the log of the step Public "
+     "tests)", False),
+    (_command_grader_result("error", "Command timed out"),
+     "Public tests (pytest): Command timed out (see the log of the step "
+     "Public tests)", False),
+    (None, "Public tests: no result (see the log of the step Public "
+           "tests)", False),
+    ("not base64!", "Public tests: no result (see the log of the step "
+                    "Public tests)", False)])
+def test_public_tests_are_shown_and_never_fail_the_run(encoded, name,
+                                                       passed):
+    """The command grader's result for the public tests, passed on as a
+    0-point runner: its test says what happened; its status is "pass"."""
+    result = classroom.public_tests_result(encoded)
+    assert [(t.name, t.passed) for t in result.tests] == [(name, passed)]
+    verdict = reporter_verdict("publictests",
+                               {"PUBLICTESTS_RESULTS": result.encoded()})
+    assert verdict.rows == [("publictests", 0, 0)]
+    assert verdict.green and verdict.points is None
+    assert verdict.tests == [("publictests", "pass" if passed else "fail",
+                              name)]
+
+
 def test_not_graded_is_an_error_for_every_runner():
     """No report: every runner errors with the reason (the reporter
     prints it and says "Some tests errored.")."""
@@ -560,7 +605,7 @@ def test_grade_command_takes_the_assignment_from_the_route(tmp_path):
              "GITHUB_STEP_SUMMARY": str(summary)})
     written = dict(line.split("=", 1)
                    for line in outputs.read_text().splitlines())
-    assert set(written) == {"task1", "task2", "task1bonus"}
+    assert set(written) == {"publictests", "task1", "task2", "task1bonus"}
     report = json.loads((tmp_path / "fb" / "report.json").read_text())
     assert report["assignment"] == ASSIGNMENT
     assert run.returncode == 0
