@@ -28,6 +28,9 @@ correctness test failing. Instead, the workflow grades once with
   fails the run (its status is ``"pass"`` whether or not its one test
   passed), so full rubric marks without the optional bonus show a green
   run with the bonus row at 0 / 1.
+* the public tests (``publictests``, 0 points): the command grader's
+  result for them, passed on through the environment and shown as passed
+  or failed, never failing the run: the rubric's points decide its colour.
 
 It also writes a job summary (``$GITHUB_STEP_SUMMARY``: every item, its
 points and the reason, on the run's page) and prints the grader's report
@@ -67,12 +70,13 @@ EXIT_DEADLINE = 124
 
 @dataclass(frozen=True)
 class Runner:
-    """One row of the reporter's table: a task, or a bonus item."""
+    """One row of the reporter's table: a task, a bonus item, or the
+    public tests."""
 
     id: str              # letters and digits: the step output and env name
     title: str           # what it stands for, for the workflow's comments
     max_score: int       # whole points
-    optional: bool       # a bonus: never fails the run
+    optional: bool       # a bonus or the public tests: never fails the run
 
     @property
     def env(self) -> str:
@@ -82,7 +86,8 @@ class Runner:
 
 @dataclass(frozen=True)
 class Test:
-    """One test of a runner: one point, with a name that says why."""
+    """One test of a runner (a point of a task), named by why it passed
+    or failed."""
 
     name: str
     passed: bool
