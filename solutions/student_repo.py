@@ -236,7 +236,9 @@ the item that was not earned
 shape-comment penalty that took it
 (`task1.pep8 -1: PEP-8 penalty, ... - line 30: E501 line too long ...`).
 {bonus_text}A public test that never returns is stopped after
-{PUBLIC_TESTS_DEADLINE_S} s, with everything it started.
+{PUBLIC_TESTS_DEADLINE_S} s, with everything it started. To see what
+Classroom will show before you push:
+`python -m grader.classroom grade . --assignment {assignment.id}`.
 
 These points are a self-check. Your instructor computes the final grade
 separately, on hidden cases you cannot see; a correct solution earns full
