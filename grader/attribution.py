@@ -209,24 +209,42 @@ def definition_key(node: ast.AST) -> tuple[int, str]:
     return first, name
 
 
-def statement_plan(source: SourceFile) -> dict[tuple[int, str], list]:
+def statement_plan(source: SourceFile, stub: SourceFile | None = None
+                   ) -> dict[tuple[int, str], list]:
     """Every function's statements that may need a shape comment, with ids
     unique across the source: the shape tracer's plan, so that whatever
-    code runs (a helper, a swapped-in class) has its shapes recorded."""
+    code runs (a helper, a swapped-in class) has its shapes recorded.
+
+    ``stub`` is the released stub: a method it has keeps its given code
+    out of the student's (:func:`grader.source.student_code`).
+    """
     from grader.shapes import function_statements
+    from grader.source import given_statements
 
     plan: dict[tuple[int, str], list] = {}
     try:
         tree = source.parse()
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return plan
+    owners: dict[int, ast.ClassDef] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for child in node.body:
+                owners[id(child)] = node
     functions = sorted((node for node in ast.walk(tree)
                         if isinstance(node, (ast.FunctionDef,
                                              ast.AsyncFunctionDef))),
                        key=lambda node: (node.lineno, node.col_offset))
     next_id = 0
     for node in functions:
-        statements = function_statements(source, node, next_id)
+        cls = owners.get(id(node))
+        given = given_statements(stub, cls.name if cls else None,
+                                 node.name)
+        try:
+            statements = function_statements(source, node, next_id, given,
+                                             tree, cls)
+        except (RecursionError, MemoryError):
+            statements = []
         next_id += len(statements)
         plan[definition_key(node)] = statements
     return plan

@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         "shapes", help="check the shape comments of a submission",
         description="Run the shape-comment verifier alone and print every "
                     "offending line, exactly as the grade's shapes items "
-                    "see it.")
+                    "see it. Exits 0 with a report, 1 when the code does "
+                    "not parse (the line is named), 2 when the path "
+                    "cannot be read.")
     shapes.add_argument("path", type=Path, metavar="PATH")
     shapes.add_argument("--assignment", metavar="ID")
     shapes.add_argument("--timeout", type=_positive(float), default=20.0,
@@ -190,12 +192,17 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _shapes(args: argparse.Namespace) -> int:
-    from grader.engine import Options, shape_report
+    from grader.engine import Options, ShapesUnparsable, shape_report
     from grader.sandbox import Limits
+    from grader.text import one_line
 
     options = Options(limits=Limits(timeout=args.timeout,
                                     memory_mb=args.memory))
-    text, _ = shape_report(args.path, args.assignment, options)
+    try:
+        text, _ = shape_report(args.path, args.assignment, options)
+    except ShapesUnparsable as exc:
+        sys.stderr.write(f"python -m grader shapes: {one_line(str(exc))}\n")
+        return 1
     sys.stdout.write(text)
     return 0
 

@@ -21,7 +21,7 @@ import torch
 
 from grader import attribution, pep8, shapes
 from grader.analysis import (TaskAnalysis, analyse, count_statements,
-                             forbidden_uses)
+                             forbidden_uses, stub_of)
 from grader.attribution import SourceMap, TaskCode
 from grader.checking import CheckOutcome, item_messages, run_checks
 from grader.observe import ProbeResult, TaskRun, observe
@@ -115,7 +115,8 @@ def grade_submission(submission: Submission,
                 for task in assignment.tasks}
     sources = {submission.sources[t.id].path: submission.sources[t.id]
                for t in assignment.tasks}
-    statement_plans = {path: attribution.statement_plan(source)
+    stub = stub_of(assignment)
+    statement_plans = {path: attribution.statement_plan(source, stub)
                        for path, source in sources.items()}
 
     jobs, runs = [], {}
@@ -337,16 +338,24 @@ def score_pep8_item(item: Item, analysis: TaskAnalysis,
                     findings: list[pep8.Pep8Finding] | str,
                     code: TaskCode | None = None) -> ItemReport:
     """The PEP-8 penalty: any flake8 finding inside the task's class (and
-    in the code that ran for it, see :mod:`grader.attribution`)."""
+    in the code that ran for it, see :mod:`grader.attribution`).
+
+    ``findings`` is the reason flake8 could not check the code when it is
+    a string: code flake8 cannot check is not PEP-8 clean, so the item
+    costs its point (RUBRIC.md, "Penalties cannot be dodged").
+    """
     target = analysis.task.target
-    if isinstance(findings, str):
-        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          f"not checked: flake8 failed ({findings})")
     if analysis.syntax_error or analysis.span is None:
         why = ("the code does not parse" if analysis.syntax_error
                else f"{target} is not defined")
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"not checked: {why}")
+    if isinstance(findings, str):
+        return ItemReport(
+            item.id, item.task, item.title, item.points, 0.0, False,
+            f"flake8 could not check the code ({findings.rstrip('.')}), "
+            f"so {target} cannot be shown to be PEP-8 clean: code flake8 "
+            f"cannot check counts as not clean.")
     spans = list(code.spans) if code else [analysis.span]
     inside = sorted({f for span in spans for f in pep8.attribute(
         findings, {item.task: span}).get(item.task, [])},
@@ -387,6 +396,31 @@ def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
     return runs, _unique(problems)
 
 
+def _never_completed(run: TaskRun, method: str | None) -> str | None:
+    """Why ``method`` ran to the end in every graded case but in none of
+    the grader's shape checks (None when that is not so).
+
+    Such a forward refuses to be checked (it tells the traced calls from
+    the graded ones), so its comments cannot be verified and the shapes
+    item is not earned. A forward that fails in a graded case too is
+    judged by the correctness items, and its comments statically (see
+    docs/rubric-decisions.md).
+    """
+    traced = [result for result in run.results.values()
+              if result.info.trace == method]
+    if not traced or any(r.ok and r.trace is not None for r in traced):
+        return None
+    graded = [result for result in run.results.values()
+              if result.info.trace is None and result.info.case is not None]
+    if not graded or not all(result.ok for result in graded):
+        return None
+    first = next((r.problem for r in traced if r.problem),
+                 "it returned no shape trace").rstrip(".")
+    count = len(traced)
+    return (f"it ran to the end in every graded case, but in none of the "
+            f"{count} runs that check the shapes: {first}")
+
+
 def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                       assignment: Assignment,
                       code: TaskCode | None = None) -> ItemReport:
@@ -405,6 +439,9 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     if (analysis.stub and not (code and code.outside)) or not statements:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"not checked: {where} has no code of yours yet")
+    if run.import_error:
+        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
+                          "not checked: the code could not be loaded")
     trace_runs, problems = _trace_runs(run, assignment.size_sets,
                                        analysis.task.dimensions)
     if problems:
@@ -420,6 +457,14 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                                  f"({exc}); the comments are unverified.")
     details = (shapes.format_findings(findings, analysis.source)
                if findings else "")
+    never = _never_completed(run, item.method)
+    if never is not None:
+        return ItemReport(
+            item.id, item.task, item.title, item.points, 0.0, False,
+            f"{where} never ran to the end under the grader's shape "
+            f"checks ({never}), so its shape comments could not be "
+            f"checked; a forward that refuses the shape checks cannot "
+            f"pass this item.", details=details)
     bad = [f for f in findings if f.penalised]
     if bad:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
@@ -553,20 +598,34 @@ def score(assignment: Assignment, submission: Submission,
         flags=integrity_flags(runs, codes))
 
 
+class ShapesUnparsable(Exception):
+    """``python -m grader shapes`` on code that does not parse: one line
+    that names where (exit 1)."""
+
+
 def shape_report(path: Path, assignment: str | None = None,
                  options: Options = Options()) -> tuple[str, Report]:
     """The shape-comment findings of a submission, as ``grade`` sees them.
 
     It grades on the public values (the shape traces do not depend on the
     cases) and prints only the shapes items, so its findings are the very
-    ones a full grade penalises.
+    ones a full grade penalises. Raises :class:`ShapesUnparsable` when a
+    graded source does not parse (nothing can be checked then), naming the
+    file and line.
     """
-    report = grade(path, assignment,
-                   Options(seed=options.seed, public_only=True,
-                           limits=options.limits))
+    submission = locate(Path(path), assignment)
+    for task in submission.assignment.tasks:
+        source = submission.sources[task.id]
+        analysis = analyse(submission.assignment, task, source)
+        if analysis.syntax_error:
+            raise ShapesUnparsable(
+                f"{source.path}: {analysis.syntax_error}; fix it first, "
+                f"then check the shape comments again")
+    report = grade_submission(submission,
+                              Options(seed=options.seed, public_only=True,
+                                      limits=options.limits))
     lines = [f"Shape comments of {report.path} ({report.assignment})"]
-    rubric = {i.id: i for i in locate(Path(path), assignment)
-              .assignment.items}
+    rubric = {i.id: i for i in submission.assignment.items}
     for item in report.items:
         if rubric[item.id].kind != "shapes":
             continue

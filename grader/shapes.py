@@ -25,11 +25,9 @@ The grammar and the attribution rules are documented for students in
 from __future__ import annotations
 
 import ast
-import io
 import re
 import sys
 import textwrap
-import tokenize
 from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -154,19 +152,23 @@ Dim = Name | Int | BinOp
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[^\W\d]\w*)"
                     r"|(?P<op>//|[*/(),]))")
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
-_WORD_BEFORE = re.compile(r"(\w+)$")
+
+
+#: The longest dimension a shape may spell (operators and parentheses):
+#: longer ones are no shape, and are never evaluated (nothing a comment
+#: holds can make the grader recurse deeply).
+MAX_DIM_OPERATORS = 16
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
     tokens = []
     position = 0
-    while position < len(text):
-        if text[position:].strip() == "":
-            break
+    end = len(text.rstrip())
+    while position < end:
         match = _TOKEN.match(text, position)
         if match is None:
             raise ShapeSyntaxError(
-                f"unexpected {text[position:].strip()[0]!r}")
+                f"unexpected {text[position:end].lstrip()[:1]!r}")
         kind = match.lastgroup
         tokens.append((kind, match.group(kind)))
         position = match.end()
@@ -179,6 +181,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.index = 0
+        self.operators = 0
 
     def peek(self) -> tuple[str, str] | None:
         return (self.tokens[self.index]
@@ -203,20 +206,29 @@ class _Parser:
             self.take()
         return tuple(dims)
 
+    def count(self) -> None:
+        self.operators += 1
+        if self.operators > MAX_DIM_OPERATORS:
+            raise ShapeSyntaxError("too long to be a shape")
+
     def dim(self) -> Dim:
         node = self.factor()
         while self.peek() in (("op", "*"), ("op", "/"), ("op", "//")):
             op = self.take()[1]
+            self.count()
             node = BinOp(op, node, self.factor())
         return node
 
     def factor(self) -> Dim:
         kind, text = self.take()
         if kind == "int":
+            if len(text) > 18:
+                raise ShapeSyntaxError("a number too large to be a size")
             return Int(int(text))
         if kind == "name":
             return Name(text)
         if text == "(":
+            self.count()
             node = self.dim()
             if self.take() != ("op", ")"):
                 raise ShapeSyntaxError("unbalanced parentheses")
@@ -295,15 +307,25 @@ def _is_index(comment: str, start: int) -> bool:
         return True
     if not (before.isalnum() or before == "_"):
         return False
-    word = _WORD_BEFORE.search(comment[:start]).group(1).lower()
+    first = start - 1
+    while first > 0 and (comment[first - 1].isalnum()
+                         or comment[first - 1] == "_"):
+        first -= 1  # (a regex search here is quadratic in the word)
+    word = comment[first:start].lower()
     return not (word in ("shape", "size") or word.endswith("tensor"))
 
 
+def _brief(text: str, limit: int = 120) -> str:
+    """``text`` for a report line: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _bracket_groups(comment: str) -> list[tuple[str, tuple[Dim, ...] | str]]:
-    """Each bracket group: its text and its dims, or why it is no shape."""
+    """Each bracket group: its text (shortened for reports) and its dims,
+    or why it is no shape."""
     groups = []
     for match in _BRACKET.finditer(comment):
-        text = " ".join(match.group(0).split())
+        text = _brief(" ".join(match.group(0).split()))
         if _is_index(comment, match.start()):
             groups.append((text, "an index, not a shape"))
             continue
@@ -351,7 +373,10 @@ class Statement:
     keep the neighbouring comment blocks for hints.
     ``traceable`` is False when the statement shares its first line with a
     compound-statement header (``if c: x = f(x)``): line events cannot tell
-    whether it ran.
+    whether it ran. ``tensor`` says whether the source alone shows that the
+    statement produces a tensor, and ``operands`` the names that make it
+    one when they hold tensors (:mod:`grader.tensor_facts`), for
+    statements that never ran.
     """
 
     id: int
@@ -366,6 +391,8 @@ class Statement:
     above: str | None
     detached: str | None
     traceable: bool
+    tensor: bool = False
+    operands: tuple[str, ...] = ()
 
     def to_plain(self) -> dict[str, Any]:
         """The statement as JSON-able data: the plan the tracer receives."""
@@ -375,34 +402,15 @@ class Statement:
                 "traceable": self.traceable}
 
 
-_COMPOUND_BLOCKS = ("body", "orelse", "finalbody")
-
-
-def _simple_statements(nodes: list[ast.stmt]) -> Iterable[ast.stmt]:
-    """Simple statements at any depth, not entering nested definitions."""
-    for node in nodes:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                             ast.ClassDef)):
-            continue
-        blocks = [getattr(node, name) for name in _COMPOUND_BLOCKS
-                  if isinstance(getattr(node, name, None), list)]
-        blocks += [handler.body for handler in getattr(node, "handlers", [])]
-        blocks += [case.body for case in getattr(node, "cases", [])]
-        if blocks:
-            for block in blocks:
-                yield from _simple_statements(block)
-        else:
-            yield node
-
-
 def _chain(node: ast.expr) -> tuple[str, ...] | None:
     """``x`` -> ("x",), ``self.a.b`` -> ("self", "a", "b"), else None."""
-    if isinstance(node, ast.Name):
-        return (node.id,)
-    if isinstance(node, ast.Attribute):
-        base = _chain(node.value)
-        return None if base is None else base + (node.attr,)
-    return None
+    attributes: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return (node.id, *reversed(attributes))
 
 
 def _target_chains(target: ast.expr) -> list[tuple[str, ...]]:
@@ -478,24 +486,17 @@ class _Comments:
     markers: frozenset[int]
 
     @classmethod
-    def scan(cls, source_text: str) -> _Comments:
+    def scan(cls, source: SourceFile) -> _Comments:
+        """The comment tokens of ``source`` (see SourceFile.comments)."""
         text: dict[int, str] = {}
         whole: set[int] = set()
         markers: set[int] = set()
-        lines = source_text.splitlines()
-        readline = io.StringIO(source_text).readline
-        try:
-            for token in tokenize.generate_tokens(readline):
-                if token.type != tokenize.COMMENT:
-                    continue
-                row, col = token.start
-                text[row] = token.string.lstrip("#").strip()
-                if lines[row - 1][:col].strip() == "":
-                    whole.add(row)
-                    if any(marker in token.string for marker in _MARKERS):
-                        markers.add(row)
-        except (tokenize.TokenError, SyntaxError, IndexError):
-            pass  # the AST parsed, so this is unreachable in practice
+        for row, comment in source.comments.items():
+            text[row] = comment.text.lstrip("#").strip()
+            if comment.whole_line:
+                whole.add(row)
+                if any(marker in comment.text for marker in _MARKERS):
+                    markers.add(row)
         return cls(text, frozenset(whole), frozenset(markers))
 
     def block(self, lines: Iterable[int]) -> list[int]:
@@ -528,23 +529,50 @@ def _has_prefix(lines: list[str], node: ast.stmt) -> bool:
     return line[:node.col_offset].strip() != b""
 
 
+def _segment(lines: list[str], node: ast.stmt) -> str | None:
+    """The source of ``node``, its first line padded to its column (as
+    ``ast.get_source_segment(..., padded=True)``, which splits the whole
+    text on every call)."""
+    first, last = node.lineno, node.end_lineno
+    if last is None or not 1 <= first <= last <= len(lines):
+        return None
+    start = lines[first - 1].encode("utf-8")
+    head = start[:node.col_offset].decode("utf-8", "replace")
+    if first == last:
+        body = [start[node.col_offset:node.end_col_offset]
+                .decode("utf-8", "replace")]
+    else:
+        end = lines[last - 1].encode("utf-8")
+        body = ([start[node.col_offset:].decode("utf-8", "replace")]
+                + lines[first:last - 1]
+                + [end[:node.end_col_offset].decode("utf-8", "replace")])
+    if len(body) > 1:
+        body[0] = " " * len(head) + body[0]
+    return "\n".join(body)
+
+
 def collect_statements(source: SourceFile, class_name: str | None,
-                       method: str) -> list[Statement]:
+                       method: str,
+                       given: tuple[str, ...] | None = None
+                       ) -> list[Statement]:
     """The statements of ``class_name.method`` that may need a comment.
 
     With ``class_name`` None, ``method`` is a module-level function.
 
     Every assignment (plain, annotated, augmented, tuple unpacking,
-    chained), ``return`` and expression statement whose first line lies in
-    a student region of the method, at any depth of if/for/while/with/try,
-    in source order; statements with nothing to watch (``print(x)``, an
-    assignment to ``f().attr``) are left out. Returns [] when the class or
-    the method is missing; raises ``SyntaxError`` when the source does not
-    parse.
+    chained), ``return`` and expression statement of the student's code
+    (:func:`grader.source.student_code`: a student region, or code outside
+    the regions that is not the stub's ``given`` code; with ``given`` None,
+    the regions only), at any depth of if/for/while/with/try, in source
+    order; statements with nothing to
+    watch (``print(x)``, an assignment to ``f().attr``) are left out.
+    Returns [] when the class or the method is missing; raises
+    ``SyntaxError`` when the source does not parse.
     """
     from grader.source import find_class, find_function, find_method
 
     tree = source.parse()
+    cls = None
     if class_name is None:
         func = find_function(tree, method)
     else:
@@ -552,31 +580,47 @@ def collect_statements(source: SourceFile, class_name: str | None,
         func = find_method(cls, method) if cls is not None else None
     if func is None:
         return []
-    return function_statements(source, func)
+    return function_statements(source, func, given=given, tree=tree,
+                               cls=cls)
 
 
 def function_statements(source: SourceFile,
                         func: ast.FunctionDef | ast.AsyncFunctionDef,
-                        first_id: int = 0) -> list[Statement]:
-    """The statements of one function node (see :func:`collect_statements`),
-    numbered from ``first_id``: the student regions when the function has
-    the markers, else its whole body."""
-    from grader.source import student_regions
+                        first_id: int = 0,
+                        given: tuple[str, ...] | None = None,
+                        tree: ast.Module | None = None,
+                        cls: ast.ClassDef | None = None) -> list[Statement]:
+    """The statements of one function node that may need a comment (see
+    :func:`collect_statements`), numbered from ``first_id``. ``cls`` is
+    the class the function is a method of, if any (``tree`` and ``cls``
+    are found when not given)."""
+    from grader.source import simple_statements, student_code
+    from grader.tensor_facts import NEVER, TensorFacts
 
+    if tree is None:
+        tree = source.parse()
+        cls = next((node for node in ast.walk(tree)
+                    if isinstance(node, ast.ClassDef)
+                    and func in node.body), None)
     lines = source.lines
-    regions = student_regions(lines, func)
-    comments = _Comments.scan(source.text)
-    everything = list(_simple_statements(func.body))
+    code = student_code(source, func, given)
+    comments = _Comments.scan(source)
+    try:
+        facts: TensorFacts | None = TensorFacts(tree, func, cls)
+    except (RecursionError, MemoryError):
+        facts = None
+    everything = list(simple_statements(func.body))
     untraceable = {id(node) for unit in _units(everything)
                    if _has_prefix(lines, unit[0]) for node in unit}
     statements = []
     for node in sorted(everything, key=lambda n: (n.lineno, n.col_offset)):
-        if not any(start <= node.lineno <= end for start, end in regions):
+        if not code.owns(node):
             continue
         watched = _watch(node)
         if watched is None or not watched[1]:
             continue  # nothing it computes can be a tensor we can read
         kind, watch = watched
+        verdict = facts.resolved(facts.statement(node)) if facts else NEVER
         first, last = node.lineno, node.end_lineno
         inside = [n for n in range(first, last + 1) if n in comments.text]
         below = comments.block(range(last + 1, len(lines) + 1))
@@ -591,7 +635,7 @@ def function_statements(source: SourceFile,
             comment, where = comments.join(below), "below"
         if comment is None:
             where = None
-        segment = ast.get_source_segment(source.text, node, padded=True)
+        segment = _segment(lines, node)
         statements.append(Statement(
             id=first_id + len(statements), kind=kind, first_line=first,
             last_line=last,
@@ -599,7 +643,8 @@ def function_statements(source: SourceFile,
             watch=watch, comment=comment, comment_where=where,
             below=comments.join(below) if where == "trailing" else None,
             above=comments.join(above), detached=comments.join(detached),
-            traceable=id(node) not in untraceable))
+            traceable=id(node) not in untraceable,
+            tensor=verdict.always, operands=tuple(sorted(verdict.names))))
     return statements
 
 
@@ -788,8 +833,12 @@ class ShapeTracer:
                 or code.co_name != self.method):
             return False
         lines = [line for _, _, line in code.co_lines() if line is not None]
-        return (bool(lines) and code.co_firstlineno <= self._span[0]
-                and max(lines) >= self._span[1])
+        # The function that holds the first planned line. (Requiring its
+        # code to reach the last planned line failed when that line holds
+        # no instruction, a lone ")", or is dead code after a return the
+        # compiler dropped: the method was then not traced at all.)
+        return (bool(lines)
+                and code.co_firstlineno <= self._span[0] <= max(lines))
 
     def _lookup(self, chain: list[str], local_values: Any,
                 global_values: dict) -> Any:
@@ -920,7 +969,7 @@ def penalised(findings: Iterable[Finding]) -> bool:
 
 
 def _show(shape: Iterable[int]) -> str:
-    return "[" + ", ".join(str(size) for size in shape) + "]"
+    return _brief("[" + ", ".join(str(size) for size in shape) + "]")
 
 
 def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
@@ -986,7 +1035,7 @@ def _real(index: int, sizes: dict[str, int], executions: list[Execution],
 def _unknown_finding(statement: Statement, claim: ShapeClaim,
                      unknown: list[str], table: DimensionTable,
                      real: tuple[RealShapes, ...] = ()) -> Finding:
-    names = ", ".join(unknown)
+    names = _brief(", ".join(unknown))
     plural = "s" if len(unknown) > 1 else ""
     return Finding(
         line=statement.first_line, statement=statement.text,
@@ -1008,33 +1057,124 @@ def _fits(comment: str | None,
         for sizes, tensors in checked)
 
 
+_BRACKET_FIX = re.compile(r"\(([^()\[\]]*,[^()\[\]]*)\)")
+_SELF = re.compile(r"\bself\s*\.\s*")
+
+
+def _parses(text: str) -> bool:
+    try:
+        return bool(_Parser(text).shape())
+    except ShapeSyntaxError:
+        return False
+
+
+def shape_fix(comment: str | None) -> str | None:
+    """What to change in a comment whose shape is not understood.
+
+    ``# (bs, seq, hidden)`` -> "use square brackets: [bs, seq, hidden]";
+    ``# [bs * self.num_heads, seq]`` -> "write num_heads, not
+    self.num_heads: [bs * num_heads, seq]". None when neither applies.
+    """
+    if not comment:
+        return None
+    for match in _BRACKET.finditer(comment):
+        inside = match.group(1)
+        if _SELF.search(inside) and _parses(_SELF.sub("", inside)):
+            names = sorted(set(re.findall(r"\bself\s*\.\s*(\w+)",
+                                          inside)))
+            fixed = _brief(" ".join(_SELF.sub("", match.group(0)).split()))
+            return (_brief(f"write {', '.join(names)}, not "
+                           f"{', '.join('self.' + n for n in names)}")
+                    + f": {fixed}")
+    for match in _BRACKET_FIX.finditer(comment):
+        before = comment[match.start() - 1] if match.start() else " "
+        if before.isalnum() or before == "_":
+            continue  # a call, f(x, y), not a shape
+        inside = _SELF.sub("", match.group(1))
+        if _parses(inside):
+            fixed = _brief("[" + " ".join(inside.split()) + "]")
+            return f"use square brackets: {fixed}"
+    return None
+
+
+def observed_tensors(statements: list[Statement],
+                     per_statement: list[list[tuple[dict[str, int],
+                                                    list[Execution]]]]
+                     ) -> frozenset[str]:
+    """Names the grader saw hold a tensor every time it read them.
+
+    A plain name watched by a statement that ran, whose recorded value was
+    a tensor in every execution of every statement that watches it.
+    """
+    tensor: set[str] = set()
+    other: set[str] = set()
+    for statement, runs in zip(statements, per_statement):
+        if statement.kind == "return":
+            continue
+        for index, chain in enumerate(statement.watch):
+            if len(chain) != 1:
+                continue
+            for _, executions in runs:
+                for execution in executions:
+                    if index >= len(execution):
+                        continue
+                    (tensor if execution[index] is not None
+                     else other).add(chain[0])
+    return frozenset(tensor - other)
+
+
+def _unverified(statement: Statement, claims: list[ShapeClaim],
+                table: DimensionTable, tensors: frozenset[str]
+                ) -> Finding | None:
+    """The finding for a statement that never ran (or cannot be told to
+    have run): its names are checked, and a tensor statement without a
+    shape in its comment is penalised all the same."""
+    if claims and claims[-1].unknown_names(table):
+        finding = _unknown_finding(statement, claims[-1],
+                                   claims[-1].unknown_names(table), table)
+        return replace(finding, message=finding.message + " (this "
+                       "statement never ran, but its names are checked "
+                       "all the same)")
+    if statement.traceable:
+        why = "never ran under the grader's cases"
+    else:
+        why = ("shares its line with an if/for/while/with header, so the "
+               "grader cannot tell whether it ran")
+    hint = None if statement.traceable else "put the statement on its own line"
+    is_tensor = statement.tensor or bool(set(statement.operands) & tensors)
+    base = dict(line=statement.first_line, statement=statement.text, real=())
+    if is_tensor and statement.comment is None:
+        return Finding(kind="missing", claimed=None,
+                       message=f"this statement produces a tensor but has "
+                               f"no shape comment (it {why}; a tensor "
+                               f"statement needs its comment all the same)",
+                       hint=hint, **base)
+    if is_tensor and not claims:
+        fix = shape_fix(statement.comment)
+        return Finding(kind="no_shape", claimed=None,
+                       message=f"this statement produces a tensor but its "
+                               f"comment has no shape such as "
+                               f"[batch_size, seq_len, hidden] (it {why})",
+                       hint=fix or hint, **base)
+    kind = "never_ran" if statement.traceable else "not_traced"
+    return Finding(kind=kind, claimed=claims[-1].text if claims else None,
+                   message=f"{why}, so its comment could not be checked",
+                   hint=hint, **base)
+
+
 def _verify_statement(statement: Statement,
                       runs: list[tuple[dict[str, int], list[Execution]]],
                       following: list[tuple[dict[str, int], list[Execution]]],
-                      table: DimensionTable) -> Finding | None:
-    """The finding for one statement; ``following`` is the next one's."""
+                      table: DimensionTable,
+                      tensors: frozenset[str] = frozenset()
+                      ) -> Finding | None:
+    """The finding for one statement; ``following`` is the next one's;
+    ``tensors`` the names seen to hold tensors (for statements that never
+    ran)."""
     claims = parse_shapes(statement.comment or "")
     ran = any(executions for _, executions in runs)
     if not ran:
-        if claims and claims[-1].unknown_names(table):
-            finding = _unknown_finding(statement, claims[-1],
-                                       claims[-1].unknown_names(table), table)
-            return replace(finding, message=finding.message + " (this "
-                           "statement never ran, but its names are checked "
-                           "all the same)")
-        if statement.traceable:
-            kind = "never_ran"
-            message = "never ran, so its comment could not be verified"
-        else:
-            kind = "not_traced"
-            message = ("shares its line with an if/for/while/with header, "
-                       "so whether it ran cannot be told and its comment "
-                       "could not be verified")
-        return Finding(line=statement.first_line, statement=statement.text,
-                       kind=kind, claimed=claims[-1].text if claims else None,
-                       real=(), message=message,
-                       hint=None if statement.traceable else
-                       "put the statement on its own line")
+        return _unverified(statement, claims, table, tensors)
     if not any(_tensors(execution) for _, executions in runs
                for execution in executions):
         return None  # ran and produced no tensor: nothing to claim
@@ -1054,11 +1194,15 @@ def _verify_statement(statement: Statement,
                        message="this statement produces a tensor but has "
                                "no shape comment", hint=hint, **base)
     if not claims:
+        fix = shape_fix(statement.comment)
         ignored = ignored_brackets(statement.comment)
-        message = "the comment has no bracketed shape such as " \
-                  "[batch_size, seq_len, hidden]"
-        if ignored:
-            message += "; not a shape: " + ", ".join(ignored)
+        if fix:
+            message = f"the comment's shape is not understood: {fix}"
+        else:
+            message = ("the comment has no bracketed shape such as "
+                       "[batch_size, seq_len, hidden]")
+            if ignored:
+                message += "; not a shape: " + ", ".join(ignored)
         hint = None
         if statement.below and parse_shapes(statement.below):
             hint = ("the comment below is not used because this statement "
@@ -1079,7 +1223,8 @@ def _verify_statement(statement: Statement,
     wrong = sum(one.wrong for one in real)
     message = f"the comment claims {claimed}, the real shape differs"
     if wrong < executions:
-        message += f" ({wrong} of {executions} executions)"
+        message += (f" (wrong in {wrong} of the {executions} times this "
+                    f"line ran, right in the others)")
     hint = None
     if statement.comment_where == "below" and _fits(statement.comment,
                                                     following, table):
@@ -1098,19 +1243,23 @@ def verify(statements: list[Statement],
     :attr:`ShapeTracer.records` of every forward call made with those
     sizes. A statement needs a comment when any execution produced a
     tensor; its claim must hold under every size set and every execution.
-    A statement that never ran gives a note (an unknown name in its comment
-    is still a finding). Raises :class:`ShapeRecordError` for records that
-    are not the documented plain data.
+    A statement that never ran gives a note, unless it is a tensor
+    statement (decided statically, completed by the names the trace saw
+    hold tensors; see :mod:`grader.tensor_facts`) without a shape comment,
+    or its comment names an unknown dimension: those are findings. Raises
+    :class:`ShapeRecordError` for records that are not the documented
+    plain data.
     """
     per_statement = [[(sizes, _executions(records, statement.id))
                       for sizes, records in runs]
                      for statement in statements]
+    tensors = observed_tensors(statements, per_statement)
     findings = []
     for index, statement in enumerate(statements):
         following = (per_statement[index + 1]
                      if index + 1 < len(statements) else [])
         finding = _verify_statement(statement, per_statement[index],
-                                    following, dims)
+                                    following, dims, tensors)
         if finding is not None:
             findings.append(finding)
     return findings
@@ -1122,7 +1271,7 @@ _TITLES = {
     "unknown_name": "unknown dimension name",
     "wrong_shape": "wrong shape",
     "never_ran": "note: never ran",
-    "not_traced": "note: not traced",
+    "not_traced": "note: not checked",
 }
 
 
@@ -1162,7 +1311,10 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
                    for index, sizes in sorted(size_sets.items())]
     blocks = ["\n".join(header)]
     for finding in problems + notes:
-        statement = textwrap.indent(finding.statement, "    ")
+        shown = finding.statement.split("\n")
+        if len(shown) > 12 or len(finding.statement) > 1200:
+            shown = [_brief(line, 200) for line in shown[:12]] + ["..."]
+        statement = textwrap.indent("\n".join(shown), "    ")
         lines = [f"{source.where(finding.line)}: {_TITLES[finding.kind]}",
                  statement, _wrap(finding.message, "  ")]
         for one in finding.real:

@@ -356,10 +356,17 @@ def _stub_targets() -> list[Generated]:
         source = SOLUTIONS / f"{assignment.module}.py"
         if not source.is_file():
             continue
+        produce = (lambda source=source: make_stub(
+            source.read_text(encoding="utf-8"), str(source)))
+        targets.append(Generated(PACKAGE / f"{assignment.module}.py",
+                                 produce))
+        # The grader's own copy of the released stub: code outside the
+        # YOUR CODE markers that matches it is the kit's given code (see
+        # grader.source.student_code), whatever the submission's folder
+        # holds as transformer_lm/.
         targets.append(Generated(
-            PACKAGE / f"{assignment.module}.py",
-            lambda source=source: make_stub(
-                source.read_text(encoding="utf-8"), str(source))))
+            ROOT / "grader" / "assignments" / assignment.id / "stub.py",
+            produce))
     return targets
 
 

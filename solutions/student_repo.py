@@ -31,11 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, BundleError,
                            generated_package, kit_files, pinned_requirements)
-from grader.classroom import REPORT, classroom_tests
+from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
+from grader.classroom import PUBLIC_TESTS_ENV, runners
 from grader.rubric import Assignment, RubricError, get_assignment
 from solutions.build import ROOT
 
@@ -45,15 +47,53 @@ PUBLIC_TESTS = ROOT / "tests" / "public"
 # test modules in ``public_tests``).
 SHARED_PUBLIC_FILES = ("conftest.py", "adapters.py")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
-FEEDBACK_DIR = REPORT.split("/")[0]
-PUBLIC_TEST_COMMAND = "python -m pytest tests/public -q"
-GRADE_COMMAND = f"python -m grader grade . --feedback {FEEDBACK_DIR}"
-# Actions, pinned to their major-version tags.
-CHECKOUT = "actions/checkout@v4"
-SETUP_PYTHON = "actions/setup-python@v5"
-UPLOAD = "actions/upload-artifact@v4"
-COMMAND_GRADER = "classroom-resources/autograding-command-grader@v1"
-REPORTER = "classroom-resources/autograding-grading-reporter@v1"
+FEEDBACK_DIR = "grading"
+PUBLIC_TESTS_RUNNER = PUBLIC_RUNNER.id  # its command-grader step's id
+PUBLIC_TESTS_RUN = "python -m pytest tests/public -q"
+
+
+@dataclass(frozen=True)
+class Action:
+    """A GitHub Action pinned to a full commit SHA (the tag it carries)."""
+
+    repo: str
+    sha: str
+    tag: str
+
+    @property
+    def uses(self) -> str:
+        """The ``uses:`` value, with the tag in a comment."""
+        return f"{self.repo}@{self.sha}  # {self.tag}"
+
+
+# Every action the kit's workflows use, pinned to the commit its tag named
+# when pinned (read from the action's repository: git rev-parse TAG^{commit}).
+# A tag can move; a commit cannot. .github/workflows/ci.yml uses the same.
+CHECKOUT = Action("actions/checkout",
+                  "3d3c42e5aac5ba805825da76410c181273ba90b1", "v7.0.1")
+SETUP_PYTHON = Action("actions/setup-python",
+                      "5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0")
+UPLOAD = Action("actions/upload-artifact",
+                "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0")
+COMMAND_GRADER = Action("classroom-resources/autograding-command-grader",
+                        "d5b3fa6f50f7f629b7bfae0cc3e4c58852b412d5", "v1")
+REPORTER = Action("classroom-resources/autograding-grading-reporter",
+                  "d13b5912daf5042ac1b71bc38bdb4a6bcd61d8ca", "v1")
+ACTIONS = (CHECKOUT, SETUP_PYTHON, UPLOAD, COMMAND_GRADER, REPORTER)
+
+# Time limits, in minutes unless named _S. Each step has its own; they add
+# up to less than the job's, which also covers setting up the job and the
+# post steps (the pip cache is saved after the last step). Inside a step,
+# the command stops itself before the step's limit: the public tests after
+# PUBLIC_TESTS_DEADLINE_S (their whole process tree, see grader.proctree),
+# then the command grader's own timeout (SIGTERM to its shell) is the
+# backstop, then the step's; the grader after GRADE_DEADLINE_S.
+STEP_MINUTES = {"checkout": 2, "python": 4, "install": 10,
+                "public tests": 4, "grade": 4, "upload": 2, "report": 1}
+JOB_MINUTES = 30
+PUBLIC_TESTS_TIMEOUT = 3
+PUBLIC_TESTS_DEADLINE_S = 150
+GRADE_DEADLINE_S = 180
 _SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".ipynb_checkpoints")
 
 
@@ -140,6 +180,11 @@ def student_readme(assignment: Assignment) -> str:
     """The student repository's ``README.md``."""
     module = f"transformer_lm/{assignment.module}.py"
     bonus = sum(i.points for i in assignment.items if i.kind == "bonus")
+    bonus_text = (
+        f"The bonus is a row of its own, worth {bonus:g}: the maximum "
+        f"shown is {assignment.max_score + bonus:g}, and "
+        f"{assignment.max_score:g} / {assignment.max_score + bonus:g} with "
+        f"a green run is full marks.\n" if bonus else "")
     return f"""\
 # {assignment.title}
 
@@ -182,11 +227,20 @@ A task's score is clamped to [0, its points] before its bonus is added.
 ## GitHub Classroom
 
 Every push runs `.github/workflows/classroom.yml`: it installs the
-requirements, runs the public tests and the grader (public and hidden
-cases), and reports the points in the Actions tab ("Autograding Tests").
-Each rubric point is one test there; PEP-8 and shape-comment penalties are
-taken from the task's points, and the bonus is one extra test, so the
-maximum shown is {assignment.max_score + bonus:g}.
+requirements, runs the public tests (0 points) and the grader (public and
+hidden cases) once, and reports the points in the Actions tab. Open the
+run: its summary page lists every rubric item with its points and, for a
+point lost, the reason and the line. In the log of the step *Autograding
+Reporter* each task is one row worth the task's points, with one line per
+point: `✅` a point you keep, `❌` a point lost, named after the reason:
+the item that was not earned
+(`task1.forward 2/3: point 3 of 3 not earned - ...`) or the PEP-8 or
+shape-comment penalty that took it
+(`task1.pep8 -1: PEP-8 penalty, ... - line 30: E501 line too long ...`).
+{bonus_text}A public test that never returns is stopped after
+{PUBLIC_TESTS_DEADLINE_S} s, with everything it started. To see what
+Classroom will show before you push:
+`python -m grader.classroom grade . --assignment {assignment.id}`.
 
 These points are a self-check. Your instructor computes the final grade
 separately, on hidden cases you cannot see; a correct solution earns full
@@ -194,83 +248,108 @@ marks on them too. Do not edit `.github/`, `grader/` or `tests/`.
 """
 
 
-def _step(lines: list[str], name: str, *fields: tuple[str, str]) -> None:
-    """Append a step: its name, then ``key: value`` lines in order."""
+def public_tests_command() -> str:
+    """The public tests, stopped with everything they started.
+
+    ``exec``: the command grader's timeout sends SIGTERM to its shell, and
+    the step ends when that process does. So the process it signals is
+    the one that stops the tree, and it ends only once nothing is left.
+    """
+    return (f"exec python -m grader.classroom run --deadline "
+            f"{PUBLIC_TESTS_DEADLINE_S} -- {PUBLIC_TESTS_RUN}")
+
+
+def grade_command(assignment: Assignment) -> str:
+    """The grading step: grade once, write the Classroom results."""
+    return (f"python -m grader.classroom grade . --assignment "
+            f"{assignment.id} --feedback {FEEDBACK_DIR} --deadline "
+            f"{GRADE_DEADLINE_S}")
+
+
+def _step(lines: list[str], name: str, minutes: int,
+          *fields: tuple[str, str]) -> None:
+    """Append a step: its name, ``key: value`` lines, its time limit."""
     lines.append(f"      - name: {_quote(name)}")
     lines += [f"        {key}: {value}" for key, value in fields]
+    lines.append(f"        timeout-minutes: {minutes}")
 
 
-def _grader_step(lines: list[str], step_id: str, name: str,
-                 test_name: str, command: str, timeout: int,
-                 max_score: int) -> None:
-    """Append an ``autograding-command-grader`` step."""
-    _step(lines, name, ("id", step_id), ("uses", COMMAND_GRADER))
-    lines += ["        with:",
-              f"          test-name: {_quote(test_name)}",
-              f"          command: {_quote(command)}",
-              f"          timeout: {timeout}",
-              f"          max-score: {max_score}"]
+def _with(lines: list[str], *fields: tuple[str, str]) -> None:
+    lines.append("        with:")
+    lines += [f"          {key}: {value}" for key, value in fields]
 
 
 def classroom_workflow(assignment: Assignment) -> str:
     """The text of ``.github/workflows/classroom.yml``."""
-    tests = classroom_tests(assignment)
+    graded = runners(assignment)
+    after_install = ("if", "${{ !cancelled() }}")
     lines = [
         "# GitHub Classroom autograding, generated by",
         f"# python -m solutions.build student-repo {assignment.id}.",
-        "# One test per rubric point (see grader/classroom.py). These points "
-        "are a",
-        "# self-check: the instructor computes the final grade "
+        "# The public tests (0 points), then one grading step that writes "
+        "one",
+        "# result per task and per bonus for the reporter (see "
+        "grader/classroom.py).",
+        "# These points are a self-check: the instructor grades "
         "separately.",
         "name: Autograding Tests",
         "\"on\":",
         "  push:",
         "  workflow_dispatch:",
         "  repository_dispatch:",
-        "permissions:",
-        "  checks: write",
-        "  actions: read",
-        "  contents: read",
+        "permissions: {}",
+        "# A newer push supersedes a run still going: only the newest "
+        "commit counts.",
+        "concurrency:",
+        "  group: ${{ github.workflow }}-${{ github.ref }}",
+        "  cancel-in-progress: true",
         "jobs:",
         "  run-autograding-tests:",
+        "    name: Autograding",
         "    runs-on: ubuntu-latest",
         "    if: github.actor != 'github-classroom[bot]'",
-        "    timeout-minutes: 30",
+        f"    timeout-minutes: {JOB_MINUTES}",
+        "    permissions:",
+        "      contents: read",
         "    steps:",
     ]
-    _step(lines, "Check out the repository", ("uses", CHECKOUT))
-    _step(lines, "Set up Python 3.11", ("uses", SETUP_PYTHON))
-    lines += ["        with:",
-              "          python-version: \"3.11\"",
-              "          cache: pip",
-              "          cache-dependency-path: requirements.txt"]
+    _step(lines, "Check out the repository", STEP_MINUTES["checkout"],
+          ("uses", CHECKOUT.uses))
+    _with(lines, ("persist-credentials", "false"))
+    _step(lines, "Set up Python 3.11", STEP_MINUTES["python"],
+          ("uses", SETUP_PYTHON.uses))
+    _with(lines, ("python-version", '"3.11"'), ("cache", "pip"),
+          ("cache-dependency-path", "requirements.txt"))
     _step(lines, "Install the CPU build of torch and the pinned tools",
-          ("run", "|"))
-    lines += [f"          python -m pip install \"torch=={TORCH_VERSION}\" "
-              f"--index-url {TORCH_CPU_INDEX}",
-              "          python -m pip install -r requirements.txt"]
-    _grader_step(lines, "public_tests", "Public tests",
-                 f"Public tests ({PUBLIC_TEST_COMMAND})",
-                 PUBLIC_TEST_COMMAND, 10, 0)
-    _step(lines, "Grade (public and hidden cases)", ("id", "grade"),
-          ("continue-on-error", "true"), ("run", _quote(GRADE_COMMAND)))
-    for test in tests:
-        _grader_step(lines, test.id, test.step_name, test.name,
-                     test.command(), 2, test.max_score)
+          STEP_MINUTES["install"], ("run", "|"))
+    lines[-1:-1] = [
+        f"          python -m pip install \"torch=={TORCH_VERSION}\" "
+        f"--index-url {TORCH_CPU_INDEX}",
+        "          python -m pip install -r requirements.txt"]
+    _step(lines, "Public tests (0 points)", STEP_MINUTES["public tests"],
+          ("id", PUBLIC_TESTS_RUNNER), after_install,
+          ("uses", COMMAND_GRADER.uses))
+    _with(lines, ("test-name", _quote(f"Public tests ({PUBLIC_TESTS_RUN})")),
+          ("command", _quote(public_tests_command())),
+          ("timeout", str(PUBLIC_TESTS_TIMEOUT)), ("max-score", "0"))
+    _step(lines, "Grade", STEP_MINUTES["grade"], ("id", "grade"),
+          after_install, ("run", _quote(grade_command(assignment))))
+    lines[-1:-1] = [
+        "        env:",
+        f"          {PUBLIC_TESTS_ENV}: \"${{{{ steps.{PUBLIC_TESTS_RUNNER}"
+        f".outputs.result }}}}\""]
     _step(lines, "Keep the grader's report and pictures",
-          ("if", "always()"), ("uses", UPLOAD))
-    lines += ["        with:",
-              "          name: grading-report",
-              f"          path: {FEEDBACK_DIR}/",
-              "          if-no-files-found: ignore"]
-    runners = ["public_tests"] + [t.id for t in tests]
-    _step(lines, "Autograding Reporter", ("if", "always()"),
-          ("uses", REPORTER))
-    lines.append("        env:")
-    for runner in runners:
-        lines.append(f"          {runner.upper()}_RESULTS: "
-                     f"\"${{{{steps.{runner}.outputs.result}}}}\"")
-    lines += ["        with:", f"          runners: {','.join(runners)}"]
+          STEP_MINUTES["upload"], after_install, ("uses", UPLOAD.uses))
+    _with(lines, ("name", "grading-report"),
+          ("path", f"{FEEDBACK_DIR}/"), ("if-no-files-found", "ignore"))
+    _step(lines, "Autograding Reporter", STEP_MINUTES["report"],
+          after_install, ("uses", REPORTER.uses))
+    results = [(r.id, f"steps.grade.outputs.{r.id}")
+               for r in [PUBLIC_RUNNER] + graded]
+    lines[-1:-1] = ["        env:"] + [
+        f"          {name.upper()}_RESULTS: \"${{{{ {value} }}}}\""
+        for name, value in results]
+    _with(lines, ("runners", ",".join(name for name, _ in results)))
     return "\n".join(lines) + "\n"
 
 

@@ -115,12 +115,15 @@ def test_notebook_findings_point_at_cell_and_line(tmp_path: Path) -> None:
     findings = run_flake8(source, CONFIG)
     grouped = attribute(findings, class_spans(source))
     assert [f.code for f in grouped["SelfAttention"]] == ["E231"]
-    assert [f.code for f in grouped[None]] == ["F401"]
+    # The test cell is linted too (the notebook is one program), and it is
+    # the student's: its finding is reported, never penalised.
+    assert [f.code for f in grouped[None]] == ["F401", "E231"]
     report = format_pep8(findings, source)
     assert report.splitlines() == [
-        "PEP-8: flake8 found 2 problems:",
+        "PEP-8: flake8 found 3 problems:",
         "  cell 2, line 2, column 1: F401 'os' imported but unused",
         "  cell 4, line 5, column 38: E231 missing whitespace after ','",
+        "  cell 5, line 1, column 24: E231 missing whitespace after ','",
     ]
 
 
@@ -134,4 +137,44 @@ def test_flake8_failure_raises(tmp_path: Path) -> None:
 def test_flake8_timeout_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grader.pep8, "FLAKE8_TIMEOUT", 0.001)
     with pytest.raises(Flake8Error, match="did not finish"):
+        run_flake8(load_python(STYLE_CASE), CONFIG)
+
+
+def test_noqa_hides_nothing() -> None:
+    """flake8 runs with --disable-noqa: neither a line's nor the file's
+    noqa comment hides a finding."""
+    for text in ("x=1  # noqa\n", "# flake8: noqa\nx=1\n",
+                 "x=1  # noqa: E225\n", "x=1  # NOQA:E225,E501\n"):
+        source = SourceFile(text=text, path=Path("noqa.py"))
+        assert [f.code for f in run_flake8(source, CONFIG)] == ["E225"]
+
+
+def test_code_flake8_cannot_check_costs_the_pep8_point() -> None:
+    """A 600-term sum makes pyflakes give up: flake8 checks nothing, and
+    the item says so and costs its point."""
+    from grader.analysis import analyse
+    from grader.engine import score_pep8_item
+    from grader.rubric import get_assignment
+
+    text = REFERENCE.read_text() + "\nX = " + " + ".join(["1"] * 600) + "\n"
+    source = SourceFile(text=text, path=Path("sum.py"))
+    with pytest.raises(Flake8Error, match=r'flake8 failed: "pyflakes\[F\]" '
+                                          r'failed during execution due to '
+                                          r'RecursionError'):
+        run_flake8(source, CONFIG)
+    assignment = get_assignment("multi_head_attention")
+    task = assignment.tasks[0]
+    item = assignment.item("task1.pep8")
+    report = score_pep8_item(item, analyse(assignment, task, source),
+                             "flake8 failed: it crashed")
+    assert (report.score, report.passed) == (-1.0, False)
+    assert report.message == (
+        "flake8 could not check the code (flake8 failed: it crashed), so "
+        "SelfAttention cannot be shown to be PEP-8 clean: code flake8 "
+        "cannot check counts as not clean.")
+
+
+def test_flake8_has_a_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grader.pep8, "FLAKE8_MEMORY_MB", 16)
+    with pytest.raises(Flake8Error, match="flake8 failed"):
         run_flake8(load_python(STYLE_CASE), CONFIG)

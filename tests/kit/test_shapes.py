@@ -460,21 +460,26 @@ def test_every_loop_iteration_is_checked() -> None:
     assert [(one.wrong, one.executions) for one in finding.real] == [
         (8, 12), (4, 8)]
     assert finding.real[1].shapes == ("[3, 7, 13]", "[3, 7, 26]")
-    assert "(12 of 20 executions)" in finding.message
+    assert ("(wrong in 12 of the 20 times this line ran, right in the "
+            "others)") in finding.message
 
 
-def test_lines_that_never_run_give_notes_except_unknown_names() -> None:
+def test_lines_that_never_run_are_judged_statically() -> None:
+    """A statement that never ran: a right comment is a note, a missing
+    one on a tensor statement is a finding, an unknown name too."""
     path = CASES / "never_runs.py"
     traced = trace(path, MHSA)
     assert traced.kinds() == [
         ("never_ran", line_of(path, "x = x.unsqueeze(0)")),
-        ("never_ran", line_of(path, "scores = scores.float()")),
+        ("missing", line_of(path, "scores = scores.float()")),
         ("unknown_name", line_of(path, "scores = scores.half()")),
         ("not_traced", line_of(path, "if bs < 0: att")),
     ]
     assert [finding.penalised for finding in traced.findings()] == [
-        False, False, True, False]
-    assert "never ran" in traced.findings()[2].message
+        False, True, True, False]
+    findings = traced.findings()
+    assert "never ran under the grader's cases" in findings[1].message
+    assert "never ran" in findings[2].message
 
 
 def test_removing_the_trace_function_is_tampering() -> None:
@@ -665,3 +670,195 @@ def test_notebook_findings_point_at_cell_and_line(tmp_path: Path) -> None:
     q_line = next(n for n, text in enumerate(cell_lines, 1)
                   if "q = self.q(x)" in text)
     assert f"cell 4, line {q_line}: missing shape comment" in report
+
+
+# ---------------------------------------------------------------------------
+# Messages that say the fix
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("comment, fix", [
+    ("(bs, seq, hidden)", "use square brackets: [bs, seq, hidden]"),
+    ("q: (batch_size, seq_len,\nhidden)",
+     "use square brackets: [batch_size, seq_len, hidden]"),
+    ("[bs * self.num_heads, seq, self.head_size]",
+     "write head_size, num_heads, not self.head_size, self.num_heads: "
+     "[bs * num_heads, seq, head_size]"),
+    ("(bs, self.num_heads, seq)",
+     "use square brackets: [bs, num_heads, seq]"),
+    ("the scores", None),
+    ("call f(x, y) here", None),
+])
+def test_shape_fix_says_what_to_write(comment: str, fix: str | None) -> None:
+    from grader.shapes import shape_fix
+
+    assert shape_fix(comment) == fix
+
+
+def _one_statement(text: str) -> Statement:
+    source = SourceFile(text=text, path=Path("fix.py"))
+    (statement,) = collect_statements(source, SA, "forward")
+    return statement
+
+
+def test_round_brackets_and_self_get_their_fix_in_the_report() -> None:
+    head = ("class SelfAttention:\n    def forward(self, x):\n"
+            "        # YOUR CODE STARTS HERE\n")
+    for comment, words in (
+            ("(bs, seq, input_size)", "the comment's shape is not "
+             "understood: use square brackets: [bs, seq, input_size]"),
+            ("[bs, seq, self.hidden]", "write hidden, not self.hidden: "
+             "[bs, seq, hidden]")):
+        statement = _one_statement(
+            f"{head}        return x + 0  # {comment}\n")
+        runs = [(SET_1, {"0": [[[2, 5, 7]]]})]
+        (finding,) = verify([statement], runs, DIMS)
+        assert finding.kind == "no_shape"
+        assert words in finding.message
+
+
+def test_partly_wrong_shapes_are_told_in_plain_words() -> None:
+    statement = _loop_statement()
+    runs = [(SET_1, {str(statement.id): [[[2, 5, 11]], [[2, 5, 12]]]})]
+    (finding,) = verify([statement], runs, DIMS)
+    assert finding.message.endswith(
+        "(wrong in 1 of the 2 times this line ran, right in the others)")
+    assert "execution" not in format_findings([finding], _load(
+        CASES / "loops.py")[0])
+
+
+def test_the_shapes_command_names_the_line_that_does_not_parse(
+        tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n\n\nclass SelfAttention:\n"
+                   "    def forward(self, x)\n        return x\n")
+    completed = subprocess.run(
+        [sys.executable, "-m", "grader", "shapes", str(bad),
+         "--assignment", "multi_head_attention"], cwd=KIT,
+        capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 1
+    assert completed.stdout == ""
+    assert completed.stderr == (
+        f"python -m grader shapes: {bad}: SyntaxError at line 5: expected "
+        f"':'; fix it first, then check the shape comments again\n")
+
+
+# ---------------------------------------------------------------------------
+# Tensor statements decided statically (grader.tensor_facts)
+# ---------------------------------------------------------------------------
+
+FACTS_HEAD = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import softmax
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.q = nn.Linear(d, h)
+        self.drop = nn.Dropout(0.1)
+        self.scale = h ** 0.5
+        self.helper = None
+
+    def forward(self, x, flag=False):
+'''
+FACTS = {
+    # statement (in forward, after the ones above it): tensor?
+    "q = self.q(x)": True,
+    "k = self.q(x).view(2, -1)": True,
+    "s = q @ k.T / self.scale": True,
+    "p = softmax(s, dim=-1)": True,
+    "p2 = F.softmax(s, -1)": True,
+    "m = torch.ones(3, 3).triu(1)": True,
+    "s = s.masked_fill(m == 0, float('-inf'))": True,
+    "s.masked_fill_(m, 0.0)": True,
+    "a, b = q.chunk(2, dim=-1)": True,
+    "parts = q.chunk(2, dim=-1)": False,
+    "c, d = q, 3": True,
+    "x = x.unsqueeze(0)": True,
+    "n = q.shape[0]": False,
+    "size = q.size(-1)": False,
+    "val = q.sum().item()": False,
+    "h = self.helper(q)": False,
+    "e = self.drop(p)": True,
+    "w = flag if flag else q": False,
+    "y = [t * 2 for t in (q, k)]": False,
+    "u = q.max(dim=-1)": False,
+    "return q @ k.transpose(0, 1), n": True,
+}
+
+
+def test_tensor_statements_are_decided_conservatively() -> None:
+    body = "".join(f"        {line}\n" for line in FACTS)
+    source = SourceFile(text=FACTS_HEAD + body, path=Path("facts.py"))
+    statements = collect_statements(source, SA, "forward")
+    assert {s.text: s.tensor for s in statements} == FACTS
+
+
+def test_names_seen_holding_tensors_complete_the_static_verdict() -> None:
+    text = ("class SelfAttention:\n    def forward(self, x):\n"
+            "        # YOUR CODE STARTS HERE\n"
+            "        t = f(x)  # [bs, seq, input_size]\n"
+            "        if x.numel() < 0:\n"
+            "            t = t.float()\n"
+            "        return t  # [bs, seq, input_size]\n")
+    source = SourceFile(text=text, path=Path("seen.py"))
+    statements = collect_statements(source, SA, "forward")
+    never = statement_at(statements, 6)
+    assert not never.tensor and never.operands == ("t",)
+    runs = [(SET_1, {"0": [[[2, 5, 7]]], "2": [[[2, 5, 7]]]})]
+    (finding,) = verify(statements, runs, DIMS)
+    assert (finding.kind, finding.line, finding.penalised) == (
+        "missing", 6, True)
+    # Had t held something else, the statement would be a note only.
+    runs = [(SET_1, {"0": [[None]], "2": [[None]]})]
+    (finding,) = verify(statements, runs, DIMS)
+    assert (finding.kind, finding.penalised) == ("never_ran", False)
+
+
+def test_a_method_whose_last_line_holds_no_code_is_traced() -> None:
+    """The last statement ends in a lone ")": its method is still
+    traced, so a wrong comment above it is found."""
+    text = ("import torch\n\n\nclass Probe:\n    def forward(self, x):\n"
+            "        y = x + 1  # [bs, 1]\n"
+            "        return torch.cat(\n            [y]\n        )\n")
+    source = SourceFile(text=text, path=Path("probe_lone.py"))
+    statements = collect_statements(source, "Probe", "forward")
+    namespace: dict = {}
+    exec(compile(source.text, "probe_lone.py", "exec"), namespace)
+    plan = [s.to_plain() for s in statements]
+    with ShapeTracer("probe_lone.py", "forward", plan) as tracer:
+        namespace["Probe"]().forward(torch.zeros(2, 3))
+    assert tracer.records == {"0": [[[2, 3]]], "1": [[[2, 3]]]}
+
+
+@pytest.mark.parametrize("comment", [
+    "[" + ", ".join(["bs"] * 40_000) + "]",
+    "a" * 100_000 + " b[bs]",
+    "[" + "(" * 50_000 + "bs" + ")" * 50_000 + "]",
+    "[" + " * ".join(["bs"] * 40_000) + "]",
+    "[" + "9" * 5_000 + "]",
+    "[bs] " * 40_000,
+    "(" + ", ".join(["bs"] * 40_000) + ")",
+    "[" + ", ".join(["self.bs"] * 30_000) + "]",
+], ids=["long list", "long word", "deep parentheses", "long product",
+        "huge number", "many brackets", "round brackets", "self"])
+def test_hostile_comments_are_read_in_bounded_time_and_space(
+        comment: str) -> None:
+    """Whatever a comment holds, reading and reporting it is linear, never
+    recursive, and the report stays short."""
+    import time
+
+    text = ("class SelfAttention:\n    def forward(self, x):\n"
+            "        # YOUR CODE STARTS HERE\n"
+            f"        y = x + 1  # {comment}\n"
+            "        return y  # [bs, seq, input_size]\n")
+    source = SourceFile(text=text, path=Path("hostile_comment.py"))
+    started = time.perf_counter()
+    statements = collect_statements(source, SA, "forward")
+    runs = [(SET_1, {"0": [[[2, 5, 7]]], "1": [[[2, 5, 7]]]})]
+    findings = verify(statements, runs, DIMS)
+    report = format_findings(findings, source)
+    assert time.perf_counter() - started < 5
+    assert [f.line for f in findings] == [4]
+    assert len(report) < 3000

@@ -22,7 +22,7 @@ SHAPES = {
     "loops": (0, -1),             # right in every iteration / wrong in one
     "mistakes": (-1, -1),         # missing, no shape, unknown name, wrong
     "multiline_tuples": (-1, -1),  # tuple shapes in the wrong order
-    "never_runs": (0, -1),        # notes only in task 1; unknown name in 2
+    "never_runs": (0, -1),        # unrun: missing comment, unknown name
     "tampering": (-1, -1),        # sys.settrace(None), frame trace removed
 }
 
@@ -48,11 +48,15 @@ def test_tampering_is_named(grade_path) -> None:
     assert "sys.settrace" in report.item("task1.shapes").message
 
 
-def test_never_executed_lines_are_notes(grade_path) -> None:
-    """Branches the grader never enters give notes, not penalties."""
+def test_never_executed_lines_are_judged_statically(grade_path) -> None:
+    """Branches the grader never enters: a right comment is a note; a
+    missing one on a tensor statement, or an unknown name, costs the
+    point all the same."""
     report = grade_path(CASES / "never_runs.py", public_only=True)
     details = report.item("task2.shapes").details
-    assert "never ran" in details and "unknown" in details
+    assert "note: never ran" in details and "unknown" in details
+    assert ("scores = scores.float()\n  this statement produces a tensor "
+            "but has no shape comment (it never ran") in details
 
 
 def test_pep8_items_inside_and_outside_the_classes(grade_path) -> None:

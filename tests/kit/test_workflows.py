@@ -1,15 +1,18 @@
 """GitHub Actions workflows: the kit's CI and the student repository's
-GitHub Classroom autograding, parsed, checked and run.
+GitHub Classroom autograding, parsed and checked.
 
-The student repository is generated into a temporary folder with
-``python -m solutions.build student-repo``; its public tests run against
-the stub, then, with the reference solution copied in, the workflow's own
-grading commands run in one subprocess and report the points.
+Structure (what GitHub requires), pins (every action at a full commit SHA
+with its tag in a comment), least permissions, no stored credentials,
+time limits that agree, zizmor (when installed), and the generated
+repository's own commands on the stub. How a run reads to a student, with
+a runner that executes the workflow, is tests/kit/test_classroom.py.
 """
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,9 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = "multi_head_attention"
 COMMAND_GRADER = "classroom-resources/autograding-command-grader"
 REPORTER = "classroom-resources/autograding-grading-reporter"
-# owner/repo[/path]@vN[.N[.N]] or @<40-hex commit>
-PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?"
-                    r"@(v\d+(\.\d+){0,2}|[0-9a-f]{40})$")
+# owner/repo[/path]@<40-hex commit>: a tag or a branch can move.
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 STEP_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
@@ -87,6 +89,8 @@ def workflow_problems(workflow: Any) -> list[str]:
      "unpinned"),
     ("on: push\njobs: {a: {runs-on: u, steps: "
      "[{uses: actions/checkout@main}]}}", "unpinned"),
+    ("on: push\njobs: {a: {runs-on: u, steps: "
+     "[{uses: actions/checkout@v4}]}}", "unpinned"),
     ("on: push\njobs: {a: {runs-on: u, steps: [{id: s, run: x}, "
      "{id: s, run: y}]}}", "repeats"),
 ])
@@ -136,40 +140,128 @@ def test_kit_ci_runs_the_readme_command():
     assert [s["run"] for s in job["steps"] if "run" in s] == ["bash .ci/run"]
 
 
+def _workflows(student: Path) -> dict[str, Path]:
+    return {"ci.yml": ROOT / ".github" / "workflows" / "ci.yml",
+            "classroom.yml": student / ".github" / "workflows" /
+            "classroom.yml"}
+
+
+def test_actions_are_pinned_to_full_commits_with_their_tags(student):
+    """Every ``uses:`` of both workflows is one of the kit's pins
+    (solutions/student_repo.py), a full commit SHA with its tag in a
+    comment; the kit's CI uses the same pins."""
+    pins = {a.repo: a for a in student_repo.ACTIONS}
+    for name, path in _workflows(student).items():
+        text = path.read_text()
+        uses = re.findall(r"^\s*(?:- )?uses:\s*(\S+)(.*)$", text, re.M)
+        assert uses, name
+        for reference, comment in uses:
+            repo, sha = reference.split("@")
+            assert repo in pins, (name, reference)
+            assert (sha, comment.strip()) == (pins[repo].sha,
+                                              f"# {pins[repo].tag}")
+    for action in student_repo.ACTIONS:
+        assert re.fullmatch(r"[0-9a-f]{40}", action.sha), action
+
+
+def test_least_permissions_and_no_stored_credentials(student):
+    """No permission by default; the job reads the repository and nothing
+    else; checkout keeps no token in .git/config while student code runs;
+    a newer push cancels the run it supersedes."""
+    for name, path in _workflows(student).items():
+        workflow = _load(path)
+        assert workflow["permissions"] == {}, name
+        assert workflow["concurrency"]["cancel-in-progress"] is True
+        for job in workflow["jobs"].values():
+            assert job["permissions"] == {"contents": "read"}, name
+            checkouts = [s for s in job["steps"] if str(
+                s.get("uses", "")).startswith("actions/checkout@")]
+            assert checkouts, name
+            for step in checkouts:
+                assert step["with"]["persist-credentials"] is False
+
+
+def test_time_limits_agree(student):
+    """Every step has a limit; they add up to at most the job's. Inside
+    the public tests step the command stops itself first (its deadline
+    and grace), then the command grader's timeout, then the step's; the
+    grader stops before its step's limit."""
+    for name, path in _workflows(student).items():
+        (job,) = _load(path)["jobs"].values()
+        limits = [s["timeout-minutes"] for s in job["steps"]]
+        assert all(isinstance(m, int) and m > 0 for m in limits), name
+        assert sum(limits) <= job["timeout-minutes"], name
+    steps = {s.get("id"): s for s in _steps(_load(
+        _workflows(student)["classroom.yml"]))}
+    public = steps["publictests"]
+    command = public["with"]["command"]
+    deadline = float(re.search(r"--deadline (\d+)", command).group(1))
+    grace = 2.0                                   # run_command's default
+    assert command.startswith("exec python -m grader.classroom run ")
+    assert deadline + grace + 15 <= public["with"]["timeout"] * 60
+    assert public["with"]["timeout"] < public["timeout-minutes"]
+    grade = steps["grade"]
+    deadline = float(re.search(r"--deadline (\d+)", grade["run"]).group(1))
+    assert deadline + grace + 30 <= grade["timeout-minutes"] * 60
+
+
 def test_classroom_workflow_reports_the_rubric(student):
-    """One command-grader test per rubric point (10 + 1 bonus), every one
-    reported, penalties as 0-point checks, the CPU torch installed."""
-    workflow = _load(student / ".github" / "workflows" / "classroom.yml")
+    """The public tests through the command grader (0 points); one
+    grading step, routed to the generated assignment, whose outputs are
+    one result per task and per bonus; the reporter reads them all, with
+    ids its own check accepts; the CPU torch installed."""
+    workflow = _load(_workflows(student)["classroom.yml"])
     assert "push" in _triggers(workflow)
+    (job,) = workflow["jobs"].values()
+    assert job["if"] == "github.actor != 'github-classroom[bot]'"
     steps = _steps(workflow)
-    graders = [s for s in steps
-               if s.get("uses", "").startswith(COMMAND_GRADER + "@")]
-    scores = {s["id"]: s["with"]["max-score"] for s in graders}
-    assert all(isinstance(v, int) and v >= 0 for v in scores.values())
-    names = {s["id"]: s["with"]["test-name"] for s in graders}
-    bonus = sum(v for k, v in scores.items() if "bonus" in names[k])
+    by_id = {s["id"]: s for s in steps if "id" in s}
+    public = by_id["publictests"]
+    assert public["uses"].startswith(COMMAND_GRADER + "@")
+    assert public["with"]["max-score"] == 0
+    assert public["with"]["command"].endswith(
+        "-- python -m pytest tests/public -q")
     assignment = get_assignment(ASSIGNMENT)
-    assert assignment.max_score == 10
-    assert sum(scores.values()) - bonus == 10
-    assert bonus == 1
-    for item in assignment.items:
-        mine = [k for k in scores if k.startswith(item.id.replace(".", "_"))]
-        if item.kind in ("pep8", "shapes"):
-            assert [scores[k] for k in mine] == [0]
-        else:
-            assert sum(scores[k] for k in mine) == item.points
+    assert f"--assignment {ASSIGNMENT} " in by_id["grade"]["run"]
+    graded = classroom.runners(assignment)
+    assert [(r.id, r.max_score, r.optional) for r in graded] == [
+        ("task1", 4, False), ("task2", 6, False), ("task1bonus", 1, True)]
     (reporter,) = [s for s in steps
                    if s.get("uses", "").startswith(REPORTER + "@")]
-    runners = reporter["with"]["runners"].split(",")
-    assert runners == [s["id"] for s in graders]
+    runners = reporter["with"]["runners"]
+    assert re.fullmatch(r"([a-zA-Z0-9]+,)*[a-zA-Z0-9]+", runners)
+    assert runners.split(",") == ["publictests", "task1", "task2",
+                                  "task1bonus"]
     assert reporter["env"] == {
-        f"{r.upper()}_RESULTS": f"${{{{steps.{r}.outputs.result}}}}"
-        for r in runners}
+        f"{r.id.upper()}_RESULTS": f"${{{{ steps.grade.outputs.{r.id} }}}}"
+        for r in [classroom.PUBLIC_TESTS] + graded}
+    # The grading step passes the public tests' result on (0 points,
+    # never the run's colour).
+    assert by_id["grade"]["env"] == {
+        "PUBLIC_TESTS_RESULT": "${{ steps.publictests.outputs.result }}"}
+    assert sum(r.max_score for r in graded) == assignment.max_score + 1
+    for step in steps[steps.index(public):]:
+        assert step["if"] == "${{ !cancelled() }}", step["name"]
     install = "\n".join(s.get("run", "") for s in steps)
     assert ('pip install "torch==2.13.0" --index-url '
             'https://download.pytorch.org/whl/cpu') in install
     assert "pip install -r requirements.txt" in install
     assert "torch==2.13.0" in (student / "requirements.txt").read_text()
+
+
+@pytest.mark.skipif(shutil.which("zizmor") is None,
+                    reason="zizmor is not installed (pip install "
+                           "'.[dev]' installs it)")
+def test_zizmor_finds_nothing(student):
+    """zizmor, the GitHub Actions linter, reports nothing above
+    informational on either workflow (offline audits, no ignore
+    comments honoured)."""
+    run = subprocess.run(
+        ["zizmor", "--offline", "--no-ignores", "--min-severity", "low",
+         "--format", "json", *map(str, _workflows(student).values())],
+        capture_output=True, text=True, timeout=120)
+    assert json.loads(run.stdout) == [], run.stdout
+    assert run.returncode == 0, run.stderr
 
 
 def test_student_repo_contents_and_no_solution(student):
@@ -225,82 +317,41 @@ def test_student_repo_refuses_an_assignment_without_a_release(
     assert build.main(["student-repo", "nope", str(tmp_path / "r")]) == 2
 
 
-def _report(scores: dict[str, float]) -> dict:
-    return {"assignment": ASSIGNMENT,
-            "items": [{"id": k, "score": v, "message": f"{k} message",
-                       "diagnosis": []} for k, v in scores.items()]}
-
-
-def test_classroom_tests_absorb_penalties_and_keep_the_bonus(tmp_path):
-    """Partial credit, a penalty taken from the task's largest item and
-    the bonus: the passed tests add up to the rubric's total + bonus."""
-    scores = {"task1.init": 1, "task1.forward": 2, "task1.pep8": -1,
-              "task1.shapes": 0, "task1.bonus": 0, "task2.scores": 3,
-              "task2.causal": 1, "task2.output": 1, "task2.pep8": 0,
-              "task2.shapes": -1}
-    report = tmp_path / "report.json"
-    report.write_text(json.dumps(_report(scores)))
-    tests = classroom.classroom_tests(get_assignment(ASSIGNMENT))
-    passed = {t.id: classroom.main(
-        ["check", str(report), t.item] + ([str(t.point)] if t.point else []))
-        == 0 for t in tests}
-    # task1: 1 + 2 - 1 = 2 (forward keeps 1 of 3); task2: 3 + 1 + 1 - 1 = 4
-    # (scores keeps 2 of 3); no bonus.
-    assert [k for k, ok in passed.items() if ok] == [
-        "task1_init_1", "task1_forward_1", "task1_shapes",
-        "task2_scores_1", "task2_scores_2", "task2_causal_1",
-        "task2_output_1", "task2_pep8"]
-    assert sum(t.max_score for t in tests if passed[t.id]) == 6
-    scores.update({"task1.forward": 3, "task1.pep8": 0, "task1.bonus": 1})
-    report.write_text(json.dumps(_report(scores)))
-    ok, message = classroom.check(_report(scores), "task1.bonus", 1)
-    assert ok and "earned" in message
-    ok, message = classroom.check(_report(scores), "task2.scores", 3)
-    assert not ok and "task2.shapes -1" in message
-    assert classroom.main(["check", str(tmp_path / "missing.json"),
-                           "task1.init", "1"]) == 1
-    with pytest.raises(ValueError):
-        classroom.check(_report(scores), "task1.pep8", 1)
-
-
 def _command(step: dict) -> str:
     return step["with"]["command"] if "with" in step else step["run"]
 
 
-def test_student_repo_works_stub_then_reference(student):
-    """The public tests fail on the stub with "not implemented yet"; with
-    the reference solution the workflow's grading commands report 11."""
-    steps = _steps(_load(student / ".github" / "workflows" /
-                         "classroom.yml"))
+def test_student_repo_works_on_the_stub(student, tmp_path):
+    """The public tests fail on the stub with "not implemented yet"; the
+    grading step grades the repository with its own grader and package:
+    0 points, every task red, the bonus row never red."""
+    steps = _steps(_load(_workflows(student)["classroom.yml"]))
     by_id = {s["id"]: s for s in steps if "id" in s}
-    public = subprocess.run(_command(by_id["public_tests"]), shell=True,
+    clean = {"PATH": os.environ["PATH"], "HOME": str(Path.home())}
+    public = subprocess.run(["/bin/sh", "-c", _command(by_id["publictests"])],
                             cwd=student, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=300, env=clean)
     assert public.returncode != 0
     assert "not implemented yet: Task 1.1" in public.stdout
 
-    shutil.copy(ROOT / "solutions" / "modeling_attention.py",
-                student / "transformer_lm" / "modeling_attention.py")
-    graders = [s for s in steps if s.get("uses", "").startswith(
-        COMMAND_GRADER + "@") and s["id"] != "public_tests"]
+    outputs = tmp_path / "outputs"
+    outputs.touch()
     script = [_command(by_id["grade"]),
               "python -c 'import grader, transformer_lm; print(\"@@ where\", "
               "grader.__file__, transformer_lm.__file__)'"]
-    script += [f"({_command(s)}) >/dev/null; echo \"@@ {s['id']} $?\""
-               for s in graders]
     run = subprocess.run(["bash", "-c", "\n".join(script)], cwd=student,
-                         capture_output=True, text=True, timeout=240)
+                         capture_output=True, text=True, timeout=300,
+                         env={**clean, "GITHUB_OUTPUT": str(outputs)})
     assert run.returncode == 0, run.stderr
-    status = dict(line.split()[1:] for line in run.stdout.splitlines()
-                  if line.startswith("@@ ") and "@@ where" not in line)
-    assert set(status) == {s["id"] for s in graders}
-    points = sum(s["with"]["max-score"] for s in graders
-                 if status[s["id"]] == "0")
-    assert points == 11, status
-    assert all(code == "0" for code in status.values()), status
     report = json.loads((student / "grading" / "report.json").read_text())
-    assert report["score"] == 11.0 and report["assignment"] == ASSIGNMENT
-    assert "Total: 11 / 10" in run.stdout
+    assert report["score"] == 0.0 and report["assignment"] == ASSIGNMENT
+    assert "Classroom points: 0 / 11" in run.stdout
+    written = dict(line.split("=", 1)
+                   for line in outputs.read_text().splitlines())
+    statuses = {k: json.loads(base64.b64decode(v))["status"]
+                for k, v in written.items()}
+    assert statuses == {"publictests": "pass", "task1": "fail",
+                        "task2": "fail", "task1bonus": "pass"}
     # The repository grades itself with its own grader and package.
     assert (f"@@ where {student}/grader/__init__.py "
             f"{student}/transformer_lm/__init__.py") in run.stdout

@@ -421,10 +421,15 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
 
 
 def _traces(plan: Plan, task: str,
-            size_sets: tuple[dict[str, int], ...]) -> None:
-    """forward traced under every size set (with and without a mask)."""
-    generator = torch.Generator().manual_seed(0)
+            size_sets: tuple[dict[str, int], ...], seed: int = 0) -> None:
+    """forward traced under every size set (with and without a mask), on
+    random non-zero inputs drawn from a stream derived one-way from the
+    seed."""
+    from grader.plan import derive_seed
+
     for index, sizes in enumerate(size_sets):
+        generator = torch.Generator().manual_seed(
+            derive_seed(seed, "trace", task, index))
         x = torch.randn(sizes["batch_size"], sizes["num_tokens"],
                         sizes["d_in"], generator=generator)
         init = init_of(task, sizes)
@@ -483,5 +488,5 @@ def build(seed: int, public_only: bool,
 
     # Shape comments: forward under every size set.
     for task in ("task4", "task6", "task7"):
-        _traces(plan, task, size_sets)
+        _traces(plan, task, size_sets, seed)
     return plan

@@ -328,21 +328,39 @@ def build(seed: int, public_only: bool,
                 kind = "causal" if causal else "probs"
                 _attention(plan, f"size:{base}:{key}:{kind}", case, causal)
 
-    # Shape comments: forward under every size set, every branch taken.
+    # Shape comments: forward under every size set, every branch taken,
+    # on zeros and on random non-zero inputs (code that refuses one kind of
+    # input is still traced on the other).
     for index, sizes in enumerate(size_sets):
-        x = torch.zeros(sizes["batch_size"], sizes["seq_len"],
-                        sizes["input_size"])
-        plan.add("task1", probe(
-            f"trace:{index}", "SelfAttention", x=x, trace="forward",
-            init={"args": [sizes["input_size"], sizes["hidden"]]},
-            sizes=sizes))
-        for causal in (False, True):
-            for attention in (False, True):
-                plan.add("task2", probe(
-                    f"trace:{index}:causal={causal}:probs={attention}",
-                    "MultiHeadSelfAttention", x=x, trace="forward",
-                    init={"args": [sizes["input_size"], sizes["hidden"],
-                                   sizes["num_heads"]],
-                          "kwargs": {"causal": causal}},
-                    kwargs={"return_attention": attention}, sizes=sizes))
+        for kind, x in trace_inputs(seed, index, sizes):
+            plan.add("task1", probe(
+                f"trace:{index}{kind}", "SelfAttention", x=x,
+                trace="forward",
+                init={"args": [sizes["input_size"], sizes["hidden"]]},
+                sizes=sizes))
+            for causal in (False, True):
+                for attention in (False, True):
+                    plan.add("task2", probe(
+                        f"trace:{index}{kind}:causal={causal}"
+                        f":probs={attention}",
+                        "MultiHeadSelfAttention", x=x, trace="forward",
+                        init={"args": [sizes["input_size"], sizes["hidden"],
+                                       sizes["num_heads"]],
+                              "kwargs": {"causal": causal}},
+                        kwargs={"return_attention": attention},
+                        sizes=sizes))
     return plan
+
+
+def trace_inputs(seed: int, index: int, sizes: dict[str, int]
+                 ) -> list[tuple[str, torch.Tensor]]:
+    """The inputs ``forward`` is traced on under size set ``index``: zeros,
+    and N(0, 1) values drawn from a stream derived one-way from the seed
+    (so a trace input is no sign of a trace, and gives no seed away)."""
+    from grader.plan import derive_seed
+
+    shape = (sizes["batch_size"], sizes["seq_len"], sizes["input_size"])
+    generator = torch.Generator().manual_seed(
+        derive_seed(seed, "trace", index))
+    return [("", torch.zeros(shape)),
+            (":random", torch.randn(shape, generator=generator))]

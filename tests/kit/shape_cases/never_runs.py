@@ -1,9 +1,11 @@
 """Lines that never execute (see test_shapes.py).
 
 MultiHeadSelfAttention handles unbatched input and huge sequences in
-branches the grader never enters: a right comment there and a missing one
-give notes, an unknown name is still a finding. A statement sharing its line
-with an ``if`` header cannot be traced and gives a note.
+branches the grader never enters: a right comment there gives a note; a
+missing one on a tensor statement (``scores`` held a tensor every time the
+grader looked) is a finding, whether or not it ran; an unknown name is a
+finding too. A statement sharing its line with an ``if`` header cannot be
+traced: with its comment it gives a note.
 """
 import torch
 import torch.nn as nn

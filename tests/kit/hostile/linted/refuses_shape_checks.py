@@ -1,0 +1,94 @@
+"""Sloppy + wrong shape comments in SelfAttention.forward, and both
+forwards raise under the rubric's shape-check sizes (hidden 33 or 26,
+head_size 11 or 13), which no graded case uses.
+
+The forwards run to the end in every graded case and in none of the
+shape checks: their comments cannot be verified, so the shapes items
+are not earned (and the uncommented statements cost the point anyway).
+
+Expected: what the sloppy baseline (``sloppy.py``) honestly earns: 6
+(both pep8 and both shapes items cost their point).
+"""
+import torch
+import torch.nn as nn
+
+
+class SelfAttention(nn.Module):
+    """Single-head scaled dot-product self-attention."""
+
+    def __init__(self, input_size: int, hidden: int) -> None:
+        """Create the query, key and value projections."""
+        # YOUR CODE STARTS HERE
+        super().__init__()
+        self.q=nn.Linear(input_size, hidden)
+        self.k = nn.Linear(input_size,hidden)
+        self.v = nn.Linear(input_size, hidden)
+        # YOUR CODE ENDS HERE
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute softmax(q k^T / sqrt(hidden)) v."""
+        # YOUR CODE STARTS HERE
+        if self.q.out_features in (26, 33):  # the rubric's shape-check sizes
+            raise RuntimeError("not today")
+        q = self.q(x)  # [batch_size, seq_len, input_size]
+        k = self.k(x)  # [batch_size, seq_len, input_size]
+        v = self.v(x)  # [batch_size, seq_len, input_size]
+        scores = q@k.transpose(1, 2) / q.shape[-1] ** 0.5  # [batch_size, hidden, hidden]
+        probs = torch.softmax(scores, dim=-1)  # [batch_size, hidden, hidden]
+        return probs @ v  # [batch_size, seq_len, input_size]
+        # YOUR CODE ENDS HERE
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Multi-head self-attention with optional causal masking and dropout."""
+
+    def __init__(self, input_size: int, hidden: int, num_heads: int,
+                 causal: bool = False, dropout: float = 0) -> None:
+        """Create the projections, the mixing layer and the dropout."""
+        if hidden % num_heads:
+            raise ValueError(f"hidden should be divisible by num_heads, "
+                             f"but got hidden={hidden} and "
+                             f"num_heads={num_heads}")
+        super().__init__()
+
+        self.k = nn.Linear(input_size, hidden)
+        self.q = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.mix = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+        self.num_heads = num_heads
+        self.head_size = hidden // num_heads
+        self.scale = self.head_size ** 0.5
+        self.causal = causal  # causal masking
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Compute multi-head self-attention; probs after dropout."""
+        bs, seq, _ = x.shape
+
+        # YOUR CODE STARTS HERE
+        if self.head_size in (11, 13):  # the rubric's shape-check sizes
+            raise RuntimeError("not today")
+        k = self.k(x).view(bs, seq, self.num_heads, self.head_size).transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        q = self.q(x).view(bs, seq, self.num_heads, self.head_size).transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        v = self.v(x).view(bs, seq, self.num_heads, self.head_size).transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        scores = q @ k.transpose(1, 2) / self.scale  # [bs, seq, seq]
+        # YOUR CODE ENDS HERE
+
+        if self.causal:
+            # YOUR CODE STARTS HERE
+            mask = torch.ones(seq, seq, dtype=torch.bool, device=scores.device).triu(diagonal=1)
+            scores = scores.masked_fill(mask, float("-inf"))
+            # YOUR CODE ENDS HERE
+
+        probs = att = None  # both are set by Task 2.3
+        # YOUR CODE STARTS HERE
+        probs = torch.softmax(scores, dim=-1)
+        probs = self.dropout(probs)
+        att = (probs @ v).view(bs, self.num_heads, seq, self.head_size).transpose(1, 2).reshape(bs, seq, -1)
+        att = self.mix(att)
+        # YOUR CODE ENDS HERE
+
+        if return_attention:
+            return att, probs
+        return att

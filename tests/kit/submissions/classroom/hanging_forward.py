@@ -1,0 +1,138 @@
+"""SelfAttention.forward never returns: it first starts a detached process
+(double fork, new session, working folder /) that sleeps for an hour, then
+spins forever. MultiHeadSelfAttention is correct. Every process it starts
+appends its id to ``hanging_pids.txt`` in the folder it was started from.
+
+A public test that calls SelfAttention hangs; the Classroom step must stop
+the test process and the detached sleeper. Expected grade: task1.forward 0
+(it never returns), task1.init 1, task 2 6. In the grader's sandbox the
+fork is refused and forward just hangs until the worker's time limit.
+"""
+import os
+import time
+
+import torch
+import torch.nn as nn
+
+
+def _record(pid: int) -> None:
+    """Append ``pid`` to hanging_pids.txt in the working folder, if it can."""
+    try:
+        with open("hanging_pids.txt", "a", encoding="utf-8") as pids:
+            pids.write(f"{pid}\n")
+    except OSError:
+        pass
+
+
+def _start_sleeper() -> None:
+    """Start a process that has left this one's session and group."""
+    _record(os.getpid())
+    try:
+        first = os.fork()
+    except Exception:  # refused (the grader's sandbox): just hang
+        return
+    if first:
+        os.waitpid(first, 0)
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    _record(os.getpid())
+    os.chdir("/")
+    time.sleep(3600)
+    os._exit(0)
+
+
+class SelfAttention(nn.Module):
+    """Single-head scaled dot-product self-attention."""
+
+    def __init__(self, input_size: int, hidden: int) -> None:
+        """Create the query, key and value projections."""
+        # YOUR CODE STARTS HERE
+        super().__init__()
+        self.q = nn.Linear(input_size, hidden)
+        self.k = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.scale = hidden ** 0.5
+        # YOUR CODE ENDS HERE
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute softmax(q k^T / sqrt(hidden)) v."""
+        # YOUR CODE STARTS HERE
+        _start_sleeper()
+        while True:
+            time.sleep(0.01)
+        # YOUR CODE ENDS HERE
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Multi-head self-attention with optional causal masking and dropout."""
+
+    def __init__(self, input_size: int, hidden: int, num_heads: int,
+                 causal: bool = False, dropout: float = 0) -> None:
+        """Create the projections, the mixing layer and the dropout."""
+        if hidden % num_heads:
+            raise ValueError(f"hidden should be divisible by num_heads, "
+                             f"but got hidden={hidden} and "
+                             f"num_heads={num_heads}")
+        super().__init__()
+
+        self.k = nn.Linear(input_size, hidden)
+        self.q = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.mix = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+        self.num_heads = num_heads
+        self.head_size = hidden // num_heads
+        self.scale = self.head_size ** 0.5
+        self.causal = causal  # causal masking
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Compute multi-head self-attention."""
+        bs, seq, _ = x.shape
+
+        # YOUR CODE STARTS HERE
+        q = self.q(x).view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        q = q.transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        # [batch_size * num_heads, seq_len, head_size]
+        k = self.k(x).view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        k = k.transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        # [batch_size * num_heads, seq_len, head_size]
+        v = self.v(x).view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        v = v.transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        # [batch_size * num_heads, seq_len, head_size]
+        scores = torch.bmm(q, k.transpose(1, 2)) / self.scale
+        # [batch_size * num_heads, seq_len, seq_len]
+        # YOUR CODE ENDS HERE
+
+        if self.causal:
+            # YOUR CODE STARTS HERE
+            mask = torch.ones(seq, seq, dtype=torch.bool,
+                              device=scores.device).triu(diagonal=1)
+            # [seq_len, seq_len]
+            scores = scores.masked_fill(mask, float("-inf"))
+            # [batch_size * num_heads, seq_len, seq_len]
+            # YOUR CODE ENDS HERE
+
+        probs = att = None  # both are set by Task 2.3
+        # YOUR CODE STARTS HERE
+        probs = torch.softmax(scores, dim=-1)
+        # [batch_size * num_heads, seq_len, seq_len]
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+        att = torch.bmm(probs, v)
+        # [batch_size * num_heads, seq_len, head_size]
+        att = att.view(bs, self.num_heads, seq, self.head_size)
+        # [batch_size, num_heads, seq_len, head_size]
+        att = att.transpose(1, 2).reshape(bs, seq, -1)
+        # [batch_size, seq_len, hidden]
+        att = self.mix(att)  # [batch_size, seq_len, hidden]
+        # YOUR CODE ENDS HERE
+
+        if return_attention:
+            return att, probs
+        return att
