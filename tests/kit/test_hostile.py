@@ -218,9 +218,7 @@ CORPUS: dict[str, Expected] = {
               "the sandbox refused it"),
         never_printed=("READ:",)),
     "forbidden_sdpa_aliases": Expected(
-        # The helper its forward calls is part of forward: its statements
-        # need shape comments (none) too.
-        T1_FULL, (0, 0, 0, 0, -1), 5, forbidden=TASK2_CHECKS,
+        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
         says=("torch.nn.functional.scaled_dot_product_attention",
               "torch.ops.aten.scaled_dot_product_attention",
               "torch._scaled_dot_product_flash_attention_for_cpu",
