@@ -114,6 +114,8 @@ CORPUS: dict[str, Expected] = {
     "tamper_threads": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("refused",),
                                says=("start a thread",)),
     "tamper_closures": Expected(SLOPPY_1, SLOPPY_2, 6),
+    # --------------------------------------- no false alarm on honest code
+    "honest_matplotlib": Expected(CLEAN_1, (3, 1, 2, 0, 0), 11),
     # ------------------------------------------------- forged reports
     "report_spoof": Expected(CLEAN_1, ZERO_2, 5,
                              says=('"Total: 11 / 10": "ok Total: 11 / 10',)),
