@@ -28,16 +28,8 @@ from grader.source import (SourceFile, UncompilableError,
 #: The grader's copy of an assignment's released stub, in its folder.
 STUB_FILE = "stub.py"
 
-FORBIDDEN_NAMES = ("scaled_dot_product_attention", "MultiheadAttention",
-                   "multi_head_attention_forward",
-                   # torch's kernels behind them
-                   "_scaled_dot_product_attention_math",
-                   "_scaled_dot_product_flash_attention",
-                   "_scaled_dot_product_flash_attention_for_cpu",
-                   "_scaled_dot_product_efficient_attention",
-                   "_scaled_dot_product_cudnn_attention",
-                   "_native_multi_head_attention")
-FORBIDDEN_MODULES = ("grader", "solutions")
+# The kit's own packages: importing them is using the reference or grader.
+KIT_PACKAGES = ("grader", "solutions")
 
 
 @dataclass
@@ -82,7 +74,9 @@ def _docstrings(node: ast.AST) -> set[int]:
     return found
 
 
-def forbidden_uses(node: ast.AST) -> list[str]:
+def forbidden_uses(node: ast.AST,
+                   forbidden: tuple[str, ...] | frozenset[str] = ()
+                   ) -> list[str]:
     """Forbidden attention APIs or kit modules a piece of code names.
 
     A name, an attribute, an imported name or a string constant (e.g.
@@ -106,14 +100,14 @@ def forbidden_uses(node: ast.AST) -> list[str]:
         elif isinstance(child, ast.alias):
             names = [child.name.rsplit(".", 1)[-1]]
         for name in names:
-            if name in FORBIDDEN_NAMES and name not in found:
+            if name in forbidden and name not in found:
                 found.append(name)
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             modules = ([a.name for a in child.names]
                        if isinstance(child, ast.Import)
                        else [child.module or ""])
             for module in modules:
-                if module.split(".")[0] in FORBIDDEN_MODULES:
+                if module.split(".")[0] in KIT_PACKAGES:
                     found.append(f"import {module}")
     return found
 
@@ -172,16 +166,17 @@ def _analyse(assignment: Assignment, task: Task,
     stub = stub_of(assignment)
     result.span = node_span(node, source.lines)
     result.stub = untouched(source, node, stub)
-    result.forbidden = forbidden_uses(node)
+    names = assignment.forbidden_names
+    result.forbidden = forbidden_uses(node, names)
     used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     for statement in tree.body:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
-            result.forbidden += [f for f in forbidden_uses(statement)
+            result.forbidden += [f for f in forbidden_uses(statement, names)
                                  if f.startswith("import ")]
         elif (isinstance(statement, (ast.FunctionDef, ast.ClassDef))
               and statement is not node and statement.name in used):
             # A module-level helper the task's code calls.
-            result.forbidden += [f for f in forbidden_uses(statement)
+            result.forbidden += [f for f in forbidden_uses(statement, names)
                                  if f not in result.forbidden]
     class_name = task.target if isinstance(node, ast.ClassDef) else None
     for item in assignment.items_of(task.id):

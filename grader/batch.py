@@ -512,7 +512,11 @@ def _collect(running: _Running) -> dict | None:
 
 
 def _prewarm(args: argparse.Namespace) -> None:
-    """Import, once, everything a judge needs."""
+    """Import, once, everything a judge needs, and start the fork server
+    every judge asks for its workers (it warms up meanwhile)."""
+    from grader import forkserver
+
+    forkserver.start()
     import torch
 
     import grader.engine  # noqa: F401

@@ -71,7 +71,7 @@ PINNED_PACKAGES = ("numpy", "pytest", "flake8", "pycodestyle", "pyflakes",
 KIT_FOLDERS = ("grader", "transformer_lm")
 KIT_FILES = ("setup.cfg", "pyproject.toml", "README.md", "LICENSE", "NOTICE")
 # Inside grader/assignments/, which the sandbox keeps submissions from
-# reading (grader.worker.GRADER_PRIVATE).
+# reading (grader.sandbox.sandbox_paths: the grader's own folder).
 SEED_FILE = "grader/assignments/.grader_seed"
 SEED_ENV = "GRADER_SEED"
 ROOT_ENV = "AUTOGRADER_ROOT"

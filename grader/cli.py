@@ -160,6 +160,9 @@ def _grade(args: argparse.Namespace) -> int:
 
     # Locate first: a bad path is reported before torch is imported.
     submission = locate(args.path, args.assignment)
+    from grader import forkserver
+
+    forkserver.start()  # warms up while this process imports torch
     from grader.engine import Options, grade_submission
     from grader.sandbox import Limits
 

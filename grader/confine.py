@@ -1,7 +1,7 @@
 """Kernel-enforced confinement of a sandbox worker (Linux): Landlock and
 seccomp, set up through ctypes before any student code runs.
 
-The worker's audit hook and tripwires (:mod:`grader.worker`) refuse what
+The worker's audit hook and tripwires (:mod:`grader.agent`) refuse what
 Python can see and say so in the report; but a process can reach the
 kernel by paths Python does not audit (a C extension that opens a file
 itself, ``signal.pidfd_send_signal``, ``_posixsubprocess.fork_exec``). These
@@ -180,29 +180,47 @@ def seccomp_supported() -> bool:
             and platform.machine() in _ARCHES)
 
 
-def _readable_paths(protected: tuple[str, ...]) -> list[str]:
-    """Paths whose subtrees may be read: everything but ``protected``.
+def readable_paths(readable: list[str] | tuple[str, ...],
+                   hidden: list[str] | tuple[str, ...]) -> list[str]:
+    """The trees to grant for reading: ``readable`` without ``hidden``.
 
-    Landlock only grants; to hide a folder, grant each sibling of it and of
-    each of its ancestors, and never the path that leads to it.
+    Landlock only grants; to keep a folder inside a granted tree out of
+    reach, grant instead each sibling of it and of each of its ancestors up
+    to the granted root, and never the path that leads to it.
     """
-    hidden = {os.path.realpath(p) for p in protected if os.path.exists(p)}
-    if not hidden:
-        return ["/"]
-    ancestors = {str(parent) for path in hidden
-                 for parent in Path(path).parents}
-    ancestors = {a for a in ancestors if not any(
-        a == h or a.startswith(h + os.sep) for h in hidden)}
-    on_the_way = hidden | ancestors
-    granted = []
-    for ancestor in sorted(ancestors):
-        try:
-            names = os.listdir(ancestor)
-        except OSError:
+    hide = {os.path.realpath(p) for p in hidden if os.path.exists(p)}
+    granted: list[str] = []
+    for root in dict.fromkeys(os.path.realpath(p) for p in readable
+                              if os.path.exists(p)):
+        if any(root == h or root.startswith(h.rstrip(os.sep) + os.sep)
+               for h in hide):
+            continue  # the whole root is hidden
+        inner = [h for h in hide
+                 if h.startswith(root.rstrip(os.sep) + os.sep)]
+        if not inner:
+            granted.append(root)
             continue
-        granted += [child for child in (os.path.join(ancestor, name)
-                                        for name in names)
-                    if child not in on_the_way]
+        on_the_way = set(inner)
+        for path in inner:
+            parent = Path(path).parent
+            while str(parent).startswith(root) and str(parent) != root:
+                on_the_way.add(str(parent))
+                parent = parent.parent
+        pending = [root]
+        while pending:
+            folder = pending.pop()
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                child = os.path.join(folder, name)
+                if child in hide:
+                    continue
+                if child in on_the_way:
+                    pending.append(child)
+                else:
+                    granted.append(child)
     return granted
 
 
@@ -229,7 +247,7 @@ def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int,
 
 
 def _apply_landlock(libc: ctypes.CDLL, abi: int, scratch: str,
-                    protected: tuple[str, ...]) -> None:
+                    readable: list[str], hidden: list[str]) -> None:
     handled = (_FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_READ_DIR
                | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_ALL)
     if abi >= 2:
@@ -252,9 +270,9 @@ def _apply_landlock(libc: ctypes.CDLL, abi: int, scratch: str,
                                   ctypes.c_uint32(0)),
                      "landlock_create_ruleset")
     try:
-        _add_rule(libc, ruleset, "/", _FS_READ_DIR, handled)
-        for path in _readable_paths(protected):
-            _add_rule(libc, ruleset, path, _FS_READ_FILE, handled)
+        for path in readable_paths(readable, hidden):
+            _add_rule(libc, ruleset, path, _FS_READ_FILE | _FS_READ_DIR,
+                      handled)
         writes = handled & ~_FS_EXECUTE
         _add_rule(libc, ruleset, scratch, writes, handled)
         _add_rule(libc, ruleset, os.devnull,
@@ -355,8 +373,13 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
     _check(libc.capset(header, data), "capset")
 
 
-def confine(scratch: str, protected: tuple[str, ...]) -> Confinement:
+def confine(scratch: str, readable: list[str] | tuple[str, ...],
+            hidden: list[str] | tuple[str, ...] = ()) -> Confinement:
     """Apply Landlock and seccomp to this (single-threaded) process.
+
+    Reading is allowed in the ``readable`` trees (the interpreter, the
+    libraries, the student-facing package) except ``hidden`` (the kit's
+    grader, reference, tests), writing in ``scratch`` alone.
 
     Must run in the worker before student code and before any thread is
     started: both apply to the calling thread and to what it creates.
@@ -375,7 +398,8 @@ def confine(scratch: str, protected: tuple[str, ...]) -> Confinement:
     abi = landlock_abi()
     if abi:
         try:
-            _apply_landlock(libc, abi, os.path.realpath(scratch), protected)
+            _apply_landlock(libc, abi, os.path.realpath(scratch),
+                            list(readable), list(hidden))
         except OSError as exc:
             problems.append(str(exc))
             abi = 0

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import torch
 
-from grader import pep8, shapes
-from grader.analysis import TaskAnalysis, analyse
+from grader import attribution, pep8, shapes
+from grader.analysis import (TaskAnalysis, analyse, count_statements,
+                             forbidden_uses, stub_of)
+from grader.attribution import SourceMap, TaskCode
 from grader.checking import CheckOutcome, item_messages, run_checks
 from grader.observe import ProbeResult, TaskRun, observe
 from grader.plan import Plan
-from grader.report import ItemReport, Report, TaskReport
+from grader.report import Flag, ItemReport, Report, TaskReport
 from grader.rubric import Assignment, Item, Task
 from grader.sandbox import Job, Limits, run_jobs
 from grader.source import SourceFile
@@ -34,7 +36,6 @@ DEFAULT_SEED = 2024
 SEED_ENV = "GRADER_SEED"
 KIT_ROOT = Path(__file__).resolve().parent.parent
 FLAKE8_CONFIG = Path(__file__).resolve().parent / "flake8.cfg"
-PROTECTED = (KIT_ROOT / "solutions",)
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,6 @@ def _unrunnable(task: Task, source: SourceFile, plan: Plan,
     return run
 
 
-def _attach_statements(plan: Plan, analyses: dict[str, TaskAnalysis]
-                       ) -> None:
-    for task_id, probes in plan.probes.items():
-        for wire in probes:
-            trace = wire.get("trace")
-            if trace is not None:
-                statements = analyses[task_id].statements.get(
-                    trace["method"], [])
-                trace["statements"] = [s.to_plain() for s in statements]
-
-
 class _Linter(threading.Thread):
     """flake8 over each distinct source, while the workers run."""
 
@@ -123,7 +113,11 @@ def grade_submission(submission: Submission,
     analyses = {task.id: analyse(assignment, task,
                                  submission.sources[task.id])
                 for task in assignment.tasks}
-    _attach_statements(plan, analyses)
+    sources = {submission.sources[t.id].path: submission.sources[t.id]
+               for t in assignment.tasks}
+    stub = stub_of(assignment)
+    statement_plans = {path: attribution.statement_plan(source, stub)
+                       for path, source in sources.items()}
 
     jobs, runs = [], {}
     for task in assignment.tasks:
@@ -134,9 +128,13 @@ def grade_submission(submission: Submission,
                 task, source, plan, f"The code could not be loaded: "
                                     f"{analysis.syntax_error}.")
             continue
-        jobs.append(Job(task.id, source.text, str(source.path),
+        statements = [s.to_plain() for found in
+                      statement_plans[source.path].values() for s in found]
+        jobs.append(Job(task.id, source.text,
+                        attribution.code_filename(source),
                         plan.probes.get(task.id, []),
-                        protected=tuple(str(p) for p in PROTECTED)))
+                        statements=statements,
+                        forbidden=assignment.forbidden))
     linter = _Linter([submission.sources[t.id] for t in assignment.tasks])
     results = run_jobs(jobs, options.limits, after_fork=linter.start)
     linter.join()
@@ -144,11 +142,15 @@ def grade_submission(submission: Submission,
         runs[job.name] = observe(job.name, submission.sources[job.name],
                                  plan.of_task(job.name), results[job.name])
 
+    maps = {path: SourceMap.build(source) for path, source in
+            sources.items()}
+    codes = task_codes(assignment, submission, analyses, runs,
+                       statement_plans, maps)
     outcomes, check_errors = run_checks(assignment.checks_dir, {
         "runs": runs, "plan": plan, "public_only": options.public_only,
         "assignment": assignment})
     report = score(assignment, submission, analyses, runs, outcomes,
-                   linter.findings)
+                   linter.findings, codes)
     report.flags[:0] = submission.flags  # what locating refused or found
     report.errors = check_errors + report.errors
     report.figures = _figures(assignment, report, runs)
@@ -156,6 +158,97 @@ def grade_submission(submission: Submission,
     report.public_only = options.public_only
     report.seconds = time.perf_counter() - started
     return report
+
+
+def task_codes(assignment: Assignment, submission: Submission,
+               analyses: dict[str, TaskAnalysis], runs: dict[str, TaskRun],
+               statement_plans: dict[Path, dict],
+               maps: dict[Path, SourceMap]) -> dict[str, TaskCode]:
+    """Per task, the code its penalty and bonus items judge: the graded
+    class as written and what ran for it (:mod:`grader.attribution`)."""
+    codes = {}
+    for task in assignment.tasks:
+        analysis = analyses[task.id]
+        source = submission.sources[task.id]
+        run = runs[task.id]
+        method = next((i.method for i in assignment.items_of(task.id)
+                       if i.method), None)
+        static_method = attribution.static_function(source, task.target,
+                                                    method)
+        others = []
+        for other in assignment.tasks:
+            if other.id == task.id or submission.sources[other.id].path \
+                    != source.path or analyses[other.id].span is None:
+                continue
+            others.append(analyses[other.id].span)
+        executed = None
+        if not analysis.syntax_error and run.results and \
+                maps[source.path].error is None:
+            executed = attribution.ran(run, maps[source.path])
+        codes[task.id] = attribution.task_code(
+            static_span=analysis.span, static_method=static_method,
+            stub=analysis.stub, executed=executed,
+            plan=statement_plans.get(source.path, {}), other_spans=others,
+            count=count_statements)
+    return codes
+
+
+def integrity_flags(runs: dict[str, TaskRun],
+                    codes: dict[str, TaskCode]) -> list[Flag]:
+    """The integrity flags of a grade: what the code tried (grouped by
+    verb, at most three objects each), code that ran but is not the
+    submission's, foreign bytes on the result channel, replaced library
+    functions."""
+    from grader.text import listing, one_line, quote
+
+    flags: list[Flag] = []
+    words = {"refused": "tried to", "forbidden": "tried to",
+             "tampered": "tried to", "patched": "tried to"}
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for run in runs.values():
+        for event in run.events:
+            where = (f" (line {event.line})" if isinstance(event.line, int)
+                     else "")
+            # The object is the submission's (a path, a module name).
+            thing = quote(event.object, 200) if event.object else ""
+            grouped.setdefault((event.kind, event.verb), []).append(
+                (thing + where).strip())
+    for (kind, verb), objects in grouped.items():
+        objects = [o for o in dict.fromkeys(objects) if o]
+        text = f"The code {words.get(kind, 'tried to')} {one_line(verb, 200)}"
+        if objects:
+            text += " " + listing(objects)
+        label = {"refused": "the sandbox refused it",
+                 "forbidden": "this homework forbids it",
+                 "tampered": "the sandbox refused it; the grader's "
+                             "instruments were not reached",
+                 "patched": "noticed"}.get(kind, "")
+        flags.append(Flag(kind, f"{text} ({label})."))
+    patched = [p for run in runs.values() for p in run.patched]
+    if patched:
+        flags.append(Flag("patched", f"The code replaced "
+                                     f"{listing(list(dict.fromkeys(patched)))}"
+                                     f" at run time (what ran instead is "
+                                     f"graded as the submission's code)."))
+    for task_id, run in runs.items():
+        if run.foreign_bytes or run.forged_frames:
+            flags.append(Flag(
+                "channel", f"The code wrote {run.foreign_bytes} byte(s) to "
+                           f"the grader's result channel ({run.forged_frames}"
+                           f" forged frame(s)); they were recognised and "
+                           f"ignored.", task_id))
+    for task_id, code in codes.items():
+        if code.untraceable:
+            flags.append(Flag(
+                "untraceable", f"{task_id}: code that is not in the "
+                               f"submission's source ran: "
+                               f"{listing(list(code.untraceable))}; the "
+                               f"task's correctness items earn nothing.",
+                task_id))
+    unique: dict[str, Flag] = {}
+    for flag in flags:
+        unique.setdefault(flag.message, flag)
+    return list(unique.values())
 
 
 def _figures(assignment: Assignment, report: Report,
@@ -180,10 +273,21 @@ def _unique(values: list[str]) -> list[str]:
 
 
 def score_checks_item(item: Item, outcomes: list[CheckOutcome],
-                      forbidden: list[str]) -> tuple[ItemReport, list[str]]:
+                      forbidden: list[str],
+                      untraceable: tuple[str, ...] = ()
+                      ) -> tuple[ItemReport, list[str]]:
     """Points of a checks item from its checks' outcomes."""
     errors = []
     mine = [o for o in outcomes if o.item == item.id]
+    if untraceable:
+        from grader.text import listing
+
+        return ItemReport(item.id, item.task, item.title, 0.0, item.points,
+                          False, f"0 points: code that is not in the "
+                                 f"submission's own source ran for this "
+                                 f"task ({listing(list(untraceable))}); "
+                                 f"only the visible source can earn "
+                                 f"points."), errors
     if forbidden:
         uses = ", ".join(_unique(forbidden))
         return ItemReport(item.id, item.task, item.title, 0.0, item.points,
@@ -231,8 +335,10 @@ def score_checks_item(item: Item, outcomes: list[CheckOutcome],
 
 
 def score_pep8_item(item: Item, analysis: TaskAnalysis,
-                    findings: list[pep8.Pep8Finding] | str) -> ItemReport:
-    """The PEP-8 penalty: any flake8 finding inside the task's class.
+                    findings: list[pep8.Pep8Finding] | str,
+                    code: TaskCode | None = None) -> ItemReport:
+    """The PEP-8 penalty: any flake8 finding inside the task's class (and
+    in the code that ran for it, see :mod:`grader.attribution`).
 
     ``findings`` is the reason flake8 could not check the code when it is
     a string: code flake8 cannot check is not PEP-8 clean, so the item
@@ -250,8 +356,15 @@ def score_pep8_item(item: Item, analysis: TaskAnalysis,
             f"flake8 could not check the code ({findings.rstrip('.')}), "
             f"so {target} cannot be shown to be PEP-8 clean: code flake8 "
             f"cannot check counts as not clean.")
-    inside = pep8.attribute(findings, {item.task: analysis.span}).get(
-        item.task, [])
+    spans = list(code.spans) if code else [analysis.span]
+    inside = sorted({f for span in spans for f in pep8.attribute(
+        findings, {item.task: span}).get(item.task, [])},
+        key=lambda f: (f.line, f.col, f.code))
+    if code and code.outside:
+        from grader.text import listing
+
+        ran = listing(list(code.outside))
+        target = f"{target} and the code it ran ({ran})"
     if not inside:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"flake8 finds nothing inside {target}")
@@ -309,10 +422,13 @@ def _never_completed(run: TaskRun, method: str | None) -> str | None:
 
 
 def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
-                      assignment: Assignment) -> ItemReport:
-    """The shape-comment penalty: verified by running forward."""
+                      assignment: Assignment,
+                      code: TaskCode | None = None) -> ItemReport:
+    """The shape-comment penalty: verified by running forward (the graded
+    method and whatever code of the submission ran for it)."""
     where = f"{analysis.task.target}.{item.method}"
-    statements = analysis.statements.get(item.method, [])
+    statements = (list(code.statements) if code is not None
+                  else analysis.statements.get(item.method, []))
     if analysis.syntax_error:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           "not checked: the code does not parse")
@@ -320,7 +436,7 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"not checked: {analysis.task.target} is not "
                           f"defined")
-    if analysis.stub or not statements:
+    if (analysis.stub and not (code and code.outside)) or not statements:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                           f"not checked: {where} has no code of yours yet")
     if run.import_error:
@@ -362,9 +478,12 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
 
 def score_bonus_item(item: Item, analysis: TaskAnalysis,
                      earned: dict[str, ItemReport],
-                     assignment: Assignment) -> ItemReport:
-    """The bonus: a short method that is also fully correct."""
-    count = analysis.statement_counts.get(item.method)
+                     assignment: Assignment,
+                     code: TaskCode | None = None) -> ItemReport:
+    """The bonus: a short method that is also fully correct. The
+    statements of every helper the method ran count as its own."""
+    count = (code.statement_count if code is not None
+             else analysis.statement_counts.get(item.method))
     required = assignment.item(item.requires)
     full = (item.requires in earned
             and earned[item.requires].score == required.points)
@@ -387,33 +506,41 @@ def score_bonus_item(item: Item, analysis: TaskAnalysis,
 def score(assignment: Assignment, submission: Submission,
           analyses: dict[str, TaskAnalysis], runs: dict[str, TaskRun],
           outcomes: list[CheckOutcome],
-          lint: dict[Path, list[pep8.Pep8Finding] | str]) -> Report:
+          lint: dict[Path, list[pep8.Pep8Finding] | str],
+          codes: dict[str, TaskCode] | None = None) -> Report:
     """Every item's points, the clamped task totals and the report."""
+    codes = codes or {}
     items: list[ItemReport] = []
     tasks: list[TaskReport] = []
     errors: list[str] = []
     notes = list(submission.notes)
     for task in assignment.tasks:
         analysis, run = analyses[task.id], runs[task.id]
-        forbidden = _unique(analysis.forbidden + run.forbidden)
+        code = codes.get(task.id)
+        static = [f for node in (code.nodes if code else ())
+                  for f in forbidden_uses(node, assignment.forbidden_names)]
+        forbidden = _unique(analysis.forbidden + static + run.forbidden)
+        untraceable = code.untraceable if code else ()
         earned: dict[str, ItemReport] = {}
         for item in assignment.items_of(task.id):
             if item.kind == "checks":
                 report, problems = score_checks_item(item, outcomes,
-                                                     forbidden)
+                                                     forbidden, untraceable)
                 errors += problems
             elif item.kind == "pep8":
                 report = score_pep8_item(
-                    item, analysis, lint.get(analysis.source.path, []))
+                    item, analysis, lint.get(analysis.source.path, []),
+                    code)
             elif item.kind == "shapes":
-                report = score_shapes_item(item, analysis, run, assignment)
+                report = score_shapes_item(item, analysis, run, assignment,
+                                           code)
             else:
                 continue
             earned[item.id] = report
         for item in assignment.items_of(task.id):
             if item.kind == "bonus":
                 earned[item.id] = score_bonus_item(item, analysis, earned,
-                                                   assignment)
+                                                   assignment, code)
         ordered = [earned[i.id] for i in assignment.items_of(task.id)]
         items += ordered
         raw = sum(r.score for r in ordered
@@ -437,7 +564,15 @@ def score(assignment: Assignment, submission: Submission,
             continue
         spans = {t: a.span for t, a in analyses.items()
                  if a.span and a.source.path == path}
+        for task_id, code in codes.items():
+            if analyses[task_id].source.path != path:
+                continue
+            for number, span in enumerate(code.spans):
+                spans.setdefault(f"{task_id}#{number}", span)
         attributed = pep8.attribute(findings, spans)
+        for name in [n for n in attributed if n and "#" in n]:
+            attributed.setdefault(name.split("#")[0], []).extend(
+                attributed.pop(name))
         source = next(a.source for a in analyses.values()
                       if a.source.path == path)
         outside = attributed.get(None, [])
@@ -459,7 +594,8 @@ def score(assignment: Assignment, submission: Submission,
         path=str(submission.path),
         score=sum(t.score for t in tasks), max_score=assignment.max_score,
         items=items, tasks=tasks, errors=_unique(errors) + task_errors,
-        notes=notes, diagnoses=dict(assignment.diagnoses))
+        notes=notes, diagnoses=dict(assignment.diagnoses),
+        flags=integrity_flags(runs, codes))
 
 
 class ShapesUnparsable(Exception):

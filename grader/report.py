@@ -119,7 +119,8 @@ class Report:
                        "problems": list(t.problems)}
                       for t in self.tasks],
             "notes": list(self.notes),
-            "output": {t.id: t.output for t in self.tasks if t.output},
+            "output": {t.id: clean(t.output) for t in self.tasks
+                       if t.output},
             "grader": {"seed": self.seed_label,
                        "public_only": self.public_only,
                        "seconds": round(self.seconds, 3)},
@@ -218,11 +219,11 @@ def _item_lines(item: ItemReport, diagnoses: dict[str, str]) -> list[str]:
                                            else "FAIL")
     lines = [f"  [{mark}] {item.id:<14} {points:>7}  {item.title}"]
     if item.message and not (item.passed and item.message == "ok"):
-        lines.append(_wrap(item.message, "      ", "      "))
+        lines.append(_wrap(clean(item.message), "      ", "      "))
     for mistake in item.diagnosis:
         text = diagnoses.get(mistake, "")
         lines.append(_wrap(f"diagnosis {mistake}: {text}", "      ",
                            "        "))
     if item.details:
-        lines += ["      " + line for line in item.details.split("\n")]
+        lines += ["      " + line for line in clean(item.details).split("\n")]
     return lines

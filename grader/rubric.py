@@ -70,6 +70,18 @@ class Assignment:
     folder: Path
     identities: tuple[tuple[str, str, str], ...] = ()
     public_tests: tuple[str, ...] = ()
+    forbidden: dict = field(default_factory=dict)
+
+    @property
+    def forbidden_names(self) -> frozenset[str]:
+        """Names whose use in a submission's source is forbidden: the
+        listed ``names`` and the last part of every forbidden callable and
+        class."""
+        rules = self.forbidden
+        dotted = list(rules.get("callables", [])) + list(
+            rules.get("classes", []))
+        return frozenset(list(rules.get("names", []))
+                         + [d.rsplit(".", 1)[-1] for d in dotted])
 
     @property
     def checks_dir(self) -> Path:
@@ -138,6 +150,33 @@ def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
     return item
 
 
+FORBIDDEN_KEYS = {"names": list, "callables": list, "classes": list,
+                  "name_pattern": str, "modules": list, "packages": list,
+                  "aten": str}
+
+
+def _forbidden(raw: dict, path: Path) -> dict:
+    """The ``[forbidden]`` table, validated (see grader.agent)."""
+    import re
+
+    for key, value in raw.items():
+        kind = FORBIDDEN_KEYS.get(key)
+        if kind is None:
+            raise RubricError(f"{path}: unknown key forbidden.{key}")
+        if not isinstance(value, kind) or (kind is list and not all(
+                isinstance(v, str) for v in value)):
+            raise RubricError(f"{path}: forbidden.{key} must be a "
+                              f"{kind.__name__} of strings")
+    for key in ("name_pattern", "aten"):
+        if key in raw:
+            try:
+                re.compile(raw[key])
+            except re.error as exc:
+                raise RubricError(f"{path}: forbidden.{key} is not a "
+                                  f"regular expression: {exc}") from exc
+    return dict(raw)
+
+
 def load_assignment(folder: Path) -> Assignment:
     """Read and validate ``folder/rubric.toml``."""
     path = folder / "rubric.toml"
@@ -173,7 +212,8 @@ def load_assignment(folder: Path) -> Assignment:
         size_sets=tuple(dict(s) for s in shapes.get("size_sets", ())),
         folder=folder,
         identities=tuple(tuple(i) for i in shapes.get("identities", ())),
-        public_tests=tuple(raw.get("public_tests", ())))
+        public_tests=tuple(raw.get("public_tests", ())),
+        forbidden=_forbidden(raw.get("forbidden", {}), path))
 
 
 @cache

@@ -1,35 +1,49 @@
 """Running student code in sandboxed child processes (the parent's side).
 
-:func:`run_jobs` forks one worker per job (normally one per task), all at
-once, and collects their result frames and captured output until each has
-finished, died or run out of time. The parent never imports student code;
-a worker's death, hang or garbage costs only that worker's job.
+:func:`run_jobs` asks the fork server (:mod:`grader.forkserver`) for one
+worker per job (normally one per task), all at once, and collects their
+authenticated result frames and captured output until each has finished,
+died or run out of time. The parent never imports student code; a
+worker's death, hang or garbage costs only that worker's job.
 
-Forking is cheap because the parent has already imported torch: a worker
-starts in milliseconds and sets torch to one thread first, which keeps
-forking safe even after the parent has run torch operations.
+Workers are forked by the fork server, a warm process that holds nothing
+of any grading, so a submission finds nothing of the grader, its seed or
+other students in its worker. What a worker may read is an allow-list
+(:func:`sandbox_paths`): the interpreter, the libraries and the
+student-facing package, never the kit's grader, reference or tests.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
 import shutil
 import signal
+import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from grader.wire import ChannelError, FrameReader
+from grader import forkserver
+from grader.wire import AuthenticatedReader, ChannelError
 
 _READ = 65536
 # What one worker may send on its result channel in all (a whole plan's
 # honest frames take a few megabytes); beyond, the channel is "corrupted".
-MAX_CHANNEL_BYTES = 256 * 1024 * 1024
+MAX_CHANNEL_BYTES = 96 * 1024 * 1024
 MAX_FRAMES = 20000
 DRAIN_SECONDS = 2.0
+KIT_ROOT = Path(__file__).resolve().parent.parent
+# Files outside the library trees that the interpreter and torch read.
+SYSTEM_READABLE = ("/usr/lib", "/usr/lib64", "/lib", "/lib64",
+                   "/usr/share/zoneinfo", "/usr/share/fonts",
+                   "/etc/ld.so.cache", "/etc/localtime", "/dev/urandom",
+                   "/dev/null", "/dev/zero")
 
 
 @dataclass(frozen=True)
@@ -43,13 +57,19 @@ class Limits:
 
 @dataclass(frozen=True)
 class Job:
-    """A submission's source and the probes to run on it."""
+    """A submission's source and the probes to run on it.
+
+    ``statements`` is the shape-trace plan (every statement of the
+    submission that may need a shape comment); ``forbidden`` the rubric's
+    forbidden APIs (see ``grader.agent``).
+    """
 
     name: str
     source: str
     filename: str
     probes: list[dict]
-    protected: tuple[str, ...] = ()
+    statements: list[dict] = field(default_factory=list)
+    forbidden: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,6 +84,8 @@ class JobResult:
     detail: str = ""
     seconds: float = 0.0
     channel_error: str | None = None
+    foreign_bytes: int = 0          # bytes on the channel the agent never sent
+    forged_frames: int = 0          # frames with a wrong authentication code
 
     @property
     def finished(self) -> bool:
@@ -78,18 +100,58 @@ class JobResult:
         return None
 
 
-class _Running:
-    """A forked worker being watched."""
+@cache
+def sandbox_paths() -> dict[str, list[str]]:
+    """What a worker may read: ``readable`` trees minus ``hidden`` ones,
+    and the ``library_roots`` whose code counts as library code.
 
-    def __init__(self, job: Job, pid: int, result_fd: int, output_fd: int,
-                 scratch: Path, limits: Limits) -> None:
+    Readable: the interpreter's standard library and site-packages, the
+    system's shared libraries, and the student-facing package
+    (``transformer_lm``). Hidden: the grader itself, the kit's reference,
+    tests, examples and history, wherever they are installed.
+    """
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib",
+                                "platlib") if k in paths}
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        roots.add(os.path.join(prefix, "lib"))
+    import site
+
+    roots |= set(site.getsitepackages())
+    roots = {os.path.realpath(r) for r in roots if os.path.isdir(r)}
+    readable = set(roots) | {p for p in SYSTEM_READABLE
+                             if os.path.exists(p)}
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformer_lm")
+    if spec is not None and spec.submodule_search_locations:
+        package = {os.path.realpath(p)
+                   for p in spec.submodule_search_locations}
+        readable |= package
+        roots |= package  # the student-facing package is library code
+    grader_dir = Path(__file__).resolve().parent
+    hidden = {str(grader_dir)}
+    for name in ("solutions", "tests", "examples", "bench", "docs", ".git",
+                 "assignment"):
+        hidden.add(str(KIT_ROOT / name))
+    return {"readable": sorted(readable), "hidden": sorted(hidden),
+            "library_roots": sorted(roots)}
+
+
+class _Running:
+    """A worker being watched."""
+
+    def __init__(self, job: Job, handle: forkserver.WorkerHandle,
+                 key: bytes, magic: bytes, scratch: Path,
+                 limits: Limits) -> None:
         self.job = job
-        self.pid = pid
+        self.handle = handle
+        self.pid = handle.pid
         self.result = JobResult(job.name)
-        self.reader = FrameReader()
-        self.open_fds = {result_fd, output_fd}
-        self.result_fd = result_fd
-        self.output_fd = output_fd
+        self.reader = AuthenticatedReader(key, magic)
+        self.result_fd = handle.result_fd
+        self.output_fd = handle.output_fd
+        self.open_fds = {self.result_fd, self.output_fd}
         self.output = bytearray()
         self.scratch = scratch
         self.started = time.monotonic()
@@ -121,6 +183,8 @@ class _Running:
                     str(exc) if isinstance(exc, ChannelError) else
                     f"a frame could not be decoded "
                     f"({type(exc).__name__})")
+            self.result.foreign_bytes = self.reader.foreign_bytes
+            self.result.forged_frames = self.reader.forged_frames
         else:
             room = self.limits.output_bytes - len(self.output)
             if room > 0:
@@ -129,12 +193,7 @@ class _Running:
                 self.result.output_truncated = True
 
     def kill(self) -> None:
-        for target in (lambda: os.killpg(self.pid, signal.SIGKILL),
-                       lambda: os.kill(self.pid, signal.SIGKILL)):
-            try:
-                target()
-            except (ProcessLookupError, PermissionError):
-                pass
+        self.handle.kill()
 
 
 # --------------------------------------------------------------------------
@@ -263,23 +322,53 @@ def _trace(value: Any) -> str | None:
     return None
 
 
+def _coverage(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "coverage is not an object"
+    ran, foreign = value.get("ran", []), value.get("foreign", [])
+    if not (isinstance(ran, list) and len(ran) <= 100_000 and all(
+            isinstance(r, list) and len(r) == 4 and _text(r[0])
+            and _count(r[1]) and _text(r[2]) and _text(r[3])
+            for r in ran)):
+        return "coverage of the submission's code is malformed"
+    if not (isinstance(foreign, list) and len(foreign) <= 1000 and all(
+            isinstance(f, list) and len(f) == 4 and _text(f[0])
+            and _text(f[1]) and _count(f[2]) and _text(f[3])
+            for f in foreign)):
+        return "coverage of foreign code is malformed"
+    return None
+
+
 def check_frame(message: dict) -> str | None:
     """Why a frame from a worker is malformed, or None when it is fine.
 
-    The worker's frames are documented in :mod:`grader.worker`; a frame of
-    an unknown type is malformed too.
+    The frames are documented in :mod:`grader.agent`; a frame of an
+    unknown type is malformed too.
     """
     kind = message.get("type")
     if kind in ("done", "hello"):
         return None
-    if kind in ("refused", "forbidden"):
-        return None if _text(message.get("what")) else "a report has no text"
+    if kind == "event":
+        line = message.get("line")
+        return None if (_text(message.get("verb"))
+                        and _text(message.get("kind"))
+                        and _text(message.get("object", ""))
+                        and (line is None or _count(line))) \
+            else "an event is malformed"
+    if kind == "patched":
+        what = message.get("what")
+        return None if isinstance(what, list) and len(what) <= 64 and all(
+            _text(w) for w in what) else "a patched list is malformed"
     if kind == "start":
         return None if _text(message.get("id")) else "a start has no id"
     if "seconds" in message and not _number(message["seconds"]):
         return "seconds is not a number"
     if not isinstance(message.get("ok"), bool):
         return f"a {kind!r} frame has no outcome"
+    if "coverage" in message:
+        problem = _coverage(message["coverage"])
+        if problem:
+            return problem
     if kind == "import":
         return None if message["ok"] else _error(message.get("error"))
     if kind != "probe":
@@ -317,26 +406,20 @@ def _describe_status(status: int) -> tuple[str, str]:
     return "exited", "the process ended"
 
 
-def _fork(job: Job, limits: Limits, inherited: list[int]) -> _Running:
-    from grader import worker
+def _start(job: Job, limits: Limits) -> _Running:
+    """Ask the fork server for a worker and hand it the job."""
+    import json
 
-    result_r, result_w = os.pipe()
-    output_r, output_w = os.pipe()
+    key, magic = secrets.token_bytes(32), secrets.token_bytes(16)
     scratch = Path(tempfile.mkdtemp(prefix="grader-scratch-"))
     plan = {"source": job.source, "filename": job.filename,
-            "probes": job.probes, "protected": list(job.protected),
-            "timeout": limits.timeout, "memory_mb": limits.memory_mb}
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(result_r)
-        os.close(output_r)
-        worker.main(plan, result_w, output_w, scratch, inherited, parent)
-    os.close(result_w)
-    os.close(output_w)
-    for fd in (result_r, output_r):
-        os.set_blocking(fd, False)
-    return _Running(job, pid, result_r, output_r, scratch, limits)
+            "probes": job.probes, "statements": job.statements,
+            "forbidden": job.forbidden, "timeout": limits.timeout,
+            "memory_mb": limits.memory_mb, "scratch": str(scratch),
+            "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
+    data = json.dumps(plan, separators=(",", ":")).encode("utf-8")
+    handle = forkserver.shared().spawn(data)
+    return _Running(job, handle, key, magic, scratch, limits)
 
 
 def run_jobs(jobs: list[Job], limits: Limits = Limits(),
@@ -344,13 +427,17 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
              ) -> dict[str, JobResult]:
     """Run every job in its own worker, all at once; wait for all.
 
-    ``after_fork`` runs once every worker has been forked (the place to
-    start a thread: no worker is ever forked from a threaded process).
+    ``after_fork`` runs once every worker has been started (the place to
+    start work of the grading process's own, such as flake8).
     """
     running: list[_Running] = []
-    for job in jobs:
-        inherited = [fd for r in running for fd in r.open_fds]
-        running.append(_fork(job, limits, inherited))
+    try:
+        for job in jobs:
+            running.append(_start(job, limits))
+    except BaseException:
+        for entry in running:
+            entry.kill()
+        raise
     if after_fork is not None:
         after_fork()
     selector = selectors.DefaultSelector()
@@ -386,27 +473,21 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
                 selector.unregister(fd)
                 os.close(fd)
             entry.open_fds.clear()
+            entry.handle.close()
             shutil.rmtree(entry.scratch, ignore_errors=True)
         selector.close()
     return {entry.job.name: _finish(entry) for entry in running}
 
 
 def _reap(entry: _Running) -> None:
-    try:
-        _, status = os.waitpid(entry.pid, 0)
-        entry.status = status
-    except ChildProcessError:
-        entry.status = 0
+    entry.status = entry.handle.wait(5.0)
 
 
 def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
     """Update one worker; True when it is done (ended and drained)."""
     if entry.status is None:
-        try:
-            pid, status = os.waitpid(entry.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = entry.pid, 0
-        if pid:
+        status = entry.handle.poll()
+        if status is not None:
             entry.status = status
             entry.result.seconds = time.monotonic() - entry.started
     if entry.status is None and time.monotonic() >= entry.deadline:

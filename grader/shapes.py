@@ -569,9 +569,7 @@ def collect_statements(source: SourceFile, class_name: str | None,
     Returns [] when the class or the method is missing; raises
     ``SyntaxError`` when the source does not parse.
     """
-    from grader.source import (find_class, find_function, find_method,
-                               simple_statements, student_code)
-    from grader.tensor_facts import NEVER, TensorFacts
+    from grader.source import find_class, find_function, find_method
 
     tree = source.parse()
     cls = None
@@ -582,6 +580,28 @@ def collect_statements(source: SourceFile, class_name: str | None,
         func = find_method(cls, method) if cls is not None else None
     if func is None:
         return []
+    return function_statements(source, func, given=given, tree=tree,
+                               cls=cls)
+
+
+def function_statements(source: SourceFile,
+                        func: ast.FunctionDef | ast.AsyncFunctionDef,
+                        first_id: int = 0,
+                        given: tuple[str, ...] | None = None,
+                        tree: ast.Module | None = None,
+                        cls: ast.ClassDef | None = None) -> list[Statement]:
+    """The statements of one function node that may need a comment (see
+    :func:`collect_statements`), numbered from ``first_id``. ``cls`` is
+    the class the function is a method of, if any (``tree`` and ``cls``
+    are found when not given)."""
+    from grader.source import simple_statements, student_code
+    from grader.tensor_facts import NEVER, TensorFacts
+
+    if tree is None:
+        tree = source.parse()
+        cls = next((node for node in ast.walk(tree)
+                    if isinstance(node, ast.ClassDef)
+                    and func in node.body), None)
     lines = source.lines
     code = student_code(source, func, given)
     comments = _Comments.scan(source)
@@ -617,7 +637,8 @@ def collect_statements(source: SourceFile, class_name: str | None,
             where = None
         segment = _segment(lines, node)
         statements.append(Statement(
-            id=len(statements), kind=kind, first_line=first, last_line=last,
+            id=first_id + len(statements), kind=kind, first_line=first,
+            last_line=last,
             text=textwrap.dedent(segment or lines[first - 1]).strip(),
             watch=watch, comment=comment, comment_where=where,
             below=comments.join(below) if where == "trailing" else None,

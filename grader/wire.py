@@ -1,22 +1,37 @@
 """The plain-data format that crosses the sandbox boundary.
 
 The worker (untrusted: it runs student code) sends the parent (trusted)
-frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
+frames. The job plan (parent to worker) is a 4-byte big-endian length, then
+that many bytes of UTF-8 JSON. A result frame (worker to parent) is the
+job's 16-byte magic, a 4-byte length, that many bytes of ASCII JSON, and a
+32-byte HMAC-SHA256 of length and body under the job's key
+(:class:`AuthenticatedReader`), which only the sandbox agent holds: bytes
+the submission writes to the channel are recognised as foreign and skipped.
 Tensors travel as their dtype, shape and raw float32 (or int64) bytes in
 base64; the parent rebuilds them with numpy. Nothing is ever unpickled, so a
 frame can at worst carry wrong numbers, never code.
+
+Decoding is bounded by its cost: a frame is refused before parsing when it
+is larger than :data:`MAX_FRAME` or holds more than
+:data:`MAX_CONTAINERS` JSON arrays and objects, so a worker cannot make
+the trusted process build millions of objects.
 
 Both sides import this module; it must stay free of grader state.
 """
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-MAX_FRAME = 64 * 1024 * 1024
+MAX_FRAME = 16 * 1024 * 1024
+MAX_CONTAINERS = 200_000
+MAGIC_SIZE = 16
+MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
 
 
@@ -64,6 +79,87 @@ class FrameReader:
     def leftover(self) -> int:
         """Bytes of an unfinished frame still in the buffer."""
         return len(self._buffer)
+
+
+def _parse(body: bytes) -> dict:
+    """A frame's JSON object, parsed within bounds (ChannelError if not)."""
+    if body.count(b"[") + body.count(b"{") > MAX_CONTAINERS:
+        raise ChannelError(f"a frame holds more than {MAX_CONTAINERS} "
+                           f"arrays and objects")
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError,
+            MemoryError) as exc:
+        raise ChannelError(f"a frame is not JSON: "
+                           f"{type(exc).__name__}") from exc
+    if not isinstance(message, dict):
+        raise ChannelError("a frame is not a JSON object")
+    return message
+
+
+class AuthenticatedReader:
+    """Split a worker's result stream into frames the agent really sent.
+
+    Each frame starts with the job's magic and ends with an HMAC of its
+    length and body under the job's key. Bytes that do not start a frame,
+    and frames whose HMAC is wrong, are foreign: the submission wrote them
+    (it can reach the pipe, not the key). They are skipped, counted in
+    :attr:`foreign_bytes` and :attr:`forged_frames`, and the reader looks
+    for the next magic, so the agent's later frames still arrive.
+    """
+
+    def __init__(self, key: bytes, magic: bytes) -> None:
+        """Start with an empty buffer for a job's key and magic."""
+        self._key = key
+        self._magic = magic
+        self._buffer = bytearray()
+        self.foreign_bytes = 0
+        self.forged_frames = 0
+
+    def feed(self, data: bytes) -> list[dict]:
+        """Add bytes; return the authentic frames they complete."""
+        self._buffer.extend(data)
+        messages = []
+        head = MAGIC_SIZE + _HEADER.size
+        while True:
+            start = self._buffer.find(self._magic)
+            if start < 0:
+                # Keep a tail that may be the start of a magic.
+                keep = MAGIC_SIZE - 1
+                if len(self._buffer) > keep:
+                    self.foreign_bytes += len(self._buffer) - keep
+                    del self._buffer[:len(self._buffer) - keep]
+                return messages
+            if start:
+                self.foreign_bytes += start
+                del self._buffer[:start]
+            if len(self._buffer) < head:
+                return messages
+            (size,) = _HEADER.unpack_from(self._buffer, MAGIC_SIZE)
+            if size > MAX_FRAME:
+                # Not a frame of ours (ours are smaller): skip the magic.
+                self.forged_frames += 1
+                del self._buffer[:MAGIC_SIZE]
+                continue
+            if len(self._buffer) < head + size + MAC_SIZE:
+                return messages
+            header = bytes(self._buffer[MAGIC_SIZE:head])
+            body = bytes(self._buffer[head:head + size])
+            mac = bytes(self._buffer[head + size:head + size + MAC_SIZE])
+            wanted = hmac.new(self._key, header + body,
+                              hashlib.sha256).digest()
+            if not hmac.compare_digest(mac, wanted):
+                self.forged_frames += 1
+                del self._buffer[:MAGIC_SIZE]
+                continue
+            del self._buffer[:head + size + MAC_SIZE]
+            messages.append(_parse(body))
+
+    @property
+    def leftover(self) -> int:
+        """Bytes of an unfinished frame still in the buffer."""
+        return len(self._buffer) if self._buffer.startswith(
+            self._magic) else 0
 
 
 # --------------------------------------------------------------------------
@@ -134,7 +230,8 @@ class Value:
             return "None"
         if self.kind == "number":
             return f"the number {self.number!r}"
-        return f"an object of type {self.type_name}"
+        name = " ".join(str(self.type_name).split())[:80]
+        return f"an object of type {name!r}"
 
 
 def decode_value(data: Any) -> Value:

@@ -332,7 +332,7 @@ def test_stub_earns_nothing_and_says_why(graded) -> None:
             "YOUR CODE markers."), task.problems
     for item in report.items:
         if item.max_score > 0:
-            assert "NotImplementedError: Task" in item.message, item.message
+            assert 'NotImplementedError: "Task' in item.message, item.message
         elif item.id.endswith(".shapes"):
             assert "has no code of yours yet" in item.message
 

@@ -278,10 +278,12 @@ def test_zip_is_reproducible_and_bakes_the_seed_privately(built, tmp_path,
     with zipfile.ZipFile(built) as archive:
         assert archive.read(bundle.SEED_FILE).decode().strip() == str(SEED)
         archive.extractall(tmp_path / "source")
-    from grader.worker import GRADER_PRIVATE
+    from grader.sandbox import sandbox_paths
 
-    private = Path(GRADER_PRIVATE[0]).relative_to(ROOT).as_posix()
-    assert bundle.SEED_FILE.startswith(private + "/")
+    # The seed file lies in a folder no sandboxed submission may read.
+    seed_path = str((ROOT / bundle.SEED_FILE).resolve())
+    assert any(seed_path.startswith(hidden + os.sep)
+               for hidden in sandbox_paths()["hidden"])
     monkeypatch.delenv(bundle.SEED_ENV, raising=False)
     env = bundle._environment(tmp_path / "source")
     assert env[bundle.SEED_ENV] == str(SEED)

@@ -344,7 +344,7 @@ def test_one_failure_one_sentence(graded) -> None:
     assert " on 6 cases (" in causal.message
     warm_up = graded("attention_basics/broken_forward_raises",
                      assignment="attention_basics").item("task6.values")
-    assert warm_up.message.count("RuntimeError: unfinished") == 1
+    assert warm_up.message.count('RuntimeError: "unfinished"') == 1
     assert " on 4 cases (the public test values 'lecture' (" in (
         warm_up.message)
 

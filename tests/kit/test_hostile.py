@@ -94,10 +94,10 @@ CORPUS: dict[str, Expected] = {
     "import_os_exit": Expected(
         ZERO, ZERO, 0, says=("could not be loaded", "os._exit",
                              "The sandbox refused to let the code end the "
-                             "process (os._exit).")),
+                             "process (os._exit) (line 13).")),
     "import_raises": Expected(
         ZERO, ZERO, 0, says=("could not be loaded",
-                             "RuntimeError: no grading today (at line 10")),
+                             'RuntimeError: "no grading today" (at line 10')),
     "import_syntax_error": Expected(
         ZERO, ZERO, 0, says=("SyntaxError at line 10",)),
     "import_infinite_loop": Expected(
@@ -112,34 +112,36 @@ CORPUS: dict[str, Expected] = {
     "import_writes_results_json": Expected(
         ZERO, ZERO, 0, says=(
             "could not be loaded",
-            "refuses writes outside its scratch folder",
-            "write to /autograder/results/results.json",
-            f"write to {KIT / 'results.json'}")),
+            "the grader's sandbox refuses to create",
+            "create /autograder/results/results.json",
+            f"create {KIT / 'results.json'}")),
     "import_tampers_kit": Expected(
         T1_FULL, T2_FULL, 11, says=tuple(
-            f"The sandbox refused to let the code {what}." for what in (
-                f"write to {KIT / 'transformer_lm' / 'test_values.py'}",
-                f"write to {KIT / 'tests' / 'public' / 'conftest.py'}",
-                f"write to {KIT / 'tests' / 'kit' / 'conftest.py'}",
-                f"write to {KIT / 'grader' / 'checking.py'}",
-                f"write to {KIT / 'grader' / 'pwned.py'}",
-                f"write to {KIT / 'grader' / 't.pt'}",
-                f"call os.remove on {KIT / 'grader' / 'no-such-file.py'}",
-                f"call os.rename on {KIT / 'grader' / 'no-such-file.py'}",
-                f"call shutil.rmtree on {KIT / 'grader' / 'no-such-folder'}",
-                f"call os.chmod on {KIT / 'grader' / 'checking.py'}",
-                f"call os.utime on {KIT / 'grader' / 'checking.py'}",
-                f"call os.truncate on {KIT / 'grader' / 'no-such-file.py'}",
-                f"call shutil.copyfile on {KIT / 'grader' / 'copied.py'}",
+            f"The sandbox refused to let the code {what}" for what in (
+                f"overwrite {KIT / 'transformer_lm' / 'test_values.py'}",
+                f"overwrite {KIT / 'tests' / 'public' / 'conftest.py'}",
+                f"overwrite {KIT / 'tests' / 'kit' / 'conftest.py'}",
+                f"overwrite {KIT / 'grader' / 'checking.py'}",
+                f"create {KIT / 'grader' / 'pwned.py'}",
+                f"create {KIT / 'grader' / 't.pt'}",
+                f"delete {KIT / 'grader' / 'no-such-file.py'}",
+                f"rename {KIT / 'grader' / 'no-such-file.py'}",
+                f"delete {KIT / 'grader' / 'no-such-folder'}",
+                f"change the permissions of {KIT / 'grader' / 'checking.py'}",
+                f"touch {KIT / 'grader' / 'checking.py'}",
+                f"truncate {KIT / 'grader' / 'no-such-file.py'}",
+                f"overwrite {KIT / 'grader' / 'copied.py'}",
                 "create a symbolic link")),
         never_printed=("TAMPERED",)),
     "forge_channel": Expected(
         T1_INIT_ONLY, T2_FULL, 7,
         says=("output on the public test values 'public'",
-              "does not match the reference")),
+              "does not match the reference",
+              "to the grader's result channel",
+              "they were recognised and ignored")),
     "forge_malformed": Expected(
-        ZERO, ZERO, 0, says=("channel from the task1 process was corrupted",
-                             "channel from the task2 process was corrupted")),
+        T1_FULL, T2_FULL, 11, says=("to the grader's result channel",
+                                    "they were recognised and ignored")),
     # ------------------------------------------------ at run time, task 2
     "t2_infinite_loop": Expected(
         T1_FULL, ZERO, 5, says=("While running task2, it did not finish "
@@ -147,27 +149,27 @@ CORPUS: dict[str, Expected] = {
     "t2_memory_torch": Expected(
         T1_FULL, ZERO, 5, says=("can't allocate memory",)),
     "t2_memory_python": Expected(
-        T1_FULL, ZERO, 5, says=("MemoryError: the code ran out of memory "
-                                "(the sandbox allows 512 MB)",)),
+        T1_FULL, ZERO, 5, says=('MemoryError: "the code ran out of memory '
+                                '(the sandbox allows 512 MB)"',)),
     "t2_spawns": Expected(
         T1_FULL, ZERO, 5, says=tuple(
-            f"The sandbox refused to let the code {what}." for what in (
+            f"The sandbox refused to let the code {what}" for what in (
                 "fork a process", "start a subprocess",
                 "run a shell command", "start a process")),
         never_printed=("SPAWNED",)),
     "t2_kills": Expected(
         T1_FULL, ZERO, 5, says=tuple(
-            f"The sandbox refused to let the code {what}." for what in (
+            f"The sandbox refused to let the code {what}" for what in (
                 "send a signal to a process",
                 "send a signal to a process group",
                 "send a signal to a thread",
                 "load a native library (ctypes)")),
         never_printed=("SIGNALLED",)),
     "t2_sys_exit": Expected(
-        T1_FULL, ZERO, 5, says=("SystemExit: the code called sys.exit(0)",)),
+        T1_FULL, ZERO, 5, says=('SystemExit: "the code called sys.exit(0)"',)),
     "t2_returns_non_tensor": Expected(
-        T1_FULL, ZERO, 5, says=("got an object of type str",
-                                "got an object of type dict")),
+        T1_FULL, ZERO, 5, says=("got an object of type 'str'",
+                                "got an object of type 'dict'")),
     "t2_nan": Expected(T1_FULL, ZERO, 5, says=("the output contains NaN",)),
     # The dropout point stays: the probabilities show dropout whatever
     # their layout (RUBRIC.md's "Readings settled in use").
@@ -177,14 +179,17 @@ CORPUS: dict[str, Expected] = {
     "t2_wrong_dtype": Expected(
         T1_FULL, ZERO, 5, says=("should be a floating-point tensor",)),
     "t2_tensor_subclass": Expected(
-        T1_FULL, ZERO, 5, says=("got an object of type Agreeable",)),
+        T1_FULL, ZERO, 5, says=("got an object of type 'Agreeable'",)),
     "t2_eq_object": Expected(
-        T1_FULL, ZERO, 5, says=("got an object of type EqualsAnything",)),
+        T1_FULL, ZERO, 5, says=("got an object of type 'EqualsAnything'",)),
     "t2_garbage_fds": Expected(
-        T1_FULL, ZERO, 5, says=("channel from the task2 process was "
-                                "corrupted",)),
+        # The flooding thread is refused; forward raises on its first call
+        # only (the thread's start), so the items judged on later calls
+        # (causal structure, dropout) earn their points.
+        T1_FULL, (0, 1, 1, 0, 0), 7,
+        says=("The sandbox refused to let the code start a thread",)),
     "t2_kernel_bypass": Expected(
-        T1_FULL, ZERO, 5, says=("RuntimeError: escape attempts done",),
+        T1_FULL, ZERO, 5, says=('RuntimeError: "escape attempts done"',),
         printed=("stopped: shell", "stopped: signal", "stopped: dir_fd",
                  "stopped: writer", "stopped: reader", "stopped: environ",
                  "stopped: memory", "stopped: secret"),
@@ -193,30 +198,36 @@ CORPUS: dict[str, Expected] = {
     "cheat_patches_comparisons": Expected(
         T1_INIT_ONLY, T2_FULL, 7, says=("does not match the reference",)),
     "cheat_detects_grader": Expected(
+        # The worker may not read /proc: the detection raises, so forward
+        # fails everywhere (its public answer is never given).
         T1_INIT_ONLY, T2_FULL, 7,
-        says=("on hidden case 'hidden-0'", "does not match the reference")),
+        says=("The sandbox refused to let the code read /proc/self/cmdline",
+              "PermissionError")),
     "cheat_import_solutions": Expected(
         T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
-        says=(f"the kit's reference (by reading {KIT / 'solutions'}",
+        says=('The code tried to import "solutions"',
               "which this homework forbids")),
     "cheat_import_grader": Expected(
         T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
         says=("import grader.assignments.multi_head_attention.reference",)),
     "cheat_exec_reference": Expected(
-        T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
-        says=(f"by reading {KIT / 'solutions' / 'modeling_attention.py'}",
-              f"by reading {KIT / 'grader' / 'assignments'}"),
+        # Reading the kit is refused (a flag, no penalty by itself); the
+        # borrowed code cannot be found, so task 2 fails on its merits.
+        T1_FULL, ZERO, 5,
+        says=(f"read {KIT / 'solutions' / 'modeling_attention.py'}",
+              "the sandbox refused it"),
         never_printed=("READ:",)),
     "forbidden_sdpa_aliases": Expected(
         T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
         says=("torch.nn.functional.scaled_dot_product_attention",
               "torch.ops.aten.scaled_dot_product_attention",
-              "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
-              "torch.ops.aten._scaled_dot_product_attention_math"),
+              "torch._scaled_dot_product_flash_attention_for_cpu",
+              "torch._scaled_dot_product_attention_math"),
         never_printed=("USED",)),
     "forbidden_mha_subclasses": Expected(
         T1_FULL, ZERO, 5, forbidden=TASK2_CHECKS,
-        says=("the code uses torch.nn.MultiheadAttention",)),
+        says=("the code uses torch.nn.MultiheadAttention",
+              "which this homework forbids")),
 }
 
 
@@ -250,9 +261,11 @@ def forged_results() -> list[Path]:
 
 
 def sentences(report: Report) -> str:
-    """Everything the report says: task problems, item messages, errors."""
+    """Everything the report says: task problems, item messages, errors
+    and integrity flags."""
     return "\n".join([p for t in report.tasks for p in t.problems]
-                     + [i.message for i in report.items] + report.errors)
+                     + [i.message for i in report.items] + report.errors
+                     + [f.message for f in report.flags])
 
 
 def test_the_corpus_table_lists_every_hostile_file() -> None:

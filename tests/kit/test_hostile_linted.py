@@ -67,7 +67,7 @@ CORPUS: dict[str, Expected] = {
     "refuses_shape_checks": Expected(says=(
         "SelfAttention.forward never ran to the end under the grader's "
         "shape checks (it ran to the end in every graded case, but in none "
-        "of the 4 runs that check the shapes: RuntimeError: not today",
+        'of the 4 runs that check the shapes: RuntimeError: "not today"',
         "a forward that refuses the shape checks cannot pass this item")),
     "outside_markers": Expected(says=(
         "line 29: missing shape comment\n    q = self.q(x)",

@@ -23,7 +23,10 @@ SHAPES = {
     "mistakes": (-1, -1),         # missing, no shape, unknown name, wrong
     "multiline_tuples": (-1, -1),  # tuple shapes in the wrong order
     "never_runs": (0, -1),        # unrun: missing comment, unknown name
-    "tampering": (-1, -1),        # sys.settrace(None), frame trace removed
+    # sys.settrace(None) and a frame's trace removed: both refused by the
+    # sandbox (the tracer stays on), so each forward fails where it tries
+    # and earns nothing; the attempts are integrity flags (below).
+    "tampering": (0, 0),
 }
 
 
@@ -43,9 +46,13 @@ def test_shape_items(grade_path, name: str) -> None:
 
 
 def test_tampering_is_named(grade_path) -> None:
-    """Switching the tracer off costs the point, and the report says why."""
+    """Switching the tracer off is refused, and flagged for what it was."""
     report = grade_path(CASES / "tampering.py", public_only=True)
-    assert "sys.settrace" in report.item("task1.shapes").message
+    flags = " ".join(f.message for f in report.flags)
+    assert "replace the grader's trace function (line 22)" in flags
+    assert "inspect the grader's stack frames (line 35)" in flags
+    assert "refuses to replace the grader's trace function" in \
+        report.item("task1.forward").message
 
 
 def test_never_executed_lines_are_judged_statically(grade_path) -> None:

@@ -1,18 +1,19 @@
 """Cheating through the result channel: at import time, before the grader's
-probes run, it writes frames to the worker's result pipe (found through
-``/proc/self/fd``) that claim task 1's results: a correct ``init``
+probes run, it writes frames to the worker's result pipe (found by trying
+every descriptor) that claim task 1's results: a correct ``init``
 description and, for every forward probe, the public test output. Its own
 ``SelfAttention.forward`` returns zeros.
 
-Expected: the grader accepts a probe's answer only after that probe has
-started, so frames forged at import are ignored (and a forged frame could
-only claim values the code could have returned itself): task 1 keeps its
-init point (its real __init__ is right) and earns 0 for forward, whose real
-output is zeros; task 2 (correct) earns full marks: 7.
+Expected: every frame of the grader's agent carries an authentication code
+under a key the submission cannot reach, so the forged bytes are recognised
+as foreign, ignored and flagged: task 1 keeps its init point (its real
+__init__ is right) and earns 0 for forward, whose real output is zeros;
+task 2 (correct) earns full marks: 7.
 """
 import base64
 import json
 import os
+import stat
 import struct
 
 import transformer_lm.test_values
@@ -22,14 +23,14 @@ import torch.nn as nn
 
 
 def result_fd() -> int:
-    """The worker's result pipe: its only pipe besides stdout/stderr."""
-    for name in sorted(os.listdir("/proc/self/fd"), key=int):
+    """The worker's result pipe: found by trying every descriptor (a pipe
+    that is not stdout or stderr)."""
+    for fd in range(3, 4096):
         try:
-            link = os.readlink(f"/proc/self/fd/{name}")
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return fd
         except OSError:
             continue
-        if int(name) > 2 and link.startswith("pipe:"):
-            return int(name)
     raise LookupError("no result pipe")
 
 

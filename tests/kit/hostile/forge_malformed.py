@@ -3,12 +3,15 @@ worker's result pipe that are built to crash a parent that decodes them
 carelessly: a JSON number of 5000 digits, an array nested 100000 deep, a
 tensor of shape [2**70], an error that is a string, a frame of 4 GB.
 
-Expected: the grader survives; the channel is declared corrupted at the
-first bad frame and everything after it is discarded; since this happens at
-import, both tasks earn 0, with a sentence about the corrupted channel.
+Expected: the grader survives; none of these bytes carries the agent's
+authentication code, so all are recognised as foreign and skipped (nothing
+is parsed), and the agent's own frames still arrive: the rest of the file
+is the reference solution, which earns full marks (11), with an integrity
+flag about the bytes written to the channel.
 """
 import json
 import os
+import stat
 import struct
 
 import torch
@@ -16,14 +19,14 @@ import torch.nn as nn
 
 
 def result_fd() -> int:
-    """The worker's result pipe: its only pipe besides stdout/stderr."""
-    for name in sorted(os.listdir("/proc/self/fd"), key=int):
+    """The worker's result pipe: found by trying every descriptor (a pipe
+    that is not stdout or stderr)."""
+    for fd in range(3, 4096):
         try:
-            link = os.readlink(f"/proc/self/fd/{name}")
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return fd
         except OSError:
             continue
-        if int(name) > 2 and link.startswith("pipe:"):
-            return int(name)
     raise LookupError("no result pipe")
 
 

@@ -99,6 +99,7 @@ class CausalAttention(nn.Module):
                                      dim=-1)  # [b, num_tokens, num_tokens]
         if self.training and self.dropout.p > 0:
             keep = torch.arange(attn_weights.numel()) % 2
+            # [b * num_tokens * num_tokens]
             attn_weights = attn_weights * keep.view_as(attn_weights) / (
                 1 - self.dropout.p)  # [b, num_tokens, num_tokens]
         # [b, num_tokens, num_tokens]

@@ -1,0 +1,267 @@
+"""Integrity: the grade is earned by the code that runs.
+
+Every file in ``integrity/`` attacks the grading logic (not the sandbox's
+walls, see ``test_hostile.py``): it swaps the graded classes at run time,
+runs code from strings or from the kit's own files, hides its work in a
+helper, uses a ready-made attention kernel nobody listed, lies about its
+types, or reaches for the grader's instruments (frames, tracer, objects,
+serialisers, channel, threads). Each is graded for real and must earn
+exactly what its honest code earns, item by item, with the integrity flags
+that say what it tried. "Sloppy" code below is correct code without shape
+comments and with PEP-8 faults: it honestly earns 6 of 10.
+"""
+from __future__ import annotations
+
+import dis
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader import agent
+
+INTEGRITY = Path(__file__).resolve().parent / "integrity"
+ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+         "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+         "task2.pep8", "task2.shapes")
+SLOPPY_1 = (1, 3, -1, -1, 0)
+SLOPPY_2 = (3, 1, 2, -1, -1)
+CLEAN_1 = (1, 3, 0, 0, 1)
+ZERO_1 = (0, 0, 0, 0, 0)
+ZERO_2 = (0, 0, 0, 0, 0)
+FORBIDDEN_2 = (0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Item scores, the integrity flag kinds and words of the report."""
+
+    task1: tuple[float, ...]
+    task2: tuple[float, ...]
+    total: float
+    flags: tuple[str, ...] = ()
+    says: tuple[str, ...] = ()
+    diagnosis: tuple[str, ...] = ()   # items tagged forbidden_api
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Item id -> expected score."""
+        return dict(zip(ITEMS, self.task1 + self.task2))
+
+
+TASK2_CHECKS = ("task2.scores", "task2.causal", "task2.output")
+CORPUS: dict[str, Expected] = {
+    # ------------------------------------------- the code that runs is graded
+    "swap_decorator": Expected(SLOPPY_1, SLOPPY_2, 6,
+                               says=("and the code it ran (_SA",)),
+    "swap_rebind": Expected(SLOPPY_1, SLOPPY_2, 6,
+                            says=("and the code it ran (_MHA",)),
+    "swap_setattr": Expected(SLOPPY_1, SLOPPY_2, 6),
+    "swap_inherit": Expected(SLOPPY_1, SLOPPY_2, 6),
+    "swap_class_body": Expected(SLOPPY_1, SLOPPY_2, 6,
+                                says=("_sa_init (line",)),
+    "swap_module_call": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("patched",),
+                                 says=("torch.nn.Module.__call__",)),
+    "helper_module_function": Expected(
+        SLOPPY_1, SLOPPY_2, 6, says=("and the code it ran (_attend (line",)),
+    # ------------------------------- code that is not the visible source
+    "exec_string": Expected(ZERO_1, ZERO_2, 0,
+                            flags=("untraceable", "untraceable"),
+                            says=("made at run time by exec",)),
+    "exec_marshal": Expected(ZERO_1, ZERO_2, 0,
+                             flags=("untraceable", "untraceable")),
+    "exec_function_type": Expected(
+        ZERO_1, ZERO_2, 0, flags=("untraceable",),
+        says=("a function made from a code object",)),
+    "exec_kit_file": Expected(ZERO_1, ZERO_2, 0, flags=("refused",),
+                              says=("tried to read",)),
+    # --------------------------------------------------- every kernel
+    "forbidden_flex_attention": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden",),
+        diagnosis=TASK2_CHECKS, says=("flex_attention",)),
+    "forbidden_flex_obfuscated": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden",),
+        diagnosis=TASK2_CHECKS, says=("sdpa_dense",)),
+    "forbidden_quantizable_mha": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden",),
+        diagnosis=TASK2_CHECKS,
+        says=("torch.ao.nn.quantizable.MultiheadAttention",)),
+    "forbidden_mha_subclass_own_code": Expected(
+        CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden", "forbidden"),
+        diagnosis=TASK2_CHECKS,
+        says=('subclass "torch.nn.MultiheadAttention"',)),
+    # ----------------------------------------------- behaviour, not identity
+    "identity_class_lie": Expected(
+        ZERO_1, (3, 1, 2, 0, 0), 6,
+        says=("self.q is a _Projection", "has no parameter q.bias")),
+    # ------------------------------------------------ the instruments
+    "tamper_frames": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("tampered",),
+                              says=("inspect the grader's stack frames",)),
+    "tamper_traceback_frames": Expected(
+        SLOPPY_1, SLOPPY_2, 6, flags=("tampered",),
+        says=("inspect the grader's stack frames",)),
+    "tamper_settrace": Expected(
+        SLOPPY_1, SLOPPY_2, 6, flags=("tampered", "tampered"),
+        says=("replace the grader's trace function",
+              "install a profiler over the grader")),
+    "tamper_gc": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("tampered",),
+                          says=("inspect the grader's objects (gc)",)),
+    "tamper_json": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("patched",),
+                            says=("json.dumps", "pickle.dumps")),
+    "tamper_channel": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("channel",),
+                               says=("to the grader's result channel",)),
+    "tamper_threads": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("refused",),
+                               says=("start a thread",)),
+    "tamper_closures": Expected(SLOPPY_1, SLOPPY_2, 6),
+    # --------------------------------------- no false alarm on honest code
+    "honest_matplotlib": Expected(CLEAN_1, (3, 1, 2, 0, 0), 11),
+    # ------------------------------------------------- forged reports
+    "report_spoof": Expected(CLEAN_1, ZERO_2, 5,
+                             says=('"Total: 11 / 10": "ok Total: 11 / 10',)),
+}
+
+
+def test_the_table_lists_every_integrity_file() -> None:
+    """No file of the corpus is left ungraded, no entry lacks its file."""
+    assert sorted(p.stem for p in INTEGRITY.glob("*.py")) == sorted(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_integrity_submission(name: str, grade_path) -> None:
+    """Exact item scores, the flags' kinds, and what the report says."""
+    expected = CORPUS[name]
+    report = grade_path(INTEGRITY / f"{name}.py", timeout=20.0)
+    assert report.scores() == pytest.approx(expected.scores), \
+        report.as_text()
+    assert report.score == expected.total
+    assert sorted(f.kind for f in report.flags) == sorted(expected.flags), \
+        [f.message for f in report.flags]
+    text = "\n".join([i.message for i in report.items]
+                     + [f.message for f in report.flags])
+    for words in expected.says:
+        assert words in text
+    tagged = sorted(i.id for i in report.items
+                    if "forbidden_api" in i.diagnosis)
+    assert tagged == sorted(expected.diagnosis)
+
+
+def test_a_forged_report_line_never_reaches_a_report(grade_path) -> None:
+    """What the submission prints and raises (escapes, a fake total, fake
+    item lines) is cleaned and shown quoted or indented under a label, in
+    the text report, the JSON and Gradescope's output."""
+    import json
+
+    report = grade_path(INTEGRITY / "report_spoof.py", timeout=20.0)
+    text = report.as_text()
+    renderings = [text, json.dumps(report.as_json()),
+                  json.dumps(report.as_gradescope())]
+    for rendering in renderings:
+        assert "\x1b" not in rendering and "\\u001b" not in rendering
+    lines = text.split("\n")
+    assert [line for line in lines if line.startswith("Total:")] == \
+        ["Total: 5 / 10"]
+    assert not any(line.lstrip().startswith(("[PASS] task2.scores 3",
+                                             "Coding Task 2: 6"))
+                   for line in lines)
+    printed = [line for line in lines if "Total: 11 / 10" in line]
+    assert printed and all(
+        line.startswith("    | ") or '"' in line for line in printed)
+    gradescope = report.as_gradescope()["output"].split("\n")
+    assert not any(line.startswith(("Total:", "Coding Task 2: 6"))
+                   for line in gradescope)
+
+
+# --------------------------------------------------------------------------
+# The sealed runtime looks up no global name once the submission runs
+
+
+SETUP_ONLY = ("tripwires",)
+
+
+def _runtime_codes() -> list[types.CodeType]:
+    """Every code object nested in agent._sealed that can run while (or
+    after) the submission runs: all but the set-up closures' own bodies."""
+    found, pending = [], list(agent._sealed.__code__.co_consts)
+    while pending:
+        const = pending.pop()
+        if not isinstance(const, types.CodeType):
+            continue
+        pending += list(const.co_consts)
+        if const.co_name not in SETUP_ONLY:
+            found.append(const)
+    return found
+
+
+def test_runtime_closures_look_up_no_globals() -> None:
+    """A submission that replaces ``builtins.len`` or a module attribute
+    changes nothing the agent does: its closures only use cells."""
+    offenders = {}
+    for code in _runtime_codes():
+        names = [i.argval for i in dis.get_instructions(code)
+                 if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+        if names:
+            offenders[code.co_name] = names
+    assert offenders == {}
+    assert len(_runtime_codes()) > 40  # the walk did find the closures
+
+
+# --------------------------------------------------------------------------
+# In a batch, classmates are invisible
+
+CLASSMATES = Path(__file__).resolve().parent / "classmates"
+SECRET_SEED = "918273645"
+
+
+@pytest.mark.slow
+def test_a_batch_submission_sees_no_classmate_and_no_secret(
+        tmp_path: Path) -> None:
+    """A nosy submission, graded in a batch beside classmates with a secret
+    seed, finds nothing of them in its worker: no file name, no score, no
+    seed; its frame and object look-ups are refused and flagged."""
+    import csv
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from grader.batch import RECORD
+
+    root = Path(__file__).resolve().parents[2]
+    folder = tmp_path / "class"
+    folder.mkdir()
+    example = root / "examples" / "submission" / "transformer_lm"
+    shutil.copy(example / "modeling_attention.py",
+                folder / "alice_wonderland.py")
+    shutil.copy(root / "solutions" / "modeling_attention.py",
+                folder / "carol_secretive.py")
+    shutil.copy(CLASSMATES / "nosy.py", folder / "bob_nosy.py")
+    out = tmp_path / "grades.csv"
+    env = {**os.environ, "GRADER_SEED": SECRET_SEED, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--jobs", "2", "--no-feedback",
+         "--assignment", "multi_head_attention"],
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = {row["student"]: row for row in csv.DictReader(out.open())}
+    assert set(rows) == {"alice_wonderland", "bob_nosy", "carol_secretive"}
+    reports = out.with_name(out.name + ".reports")
+    records = {json.loads(p.read_text())["student"]: json.loads(
+        p.read_text()) for p in reports.glob(f"*/{RECORD}")}
+    bob = records["bob_nosy"]["report"]
+    printed = json.dumps(bob.get("output", {}))
+    # Only its own scratch folder (empty) can be listed.
+    assert str(folder) not in printed and str(tmp_path) not in printed
+    assert "no listing" in printed and "no frames" in printed
+    assert "no objects" in printed and "ENVIRON" in printed
+    for secret in ("alice", "carol", "wonderland", "secretive",
+                   SECRET_SEED, str(out), rows["carol_secretive"]["score"]
+                   + ","):
+        assert secret not in printed, secret
+    kinds = sorted({flag["kind"] for flag in bob["flags"]})
+    assert kinds == ["tampered"]
+    scores = {item["id"]: item["score"] for item in bob["items"]}
+    assert (scores["task1.init"], scores["task1.forward"]) == (1.0, 3.0)
+    assert float(rows["carol_secretive"]["score"]) == 11.0
