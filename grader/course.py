@@ -51,9 +51,10 @@ import warnings
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from grader.batch import (STATUS_ERROR, BatchError, Entry, _check_writable,
                           _prewarm, _Progress, error_row, judge_all,
@@ -126,9 +127,11 @@ def open_course(root: Path) -> Any:
     class CourseApp(NbGrader):
         name = "python -m grader nbgrader"
 
-    if not (root / "nbgrader_config.py").is_file():
+    if not any((root / name).exists() for name in
+               ("nbgrader_config.py", "gradebook.db", "submitted")):
         raise CourseError(f"{root} is not an nbgrader course root (no "
-                          f"nbgrader_config.py)")
+                          f"nbgrader_config.py, gradebook.db or "
+                          f"submitted/)")
     app = CourseApp()
     try:
         app.initialize(["--log-level=ERROR"], root=str(root.resolve()))
@@ -561,7 +564,7 @@ def recorder(app: Any, route: Route) -> Any:
                 later.insert(later.index(AssignLatePenalties), save)
             else:
                 later.append(save)
-            for step in steps + later:
+            for step in dict.fromkeys(steps + later):  # each step once
                 self.exporter.register_preprocessor(step)
 
         def record(self, submitted: Submitted, verdict: Verdict) -> str:
@@ -611,6 +614,8 @@ def recorder(app: Any, route: Route) -> Any:
                                    config=converter.config)
     converter.exporter = converter.exporter_class(parent=converter,
                                                   config=converter.config)
+    # Validate the notebook once, after every step, not after each one.
+    converter.exporter.optimistic_validation = True
     converter._init_preprocessors()
     return converter
 
@@ -638,6 +643,31 @@ def _kept_rows(everyone: list[Submitted], chosen: dict[str, Submitted],
     return rows
 
 
+@contextmanager
+def one_engine_per_database() -> Iterator[None]:
+    """nbgrader opens a new database engine for every ``Gradebook`` (a
+    dozen per notebook), each recompiling its queries: share one engine
+    per database URL while the route records."""
+    import nbgrader.api
+
+    create = nbgrader.api.create_engine
+    engines: dict[str, Any] = {}
+
+    def shared(url: str, **options: Any) -> Any:
+        key = f"{url} {sorted(options.items())}"
+        if key not in engines:
+            engines[key] = create(url, **options)
+        return engines[key]
+
+    nbgrader.api.create_engine = shared
+    try:
+        yield
+    finally:
+        nbgrader.api.create_engine = create
+        for engine in engines.values():
+            engine.dispose()
+
+
 def _copy(resources: dict) -> dict:
     copied = dict(resources)
     copied["nbgrader"] = dict(resources["nbgrader"])
@@ -646,6 +676,90 @@ def _copy(resources: dict) -> dict:
 
 # --------------------------------------------------------------------------
 # The command
+
+
+class ClassRun:
+    """One run of the route over a class: grade, record, keep the rows."""
+
+    def __init__(self, app: Any, route: Route, submissions: list[Submitted],
+                 out: Path, judges: argparse.Namespace) -> None:
+        self.app, self.route, self.judges = app, route, judges
+        self.submissions = submissions
+        self.out = out
+        self.reports = out.with_name(out.name + ".reports")
+        self.root = Path(app.coursedir.root)
+        self.rows: dict[str, dict] = {}
+        self.unrecorded: dict[str, str] = {}
+        self.by_student = {s.student: s for s in submissions}
+        self.staged_at: dict[str, str] = {}
+        self.progress = _Progress(len(submissions), 0)
+        self.converter: Any = None
+
+    def keep_other_rows(self) -> None:
+        """Keep the CSV rows of the students this run does not grade."""
+        everyone = find_submissions(self.app.coursedir, self.route)
+        self.rows = _kept_rows(everyone, self.by_student, self.reports)
+
+    def run(self) -> list[int]:
+        """Grade and record everyone; the signals that interrupted it."""
+        _prewarm(self.judges)
+        stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
+        with one_engine_per_database():
+            self.converter = recorder(self.app, self.route)
+            try:
+                todo = []
+                for index, submitted in enumerate(self.submissions):
+                    stage(submitted, self.route, self.root, stage_root,
+                          index)
+                    self.staged_at[submitted.student] = str(
+                        stage_root / str(index))
+                    if submitted.problem:
+                        self.not_graded(submitted)
+                    else:
+                        todo.append(Entry(submitted.student,
+                                          submitted.staged))
+                return judge_all(todo, self.reports, self.judges,
+                                 self.judged)
+            finally:
+                shutil.rmtree(stage_root, ignore_errors=True)
+
+    def not_graded(self, submitted: Submitted) -> None:
+        """A submission the grader cannot even start on: 0, and why."""
+        row = error_row(submitted.student, submitted.notebook,
+                        f"could not grade: {submitted.problem}")
+        write_atomic(self.reports / f"{submitted.student}.json",
+                     json.dumps({**row, "error": row["errors"]},
+                                indent=2) + "\n")
+        self.finish(submitted, row, failed_verdict(self.route,
+                                                   row["errors"]), 0.0)
+
+    def judged(self, entry: Entry, row: dict, record: dict | None,
+               seconds: float) -> None:
+        """A judge finished (:func:`grader.batch.judge_all`'s callback)."""
+        submitted = self.by_student[entry.student]
+        staged = self.staged_at[entry.student]
+        real = str(self.root.resolve())
+        record = unstage(record, self.reports, entry.student, staged, real)
+        row = _replaced(row, staged, real)
+        verdict = verdict_from(self.route, row, record,
+                               self.reports / entry.student)
+        self.finish(submitted, row, verdict, seconds)
+
+    def finish(self, submitted: Submitted, row: dict, verdict: Verdict,
+               seconds: float) -> None:
+        """Keep the row; record the verdict in the gradebook."""
+        row["path"] = str(submitted.notebook)
+        verdict.notes = submitted.notes + verdict.notes
+        self.rows[submitted.student] = row
+        write_csv(self.out, list(self.rows.values()))
+        try:
+            problem = self.converter.record(submitted, verdict)
+        except (Exception, SystemExit) as exc:
+            problem = (f"could not record in the gradebook: "
+                       f"{type(exc).__name__}: {one_line(str(exc), 300)}")
+        if problem:
+            self.unrecorded[submitted.student] = problem
+        self.progress.update(row, seconds)
 
 
 def run_nbgrader(args: argparse.Namespace) -> int:
@@ -667,75 +781,23 @@ def run_nbgrader(args: argparse.Namespace) -> int:
         raise CliError(f"no submissions of {args.assignment_id} in {where}")
     out = Path(args.out) if args.out else \
         Path(coursedir.root) / "grader_results" / f"{args.assignment_id}.csv"
-    reports = out.with_name(out.name + ".reports")
-    try:
-        _check_writable(out.parent)
-        _check_writable(reports)
-    except BatchError as exc:
-        raise CliError(str(exc)) from exc
-
     judges = argparse.Namespace(
         assignment=route.kit.id, public_only=False, seed=args.seed,
         timeout=args.timeout, memory=args.memory, no_feedback=False,
         jobs=args.jobs)
-    _prewarm(judges)
-    converter = recorder(app, route)
-    course_root = str(Path(coursedir.root).resolve())
-    stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
-    by_student = {s.student: s for s in submissions}
-    rows: dict[str, dict] = {}
-    if args.student:
-        rows = _kept_rows(find_submissions(coursedir, route), by_student,
-                          reports)
-    unrecorded: dict[str, str] = {}
-    progress = _Progress(len(submissions), 0)
-
-    def finish(submitted: Submitted, row: dict, verdict: Verdict,
-               seconds: float) -> None:
-        row["path"] = str(submitted.notebook)
-        verdict.notes = submitted.notes + verdict.notes
-        rows[submitted.student] = row
-        write_csv(out, list(rows.values()))
-        try:
-            problem = converter.record(submitted, verdict)
-        except (Exception, SystemExit) as exc:
-            problem = (f"could not record in the gradebook: "
-                       f"{type(exc).__name__}: {one_line(str(exc), 300)}")
-        if problem:
-            unrecorded[submitted.student] = problem
-        progress.update(row, seconds)
-
-    def done(entry: Entry, row: dict, record: dict | None,
-             seconds: float) -> None:
-        submitted = by_student[entry.student]
-        staged = str(stage_root / str(index_of[entry.student]))
-        record = unstage(record, reports, entry.student, staged,
-                         course_root)
-        row = _replaced(row, staged, course_root)
-        verdict = verdict_from(route, row, record, reports / entry.student)
-        finish(submitted, row, verdict, seconds)
-
-    todo, index_of = [], {}
+    run = ClassRun(app, route, submissions, out, judges)
     try:
-        for index, submitted in enumerate(submissions):
-            index_of[submitted.student] = index
-            stage(submitted, route, Path(coursedir.root), stage_root, index)
-            if submitted.problem:
-                row = error_row(submitted.student, submitted.notebook,
-                                f"could not grade: {submitted.problem}")
-                write_atomic(reports / f"{submitted.student}.json",
-                             json.dumps({**row, "error": row["errors"]},
-                                        indent=2) + "\n")
-                finish(submitted, row,
-                       failed_verdict(route, row["errors"]), 0.0)
-            else:
-                todo.append(Entry(submitted.student, submitted.staged))
-        stop = judge_all(todo, reports, judges, done)
-    finally:
-        shutil.rmtree(stage_root, ignore_errors=True)
-    write_csv(out, list(rows.values()))
-    # (A class summary of ``rows`` belongs here, beside the CSV.)
-    ran = [rows[s.student] for s in submissions if s.student in rows]
+        _check_writable(out.parent)
+        _check_writable(run.reports)
+    except BatchError as exc:
+        raise CliError(str(exc)) from exc
+    if args.student:
+        run.keep_other_rows()
+    stop = run.run()
+    write_csv(out, list(run.rows.values()))
+    # (A class summary of ``run.rows`` belongs here, beside the CSV.)
+    ran = [run.rows[s.student] for s in submissions
+           if s.student in run.rows]
     errors = [r for r in ran if r["status"] == STATUS_ERROR]
     if stop:
         sys.stderr.write(f"\ninterrupted: {len(ran)} of "
@@ -752,6 +814,6 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     for row in errors:
         sys.stdout.write(f"  0 points, not graded: {clean(row['student'])}:"
                          f" {row['errors']}\n")
-    for student, problem in unrecorded.items():
+    for student, problem in run.unrecorded.items():
         sys.stdout.write(f"  not recorded: {clean(student)}: {problem}\n")
-    return 0 if not (errors or unrecorded) else 1
+    return 0 if not (errors or run.unrecorded) else 1

@@ -54,7 +54,8 @@ EXPECTED = {
     "bob": ZERO,                         # the release, untouched
     "carol": dict(zip(CELLS, (1, 2, 0, 3, 0, 2))),  # unscaled, bad mask
     "dave": FULL,                        # the release + a written module
-    "mallory": ZERO,                     # the release + a kernel hijack
+    "mallory": ZERO,                     # the release + a kernel hijack,
+                                         # forged and deleted graded cells
     "eve": ZERO,                         # no notebook at all
     "frank": ZERO,                       # a notebook that is not JSON
     "grace": ZERO,                       # module: a link to the solution
@@ -137,6 +138,14 @@ def _submit_class(course: Path) -> None:
     notebook["cells"] = [c for c in notebook["cells"]
                          if c.get("id") != "task2_output"]
     _cell(notebook, "task1_forward")["metadata"]["nbgrader"]["points"] = 100
+    forged = {"grade": True, "grade_id": "extra_points", "locked": False,
+              "points": 50.0, "schema_version": 3, "solution": False,
+              "task": False}
+    copied = dict(_cell(notebook, "task1_init")["metadata"]["nbgrader"])
+    for meta, source in ((forged, "50.0"), (copied, "1.0")):
+        notebook["cells"].append({
+            "cell_type": "code", "execution_count": None,
+            "metadata": {"nbgrader": meta}, "outputs": [], "source": source})
     (mallory / NOTEBOOK).write_text(json.dumps(notebook))
 
     eve = course / "submitted" / "eve" / HW
@@ -303,6 +312,10 @@ def test_autograded_cells_hold_the_grader_verdict(course):
                   if c["metadata"].get("nbgrader", {}).get("grade")
                   and c["cell_type"] == "code"}
         assert set(graded) == set(CELLS), student
+        assert len(graded) == sum(
+            1 for c in notebook["cells"]
+            if c["metadata"].get("nbgrader", {}).get("grade")
+            and c["cell_type"] == "code"), student
         for name, cell in graded.items():
             kinds = [o["output_type"] for o in cell["outputs"]]
             assert kinds[0] == "stream" and kinds[-1] == "execute_result"
