@@ -6,13 +6,14 @@ under another id (``warmup``, its notebook keeping the kit's name). Every
 step runs for real with nbgrader 0.9.6: ``generate_assignment``; a class in
 ``submitted/`` (the solution notebook, the untouched release, a partly
 correct notebook, the release with the classes in the module, a notebook
-that hijacks its kernel, no notebook, a notebook that is not JSON, a module
-that is a link to the reference solution); a plain ``nbgrader autograde``
-of two of them first, as a course may have run; then ``python -m grader
-nbgrader``, ``generate_feedback`` and ``export``. The gradebook's automatic
-scores, per cell and per student, must be the credits of ``python -m
-grader grade`` on the same notebook, with the instructor's secret seed.
-Slow: about two minutes.
+that hijacks its kernel, one with forged graded cells, no notebook, a
+notebook that is not JSON, a module that is a link to the reference
+solution); a plain ``nbgrader autograde`` of two of them first, as a
+course may have run; then ``python -m grader nbgrader``,
+``generate_feedback`` and ``export``. The gradebook's automatic scores, per
+cell and per student, must be the credits of ``python -m grader grade`` on
+the same notebook, with the instructor's secret seed. Slow: a few
+minutes.
 """
 from __future__ import annotations
 
@@ -54,14 +55,14 @@ EXPECTED = {
     "bob": ZERO,                         # the release, untouched
     "carol": dict(zip(CELLS, (1, 2, 0, 3, 0, 2))),  # unscaled, bad mask
     "dave": FULL,                        # the release + a written module
-    "mallory": ZERO,                     # the release + a kernel hijack,
-                                         # forged and deleted graded cells
+    "mallory": ZERO,                     # the release + a kernel hijack
+    "trudy": ZERO,                       # the release + forged graded cells
     "eve": ZERO,                         # no notebook at all
     "frank": ZERO,                       # a notebook that is not JSON
     "grace": ZERO,                       # module: a link to the solution
 }
 # Graded from their notebook: the same points as `python -m grader grade`.
-GRADED = ("alice", "bob", "carol", "dave", "mallory")
+GRADED = ("alice", "bob", "carol", "dave", "mallory", "trudy")
 MANUAL = ("alice", "q1", 1.0)            # a TA's grade that must survive
 
 
@@ -138,6 +139,10 @@ def _submit_class(course: Path) -> None:
     notebook["cells"] = [c for c in notebook["cells"]
                          if c.get("id") != "task2_output"]
     _cell(notebook, "task1_forward")["metadata"]["nbgrader"]["points"] = 100
+    (mallory / NOTEBOOK).write_text(json.dumps(notebook))
+
+    trudy = submit("trudy", release)
+    notebook = json.loads((trudy / NOTEBOOK).read_text())
     forged = {"grade": True, "grade_id": "extra_points", "locked": False,
               "points": 50.0, "schema_version": 3, "solution": False,
               "task": False}
@@ -146,7 +151,7 @@ def _submit_class(course: Path) -> None:
         notebook["cells"].append({
             "cell_type": "code", "execution_count": None,
             "metadata": {"nbgrader": meta}, "outputs": [], "source": source})
-    (mallory / NOTEBOOK).write_text(json.dumps(notebook))
+    (trudy / NOTEBOOK).write_text(json.dumps(notebook))
 
     eve = course / "submitted" / "eve" / HW
     eve.mkdir(parents=True)
@@ -232,7 +237,7 @@ def test_route_reports_every_student(course):
     """Exit 1 (some could not be graded); each of them named, with why."""
     route = course.route
     assert route.returncode == 1, route.stderr[-3000:]
-    assert "graded 6 of 8 submissions of multi_head_attention" in \
+    assert "graded 7 of 9 submissions of multi_head_attention" in \
         route.stdout
     lines = route.stdout.splitlines()
     assert any("eve" in line and f"no {NOTEBOOK}" in line
