@@ -14,15 +14,18 @@ that no student code runs in a kernel:
    (:func:`grader.batch.judge_all`: a warm parent, one forked judge per
    submission, the sandboxed workers), exactly as ``python -m grader grade
    NOTEBOOK --assignment KIT_ID`` grades them.
-2. **Record.** nbgrader's own ``Autograde`` converter then writes the
-   student and the submission into the gradebook (timestamp, late
-   penalty), copies the submission to ``autograded/``, and runs its
-   sanitizing preprocessors on the notebook (outputs cleared, graded cells
-   restored from the source), with its ``Execute`` step replaced by
-   :class:`GraderOutputs`: each autograded cell's output is the grader's
+2. **Record.** In a recording process of its own (:class:`Recorder`, fed
+   as the judges finish, so that grading never waits for it), nbgrader's
+   own ``Autograde`` converter writes the student and the submission into
+   the gradebook (timestamp, late penalty), copies the submission to
+   ``autograded/``, and runs its sanitizing preprocessors on the notebook
+   (outputs cleared, graded cells restored from the source; before them,
+   ``TrustGradebookCells`` makes the gradebook, not the submission, say
+   which cells are graded), with its ``Execute`` step replaced by
+   ``GraderOutputs``: each autograded cell's output is the grader's
    message for its rubric item and its value the item's credit (penalties
    absorbed per task, :func:`grader.notebook.nbgrader_credits`).
-   :class:`SaveGraderScores` then sets each autograded cell's automatic
+   ``SaveGraderScores`` then sets each autograded cell's automatic
    score from the grader's report, whatever the notebook holds. Manual
    grades (Q1-Q5, or an override of an automatic score) are never erased.
 
@@ -47,10 +50,12 @@ import argparse
 import base64
 import json
 import logging
-import warnings
+import os
 import shutil
+import signal
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -620,7 +625,7 @@ def recorder(app: Any, route: Route) -> Any:
     return converter
 
 
-def _kept_rows(everyone: list[Submitted], chosen: dict[str, Submitted],
+def _kept_rows(everyone: list[Submitted], chosen: set[str],
                reports: Path) -> dict[str, dict]:
     """The CSV rows of the students not graded by this run, from their
     saved reports (a ``--student`` run keeps the others' rows)."""
@@ -678,6 +683,87 @@ def _copy(resources: dict) -> dict:
 # The command
 
 
+class Recorder:
+    """nbgrader's recording, in a process of its own (forked from the
+    grader, so trusted) that takes the students one by one from a pipe:
+    the judges' loop never waits for it, and nothing it does can stop
+    the grading. ``send`` queues a student; ``close`` waits for the queue
+    to drain and returns each student's recording problem (if any)."""
+
+    END = b"end\n"
+
+    def __init__(self, app: Any, route: Route, run: "ClassRun",
+                 spool: Path) -> None:
+        self.spool = spool
+        self.results = spool / "recorded.jsonl"
+        self.sent: list[str] = []
+        read_fd, self.send_fd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 0
+            try:
+                os.close(self.send_fd)
+                # Ctrl-C reaches the whole process group: finish the queue.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                self._serve(read_fd, app, route, run)
+            except BaseException:
+                code = 70
+            finally:
+                os._exit(code)
+        os.close(read_fd)
+
+    def _serve(self, read_fd: int, app: Any, route: Route,
+               run: "ClassRun") -> None:
+        with one_engine_per_database(), os.fdopen(read_fd, "rb") as queue:
+            converter = recorder(app, route)
+            for line in queue:
+                if line == self.END:
+                    return
+                message = json.loads((self.spool / f"{int(line)}.json")
+                                     .read_text(encoding="utf-8"))
+                submitted = run.submissions[int(line)]
+                try:
+                    verdict = run.verdict(submitted, message["row"],
+                                          message["record"])
+                    problem = converter.record(submitted, verdict)
+                except (Exception, SystemExit) as exc:
+                    problem = (f"could not record in the gradebook: "
+                               f"{type(exc).__name__}: "
+                               f"{one_line(str(exc), 300)}")
+                with self.results.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps({"student": submitted.student,
+                                          "problem": problem}) + "\n")
+
+    def send(self, index: int, row: dict, record: dict | None) -> None:
+        """Queue student ``index`` with the judge's row and record."""
+        write_atomic(self.spool / f"{index}.json",
+                     json.dumps({"row": row, "record": record}))
+        self.sent.append(str(index))
+        try:
+            os.write(self.send_fd, f"{index}\n".encode())
+        except BrokenPipeError:
+            pass  # reported by close(): never recorded
+
+    def close(self, students: list[str]) -> dict[str, str]:
+        """Wait for everything sent; student -> problem (empty: none)."""
+        try:
+            os.write(self.send_fd, self.END)
+        except BrokenPipeError:
+            pass
+        os.close(self.send_fd)
+        os.waitpid(self.pid, 0)
+        problems = {students[int(i)]: "the recording process ended "
+                    "before recording it" for i in self.sent}
+        try:
+            lines = self.results.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            result = json.loads(line)
+            problems[result["student"]] = result["problem"]
+        return {s: p for s, p in problems.items() if p}
+
+
 class ClassRun:
     """One run of the route over a class: grade, record, keep the rows."""
 
@@ -688,40 +774,51 @@ class ClassRun:
         self.out = out
         self.reports = out.with_name(out.name + ".reports")
         self.root = Path(app.coursedir.root)
+        self.real = str(self.root.resolve())
         self.rows: dict[str, dict] = {}
         self.unrecorded: dict[str, str] = {}
-        self.by_student = {s.student: s for s in submissions}
-        self.staged_at: dict[str, str] = {}
+        self.index = {s.student: i for i, s in enumerate(submissions)}
+        self.stage_root = Path()
         self.progress = _Progress(len(submissions), 0)
-        self.converter: Any = None
+        self.recorder: Recorder | None = None
 
     def keep_other_rows(self) -> None:
         """Keep the CSV rows of the students this run does not grade."""
         everyone = find_submissions(self.app.coursedir, self.route)
-        self.rows = _kept_rows(everyone, self.by_student, self.reports)
+        self.rows = _kept_rows(everyone, set(self.index), self.reports)
+
+    def staged(self, submitted: Submitted) -> str:
+        """Where ``submitted`` was staged (the prefix reports must lose)."""
+        return str(self.stage_root / str(self.index[submitted.student]))
 
     def run(self) -> list[int]:
         """Grade and record everyone; the signals that interrupted it."""
-        _prewarm(self.judges)
-        stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
-        with one_engine_per_database():
-            self.converter = recorder(self.app, self.route)
+        self.stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
+        try:
+            for index, submitted in enumerate(self.submissions):
+                stage(submitted, self.route, self.root, self.stage_root,
+                      index)
+            # Forked once everything it reads is known: the staged files.
+            self.recorder = Recorder(self.app, self.route, self,
+                                     self.stage_root)
+            stop: list[int] = []
             try:
+                _prewarm(self.judges)
                 todo = []
-                for index, submitted in enumerate(self.submissions):
-                    stage(submitted, self.route, self.root, stage_root,
-                          index)
-                    self.staged_at[submitted.student] = str(
-                        stage_root / str(index))
+                for submitted in self.submissions:
                     if submitted.problem:
                         self.not_graded(submitted)
                     else:
                         todo.append(Entry(submitted.student,
                                           submitted.staged))
-                return judge_all(todo, self.reports, self.judges,
+                stop = judge_all(todo, self.reports, self.judges,
                                  self.judged)
             finally:
-                shutil.rmtree(stage_root, ignore_errors=True)
+                self.unrecorded = self.recorder.close(
+                    [s.student for s in self.submissions])
+            return stop
+        finally:
+            shutil.rmtree(self.stage_root, ignore_errors=True)
 
     def not_graded(self, submitted: Submitted) -> None:
         """A submission the grader cannot even start on: 0, and why."""
@@ -730,36 +827,38 @@ class ClassRun:
         write_atomic(self.reports / f"{submitted.student}.json",
                      json.dumps({**row, "error": row["errors"]},
                                 indent=2) + "\n")
-        self.finish(submitted, row, failed_verdict(self.route,
-                                                   row["errors"]), 0.0)
+        self.finish(submitted, row, None, 0.0)
 
     def judged(self, entry: Entry, row: dict, record: dict | None,
                seconds: float) -> None:
         """A judge finished (:func:`grader.batch.judge_all`'s callback)."""
-        submitted = self.by_student[entry.student]
-        staged = self.staged_at[entry.student]
-        real = str(self.root.resolve())
-        record = unstage(record, self.reports, entry.student, staged, real)
-        row = _replaced(row, staged, real)
-        verdict = verdict_from(self.route, row, record,
-                               self.reports / entry.student)
-        self.finish(submitted, row, verdict, seconds)
+        submitted = self.submissions[self.index[entry.student]]
+        self.finish(submitted, _replaced(row, self.staged(submitted),
+                                         self.real), record, seconds)
 
-    def finish(self, submitted: Submitted, row: dict, verdict: Verdict,
+    def finish(self, submitted: Submitted, row: dict, record: dict | None,
                seconds: float) -> None:
-        """Keep the row; record the verdict in the gradebook."""
+        """Keep the row; queue the student for recording."""
         row["path"] = str(submitted.notebook)
-        verdict.notes = submitted.notes + verdict.notes
         self.rows[submitted.student] = row
         write_csv(self.out, list(self.rows.values()))
-        try:
-            problem = self.converter.record(submitted, verdict)
-        except (Exception, SystemExit) as exc:
-            problem = (f"could not record in the gradebook: "
-                       f"{type(exc).__name__}: {one_line(str(exc), 300)}")
-        if problem:
-            self.unrecorded[submitted.student] = problem
+        self.recorder.send(self.index[submitted.student], row, record)
         self.progress.update(row, seconds)
+
+    def verdict(self, submitted: Submitted, row: dict,
+                record: dict | None) -> Verdict:
+        """The verdict to record (in the recording process): the saved
+        reports show the course's paths; the staging notes come first."""
+        if record is None or row["status"] == STATUS_ERROR:
+            verdict = failed_verdict(self.route, row["errors"]
+                                     or "could not grade")
+        else:
+            record = unstage(record, self.reports, submitted.student,
+                             self.staged(submitted), self.real)
+            verdict = verdict_from(self.route, row, record,
+                                   self.reports / submitted.student)
+        verdict.notes = submitted.notes + verdict.notes
+        return verdict
 
 
 def run_nbgrader(args: argparse.Namespace) -> int:
