@@ -242,6 +242,7 @@ class Submitted:
     staged: Path | None = None
     problem: str = ""
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def find_submissions(coursedir: Any, route: Route,
@@ -310,6 +311,7 @@ def stage(submitted: Submitted, route: Route, root: Path,
     layout, so that the grader sees the submission's files and nothing
     else (no module of a parent folder, no link out of the submission)."""
     folder = submitted.folder
+    submitted.warnings = _timestamp_problem(folder)
     try:
         relative = folder.relative_to(root)
     except ValueError:
@@ -340,6 +342,25 @@ def stage(submitted: Submitted, route: Route, root: Path,
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, destination)
     submitted.staged = target / route.notebook_name
+
+
+def _timestamp_problem(folder: Path) -> list[str]:
+    """nbgrader stops at a ``timestamp.txt`` that is not a date; the route
+    records such a submission without a time, and says so."""
+    from nbgrader.utils import parse_utc
+
+    path = folder / "timestamp.txt"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return []
+    try:
+        if text:
+            parse_utc(text)
+        return []
+    except Exception:
+        return [f"timestamp.txt is not a date ({clean(one_line(text, 60))}):"
+                f" recorded without a submission time"]
 
 
 # --------------------------------------------------------------------------
@@ -613,6 +634,15 @@ def recorder(app: Any, route: Route) -> Any:
             self.set_permissions(route.assignment_id, student)
             return problem
 
+    timestamp = app.coursedir.get_existing_timestamp
+
+    def lenient_timestamp(path: str) -> Any:
+        try:
+            return timestamp(path)
+        except Exception:  # not a date: warned about when staged
+            return None
+
+    app.coursedir.get_existing_timestamp = lenient_timestamp
     converter = OutsideKernel(coursedir=app.coursedir, parent=app)
     converter.force = True
     converter.writer = FilesWriter(parent=converter,
@@ -857,7 +887,7 @@ class ClassRun:
                              self.staged(submitted), self.real)
             verdict = verdict_from(self.route, row, record,
                                    self.reports / submitted.student)
-        verdict.notes = submitted.notes + verdict.notes
+        verdict.notes = submitted.notes + submitted.warnings + verdict.notes
         return verdict
 
 
@@ -913,6 +943,10 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     for row in errors:
         sys.stdout.write(f"  0 points, not graded: {clean(row['student'])}:"
                          f" {row['errors']}\n")
+    for submitted in submissions:
+        for warning in submitted.warnings:
+            sys.stdout.write(f"  note: {clean(submitted.student)}: "
+                             f"{warning}\n")
     for student, problem in run.unrecorded.items():
         sys.stdout.write(f"  not recorded: {clean(student)}: {problem}\n")
     return 0 if not (errors or run.unrecorded) else 1

@@ -8,12 +8,12 @@ step runs for real with nbgrader 0.9.6: ``generate_assignment``; a class in
 correct notebook, the release with the classes in the module, a notebook
 that hijacks its kernel, one with forged graded cells, no notebook, a
 notebook that is not JSON, a module that is a link to the reference
-solution); a plain ``nbgrader autograde`` of two of them first, as a
-course may have run; then ``python -m grader nbgrader``,
-``generate_feedback`` and ``export``. The gradebook's automatic scores, per
-cell and per student, must be the credits of ``python -m grader grade`` on
-the same notebook, with the instructor's secret seed. Slow: a few
-minutes.
+solution, a timestamp that is not a date); a plain ``nbgrader
+autograde`` of two of them first, as a course may have run; then ``python
+-m grader nbgrader``, ``generate_feedback`` and ``export``. The
+gradebook's automatic scores, per cell and per student, must be the
+credits of ``python -m grader grade`` on the same notebook, with the
+instructor's secret seed. Slow: a few minutes.
 """
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ EXPECTED = {
     "eve": ZERO,                         # no notebook at all
     "frank": ZERO,                       # a notebook that is not JSON
     "grace": ZERO,                       # module: a link to the solution
+    "ivan": FULL,                        # timestamp.txt is not a date
 }
 # Graded from their notebook: the same points as `python -m grader grade`.
 GRADED = ("alice", "bob", "carol", "dave", "mallory", "trudy")
@@ -147,10 +148,10 @@ def _submit_class(course: Path) -> None:
               "points": 50.0, "schema_version": 3, "solution": False,
               "task": False}
     copied = dict(_cell(notebook, "task1_init")["metadata"]["nbgrader"])
-    for meta, source in ((forged, "50.0"), (copied, "1.0")):
+    for meta, code in ((forged, "50.0"), (copied, "1.0")):
         notebook["cells"].append({
             "cell_type": "code", "execution_count": None,
-            "metadata": {"nbgrader": meta}, "outputs": [], "source": source})
+            "metadata": {"nbgrader": meta}, "outputs": [], "source": code})
     (trudy / NOTEBOOK).write_text(json.dumps(notebook))
 
     eve = course / "submitted" / "eve" / HW
@@ -158,6 +159,8 @@ def _submit_class(course: Path) -> None:
     (eve / "answers.txt").write_text("I wrote it in a text file.\n")
     frank = submit("frank", release)
     (frank / NOTEBOOK).write_text("{ this is not a notebook")
+    ivan = submit("ivan", source)
+    (ivan / "timestamp.txt").write_text("the day before the deadline\n")
     grace = submit("grace", release)
     module = grace / "transformer_lm" / "modeling_attention.py"
     module.unlink()
@@ -237,7 +240,7 @@ def test_route_reports_every_student(course):
     """Exit 1 (some could not be graded); each of them named, with why."""
     route = course.route
     assert route.returncode == 1, route.stderr[-3000:]
-    assert "graded 7 of 9 submissions of multi_head_attention" in \
+    assert "graded 8 of 10 submissions of multi_head_attention" in \
         route.stdout
     lines = route.stdout.splitlines()
     assert any("eve" in line and f"no {NOTEBOOK}" in line
@@ -247,6 +250,8 @@ def test_route_reports_every_student(course):
     assert any("frank" in line and f"{frank} is not a valid notebook: "
                f"invalid JSON" in line for line in lines), lines
     assert "not recorded" not in route.stdout
+    assert any(line.startswith("  note: ivan: timestamp.txt is not a date")
+               for line in lines), lines
 
 
 def test_gradebook_scores_per_cell(course):
