@@ -66,7 +66,8 @@ from grader.batch import (STATUS_ERROR, BatchError, Entry, _check_writable,
                           row_from_report, write_csv)
 from grader.files import write_atomic
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
-from grader.rubric import Assignment, assignments, get_assignment
+from grader.rubric import (Assignment, RubricError, assignments,
+                           get_assignment)
 from grader.text import clean, listing, one_line
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -104,6 +105,23 @@ class Route:
     def notebook_name(self) -> str:
         """The graded notebook's file name."""
         return f"{self.notebook_id}.ipynb"
+
+    def as_json(self) -> dict:
+        """The route as plain data (the kit assignment by its id)."""
+        return {"assignment_id": self.assignment_id,
+                "notebook_id": self.notebook_id, "kit": self.kit.id,
+                "cells": [vars(c) for c in self.cells],
+                "metadata": self.metadata,
+                "release": str(self.release) if self.release else None}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Route:
+        """The route :meth:`as_json` describes."""
+        return cls(data["assignment_id"], data["notebook_id"],
+                   get_assignment(data["kit"]),
+                   tuple(GradedCell(**c) for c in data["cells"]),
+                   data["metadata"],
+                   Path(data["release"]) if data["release"] else None)
 
 
 @dataclass
@@ -243,6 +261,23 @@ class Submitted:
     problem: str = ""
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        """The submission as plain data."""
+        return {"student": self.student, "folder": str(self.folder),
+                "notebook": str(self.notebook),
+                "staged": str(self.staged) if self.staged else None,
+                "problem": self.problem, "notes": self.notes,
+                "warnings": self.warnings}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Submitted:
+        """The submission :meth:`as_json` describes."""
+        return cls(data["student"], Path(data["folder"]),
+                   Path(data["notebook"]),
+                   Path(data["staged"]) if data["staged"] else None,
+                   data["problem"], list(data["notes"]),
+                   list(data["warnings"]))
 
 
 def find_submissions(coursedir: Any, route: Route,
@@ -713,48 +748,102 @@ def _copy(resources: dict) -> dict:
 # The command
 
 
+def course_verdict(route: Route, submitted: Submitted, row: dict,
+                   record: dict | None, staged: str, real: str,
+                   reports: Path) -> Verdict:
+    """What ``submitted``'s cells get: the judge's record (or the reason it
+    has none), the staging prefix ``staged`` replaced by the course's
+    ``real`` path in every saved report, the staging notes first."""
+    if record is None or row["status"] == STATUS_ERROR:
+        verdict = failed_verdict(route, row["errors"] or "could not grade")
+    else:
+        record = unstage(record, reports, submitted.student, staged, real)
+        verdict = verdict_from(route, row, record,
+                               reports / submitted.student)
+    verdict.notes = submitted.notes + submitted.warnings + verdict.notes
+    return verdict
+
+
 class Recorder:
-    """nbgrader's recording, in a process of its own (forked from the
-    grader, so trusted) that takes the students one by one from a pipe:
-    the judges' loop never waits for it, and nothing it does can stop
-    the grading. ``send`` queues a student; ``close`` waits for the queue
-    to drain and returns each student's recording problem (if any)."""
+    """The nbgrader side of the route, in a process of its own, forked from
+    the grader (so trusted) before anything heavy is imported: it opens the
+    course and resolves the route (while the grader imports torch), then
+    records the students one by one as their judges finish, fed through a
+    pipe, so that the judges' loop never waits for nbgrader and nothing
+    nbgrader does can stop the grading.
+
+    ``plan()`` returns the route and the submissions (or raises
+    :class:`CourseError`); ``send()`` queues a student; ``close()`` waits
+    for the queue to drain and returns each student's recording problem.
+    """
 
     END = b"end\n"
 
-    def __init__(self, app: Any, route: Route, run: "ClassRun",
-                 spool: Path) -> None:
-        self.spool = spool
-        self.results = spool / "recorded.jsonl"
-        self.sent: list[str] = []
-        read_fd, self.send_fd = os.pipe()
+    def __init__(self, args: argparse.Namespace, root: Path,
+                 stage_root: Path, reports: Path) -> None:
+        self.stage_root, self.reports = stage_root, reports
+        self.results = stage_root / "recorded.jsonl"
+        self.sent: dict[str, str] = {}
+        plan_read, plan_write = os.pipe()
+        queue_read, self.send_fd = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             code = 0
             try:
+                os.close(plan_read)
                 os.close(self.send_fd)
                 # Ctrl-C reaches the whole process group: finish the queue.
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-                self._serve(read_fd, app, route, run)
+                self._serve(args, root, plan_write, queue_read)
             except BaseException:
                 code = 70
             finally:
                 os._exit(code)
-        os.close(read_fd)
+        os.close(plan_write)
+        os.close(queue_read)
+        self.plan_fd: int | None = plan_read
 
-    def _serve(self, read_fd: int, app: Any, route: Route,
-               run: "ClassRun") -> None:
-        with one_engine_per_database(), os.fdopen(read_fd, "rb") as queue:
+    # -- in the recording process ----------------------------------------
+
+    def _serve(self, args: argparse.Namespace, root: Path, plan_fd: int,
+               queue_fd: int) -> None:
+        try:
+            app = open_course(root)
+            route = resolve_route(app.coursedir, args.assignment_id,
+                                  args.kit_assignment)
+            chosen = find_submissions(app.coursedir, route, args.student)
+            everyone = (find_submissions(app.coursedir, route)
+                        if args.student else chosen)
+            plan = {"route": route.as_json(),
+                    "chosen": [s.as_json() for s in chosen],
+                    "everyone": [s.as_json() for s in everyone],
+                    "db_url": app.coursedir.db_url,
+                    "root": str(Path(app.coursedir.root).resolve()),
+                    "autograded": app.coursedir.autograded_directory}
+        except (CourseError, RubricError) as exc:
+            plan = {"error": str(exc)}
+        except Exception as exc:
+            plan = {"error": f"nbgrader could not open the course: "
+                             f"{type(exc).__name__}: {one_line(str(exc))}"}
+        with os.fdopen(plan_fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps(plan))
+        if "error" in plan:
+            return
+        real = str(Path(app.coursedir.root).resolve())
+        with one_engine_per_database(), os.fdopen(queue_fd, "rb") as queue:
             converter = recorder(app, route)
             for line in queue:
                 if line == self.END:
                     return
-                message = json.loads((self.spool / f"{int(line)}.json")
+                index = int(line)
+                message = json.loads((self.stage_root / f"{index}.json")
                                      .read_text(encoding="utf-8"))
-                submitted = run.submissions[int(line)]
+                submitted = Submitted.from_json(message["submitted"])
                 try:
-                    verdict = run.verdict(submitted, message["row"],
-                                          message["record"])
+                    verdict = course_verdict(
+                        route, submitted, message["row"],
+                        message["record"], str(self.stage_root / str(index)),
+                        real, self.reports)
                     problem = converter.record(submitted, verdict)
                 except (Exception, SystemExit) as exc:
                     problem = (f"could not record in the gradebook: "
@@ -764,26 +853,47 @@ class Recorder:
                     out.write(json.dumps({"student": submitted.student,
                                           "problem": problem}) + "\n")
 
-    def send(self, index: int, row: dict, record: dict | None) -> None:
+    # -- in the grader ------------------------------------------------------
+
+    def plan(self) -> dict:
+        """The route and the submissions; CourseError if there are none."""
+        with os.fdopen(self.plan_fd, "r", encoding="utf-8") as stream:
+            self.plan_fd = None
+            text = stream.read()
+        try:
+            plan = json.loads(text)
+        except json.JSONDecodeError:
+            raise CourseError("the nbgrader process ended before it read "
+                              "the course") from None
+        if "error" in plan:
+            raise CourseError(plan["error"])
+        return plan
+
+    def send(self, index: int, submitted: Submitted, row: dict,
+             record: dict | None) -> None:
         """Queue student ``index`` with the judge's row and record."""
-        write_atomic(self.spool / f"{index}.json",
-                     json.dumps({"row": row, "record": record}))
-        self.sent.append(str(index))
+        write_atomic(self.stage_root / f"{index}.json", json.dumps(
+            {"submitted": submitted.as_json(), "row": row,
+             "record": record}))
+        self.sent[submitted.student] = str(index)
         try:
             os.write(self.send_fd, f"{index}\n".encode())
         except BrokenPipeError:
             pass  # reported by close(): never recorded
 
-    def close(self, students: list[str]) -> dict[str, str]:
-        """Wait for everything sent; student -> problem (empty: none)."""
+    def close(self) -> dict[str, str]:
+        """Wait for everything sent; student -> problem (none: absent)."""
+        if self.plan_fd is not None:
+            os.close(self.plan_fd)  # it may be blocked writing the plan
+            self.plan_fd = None
         try:
             os.write(self.send_fd, self.END)
         except BrokenPipeError:
             pass
         os.close(self.send_fd)
         os.waitpid(self.pid, 0)
-        problems = {students[int(i)]: "the recording process ended "
-                    "before recording it" for i in self.sent}
+        problems = {student: "the recording process ended before "
+                    "recording it" for student in self.sent}
         try:
             lines = self.results.read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -795,66 +905,38 @@ class Recorder:
 
 
 class ClassRun:
-    """One run of the route over a class: grade, record, keep the rows."""
+    """One run of the route over a class: grade, queue for recording, keep
+    the grader's rows."""
 
-    def __init__(self, app: Any, route: Route, submissions: list[Submitted],
-                 out: Path, judges: argparse.Namespace) -> None:
-        self.app, self.route, self.judges = app, route, judges
-        self.submissions = submissions
-        self.out = out
-        self.reports = out.with_name(out.name + ".reports")
-        self.root = Path(app.coursedir.root)
-        self.real = str(self.root.resolve())
+    def __init__(self, route: Route, submissions: list[Submitted],
+                 root: Path, out: Path, recorder: Recorder,
+                 judges: argparse.Namespace) -> None:
+        self.route, self.submissions, self.judges = route, submissions, judges
+        self.root, self.out = root, out
+        self.recorder = recorder
+        self.real = str(root.resolve())
         self.rows: dict[str, dict] = {}
-        self.unrecorded: dict[str, str] = {}
         self.index = {s.student: i for i, s in enumerate(submissions)}
-        self.stage_root = Path()
         self.progress = _Progress(len(submissions), 0)
-        self.recorder: Recorder | None = None
-
-    def keep_other_rows(self) -> None:
-        """Keep the CSV rows of the students this run does not grade."""
-        everyone = find_submissions(self.app.coursedir, self.route)
-        self.rows = _kept_rows(everyone, set(self.index), self.reports)
-
-    def staged(self, submitted: Submitted) -> str:
-        """Where ``submitted`` was staged (the prefix reports must lose)."""
-        return str(self.stage_root / str(self.index[submitted.student]))
 
     def run(self) -> list[int]:
-        """Grade and record everyone; the signals that interrupted it."""
-        self.stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
-        try:
-            for index, submitted in enumerate(self.submissions):
-                stage(submitted, self.route, self.root, self.stage_root,
-                      index)
-            # Forked once everything it reads is known: the staged files.
-            self.recorder = Recorder(self.app, self.route, self,
-                                     self.stage_root)
-            stop: list[int] = []
-            try:
-                _prewarm(self.judges)
-                todo = []
-                for submitted in self.submissions:
-                    if submitted.problem:
-                        self.not_graded(submitted)
-                    else:
-                        todo.append(Entry(submitted.student,
-                                          submitted.staged))
-                stop = judge_all(todo, self.reports, self.judges,
-                                 self.judged)
-            finally:
-                self.unrecorded = self.recorder.close(
-                    [s.student for s in self.submissions])
-            return stop
-        finally:
-            shutil.rmtree(self.stage_root, ignore_errors=True)
+        """Grade everyone; the signals that interrupted it."""
+        todo = []
+        for index, submitted in enumerate(self.submissions):
+            stage(submitted, self.route, self.root,
+                  self.recorder.stage_root, index)
+            if submitted.problem:
+                self.not_graded(submitted)
+            else:
+                todo.append(Entry(submitted.student, submitted.staged))
+        return judge_all(todo, self.recorder.reports, self.judges,
+                         self.judged)
 
     def not_graded(self, submitted: Submitted) -> None:
         """A submission the grader cannot even start on: 0, and why."""
         row = error_row(submitted.student, submitted.notebook,
                         f"could not grade: {submitted.problem}")
-        write_atomic(self.reports / f"{submitted.student}.json",
+        write_atomic(self.recorder.reports / f"{submitted.student}.json",
                      json.dumps({**row, "error": row["errors"]},
                                 indent=2) + "\n")
         self.finish(submitted, row, None, 0.0)
@@ -862,9 +944,10 @@ class ClassRun:
     def judged(self, entry: Entry, row: dict, record: dict | None,
                seconds: float) -> None:
         """A judge finished (:func:`grader.batch.judge_all`'s callback)."""
-        submitted = self.submissions[self.index[entry.student]]
-        self.finish(submitted, _replaced(row, self.staged(submitted),
-                                         self.real), record, seconds)
+        index = self.index[entry.student]
+        staged = str(self.recorder.stage_root / str(index))
+        self.finish(self.submissions[index],
+                    _replaced(row, staged, self.real), record, seconds)
 
     def finish(self, submitted: Submitted, row: dict, record: dict | None,
                seconds: float) -> None:
@@ -872,23 +955,9 @@ class ClassRun:
         row["path"] = str(submitted.notebook)
         self.rows[submitted.student] = row
         write_csv(self.out, list(self.rows.values()))
-        self.recorder.send(self.index[submitted.student], row, record)
+        self.recorder.send(self.index[submitted.student], submitted, row,
+                           record)
         self.progress.update(row, seconds)
-
-    def verdict(self, submitted: Submitted, row: dict,
-                record: dict | None) -> Verdict:
-        """The verdict to record (in the recording process): the saved
-        reports show the course's paths; the staging notes come first."""
-        if record is None or row["status"] == STATUS_ERROR:
-            verdict = failed_verdict(self.route, row["errors"]
-                                     or "could not grade")
-        else:
-            record = unstage(record, self.reports, submitted.student,
-                             self.staged(submitted), self.real)
-            verdict = verdict_from(self.route, row, record,
-                                   self.reports / submitted.student)
-        verdict.notes = submitted.notes + submitted.warnings + verdict.notes
-        return verdict
 
 
 def run_nbgrader(args: argparse.Namespace) -> int:
@@ -896,33 +965,47 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     from grader.cli import CliError
 
     root = Path(args.course)
-    try:
-        app = open_course(root)
-        coursedir = app.coursedir
-        route = resolve_route(coursedir, args.assignment_id,
-                              args.kit_assignment)
-        submissions = find_submissions(coursedir, route, args.student)
-    except CourseError as exc:
-        raise CliError(str(exc)) from exc
-    if not submissions:
-        where = coursedir.format_path(coursedir.submitted_directory, "*",
-                                      args.assignment_id)
-        raise CliError(f"no submissions of {args.assignment_id} in {where}")
+    if not any((root / name).exists() for name in
+               ("nbgrader_config.py", "gradebook.db", "submitted")):
+        raise CliError(f"{root} is not an nbgrader course root (no "
+                       f"nbgrader_config.py, gradebook.db or submitted/)")
     out = Path(args.out) if args.out else \
-        Path(coursedir.root) / "grader_results" / f"{args.assignment_id}.csv"
-    judges = argparse.Namespace(
-        assignment=route.kit.id, public_only=False, seed=args.seed,
-        timeout=args.timeout, memory=args.memory, no_feedback=False,
-        jobs=args.jobs)
-    run = ClassRun(app, route, submissions, out, judges)
+        root / "grader_results" / f"{args.assignment_id}.csv"
+    reports = out.with_name(out.name + ".reports")
     try:
         _check_writable(out.parent)
-        _check_writable(run.reports)
+        _check_writable(reports)
     except BatchError as exc:
         raise CliError(str(exc)) from exc
-    if args.student:
-        run.keep_other_rows()
-    stop = run.run()
+    stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
+    nbgrader = Recorder(args, root, stage_root, reports)
+    unrecorded: dict[str, str] = {}
+    try:
+        judges = argparse.Namespace(
+            assignment=None, public_only=False, seed=args.seed,
+            timeout=args.timeout, memory=args.memory, no_feedback=False,
+            jobs=args.jobs)
+        _prewarm(judges)  # while nbgrader reads the course
+        try:
+            plan = nbgrader.plan()
+        except CourseError as exc:
+            raise CliError(str(exc)) from exc
+        route = Route.from_json(plan["route"])
+        judges.assignment = route.kit.id
+        submissions = [Submitted.from_json(s) for s in plan["chosen"]]
+        if not submissions:
+            raise CliError(f"no submissions of {args.assignment_id} in "
+                           f"{root / 'submitted'}")
+        run = ClassRun(route, submissions, Path(plan["root"]), out,
+                       nbgrader, judges)
+        if args.student:
+            run.rows = _kept_rows(
+                [Submitted.from_json(s) for s in plan["everyone"]],
+                set(run.index), reports)
+        stop = run.run()
+    finally:
+        unrecorded = nbgrader.close()
+        shutil.rmtree(stage_root, ignore_errors=True)
     write_csv(out, list(run.rows.values()))
     # (A class summary of ``run.rows`` belongs here, beside the CSV.)
     ran = [run.rows[s.student] for s in submissions
@@ -937,9 +1020,8 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     sys.stdout.write(
         f"graded {len(ran) - len(errors)} of {len(submissions)} "
         f"submissions of {args.assignment_id} ({route.kit.id}, "
-        f"{route.notebook_name}) outside the kernel -> "
-        f"{coursedir.db_url} and {coursedir.autograded_directory}/; "
-        f"grader rows in {out}\n")
+        f"{route.notebook_name}) outside the kernel -> {plan['db_url']} "
+        f"and {plan['autograded']}/; grader rows in {out}\n")
     for row in errors:
         sys.stdout.write(f"  0 points, not graded: {clean(row['student'])}:"
                          f" {row['errors']}\n")
@@ -947,6 +1029,6 @@ def run_nbgrader(args: argparse.Namespace) -> int:
         for warning in submitted.warnings:
             sys.stdout.write(f"  note: {clean(submitted.student)}: "
                              f"{warning}\n")
-    for student, problem in run.unrecorded.items():
+    for student, problem in unrecorded.items():
         sys.stdout.write(f"  not recorded: {clean(student)}: {problem}\n")
-    return 0 if not (errors or run.unrecorded) else 1
+    return 0 if not (errors or unrecorded) else 1
