@@ -16,6 +16,9 @@ Measured side by side, in one run, on the same machine:
 * ``nbgrader autograde`` of ``--autograde`` of those notebooks, per
   notebook (a kernel per notebook; its graded cells count 0 there).
 
+The first four are measured in rounds (``--repeat`` of them), interleaved
+so that a change in the machine's load touches them alike; medians.
+
 It prints the timings and their ratios with the goals of issues 6 and 11:
 a single grade at most about twice ``import torch``, a submission in a
 batch and a notebook through the nbgrader route each at most a quarter of
@@ -50,10 +53,6 @@ def _run(args: list[str], cwd: Path = ROOT) -> float:
     return elapsed
 
 
-def _median(args: list[str], repeat: int, cwd: Path = ROOT) -> float:
-    return statistics.median(_run(args, cwd) for _ in range(repeat))
-
-
 def _class(folder: Path, size: int) -> None:
     kinds = [REFERENCE.read_text(),
              REFERENCE.read_text().replace(" / self.scale, dim=-1)",
@@ -82,24 +81,16 @@ def _course(folder: Path, size: int) -> None:
             (target / notebook).write_text(unscaled)
 
 
-def _nbgrader(size: int, autograde: int) -> tuple[float, float | None]:
-    """Per notebook: the grader's nbgrader route over ``size`` notebooks,
-    and plain ``nbgrader autograde`` over ``autograde`` of them."""
-    with tempfile.TemporaryDirectory(prefix="bench-course-") as tmp:
-        course = Path(tmp) / "route"
-        course.mkdir()
-        _course(course, size)
+def _autograde(course: Path, count: int) -> float:
+    """Per notebook: plain ``nbgrader autograde`` of ``count`` notebooks
+    of ``course`` (in a copy of it)."""
+    with tempfile.TemporaryDirectory(prefix="bench-plain-") as tmp:
         plain = Path(tmp) / "plain"
         shutil.copytree(course, plain)
-        route = _run([sys.executable, "-m", "grader", "nbgrader",
-                      ASSIGNMENT], course) / size
-        if not autograde:
-            return route, None
-        for extra in sorted((plain / "submitted").iterdir())[autograde:]:
+        for extra in sorted((plain / "submitted").iterdir())[count:]:
             shutil.rmtree(extra)
-        kernel = _run([sys.executable, "-m", "nbgrader", "autograde",
-                       ASSIGNMENT, "--create"], plain) / autograde
-        return route, kernel
+        return _run([sys.executable, "-m", "nbgrader", "autograde",
+                     ASSIGNMENT, "--create"], plain) / count
 
 
 def machine() -> str:
@@ -136,18 +127,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     python = sys.executable
 
-    floor = _median([python, "-c", "import torch"], args.repeat)
-    single = _median([python, "-m", "grader", "grade", str(EXAMPLE)],
-                     args.repeat)
+    # The measurements are interleaved, round after round, so that a
+    # change in the machine's load affects them all alike; medians.
+    times: dict[str, list[float]] = {"floor": [], "single": [], "batch": [],
+                                     "route": []}
     with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
         folder = Path(tmp) / "class"
         folder.mkdir()
         _class(folder, args.batch)
+        course = Path(tmp) / "course"
+        if args.notebooks:
+            course.mkdir()
+            _course(course, args.notebooks)
         out = Path(tmp) / "grades.csv"
-        batch = _run([python, "-m", "grader", "batch", str(folder),
-                      "--out", str(out)]) / args.batch
-    route, notebook = (_nbgrader(args.notebooks, args.autograde)
-                       if args.notebooks else (None, None))
+        for _ in range(args.repeat):
+            times["floor"].append(_run([python, "-c", "import torch"]))
+            times["single"].append(_run([python, "-m", "grader", "grade",
+                                         str(EXAMPLE)]))
+            times["batch"].append(_run([python, "-m", "grader", "batch",
+                                        str(folder), "--out", str(out)])
+                                  / args.batch)
+            if args.notebooks:
+                times["route"].append(_run(
+                    [python, "-m", "grader", "nbgrader", ASSIGNMENT],
+                    course) / args.notebooks)
+        notebook = (_autograde(course, args.autograde)
+                    if args.notebooks and args.autograde else None)
+    floor, single, batch = (statistics.median(times[k])
+                            for k in ("floor", "single", "batch"))
+    route = statistics.median(times["route"]) if times["route"] else None
 
     rows = [("python -c 'import torch'", floor),
             ("grader grade (one submission)", single),

@@ -346,7 +346,6 @@ def stage(submitted: Submitted, route: Route, root: Path,
     layout, so that the grader sees the submission's files and nothing
     else (no module of a parent folder, no link out of the submission)."""
     folder = submitted.folder
-    submitted.warnings = _timestamp_problem(folder)
     try:
         relative = folder.relative_to(root)
     except ValueError:
@@ -812,6 +811,8 @@ class Recorder:
             route = resolve_route(app.coursedir, args.assignment_id,
                                   args.kit_assignment)
             chosen = find_submissions(app.coursedir, route, args.student)
+            for submitted in chosen:
+                submitted.warnings = _timestamp_problem(submitted.folder)
             everyone = (find_submissions(app.coursedir, route)
                         if args.student else chosen)
             plan = {"route": route.as_json(),
