@@ -90,7 +90,7 @@ def _autograde(course: Path, count: int) -> float:
         for extra in sorted((plain / "submitted").iterdir())[count:]:
             shutil.rmtree(extra)
         return _run([sys.executable, "-m", "nbgrader", "autograde",
-                     ASSIGNMENT, "--create"], plain) / count
+                     ASSIGNMENT, "--create", "--force"], plain) / count
 
 
 def machine() -> str:

@@ -806,6 +806,10 @@ class Recorder:
 
     def _serve(self, args: argparse.Namespace, root: Path, plan_fd: int,
                queue_fd: int) -> None:
+        # jsonschema (under nbformat) would build the grammars of its
+        # optional "iri" format checker at import, a second of the wait for
+        # the plan; no notebook or nbgrader schema uses that format.
+        sys.modules.setdefault("rfc3987_syntax", None)
         try:
             app = open_course(root)
             route = resolve_route(app.coursedir, args.assignment_id,
