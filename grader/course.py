@@ -581,7 +581,6 @@ def recorder(app: Any, route: Route) -> Any:
     from nbgrader.preprocessors import (AssignLatePenalties, Execute,
                                         SaveAutoGrades)
     from nbgrader.utils import find_all_files
-
     from sqlalchemy.exc import SAWarning
 
     # nbgrader's own gradebook code warns when it creates a submission.
@@ -643,8 +642,12 @@ def recorder(app: Any, route: Route) -> Any:
                 bases.append(submitted.staged)
             if route.release is not None:
                 bases.append(route.release)
+            bases.append(None)
+            names = {submitted.staged: "the submitted notebook",
+                     route.release: "the released notebook",
+                     None: "an empty notebook with the graded cells"}
             problem = ""
-            for base in bases + [None]:
+            for position, base in enumerate(bases):
                 try:
                     if base is None:
                         node = nbformat.v4.new_notebook()
@@ -655,13 +658,13 @@ def recorder(app: Any, route: Route) -> Any:
                         node, resources=_copy(resources))
                     self.write_single_notebook(output, done)
                 except Exception as exc:
-                    which = ("submitted" if base == submitted.staged
-                             else "released" if base else "empty")
-                    problem = (f"nbgrader could not process the {which} "
-                               f"notebook ({type(exc).__name__}: "
+                    problem = (f"nbgrader could not process {names[base]} "
+                               f"({type(exc).__name__}: "
                                f"{one_line(str(exc), 200)})")
-                    verdict.notes.append(problem + "; shown here instead: "
-                                         "the released notebook")
+                    if position + 1 < len(bases):
+                        verdict.notes.append(
+                            f"{problem}; shown here instead: "
+                            f"{names[bases[position + 1]]}")
                     continue
                 problem = ""
                 break

@@ -370,6 +370,9 @@ def test_feedback_shows_messages_and_attention_maps(course):
     assert real in pages["alice"]
     assert f"Not graded: no {NOTEBOOK} in the submission" in pages["eve"]
     assert "Not graded:" in pages["frank"]
+    assert ("nbgrader could not process the submitted notebook" in
+            pages["frank"])
+    assert "shown here instead: the released notebook" in pages["frank"]
     assert "link to a file outside the submission" in pages["grace"]
 
 
