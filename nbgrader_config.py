@@ -1,9 +1,16 @@
 """nbgrader course configuration: run nbgrader from the repository root.
 
-    nbgrader generate_assignment multi_head_attention   # -> assignment/
-    nbgrader autograde multi_head_attention             # submitted/<id>/...
-    nbgrader generate_feedback multi_head_attention
-    nbgrader export                                     # -> grades.csv
+    nbgrader generate_assignment multi_head_attention --force  # assignment/
+    # collect the students' work into submitted/<student>/<assignment>/
+    python -m grader nbgrader multi_head_attention     # grade and record
+    nbgrader generate_feedback multi_head_attention    # feedback/<student>/
+    nbgrader export                                    # -> grades.csv
+
+``python -m grader nbgrader`` replaces ``nbgrader autograde``: it grades
+each submission with the kit's sandboxed grader, outside any kernel, and
+records the points in gradebook.db and autograded/ through nbgrader's own
+Autograde converter (see README, "Releasing and grading with nbgrader").
+In a kernel (a plain ``nbgrader autograde``) the autograded cells count 0.
 
 The source assignments (notebooks with solutions) live in solutions/source/
 and are generated, like the release in assignment/, by
@@ -17,18 +24,8 @@ c.CourseDirectory.source_directory = "solutions/source"
 c.CourseDirectory.release_directory = "assignment"
 
 # A student may write the classes in the notebook or in the module the
-# notebook imports: keep the submitted module instead of overwriting it with
-# the released stub.
+# notebook imports: keep the submitted module in autograded/ instead of
+# overwriting it with the released stub (the grader grades the submitted
+# files themselves).
 c.Autograde.exclude_overwriting = {
     a.id: [f"transformer_lm/{a.module}.py"] for a in assignments()}
-
-# Each graded cell runs the kit's grader once per code version (a few
-# seconds); a hung student cell is stopped by the grader's own timeouts.
-c.Execute.timeout = 300
-
-# nbgrader gives 0 to a test cell that writes anything to stderr; the kit's
-# graded cells write nothing there, but a library warning must not cost
-# points.
-c.IgnorePattern.enabled = True
-c.IgnorePattern.pattern = (r"Matplotlib is building the font cache|"
-                           r"(Deprecation|Future|User)Warning")

@@ -1,6 +1,7 @@
 """Benchmark the grader against its floor and against nbgrader.
 
-    python bench/bench.py [--repeat 3] [--batch 24] [--notebooks 3]
+    python bench/bench.py [--repeat 3] [--batch 24] [--notebooks 24]
+                          [--autograde 3]
 
 Measured side by side, in one run, on the same machine:
 
@@ -8,13 +9,20 @@ Measured side by side, in one run, on the same machine:
 * ``python -m grader grade`` of one submission (the example repository);
 * ``python -m grader batch`` over a class of ``--batch`` submissions
   (correct, buggy and stub copies), as wall time per submission;
-* ``nbgrader autograde`` of ``--notebooks`` notebooks, per notebook (its
-  graded cells run the same grader).
+* ``python -m grader nbgrader`` on an nbgrader course of ``--notebooks``
+  submitted notebooks (solution, partly correct and untouched copies), as
+  wall time per notebook: the route a course follows (grading outside the
+  kernel and recording in the gradebook and autograded/);
+* ``nbgrader autograde`` of ``--autograde`` of those notebooks, per
+  notebook (a kernel per notebook; its graded cells count 0 there).
 
-It prints the timings and their ratios with the goals of issue 6: a single
-grade at most about twice ``import torch``, and a submission in a batch at
-most a quarter of a single grade. Wall-clock medians; run it on an idle
-machine.
+The first four are measured in rounds (``--repeat`` of them), interleaved
+so that a change in the machine's load touches them alike; medians.
+
+It prints the timings and their ratios with the goals of issues 6 and 11:
+a single grade at most about twice ``import torch``, a submission in a
+batch and a notebook through the nbgrader route each at most a quarter of
+a single grade. Wall-clock medians; run it on an idle machine.
 """
 from __future__ import annotations
 
@@ -45,10 +53,6 @@ def _run(args: list[str], cwd: Path = ROOT) -> float:
     return elapsed
 
 
-def _median(args: list[str], repeat: int, cwd: Path = ROOT) -> float:
-    return statistics.median(_run(args, cwd) for _ in range(repeat))
-
-
 def _class(folder: Path, size: int) -> None:
     kinds = [REFERENCE.read_text(),
              REFERENCE.read_text().replace(" / self.scale, dim=-1)",
@@ -58,21 +62,35 @@ def _class(folder: Path, size: int) -> None:
         (folder / f"student{index:03d}.py").write_text(kinds[index % 3])
 
 
-def _nbgrader_per_notebook(count: int) -> float:
-    with tempfile.TemporaryDirectory(prefix="bench-course-") as tmp:
-        course = Path(tmp)
-        shutil.copy(ROOT / "nbgrader_config.py", course)
-        shutil.copytree(ROOT / "solutions" / "source",
-                        course / "solutions" / "source")
-        nbgrader = [sys.executable, "-m", "nbgrader"]
-        _run(nbgrader + ["generate_assignment", ASSIGNMENT, "--force"],
-             course)
-        for index in range(count):
-            shutil.copytree(course / "solutions" / "source" / ASSIGNMENT,
-                            course / "submitted" / f"s{index}" / ASSIGNMENT)
-        elapsed = _run(nbgrader + ["autograde", ASSIGNMENT, "--create"],
-                       course)
-        return elapsed / count
+def _course(folder: Path, size: int) -> None:
+    """An nbgrader course with ``size`` submitted notebooks."""
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    shutil.copytree(ROOT / "solutions" / "source",
+                    folder / "solutions" / "source")
+    _run([sys.executable, "-m", "nbgrader", "generate_assignment",
+          ASSIGNMENT, "--force"], folder)
+    source = folder / "solutions" / "source" / ASSIGNMENT
+    release = folder / "assignment" / ASSIGNMENT
+    notebook = f"{ASSIGNMENT}.ipynb"
+    unscaled = (source / notebook).read_text().replace(
+        " / self.scale, dim=-1)", ", dim=-1)")
+    for index in range(size):
+        target = folder / "submitted" / f"s{index:03d}" / ASSIGNMENT
+        shutil.copytree(release if index % 3 == 2 else source, target)
+        if index % 3 == 1:
+            (target / notebook).write_text(unscaled)
+
+
+def _autograde(course: Path, count: int) -> float:
+    """Per notebook: plain ``nbgrader autograde`` of ``count`` notebooks
+    of ``course`` (in a copy of it)."""
+    with tempfile.TemporaryDirectory(prefix="bench-plain-") as tmp:
+        plain = Path(tmp) / "plain"
+        shutil.copytree(course, plain)
+        for extra in sorted((plain / "submitted").iterdir())[count:]:
+            shutil.rmtree(extra)
+        return _run([sys.executable, "-m", "nbgrader", "autograde",
+                     ASSIGNMENT, "--create", "--force"], plain) / count
 
 
 def machine() -> str:
@@ -99,31 +117,55 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs per median (default 3)")
     parser.add_argument("--batch", type=int, default=24,
                         help="submissions in the batch (default 24)")
-    parser.add_argument("--notebooks", type=int, default=3,
-                        help="notebooks nbgrader autogrades (default 3; "
-                             "0 skips nbgrader)")
+    parser.add_argument("--notebooks", type=int, default=24,
+                        help="notebooks in the nbgrader course that "
+                             "'python -m grader nbgrader' grades (default "
+                             "24; 0 skips nbgrader)")
+    parser.add_argument("--autograde", type=int, default=3,
+                        help="of those, how many plain 'nbgrader "
+                             "autograde' runs (default 3; 0 skips it)")
     args = parser.parse_args(argv)
     python = sys.executable
 
-    floor = _median([python, "-c", "import torch"], args.repeat)
-    single = _median([python, "-m", "grader", "grade", str(EXAMPLE)],
-                     args.repeat)
+    # The measurements are interleaved, round after round, so that a
+    # change in the machine's load affects them all alike; medians.
+    times: dict[str, list[float]] = {"floor": [], "single": [], "batch": [],
+                                     "route": []}
     with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
         folder = Path(tmp) / "class"
         folder.mkdir()
         _class(folder, args.batch)
+        course = Path(tmp) / "course"
+        if args.notebooks:
+            course.mkdir()
+            _course(course, args.notebooks)
         out = Path(tmp) / "grades.csv"
-        batch = _run([python, "-m", "grader", "batch", str(folder),
-                      "--out", str(out)]) / args.batch
-    notebook = (_nbgrader_per_notebook(args.notebooks)
-                if args.notebooks else None)
+        for _ in range(args.repeat):
+            times["floor"].append(_run([python, "-c", "import torch"]))
+            times["single"].append(_run([python, "-m", "grader", "grade",
+                                         str(EXAMPLE)]))
+            times["batch"].append(_run([python, "-m", "grader", "batch",
+                                        str(folder), "--out", str(out)])
+                                  / args.batch)
+            if args.notebooks:
+                times["route"].append(_run(
+                    [python, "-m", "grader", "nbgrader", ASSIGNMENT],
+                    course) / args.notebooks)
+        notebook = (_autograde(course, args.autograde)
+                    if args.notebooks and args.autograde else None)
+    floor, single, batch = (statistics.median(times[k])
+                            for k in ("floor", "single", "batch"))
+    route = statistics.median(times["route"]) if times["route"] else None
 
     rows = [("python -c 'import torch'", floor),
             ("grader grade (one submission)", single),
             (f"grader batch, per submission ({args.batch})", batch)]
+    if route is not None:
+        rows.append((f"grader nbgrader, per notebook ({args.notebooks})",
+                     route))
     if notebook is not None:
         rows.append((f"nbgrader autograde, per notebook "
-                     f"({args.notebooks})", notebook))
+                     f"({args.autograde})", notebook))
     print(f"machine: {machine()}")
     print(f"{'measurement':<44} {'seconds':>8}")
     for label, seconds in rows:
@@ -134,9 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch per submission / grade  {batch / single:5.2f}  "
           f"(goal: at most 0.25)")
     print(f"batch per submission / import {batch / floor:5.2f}")
+    if route is not None:
+        print(f"grader nbgrader per notebook / grade "
+              f"{route / single:5.2f}  (goal: at most 0.25)")
     if notebook is not None:
-        print(f"nbgrader per notebook / grade {notebook / single:5.2f}")
-        print(f"nbgrader per notebook / batch {notebook / batch:5.2f}")
+        print(f"nbgrader autograde per notebook / grade "
+              f"{notebook / single:5.2f}")
+        if route is not None:
+            print(f"nbgrader autograde / grader nbgrader, per notebook "
+                  f"{notebook / route:5.2f}")
     return 0
 
 

@@ -58,6 +58,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from grader.files import write_atomic
 from grader.submission import label
@@ -513,7 +514,8 @@ def _collect(running: _Running) -> dict | None:
 
 def _prewarm(args: argparse.Namespace) -> None:
     """Import, once, everything a judge needs, and start the fork server
-    every judge asks for its workers (it warms up meanwhile)."""
+    every judge asks for its workers (it warms up meanwhile). Again: a
+    no-op."""
     from grader import forkserver
 
     forkserver.start()
@@ -626,8 +628,44 @@ def run_batch(args: argparse.Namespace) -> int:
             progress.update(rows[entry.key], 0.0)
     todo = [e for e in entries if e.key not in rows]
     _prewarm(args)
-    jobs = args.jobs or os.cpu_count() or 1
     write_csv(out, list(rows.values()))
+
+    def done(entry: Entry, row: dict, record: dict | None,
+             seconds: float) -> None:
+        rows[entry.key] = row
+        write_csv(out, list(rows.values()))
+        progress.update(row, seconds)
+
+    stop = judge_all(todo, reports, args, done)
+    write_csv(out, list(rows.values()))
+    errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
+    if stop:
+        sys.stderr.write(f"\ninterrupted: {len(rows)} of {len(entries)} "
+                         f"submissions graded and kept in {out}; run again "
+                         f"with --resume to grade the rest\n")
+        return 130
+    sys.stdout.write(f"graded {len(rows) - len(errors)} of {len(entries)} "
+                     f"submissions -> {out} (reports in {reports})\n")
+    for row in sorted(errors, key=lambda r: r["student"]):
+        sys.stdout.write(f"  not graded: {row['student']}: "
+                         f"{one_line(row['errors'])}\n")
+    return 0 if not errors else 1
+
+
+def judge_all(todo: list[Entry], reports: Path, args: argparse.Namespace,
+              done: Callable[[Entry, dict, dict | None, float], None]
+              ) -> list[int]:
+    """Grade ``todo`` in forked judges, ``args.jobs`` at a time.
+
+    Each judge grades ``entry.path`` (against ``args.assignment`` when it
+    is set) and writes its record (:func:`record_path`); ``done(entry, row,
+    record, seconds)`` is called in this process as each one finishes,
+    with its CSV row and the judge's record (None when the judge died
+    twice or hung). Returns the signals that interrupted the loop (empty
+    when every submission was judged).
+    """
+    _prewarm(args)
+    jobs = args.jobs or os.cpu_count() or 1
     queue = [(entry, 0) for entry in todo]
     running: list[_Running] = []
     # Ctrl-C and SIGTERM only raise a flag that the loop checks: an
@@ -668,9 +706,7 @@ def run_batch(args: argparse.Namespace) -> int:
                 row = _row(job.entry, record, why)
                 if record is None:
                     _save_error(reports, job.entry, row)
-                rows[job.entry.key] = row
-                write_csv(out, list(rows.values()))
-                progress.update(row, seconds)
+                done(job.entry, row, record, seconds)
     finally:
         for job in running:
             _stop(job)
@@ -678,19 +714,7 @@ def run_batch(args: argparse.Namespace) -> int:
             os.close(job.fd)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    write_csv(out, list(rows.values()))
-    errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
-    if stop:
-        sys.stderr.write(f"\ninterrupted: {len(rows)} of {len(entries)} "
-                         f"submissions graded and kept in {out}; run again "
-                         f"with --resume to grade the rest\n")
-        return 130
-    sys.stdout.write(f"graded {len(rows) - len(errors)} of {len(entries)} "
-                     f"submissions -> {out} (reports in {reports})\n")
-    for row in sorted(errors, key=lambda r: r["student"]):
-        sys.stdout.write(f"  not graded: {row['student']}: "
-                         f"{one_line(row['errors'])}\n")
-    return 0 if not errors else 1
+    return stop
 
 
 def _death(status: int) -> str:

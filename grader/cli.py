@@ -17,6 +17,7 @@ examples:
   python -m grader grade submission/ --format gradescope > results.json
   python -m grader shapes transformer_lm/modeling_attention.py
   python -m grader batch submissions/ --out grades.csv --jobs 2
+  python -m grader nbgrader multi_head_attention   # in an nbgrader course
 
 exit status: 0 when a grade was produced (whatever the score), 2 when the
 submission could not be graded (bad path, unreadable file, bad options).
@@ -135,6 +136,52 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write no feedback folders (faster)")
     _add_grading_options(batch)
 
+    course = commands.add_parser(
+        "nbgrader", help="grade an nbgrader assignment outside the kernel",
+        description="Grade every submitted/<student>/ASSIGNMENT_ID/ of an "
+                    "nbgrader course with the sandboxed grader (no student "
+                    "code runs in a kernel) and record the result in the "
+                    "course's gradebook and autograded/ notebooks, as "
+                    "'nbgrader autograde --create' would: then run "
+                    "'nbgrader generate_feedback' and 'nbgrader export'. "
+                    "Replaces the automatic scores of a plain 'nbgrader "
+                    "autograde'; manual grades are kept. Exits 0 when "
+                    "every submission was graded, 1 when some got 0 "
+                    "because they could not be graded (each with its "
+                    "reason), 2 when nothing could start.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    course.add_argument("assignment_id", metavar="ASSIGNMENT_ID",
+                        help="the nbgrader assignment")
+    course.add_argument("--student", nargs="+", action="extend",
+                        metavar="ID",
+                        help="grade only these students (default: every "
+                             "submission)")
+    course.add_argument("--jobs", type=_positive(int), metavar="N",
+                        help="submissions graded at once (default: the "
+                             "number of cores)")
+    course.add_argument("--course", type=Path, default=Path("."),
+                        metavar="DIR",
+                        help="the course root, where nbgrader_config.py "
+                             "is (default: the current folder)")
+    course.add_argument("--kit-assignment", metavar="KIT_ID",
+                        help="the kit assignment that grades it (default: "
+                             "the one whose notebook the assignment has, "
+                             "e.g. multi_head_attention.ipynb)")
+    course.add_argument("--out", type=Path, metavar="FILE.csv",
+                        help="the grader's CSV (default: grader_results/"
+                             "ASSIGNMENT_ID.csv in the course); JSON "
+                             "reports and feedback go to FILE.csv.reports/")
+    course.add_argument(
+        "--seed", type=int, metavar="N",
+        help="seed of the hidden cases (default: $GRADER_SEED if set, "
+             "else 2024)")
+    course.add_argument(
+        "--timeout", type=_positive(float), default=20.0, metavar="S",
+        help="wall-clock seconds each task's code may run (default: 20)")
+    course.add_argument(
+        "--memory", type=_positive(int), default=2048, metavar="MB",
+        help="memory each task's code may allocate (default: 2048)")
+
     bundle = commands.add_parser(
         "gradescope-bundle", help="write a Gradescope autograder zip",
         description="Write an autograder zip for Gradescope (setup.sh, "
@@ -213,6 +260,12 @@ def _batch(args: argparse.Namespace) -> int:
     return run_batch(args)
 
 
+def _nbgrader(args: argparse.Namespace) -> int:
+    from grader.course import run_nbgrader
+
+    return run_nbgrader(args)
+
+
 def _bundle(args: argparse.Namespace) -> int:
     from grader.bundle import write_bundle
 
@@ -243,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     from grader.submission import SubmissionError
 
     handlers = {"grade": _grade, "shapes": _shapes, "batch": _batch,
-                "gradescope-bundle": _bundle, "assignments": _assignments}
+                "nbgrader": _nbgrader, "gradescope-bundle": _bundle,
+                "assignments": _assignments}
     try:
         return handlers[args.command](args)
     except (SubmissionError, RubricError, CliError, OSError) as exc:

@@ -9,8 +9,9 @@ directive lines ``<!-- KIND key=value ... -->``:
   class or function ``NAME`` verbatim, solution markers included (nbgrader
   replaces the solution blocks in the release);
 * ``test item=ITEM``: an autograded test cell for rubric item ``ITEM``,
-  worth the item's points; its hidden test runs the kit's grader
-  (:mod:`grader.notebook`); nothing follows it in the template;
+  worth the item's points, filled in outside the kernel by ``python -m
+  grader nbgrader`` (:mod:`grader.course`); in a kernel its hidden part
+  counts 0; nothing follows it in the template;
 * ``answer id=ID points=N``: a manually graded markdown answer cell whose
   text (the model answer) follows.
 
@@ -108,14 +109,25 @@ def _nbgrader(grade_id: str, *, grade: bool = False, solution: bool = False,
 
 
 def _test_source(assignment: Assignment, item_id: str) -> str:
+    """An autograded cell: comments for the student; its hidden part,
+    run only if a kernel executes the cell (plain ``nbgrader
+    autograde``), says where the points come from and counts 0. The
+    points are filled in outside the kernel by ``python -m grader
+    nbgrader`` (:mod:`grader.course`)."""
     item = assignment.item(item_id)
     return "\n".join([
         f"# Autograded: {item_id} ({item.points:g} point"
         f"{'s' if item.points != 1 else ''}): {item.title}.",
         GRADING_CELL_MARK,
+        "# Filled in by the kit's grader, outside the notebook, when your",
+        "# work is collected. Check it yourself in a terminal with:",
+        f"#     python -m grader grade . --assignment {assignment.id} "
+        f"--public-only",
         "### BEGIN HIDDEN TESTS",
-        "from grader.notebook import item_cell",
-        f'item_cell(In, "{assignment.id}", "{item_id}")',
+        f'print("{item_id} is graded outside the notebook by the kit\'s "',
+        '      "grader (python -m grader nbgrader); run in a kernel, "',
+        '      "this cell counts 0.")',
+        "0.0",
         "### END HIDDEN TESTS"])
 
 

@@ -3,10 +3,11 @@
 The nbgrader source notebook (solutions included) runs top to bottom in a
 real kernel, its public test cells pass, its demonstration shows the
 wrapper and the split version computing one function, and each autograded
-cell's credit (the grader run from inside the notebook) is the rubric
-item's points. The released notebook, submitted with the reference module
-beside it, earns 10 from ``python -m grader grade``, the assignment being
-recognised from the submission. Slow: a kernel, and the grader run as a
+cell, worth its rubric item's points, counts 0 in a kernel (the points
+are filled in outside the kernel by ``python -m grader nbgrader``). The
+released notebook, submitted with the reference module beside it, earns 10
+from ``python -m grader grade``, the assignment being recognised from the
+submission. Slow: a kernel, and the grader run as a
 command.
 """
 from __future__ import annotations
@@ -58,21 +59,25 @@ def test_solution_notebook_runs_without_an_error(executed) -> None:
         assert "public test passed." in _text(cell), cell.id
 
 
-def test_graded_cells_credit_the_rubric_points(executed) -> None:
-    """Each autograded cell returns its item's points (the reference's
-    notebook earns everything), and the cells cover every checks item."""
+def test_graded_cells_count_zero_in_a_kernel(executed) -> None:
+    """In a kernel each autograded cell says it is graded outside the
+    notebook and counts 0 (``python -m grader nbgrader`` fills them in);
+    the cells cover every checks item, worth its points."""
     credits = {c.id: o["data"]["text/plain"] for c in executed.cells
                for o in c.get("outputs", [])
                if o.output_type == "execute_result"
                and c.id.startswith("task")}
-    expected = {item.id.replace(".", "_"): repr(float(item.points))
+    expected = {item.id.replace(".", "_"): float(item.points)
                 for item in ASSIGNMENT.items if item.kind == "checks"}
-    assert credits == expected
+    assert credits == {name: "0.0" for name in expected}
+    for cell in executed.cells:
+        if cell.id in expected:
+            assert "graded outside the notebook" in _text(cell), cell.id
     points = {c.id: c.metadata["nbgrader"]["points"]
               for c in executed.cells
               if c.metadata.get("nbgrader", {}).get("grade")
               and c.cell_type == "code"}
-    assert points == {k: float(v) for k, v in expected.items()}
+    assert points == expected
     assert sum(points.values()) == ASSIGNMENT.max_score
 
 

@@ -1,0 +1,462 @@
+"""The nbgrader route, end to end: a class graded outside the kernel.
+
+A scratch course holds the repository's ``nbgrader_config.py`` and the
+kit's source assignments: the homework under its own id and the warm-up
+under another id (``warmup``, its notebook keeping the kit's name). Every
+step runs for real with nbgrader 0.9.6: ``generate_assignment``; a class in
+``submitted/`` (the solution notebook, the untouched release, a partly
+correct notebook, the release with the classes in the module, a notebook
+that hijacks its kernel, one with forged graded cells, no notebook, a
+notebook that is not JSON, a module that is a link to the reference
+solution, a timestamp that is not a date); a plain ``nbgrader
+autograde`` of two of them first, as a course may have run; then ``python
+-m grader nbgrader``, ``generate_feedback`` and ``export``. The
+gradebook's automatic scores, per cell and per student, must be the
+credits of ``python -m grader grade`` on the same notebook, with the
+instructor's secret seed. Slow: a few minutes.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grader.notebook import grade_id, nbgrader_credits
+from grader.rubric import get_assignment
+
+ROOT = Path(__file__).resolve().parents[2]
+HIJACK = Path(__file__).resolve().parent / "submissions" / "nbgrader" / \
+    "hijack_cell.py"
+HW = "multi_head_attention"
+KIT = get_assignment(HW)
+NOTEBOOK = KIT.notebook
+WARMUP = "warmup"
+WARMUP_KIT = get_assignment("attention_basics")
+SEED = "course-secret-7"
+ENV = {**os.environ, "GRADER_SEED": SEED,
+       "PYTHONPATH": os.pathsep.join(
+           [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+pytestmark = pytest.mark.slow
+
+CELLS = ("task1_init", "task1_forward", "task1_bonus", "task2_scores",
+         "task2_causal", "task2_output")
+FULL = dict(zip(CELLS, (1, 3, 1, 3, 1, 2)))
+ZERO = dict.fromkeys(CELLS, 0)
+# Each student's automatic score per autograded cell.
+EXPECTED = {
+    "alice": FULL,                       # the solution notebook
+    "bob": ZERO,                         # the release, untouched
+    "carol": dict(zip(CELLS, (1, 2, 0, 3, 0, 2))),  # unscaled, bad mask
+    "dave": FULL,                        # the release + a written module
+    "mallory": ZERO,                     # the release + a kernel hijack
+    "trudy": ZERO,                       # the release + forged graded cells
+    "eve": ZERO,                         # no notebook at all
+    "frank": ZERO,                       # a notebook that is not JSON
+    "grace": ZERO,                       # module: a link to the solution
+    "ivan": FULL,                        # timestamp.txt is not a date
+}
+# Graded from their notebook: the same points as `python -m grader grade`.
+GRADED = ("alice", "bob", "carol", "dave", "mallory", "trudy")
+MANUAL = ("alice", "q1", 1.0)            # a TA's grade that must survive
+
+
+def _run(course: Path, *args: str, check: bool = True
+         ) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", *args], cwd=course,
+                            capture_output=True, text=True, timeout=900,
+                            env=ENV)
+    if check:
+        assert result.returncode == 0, (result.stdout[-3000:]
+                                        + result.stderr[-5000:])
+    return result
+
+
+def _edit_cell(notebook: dict, cell_id: str, old: str, new: str) -> None:
+    for cell in notebook["cells"]:
+        if cell.get("id") == cell_id:
+            source = "".join(cell["source"])
+            assert old in source, f"{old!r} not in cell {cell_id}"
+            cell["source"] = source.replace(old, new)
+            return
+    raise KeyError(cell_id)
+
+
+def _cell(notebook: dict, cell_id: str) -> dict:
+    return next(c for c in notebook["cells"] if c.get("id") == cell_id)
+
+
+def _auto_scores(course: Path, assignment: str, student: str,
+                 notebook: str = HW) -> dict[str, float | None]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        found = gradebook.find_submission_notebook(notebook, assignment,
+                                                   student)
+        return {g.name: g.auto_score for g in found.grades}
+
+
+def _submit_class(course: Path) -> None:
+    source = course / "solutions" / "source" / HW
+    release = course / "assignment" / HW
+
+    def submit(student: str, folder: Path) -> Path:
+        target = course / "submitted" / student / HW
+        shutil.copytree(folder, target, symlinks=True)
+        return target
+
+    submit("alice", source)
+    shutil.copytree(course / "solutions" / "source" / WARMUP,
+                    course / "submitted" / "alice" / WARMUP)
+    submit("bob", release)
+    carol = submit("carol", release)
+    written = json.loads((source / NOTEBOOK).read_text())
+    _edit_cell(written, "self_attention", " / self.scale, dim=-1)",
+               ", dim=-1)")
+    _edit_cell(written, "multi_head_self_attention", ".triu(diagonal=1)",
+               ".triu(diagonal=0)")
+    notebook = json.loads((carol / NOTEBOOK).read_text())
+    for cell_id in ("self_attention", "multi_head_self_attention"):
+        _cell(notebook, cell_id)["source"] = _cell(written,
+                                                   cell_id)["source"]
+    (carol / NOTEBOOK).write_text(json.dumps(notebook))
+    dave = submit("dave", release)
+    shutil.copy(ROOT / "solutions" / "modeling_attention.py",
+                dave / "transformer_lm" / "modeling_attention.py")
+
+    mallory = submit("mallory", release)
+    notebook = json.loads((mallory / NOTEBOOK).read_text())
+    first = next(i for i, c in enumerate(notebook["cells"])
+                 if c.get("id") == "task1_init")
+    notebook["cells"].insert(first, {
+        "cell_type": "code", "execution_count": None, "id": "hijack",
+        "metadata": {}, "outputs": [], "source": HIJACK.read_text()})
+    notebook["cells"] = [c for c in notebook["cells"]
+                         if c.get("id") != "task2_output"]
+    _cell(notebook, "task1_forward")["metadata"]["nbgrader"]["points"] = 100
+    (mallory / NOTEBOOK).write_text(json.dumps(notebook))
+
+    trudy = submit("trudy", release)
+    notebook = json.loads((trudy / NOTEBOOK).read_text())
+    forged = {"grade": True, "grade_id": "extra_points", "locked": False,
+              "points": 50.0, "schema_version": 3, "solution": False,
+              "task": False}
+    copied = dict(_cell(notebook, "task1_init")["metadata"]["nbgrader"])
+    for meta, code in ((forged, "50.0"), (copied, "1.0")):
+        notebook["cells"].append({
+            "cell_type": "code", "execution_count": None,
+            "metadata": {"nbgrader": meta}, "outputs": [], "source": code})
+    (trudy / NOTEBOOK).write_text(json.dumps(notebook))
+
+    eve = course / "submitted" / "eve" / HW
+    eve.mkdir(parents=True)
+    (eve / "answers.txt").write_text("I wrote it in a text file.\n")
+    frank = submit("frank", release)
+    (frank / NOTEBOOK).write_text("{ this is not a notebook")
+    ivan = submit("ivan", source)
+    (ivan / "timestamp.txt").write_text("the day before the deadline\n")
+    grace = submit("grace", release)
+    module = grace / "transformer_lm" / "modeling_attention.py"
+    module.unlink()
+    module.symlink_to(ROOT / "solutions" / "modeling_attention.py")
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> SimpleNamespace:
+    """A course where the whole route has run; what happened before it."""
+    from nbgrader.api import Gradebook
+
+    course = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / "source" / HW,
+                    course / "solutions" / "source" / HW)
+    shutil.copytree(ROOT / "solutions" / "source" / "attention_basics",
+                    course / "solutions" / "source" / WARMUP)
+    for assignment in (HW, WARMUP):
+        _run(course, "nbgrader", "generate_assignment", assignment,
+             "--force", "--log-level=ERROR")
+    _submit_class(course)
+
+    # A plain `nbgrader autograde` first: the kernels run the students'
+    # code as the instructor.
+    _run(course, "nbgrader", "autograde", HW, "--create",
+         "--student=[am]*", "--log-level=ERROR")
+    plain = {s: _auto_scores(course, HW, s) for s in ("alice", "mallory")}
+    stolen = course / "stolen_seed.txt"
+    stolen_text = stolen.read_text() if stolen.exists() else None
+    stolen.unlink(missing_ok=True)
+    student, cell, points = MANUAL
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        gradebook.find_grade(cell, HW, HW, student).manual_score = points
+        gradebook.db.commit()
+
+    route = _run(course, "grader", "nbgrader", HW, check=False)
+    warmup = _run(course, "grader", "nbgrader", WARMUP, "--student",
+                  "alice")
+    _run(course, "nbgrader", "generate_feedback", HW, "--log-level=ERROR")
+    _run(course, "nbgrader", "export", "--log-level=ERROR")
+    return SimpleNamespace(path=course, plain=plain, stolen=stolen_text,
+                           route=route, warmup=warmup)
+
+
+def _autograded(course: Path, student: str) -> dict:
+    return json.loads((course / "autograded" / student / HW / NOTEBOOK)
+                      .read_text())
+
+
+def _feedback(course: Path, student: str) -> str:
+    return (course / "feedback" / student / HW / f"{HW}.html").read_text()
+
+
+def test_release_equals_the_committed_one(course):
+    """generate_assignment reproduces the committed release exactly."""
+    made = course.path / "assignment" / HW
+    committed = ROOT / "assignment" / HW
+    names = sorted(p.relative_to(made) for p in made.rglob("*")
+                   if p.is_file())
+    assert names == sorted(p.relative_to(committed)
+                           for p in committed.rglob("*") if p.is_file())
+    for name in names:
+        assert (made / name).read_text() == (committed / name).read_text()
+
+
+def test_plain_autograde_ran_the_students_code(course):
+    """Why the kernel route does not count: plain autograde recorded the
+    hijacker's forged points and let her read the secret seed into the
+    course folder; the honest solution's cells count 0 in a kernel."""
+    forged = course.plain["mallory"]
+    assert sum(forged[c] or 0 for c in CELLS) >= 5, forged
+    assert course.stolen == SEED
+    assert all(course.plain["alice"][c] == 0 for c in CELLS)
+
+
+def test_route_reports_every_student(course):
+    """Exit 1 (some could not be graded); each of them named, with why."""
+    route = course.route
+    assert route.returncode == 1, route.stderr[-3000:]
+    assert "graded 8 of 10 submissions of multi_head_attention" in \
+        route.stdout
+    lines = route.stdout.splitlines()
+    assert any("eve" in line and f"no {NOTEBOOK}" in line
+               and "answers.txt" in line for line in lines)
+    frank = str(course.path.resolve() / "submitted" / "frank" / HW
+                / NOTEBOOK)
+    assert any("frank" in line and f"{frank} is not a valid notebook: "
+               f"invalid JSON" in line for line in lines), lines
+    assert "not recorded" not in route.stdout
+    assert any(line.startswith("  note: ivan: timestamp.txt is not a date")
+               for line in lines), lines
+
+
+def test_gradebook_scores_per_cell(course):
+    """Each autograded cell's automatic score, for every student."""
+    for student, cells in EXPECTED.items():
+        scores = _auto_scores(course.path, HW, student)
+        assert {c: scores[c] for c in CELLS} == cells, student
+
+
+def test_same_points_as_the_grade_command(course):
+    """``python -m grader grade`` on each submitted notebook, with the same
+    secret seed: its credits are the gradebook's cells, its total the
+    submission's automatic score."""
+    from nbgrader.api import Gradebook
+
+    for student in GRADED:
+        result = _run(ROOT, "grader", "grade",
+                      str(course.path / "submitted" / student / HW
+                          / NOTEBOOK), "--format", "json")
+        report = json.loads(result.stdout)
+        credits = {grade_id(k): v for k, v in
+                   nbgrader_credits(report, KIT).items()}
+        scores = _auto_scores(course.path, HW, student)
+        assert credits == {c: scores[c] for c in CELLS}, student
+        assert credits == EXPECTED[student], student
+        with Gradebook(f"sqlite:///{course.path / 'gradebook.db'}") as gb:
+            submission = gb.find_submission(HW, student)
+            assert submission.code_score == report["score"], student
+
+
+def test_manual_grades_survive_and_count(course):
+    """The TA's manual grade is kept; export adds it to the automatic
+    points; every student is exported, max 11 automatic + Q1-Q5."""
+    from nbgrader.api import Gradebook
+
+    student, cell, points = MANUAL
+    with Gradebook(f"sqlite:///{course.path / 'gradebook.db'}") as gb:
+        grade = gb.find_grade(cell, HW, HW, student)
+        assert grade.manual_score == points
+    rows = {(row["assignment"], row["student_id"]): row for row in
+            csv.DictReader((course.path / "grades.csv").open())}
+    for student, cells in EXPECTED.items():
+        row = rows[(HW, student)]
+        manual = points if student == MANUAL[0] else 0.0
+        assert float(row["raw_score"]) == sum(cells.values()) + manual
+        assert float(row["max_score"]) == 16.0
+    assert float(rows[(WARMUP, "alice")]["raw_score"]) == 10.0
+
+
+def test_the_kernel_never_ran(course):
+    """No student code ran as the instructor: the hijack cell wrote
+    nothing, and the secret seed is in no file the route wrote."""
+    assert not (course.path / "stolen_seed.txt").exists()
+    for folder in ("autograded", "feedback", "grader_results"):
+        for path in (course.path / folder).rglob("*"):
+            if path.is_file() and path.suffix in (".ipynb", ".html",
+                                                  ".json", ".txt", ".csv"):
+                assert SEED not in path.read_text(errors="replace"), path
+
+
+def test_autograded_cells_hold_the_grader_verdict(course):
+    """Every autograded cell: the grader's message on stdout, figures,
+    then its credit; never stderr or an error (nbgrader would score 0)."""
+    for student, cells in EXPECTED.items():
+        notebook = _autograded(course.path, student)
+        graded = {c["metadata"]["nbgrader"]["grade_id"]: c
+                  for c in notebook["cells"]
+                  if c["metadata"].get("nbgrader", {}).get("grade")
+                  and c["cell_type"] == "code"}
+        assert set(graded) == set(CELLS), student
+        assert len(graded) == sum(
+            1 for c in notebook["cells"]
+            if c["metadata"].get("nbgrader", {}).get("grade")
+            and c["cell_type"] == "code"), student
+        for name, cell in graded.items():
+            kinds = [o["output_type"] for o in cell["outputs"]]
+            assert kinds[0] == "stream" and kinds[-1] == "execute_result"
+            assert set(kinds[1:-1]) <= {"display_data"}, (student, kinds)
+            assert cell["outputs"][0]["name"] == "stdout"
+            text = "".join(cell["outputs"][0]["text"])
+            item = name.replace("_", ".", 1)
+            assert f"\n{item}: {cells[name]:g} / " in "\n" + text, text
+            value = "".join(cell["outputs"][-1]["data"]["text/plain"])
+            assert float(value) == cells[name]
+    mallory = {c["metadata"]["nbgrader"]["grade_id"]: c
+               for c in _autograded(course.path, "mallory")["cells"]
+               if "grade_id" in c["metadata"].get("nbgrader", {})}
+    assert "".join(mallory["task2_output"]["outputs"][0]["text"]) \
+        .startswith("This graded cell was missing from the submission")
+    assert mallory["task1_forward"]["metadata"]["nbgrader"]["points"] == 3
+
+
+def test_feedback_shows_messages_and_attention_maps(course):
+    """generate_feedback: carol's failing causal mask with its maps and
+    diagnosis; the full report in the first graded cell; the reasons of
+    those who could not be graded."""
+    def causal_images(student: str) -> int:
+        notebook = _autograded(course.path, student)
+        cell = _cell(notebook, "task2_causal")
+        return sum("image/png" in o.get("data", {})
+                   for o in cell["outputs"])
+
+    assert causal_images("carol") == 1
+    assert causal_images("alice") == 0
+    pages = {s: _feedback(course.path, s) for s in EXPECTED}
+    assert "task2.causal: 0 / 1" in pages["carol"]
+    assert "mask_diagonal" in pages["carol"]
+    assert "no_scaling" in pages["carol"]
+    assert (pages["carol"].count("data:image/png;base64")
+            == pages["alice"].count("data:image/png;base64") + 1)
+    assert "The grader&#39;s report on this submission:" in \
+        pages["alice"] or "The grader's report on this submission:" in \
+        pages["alice"]
+    assert "Total: 11 / 10" in pages["alice"]
+    real = str(course.path.resolve() / "submitted" / "alice" / HW / NOTEBOOK)
+    assert real in pages["alice"]
+    assert f"Not graded: no {NOTEBOOK} in the submission" in pages["eve"]
+    assert "Not graded:" in pages["frank"]
+    assert ("nbgrader could not process the submitted notebook" in
+            pages["frank"])
+    assert "shown here instead: the released notebook" in pages["frank"]
+    assert "link to a file outside the submission" in pages["grace"]
+
+
+def test_warm_up_under_another_id(course):
+    """``warmup`` is graded by the kit assignment whose notebook it has
+    (attention_basics.ipynb): the solution earns every cell's points."""
+    assert course.warmup.returncode == 0
+    assert "(attention_basics, attention_basics.ipynb)" in \
+        course.warmup.stdout
+    scores = _auto_scores(course.path, WARMUP, "alice",
+                          notebook="attention_basics")
+    for item in WARMUP_KIT.items:
+        if item.kind in ("checks", "bonus"):
+            assert scores[grade_id(item.id)] == item.points, item.id
+
+
+def test_student_option_regrades_only_them(course, tmp_path):
+    """--student carol after carol fixed her notebook: her cells change,
+    nobody else's; the grader's CSV keeps every student's row."""
+    copy = tmp_path / "course"
+    shutil.copytree(course.path, copy, symlinks=True)
+    source = course.path / "solutions" / "source" / HW / NOTEBOOK
+    (copy / "submitted" / "carol" / HW / NOTEBOOK).chmod(0o644)
+    shutil.copy(source, copy / "submitted" / "carol" / HW / NOTEBOOK)
+    bob_before = (copy / "autograded" / "bob" / HW / NOTEBOOK).stat()
+    _run(copy, "grader", "nbgrader", HW, "--student", "carol")
+    assert {c: v for c, v in _auto_scores(copy, HW, "carol").items()
+            if c in CELLS} == FULL
+    for student in ("alice", "bob", "dave"):
+        assert {c: v for c, v in _auto_scores(copy, HW, student).items()
+                if c in CELLS} == EXPECTED[student]
+    bob_after = (copy / "autograded" / "bob" / HW / NOTEBOOK).stat()
+    assert bob_after.st_mtime_ns == bob_before.st_mtime_ns
+    rows = {row["student"]: row for row in csv.DictReader(
+        (copy / "grader_results" / f"{HW}.csv").open())}
+    assert set(rows) == set(EXPECTED)
+    assert float(rows["carol"]["score"]) == 11.0
+    assert rows["eve"]["status"] == "error"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("homework9",), "'homework9' is not in the gradebook"),
+    ((HW, "--student", "nobody"), "no submission of multi_head_attention "
+                                  "for nobody"),
+    ((HW, "--kit-assignment", "nope"), "unknown assignment 'nope'"),
+])
+def test_clear_errors_before_grading(course, args, message):
+    """Exit 2 with one line, before anything is graded or recorded."""
+    result = _run(course.path, "grader", "nbgrader", *args, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_not_a_course(tmp_path):
+    """A folder without nbgrader_config.py is not a course."""
+    result = _run(tmp_path, "grader", "nbgrader", HW, check=False)
+    assert result.returncode == 2
+    assert "not an nbgrader course root" in result.stderr
+
+
+def test_solution_notebook_counts_zero_in_a_kernel(tmp_path):
+    """The source notebook runs top to bottom in a real kernel; its
+    autograded cells say where their points come from and count 0."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = tmp_path / HW
+    shutil.copytree(ROOT / "solutions" / "source" / HW, folder)
+    notebook = nbformat.read(folder / NOTEBOOK, as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code"
+              for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    plots = [o for c in notebook.cells if c.cell_type == "code"
+             for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(plots) >= 2
+    credits = {c.id: o["data"]["text/plain"] for c in notebook.cells
+               for o in c.get("outputs", [])
+               if o.output_type == "execute_result"
+               and c.id.startswith("task")}
+    assert credits == dict.fromkeys(CELLS, "0.0")
+    said = {c.id: "".join(o.get("text", "") for o in c.outputs)
+            for c in notebook.cells if c.id in CELLS}
+    assert all("graded outside the notebook" in text
+               for text in said.values()), said
