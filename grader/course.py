@@ -68,6 +68,7 @@ from grader.files import write_atomic
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
 from grader.rubric import (Assignment, RubricError, assignments,
                            get_assignment)
+from grader.source import SourceError, load_source
 from grader.text import clean, listing, one_line
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -377,6 +378,14 @@ def stage(submitted: Submitted, route: Route, root: Path,
                     f"{listing([clean(o) for o in others], 8) or 'nothing'})")
                 return
             continue
+        if name == route.notebook_name:
+            # The notebook is the submission: one that cannot be read is
+            # not graded (its reason shown), never replaced by the module.
+            try:
+                load_source(path)
+            except SourceError as exc:
+                submitted.problem = one_line(str(exc), 300)
+                return
         destination = target / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, destination)
@@ -645,6 +654,10 @@ def recorder(app: Any, route: Route) -> Any:
             bases = []
             if submitted.staged is not None:
                 bases.append(submitted.staged)
+            elif route.release is not None:
+                verdict.notes.append("the submitted notebook could not be "
+                                     "used; shown here instead: the "
+                                     "released notebook")
             if route.release is not None:
                 bases.append(route.release)
             bases.append(None)
@@ -941,7 +954,10 @@ class ClassRun:
             if submitted.problem:
                 self.not_graded(submitted)
             else:
-                todo.append(Entry(submitted.student, submitted.staged,
+                # The staged folder holds the submission's own notebook
+                # and module only: the judge grades the folder, so that a
+                # module beside the notebook is graded as `grade` does.
+                todo.append(Entry(submitted.student, submitted.staged.parent,
                                   key=submitted.key))
         return judge_all(todo, self.recorder.reports, self.judges,
                          self.judged)

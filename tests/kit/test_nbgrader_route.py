@@ -366,12 +366,11 @@ def test_feedback_shows_messages_and_attention_maps(course):
         pages["alice"] or "The grader's report on this submission:" in \
         pages["alice"]
     assert "Total: 11 / 10" in pages["alice"]
-    real = str(course.path.resolve() / "submitted" / "alice" / HW / NOTEBOOK)
+    real = str(course.path.resolve() / "submitted" / "alice" / HW)
     assert real in pages["alice"]
     assert f"Not graded: no {NOTEBOOK} in the submission" in pages["eve"]
     assert "Not graded:" in pages["frank"]
-    assert ("nbgrader could not process the submitted notebook" in
-            pages["frank"])
+    assert "is not a valid notebook: invalid JSON" in pages["frank"]
     assert "shown here instead: the released notebook" in pages["frank"]
     assert "link to a file outside the submission" in pages["grace"]
 
