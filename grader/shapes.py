@@ -2,7 +2,7 @@
 
 The rubric asks for a shape comment on every statement in a student region of
 ``forward`` whose value is a tensor, and checks it by running the code. This
-module has three parts, one per process that uses it:
+module holds the trusted side's two parts; the third runs in the sandbox:
 
 1. **Static analysis** (trusted grader process): :class:`DimensionTable`
    (the rubric's dimension names and aliases), :func:`parse_shapes` (the
@@ -10,10 +10,10 @@ module has three parts, one per process that uses it:
    statements of a method's student regions, what to watch after each one
    runs, and the comment that belongs to it). :meth:`Statement.to_plain` is
    the plan handed to the sandbox.
-2. **Tracing** (untrusted sandbox worker): :class:`ShapeTracer` runs
-   ``forward`` under ``sys.settrace`` and records the shape of every watched
-   value each time a planned statement completes. It needs only the standard
-   library and, lazily, torch; its :attr:`ShapeTracer.records` are plain data.
+2. **Tracing** (untrusted sandbox worker): the agent's line tracer
+   (:func:`grader.agent.line_tracer`) runs ``forward`` under
+   ``sys.settrace`` and records the shape of every watched value each time
+   a planned statement completes; its records are plain data.
 3. **Verification** (trusted grader process): :func:`verify` compares the
    claims with the records of every size set and returns :class:`Finding`
    records; :func:`format_findings` turns them into a report a student can
@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 import textwrap
 from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:  # only for annotations; the tracer must stay stdlib-only
     from grader.source import SourceFile
@@ -649,237 +648,9 @@ def function_statements(source: SourceFile,
 
 
 # ---------------------------------------------------------------------------
-# Tracing (runs inside the sandbox: standard library and, lazily, torch)
+# Tracing happens inside the sandbox (grader.agent.line_tracer); its records
+# come back as plain data.
 # ---------------------------------------------------------------------------
-
-def _torch_is_tensor() -> Callable[[Any], bool]:
-    import torch
-
-    def is_tensor(value: Any) -> bool:
-        return isinstance(value, torch.Tensor)
-    return is_tensor
-
-
-class _FrameTracer:
-    """The local trace function of one traced ``forward`` frame.
-
-    ``pending`` is the unit (statements sharing lines) that started and has
-    not completed; ``returning`` a return statement whose value arrives with
-    the frame's ``return`` event (code such as a ``with`` exit may run in
-    between).
-    """
-
-    def __init__(self, owner: ShapeTracer) -> None:
-        self.owner = owner
-        self.pending: int | None = None
-        self.returning: dict | None = None
-
-    def trace(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "line":
-            unit = self.owner._line_unit.get(frame.f_lineno)
-            if unit != self.pending:
-                self.finish(frame)
-                self.pending = unit
-                if unit is not None:
-                    for statement in self.owner._units[unit]:
-                        if statement["kind"] == "return":
-                            self.returning = statement
-        elif event == "exception":
-            self.pending = None  # the statement raised: it records nothing
-            self.returning = None
-        elif event == "return":
-            self.owner._returns += 1
-            self.finish(frame)
-            if self.returning is not None:
-                self.owner._record(self.returning,
-                                   self.owner._expand(arg))
-                self.returning = None
-        return self.trace
-
-    def finish(self, frame: Any) -> None:
-        """Record the pending unit's watched values, now that it completed."""
-        if self.pending is None:
-            return
-        unit = self.owner._units[self.pending]
-        self.pending = None
-        local_values = frame.f_locals
-        for statement in unit:
-            if statement["kind"] == "return":
-                continue
-            values = [self.owner._shape(self.owner._lookup(
-                chain, local_values, frame.f_globals))
-                for chain in statement["watch"]]
-            self.owner._record(statement, values)
-
-
-class ShapeTracer:
-    """Record the shapes a method's statements produce, by ``sys.settrace``.
-
-    Use as a context manager around calls of the method::
-
-        with ShapeTracer(filename, "forward", plan) as tracer:
-            model(x)
-        records, intact = tracer.records, tracer.intact
-
-    ``filename`` is the ``co_filename`` the submission was compiled with and
-    ``statements`` the plan (:meth:`Statement.to_plain` dicts). Only frames
-    of that file and method name whose code spans the planned lines are
-    traced. A statement completes when a line event belongs to another
-    statement (or to a compound-statement header), or when the frame
-    returns; lines map to statements by their AST span, so the extra line
-    events of a multi-line statement are harmless. A statement that raised
-    records nothing. ``is_tensor`` decides what has a shape (default:
-    ``isinstance(value, torch.Tensor)``, torch imported on first use).
-    """
-
-    def __init__(self, filename: str, method: str,
-                 statements: list[dict[str, Any]],
-                 is_tensor: Callable[[Any], bool] | None = None) -> None:
-        """Prepare the line map of the traceable planned statements."""
-        self.filename = filename
-        self.method = method
-        self._is_tensor = is_tensor
-        planned = sorted((s for s in statements if s.get("traceable", True)),
-                         key=lambda s: (s["first_line"], s["last_line"]))
-        self._units: list[list[dict[str, Any]]] = []
-        self._line_unit: dict[int, int] = {}
-        for statement in planned:
-            lines = range(statement["first_line"], statement["last_line"] + 1)
-            shared = {self._line_unit[n] for n in lines
-                      if n in self._line_unit}
-            if shared:
-                unit = min(shared)
-                self._units[unit].append(statement)
-            else:
-                unit = len(self._units)
-                self._units.append([statement])
-            for number in lines:
-                self._line_unit[number] = unit
-        self._span = ((min(self._line_unit), max(self._line_unit))
-                      if self._line_unit else None)
-        self._records: dict[str, list[list[list[int] | None]]] = {}
-        self._seen: dict[str, set[tuple]] = {}
-        self._code_matches: dict[Any, bool] = {}
-        self._calls = 0
-        self._returns = 0
-        self._tampered = False
-        self._previous: Any = None
-        self._real_settrace: Any = None
-        # Bound methods are created anew on each access: keep one of each,
-        # so that `is` can tell whether they are still installed.
-        self._global = self._trace_calls
-        self._guard_function = self._guard
-
-    # -- context manager ---------------------------------------------------
-
-    def __enter__(self) -> ShapeTracer:
-        """Install the trace function (and a guard on ``sys.settrace``)."""
-        if self._is_tensor is None:
-            self._is_tensor = _torch_is_tensor()
-        self._previous = sys.gettrace()
-        self._real_settrace = sys.settrace
-        sys.settrace = self._guard_function
-        self._real_settrace(self._global)
-        return self
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        """Restore the previous trace function; decide whether intact."""
-        still_ours = sys.gettrace() is self._global
-        self._real_settrace(self._previous)
-        if sys.settrace is not self._guard_function:
-            self._tampered = True  # the traced code replaced sys.settrace
-        sys.settrace = self._real_settrace
-        if not still_ours or self._calls != self._returns:
-            self._tampered = True
-        return False
-
-    def _guard(self, function: Any) -> None:
-        """Stands in for ``sys.settrace`` while tracing: any call tampers."""
-        self._tampered = True
-
-    # -- results -------------------------------------------------------------
-
-    @property
-    def records(self) -> dict[str, list[list[list[int] | None]]]:
-        """Plain data: ``{str(statement id): [execution, ...]}``.
-
-        Each execution is a list with one entry per watched value (for a
-        ``return`` of a tuple or list, one per element): the shape as a list
-        of ints when the value is a tensor, else None.
-        """
-        return {key: [[None if value is None else list(value)
-                       for value in values] for values in executions]
-                for key, executions in self._records.items()}
-
-    @property
-    def intact(self) -> bool:
-        """False when the traced code removed or replaced the tracing."""
-        return not self._tampered
-
-    # -- tracing -------------------------------------------------------------
-
-    def _trace_calls(self, frame: Any, event: str, arg: Any) -> Any:
-        code = frame.f_code
-        matches = self._code_matches.get(code)
-        if matches is None:
-            matches = self._code_matches[code] = self._matches(code)
-        if not matches:
-            return None
-        self._calls += 1
-        return _FrameTracer(self).trace
-
-    def _matches(self, code: Any) -> bool:
-        if (self._span is None or code.co_filename != self.filename
-                or code.co_name != self.method):
-            return False
-        lines = [line for _, _, line in code.co_lines() if line is not None]
-        # The function that holds the first planned line. (Requiring its
-        # code to reach the last planned line failed when that line holds
-        # no instruction, a lone ")", or is dead code after a return the
-        # compiler dropped: the method was then not traced at all.)
-        return (bool(lines)
-                and code.co_firstlineno <= self._span[0] <= max(lines))
-
-    def _lookup(self, chain: list[str], local_values: Any,
-                global_values: dict) -> Any:
-        name = chain[0]
-        if name in local_values:
-            value = local_values[name]
-        elif name in global_values:
-            value = global_values[name]
-        else:
-            return None
-        for attribute in chain[1:]:
-            try:
-                value = getattr(value, attribute)
-            except Exception:
-                return None
-        return value
-
-    def _shape(self, value: Any) -> list[int] | None:
-        try:
-            if self._is_tensor(value):
-                return [int(size) for size in value.shape]
-        except Exception:
-            pass
-        return None
-
-    def _expand(self, value: Any) -> list[list[int] | None]:
-        """A return value's shapes; a tuple or list gives one per element."""
-        if isinstance(value, (tuple, list)):
-            return [self._shape(element) for element in value]
-        return [self._shape(value)]
-
-    def _record(self, statement: dict[str, Any],
-                values: list[list[int] | None]) -> None:
-        key = str(statement["id"])
-        executions = self._records.setdefault(key, [])
-        seen = self._seen.setdefault(key, set())
-        signature = tuple(None if v is None else tuple(v) for v in values)
-        if len(executions) < MAX_EXECUTIONS or signature not in seen:
-            executions.append(values)
-            seen.add(signature)
-
 
 def merge_records(*records: dict[str, list]) -> dict[str, list]:
     """Concatenate the executions of several tracers' records."""
