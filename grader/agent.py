@@ -15,15 +15,18 @@ by closures built in :func:`_sealed`:
   no global name (a kit test checks their bytecode), so a submission that
   replaces ``json.dumps``, ``builtins.len`` or ``torch.Tensor.numpy``
   changes nothing the agent does;
-* no class of the agent exists (``object.__subclasses__()`` finds none)
-  and the agent's modules are removed from ``sys.modules``;
+* no class of the agent exists (``object.__subclasses__()`` finds none),
+  the grader's modules are removed from ``sys.modules`` and this module's
+  namespace is emptied, so the tripwires a submission can reach (they
+  replace library functions) lead to nothing of the runtime;
 * the audit hook refuses, to the submission, every route to the agent's
   frames and objects (``sys._getframe``, traceback and generator frames,
   ``gc``, trace and profile hooks, new threads) except the frame look-ups
   of a few standard-library functions that use them internally; it reports
   every refusal at once, on the channel, before the code can go on;
-* every frame carries an HMAC under a key that only the agent holds, so
-  bytes the submission writes to the channel are recognised as foreign;
+* every frame carries an HMAC under a key that only the audit hook holds
+  (the rest of the agent sends through it, with a token): bytes the
+  submission writes to the channel are recognised as foreign;
 * a trace function records which code runs during each probe (so that the
   grading process judges the code that runs, wherever it came from) and
   the shapes of the planned statements (shape comments).
