@@ -11,8 +11,12 @@ overwritten, others, such as ``.git``, are left alone):
   ``transformer_lm/``, both from the nbgrader release ``assignment/<id>/``,
   except the package's generated files (the stub, the test values), which
   are built afresh from ``solutions/`` whatever the working tree holds;
-* the public tests ``tests/public/`` and the grader ``grader/`` (the same
-  grader the instructor grades with, for self-checks);
+* the assignment's public tests, as the release holds them: the shared
+  seam of ``tests/public/`` and the assignment's own folder
+  ``tests/public/<assignment>/``, no other assignment's (so ``python -m
+  pytest tests/public`` runs this homework's tests only), and the grader
+  ``grader/`` (the same grader the instructor grades with, for
+  self-checks);
 * ``requirements.txt`` (the CPU torch and the grader's tools, pinned as in
   the Gradescope bundle), a student ``setup.cfg`` (the kit's ``[flake8]``
   section and pytest settings), ``pyproject.toml``, ``LICENSE``,
@@ -39,13 +43,9 @@ from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, BundleError,
 from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
 from grader.classroom import PUBLIC_TESTS_ENV, runners
 from grader.rubric import Assignment, RubricError, get_assignment
-from solutions.build import ROOT
+from solutions.build import ROOT, BuildError, public_test_files
 
 RELEASE = ROOT / "assignment"
-PUBLIC_TESTS = ROOT / "tests" / "public"
-# The seam every assignment's public tests share (each rubric lists its own
-# test modules in ``public_tests``).
-SHARED_PUBLIC_FILES = ("conftest.py", "adapters.py")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
 FEEDBACK_DIR = "grading"
 PUBLIC_TESTS_RUNNER = PUBLIC_RUNNER.id  # its command-grader step's id
@@ -383,9 +383,9 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     for relative in list(files):
         if relative.as_posix() in generated:
             files[relative] = generated[relative.as_posix()]
-    for name in SHARED_PUBLIC_FILES + assignment.public_tests:
-        path = PUBLIC_TESTS / name
-        files[path.relative_to(ROOT)] = path.read_bytes()
+    # The public tests, fresh from tests/public/ like the generated files
+    # (the release holds the same copies; a test checks they agree).
+    files.update(public_test_files(assignment.public_tests))
     for relative in kit_files(ROOT):
         if relative.parts[0] == "grader" or relative.name in (
                 "LICENSE", "NOTICE", "pyproject.toml"):
@@ -428,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         written = write_student_repo(args.assignment, args.out)
-    except (StudentRepoError, BundleError, RubricError, ValueError,
-            OSError) as exc:
+    except (StudentRepoError, BundleError, BuildError, RubricError,
+            ValueError, OSError) as exc:
         print(f"python -m solutions.build student-repo: error: {exc}",
               file=sys.stderr)
         return 2
