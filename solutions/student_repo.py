@@ -18,7 +18,9 @@ overwritten, others, such as ``.git``, are left alone):
   ``grader/`` (the same grader the instructor grades with, for
   self-checks);
 * ``requirements.txt`` (the CPU torch and the grader's tools, pinned as in
-  the Gradescope bundle), a student ``setup.cfg`` (the kit's ``[flake8]``
+  the Gradescope bundle, and what the notebook needs to open and run:
+  ``notebook`` and ``ipykernel``, pinned the same way), a student
+  ``setup.cfg`` (the kit's ``[flake8]``
   section and pytest settings), ``pyproject.toml``, ``LICENSE``,
   ``NOTICE``, ``.gitignore`` and a student ``README.md``;
 * ``.github/workflows/classroom.yml``: on every push it installs the
@@ -38,6 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import __version__
 from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, BundleError,
                            generated_package, kit_files, pinned_requirements)
 from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
@@ -95,6 +98,13 @@ PUBLIC_TESTS_TIMEOUT = 3
 PUBLIC_TESTS_DEADLINE_S = 150
 GRADE_DEADLINE_S = 180
 _SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".ipynb_checkpoints")
+# What the notebook needs besides the grader's tools: a Jupyter front end
+# (``notebook`` gives ``jupyter notebook``, and ``jupyter lab`` through its
+# JupyterLab components) and the Python kernel (``ipykernel``, which VS
+# Code needs too). The ``jupyter`` meta-package would add a console and
+# widgets nobody uses here. matplotlib, which the notebook imports, is
+# already one of the grader's tools.
+NOTEBOOK_PACKAGES = ("notebook", "ipykernel")
 
 
 class StudentRepoError(Exception):
@@ -137,7 +147,7 @@ def student_setup_cfg(assignment: Assignment) -> str:
 # copy, grader/flake8.cfg, so editing this section changes no grade).
 [metadata]
 name = transformer-lm-{assignment.id.replace("_", "-")}
-version = 1.0.0
+version = {__version__}
 license = Apache-2.0
 license_files = LICENSE, NOTICE
 
@@ -200,7 +210,9 @@ python -m pip install -r requirements.txt
 ```
 
 The first line installs the CPU build of torch (a plain `pip install torch`
-may download a multi-GB CUDA build).
+may download a multi-GB CUDA build); the second the grader's tools and
+Jupyter. Open the notebook with `jupyter notebook {assignment.notebook}`
+(or in JupyterLab or VS Code).
 
 ## Check your work
 
@@ -246,6 +258,14 @@ These points are a self-check. Your instructor computes the final grade
 separately, on hidden cases you cannot see; a correct solution earns full
 marks on them too. Do not edit `.github/`, `grader/` or `tests/`.
 """
+
+
+def student_requirements() -> str:
+    """The student repository's ``requirements.txt``: the Gradescope
+    bundle's pins and the notebook's packages, pinned the same way."""
+    return pinned_requirements(
+        NOTEBOOK_PACKAGES, "To open and run the notebook: a Jupyter front "
+                           "end and the Python kernel.")
 
 
 def public_tests_command() -> str:
@@ -393,7 +413,7 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     texts = {
         Path("README.md"): student_readme(assignment),
         Path("setup.cfg"): student_setup_cfg(assignment),
-        Path("requirements.txt"): pinned_requirements(),
+        Path("requirements.txt"): student_requirements(),
         Path(".gitignore"): _GITIGNORE,
         WORKFLOW: classroom_workflow(assignment),
     }
