@@ -64,3 +64,22 @@ def test_a_full_grade_names_its_hidden_cases(grade_path, tmp_path):
     report = grade_path(FAILING_ON_GRADERS_CASES[0].values[0])
     assert HIDDEN_CASES.search(report.item("task2.output").message)
     assert "the grader's own case" not in report.as_text()
+
+
+def test_an_untouched_class_is_a_note_of_its_task(grade_path):
+    """Task 2 left as the stub: its nbgrader cells and the Gradescope
+    summary say so as a note of the task; nothing calls it an error."""
+    report = grade_path(SUBMISSIONS / "partial_task2_stub.py",
+                        public_only=True)
+    note = ("MultiHeadSelfAttention is still the untouched stub: write "
+            "your code between the YOUR CODE markers.")
+    assert [t.notes for t in report.tasks] == [[], [note]]
+    assert report.errors == []
+    assignment = get_assignment(report.assignment)
+    cell = cell_text(report.as_json(), assignment, "task2.scores")
+    assert f"Note: {note}" in cell.split("\n")
+    assert "untouched" not in cell_text(report.as_json(), assignment,
+                                        "task1.forward")
+    summary = report.as_gradescope()["output"].split("\n")
+    heading = summary.index("Coding Task 2: MultiHeadSelfAttention: 0 / 6")
+    assert summary[heading + 1] == f"  Note: {note}"
