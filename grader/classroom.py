@@ -48,6 +48,7 @@ import re
 import secrets
 import signal
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -488,33 +489,78 @@ def run_command(command: list[str], deadline: float,
     return run.returncode
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.classroom grade|run ...``."""
+GRADE_EXIT = (
+    ("0", "graded (whatever the score): the results and the job summary "
+          "are written"),
+    ("1", "not graded (the grader failed or ran out of time): every "
+          "runner reports an error that says why"),
+    ("2", "an unknown assignment, bad options"))
+RUN_EXIT = (
+    ("N", "the command's own exit status"),
+    (str(EXIT_DEADLINE), "it did not finish within --deadline seconds"),
+    ("128+S", "it was stopped by signal S (e.g. 143 for SIGTERM)"),
+    ("127", "it could not be started"),
+    ("2", "bad options, or no command"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m grader.classroom grade|run ...``."""
+    from grader.cli import exit_status_text
+
     parser = argparse.ArgumentParser(
         prog="python -m grader.classroom",
         description="GitHub Classroom autograding: grade once and write "
                     "the reporter's results, or run a command so that "
-                    "nothing it started outlives it.")
-    commands = parser.add_subparsers(dest="command_name", required=True)
+                    "nothing it started outlives it.",
+        epilog="'python -m grader.classroom COMMAND --help' describes "
+               "each command and its exit status.")
+    commands = parser.add_subparsers(dest="command_name", required=True,
+                                     metavar="COMMAND")
     grade = commands.add_parser(
         "grade", help="grade PATH and write the Classroom results "
-                      "($GITHUB_OUTPUT) and a job summary")
-    grade.add_argument("path", type=Path, metavar="PATH")
+                      "($GITHUB_OUTPUT) and a job summary",
+        description=textwrap.fill(
+            "Grade PATH once with 'python -m grader grade' and write one "
+            "Classroom result per task and per bonus to $GITHUB_OUTPUT, a "
+            "job summary to $GITHUB_STEP_SUMMARY and the report to "
+            "--feedback.", width=79),
+        epilog=exit_status_text(GRADE_EXIT),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    grade.add_argument("path", type=Path, metavar="PATH",
+                       help="the submission (the workflow grades '.', the "
+                            "student repository)")
     grade.add_argument("--assignment", required=True, metavar="ID",
                        help="the assignment (from the workflow, never "
                             "guessed from the submission)")
     grade.add_argument("--feedback", type=Path, default=Path("grading"),
                        metavar="DIR", help="where the grader writes "
-                                           "report.json and pictures")
+                                           "report.json and pictures "
+                                           "(default: grading)")
     grade.add_argument("--deadline", type=float, default=180.0,
-                       metavar="S", help="stop the grader after S seconds")
+                       metavar="S", help="stop the grader after S seconds "
+                                         "(default: 180)")
     run = commands.add_parser(
         "run", help="run a command; stop it and everything it started "
-                    "after --deadline seconds or on SIGTERM")
-    run.add_argument("--deadline", type=float, required=True, metavar="S")
+                    "after --deadline seconds or on SIGTERM",
+        description=textwrap.fill(
+            "Run COMMAND; stop it and every process it started after "
+            "--deadline seconds or on SIGTERM, SIGINT or SIGHUP, and say "
+            "so on standard error.", width=79),
+        epilog=exit_status_text(RUN_EXIT),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--deadline", type=float, required=True, metavar="S",
+                     help="seconds the command may run")
     run.add_argument("--grace", type=float, default=2.0, metavar="S",
-                     help="seconds between SIGTERM and SIGKILL")
-    run.add_argument("command", nargs=argparse.REMAINDER)
+                     help="seconds between SIGTERM and SIGKILL (default: 2)")
+    run.add_argument("command", nargs=argparse.REMAINDER,
+                     metavar="-- COMMAND ...",
+                     help="the command and its arguments, after --")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m grader.classroom grade|run ...``."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command_name == "grade":
         return grade_for_classroom(args.path, args.assignment,

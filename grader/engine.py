@@ -110,6 +110,8 @@ def grade_submission(submission: Submission,
         f"grader.assignments.{assignment.id}.cases")
     plan: Plan = cases.build(seed, options.public_only,
                              assignment.size_sets)
+    if options.public_only:
+        plan.public_only()
     analyses = {task.id: analyse(assignment, task,
                                  submission.sources[task.id])
                 for task in assignment.tasks}
@@ -490,17 +492,18 @@ def score_bonus_item(item: Item, analysis: TaskAnalysis,
     where = f"{analysis.task.target}.{item.method}"
     if count is None:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
-                          f"no bonus: {where} is not defined")
+                          f"no bonus: {where} is not defined",
+                          optional=True)
     short = count <= item.max_statements
     if short and full:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           True, f"{where} has {count} statement(s) and is "
-                                f"correct: +{item.points:g}")
+                                f"correct: +{item.points:g}", optional=True)
     why = (f"{where} has {count} statements (at most "
            f"{item.max_statements} earn the bonus)" if not short else
            f"{item.requires} did not earn full points")
     return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
-                      f"no bonus (optional): {why}")
+                      f"no bonus (optional): {why}", optional=True)
 
 
 def score(assignment: Assignment, submission: Submission,
@@ -548,16 +551,16 @@ def score(assignment: Assignment, submission: Submission,
         bonus = sum(r.score for r in ordered
                     if assignment.item(r.id).kind == "bonus")
         clamped = min(max(raw, 0.0), task.max_score)
-        problems = list(run.problems)
-        if analysis.stub:
-            problems.insert(0, f"{task.target} is still the untouched "
-                               f"stub: write your code between the YOUR "
-                               f"CODE markers.")
+        # An untouched stub is not an error of the grading: it is a note
+        # of its task (the report's header lists errors only).
+        notes_of_task = [f"{task.target} is still the untouched stub: "
+                         f"write your code between the YOUR CODE "
+                         f"markers."] if analysis.stub else []
         tasks.append(TaskReport(
             id=task.id, title=task.title, score=clamped + bonus,
             max_score=task.max_score, bonus=bonus, raw=raw,
             source=str(analysis.source.path), output=run.output,
-            problems=problems))
+            problems=list(run.problems), notes=notes_of_task))
     penalised_tasks = {i.task for i in assignment.items if i.kind == "pep8"}
     for path, findings in lint.items():
         if isinstance(findings, str):

@@ -69,7 +69,9 @@ class Assignment:
     size_sets: tuple[dict[str, int], ...]
     folder: Path
     identities: tuple[tuple[str, str, str], ...] = ()
-    public_tests: tuple[str, ...] = ()
+    # The folder of its public tests, tests/public/<public_tests>/ ("" when
+    # it has none); a homework ships that folder only.
+    public_tests: str = ""
     forbidden: dict = field(default_factory=dict)
 
     @property
@@ -150,6 +152,14 @@ def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
     return item
 
 
+def _public_tests(value: object, path: Path) -> str:
+    """``public_tests``: one folder name under tests/public/."""
+    if not isinstance(value, str) or (value and not value.isidentifier()):
+        raise RubricError(f"{path}: public_tests must be the name of one "
+                          f"folder under tests/public/, got {value!r}")
+    return value
+
+
 FORBIDDEN_KEYS = {"names": list, "callables": list, "classes": list,
                   "name_pattern": str, "modules": list, "packages": list,
                   "aten": str}
@@ -212,7 +222,7 @@ def load_assignment(folder: Path) -> Assignment:
         size_sets=tuple(dict(s) for s in shapes.get("size_sets", ())),
         folder=folder,
         identities=tuple(tuple(i) for i in shapes.get("identities", ())),
-        public_tests=tuple(raw.get("public_tests", ())),
+        public_tests=_public_tests(raw.get("public_tests", ""), path),
         forbidden=_forbidden(raw.get("forbidden", {}), path))
 
 

@@ -321,15 +321,19 @@ def test_reference_earns_full_marks_on_public_values(graded) -> None:
 
 
 def test_stub_earns_nothing_and_says_why(graded) -> None:
-    """The generated stub: 0, every task "still the untouched stub", every
-    correctness item naming the NotImplementedError of its task."""
+    """The generated stub: 0, every task "still the untouched stub" (a
+    note of the task, not an error), every correctness item naming the
+    NotImplementedError of its task."""
     report = graded(str(STUB))
     assert report.score == 0
     assert all(item.score == 0 for item in report.items)
     for task in report.tasks:
-        assert task.problems[0].endswith(
-            "is still the untouched stub: write your code between the "
-            "YOUR CODE markers."), task.problems
+        target = get_assignment(report.assignment).task(task.id).target
+        assert task.notes == [
+            f"{target} is still the untouched stub: "
+            f"write your code between the YOUR CODE markers."], task.notes
+        assert not [p for p in task.problems if "untouched" in p]
+    assert not [e for e in report.errors if "untouched" in e]
     for item in report.items:
         if item.max_score > 0:
             assert 'NotImplementedError: "Task' in item.message, item.message
