@@ -195,7 +195,7 @@ def _merged(first: TaskRun, second: TaskRun,
     for probe_id, result in second.results.items():
         if result.problem and result.error:
             second.results[probe_id] = replace(
-                result, problem=loadable.explain_name_error(
+                result, problem=loadable.explain_missing_name(
                     result.problem, result.error, reduction))
     return second
 
@@ -598,6 +598,20 @@ def score_bonus_item(item: Item, analysis: TaskAnalysis,
                       f"no bonus (optional): {why}")
 
 
+def _pointed(report: ItemReport, analysis: TaskAnalysis,
+             assignment: Assignment) -> ItemReport:
+    """An item of a task whose graded name is missing, pointing at the
+    definition that is most likely meant (the score stays: the
+    contract's names are fixed)."""
+    target = analysis.task.target
+    found = analysis.near_miss.sentence(analysis.source, target)
+    if assignment.item(report.id).kind == "checks":
+        message = (f"0 points: `{target}` is not defined; {found} (the "
+                   f"grader imports the contract's names only).")
+        return replace(report, message=message, diagnosis=[], details="")
+    return replace(report, message=f"{report.message}; {found}")
+
+
 def score(assignment: Assignment, submission: Submission,
           analyses: dict[str, TaskAnalysis], runs: dict[str, TaskRun],
           outcomes: list[CheckOutcome],
@@ -637,6 +651,9 @@ def score(assignment: Assignment, submission: Submission,
                 earned[item.id] = score_bonus_item(item, analysis, earned,
                                                    assignment, code)
         ordered = [earned[i.id] for i in assignment.items_of(task.id)]
+        if analysis.near_miss is not None:
+            ordered = [_pointed(report, analysis, assignment)
+                       for report in ordered]
         items += ordered
         raw = sum(r.score for r in ordered
                   if assignment.item(r.id).kind != "bonus")

@@ -74,9 +74,12 @@ class Skipped:
         """One line: where, what, why, and who needs it."""
         text = f"{source.where(self.line)}: `{self.code}` skipped: {self.why}"
         if self.users:
-            shown = listing([f"`{u}`" for u in self.users])
-            verb = "uses" if len(self.users) == 1 else "use"
-            text += f"; {shown} {verb} it, so it fails without it"
+            names = [f"`{u}`" for u in self.users]
+            shown = (names[0] if len(names) == 1 else
+                     f"{', '.join(names[:-1])} and {names[-1]}")
+            text += (f"; {shown} uses it, so it fails without it"
+                     if len(names) == 1 else
+                     f"; {shown} use it, so they fail without it")
         elif self.kind in ("import", "value"):
             text += "; nothing graded uses it"
         return text
@@ -106,8 +109,8 @@ class Reduction:
         :data:`MAX_LISTED` statements is summed up)."""
         name = original.path.name
         lines = [f"{name} could not be loaded as it is ({failure.rstrip('.')}"
-                 f"). It was graded as a notebook is: its imports that can "
-                 f"load here, the last definition of each class and "
+                 f"). It was graded on what can load here: its imports "
+                 f"that can, the last definition of each class and "
                  f"function, and the module-level values they read. Not "
                  f"run:"]
         code = [s for s in self.skipped if s.kind == "code" and not s.users]
@@ -439,11 +442,9 @@ def reduce_module(source: SourceFile, graded: tuple[str, ...],
         ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    kept_definitions = {body[i].name for i in scan.kept
-                        if isinstance(body[i], _DEFINITIONS)}
     return Reduction(replace(source, text=text), tuple(_records(
         scan.skipped, lines=source.lines, graded=graded, reads=reads,
-        available=scan.available, kept_definitions=kept_definitions)))
+        available=scan.available)))
 
 
 @dataclass
@@ -497,14 +498,13 @@ class _Scan:
 
 def _records(skipped: list[tuple[ast.stmt, str, str]], *, lines: list[str],
              graded: tuple[str, ...], reads: dict[str, set[str]],
-             available: set[str], kept_definitions: set[str]
-             ) -> list[Skipped]:
+             available: set[str]) -> list[Skipped]:
     """The :class:`Skipped` records, with the graded names that need
     each: a graded name needs a statement when its code reads (directly or
     through the file's other definitions and values) a name that only the
     statement binds."""
-    needs = {target: _closure(reads.get(target, set()), reads)
-             for target in graded if target in kept_definitions}
+    needs = {target: _closure(reads[target], reads)
+             for target in graded if target in reads}
     found = []
     for node, kind, why in skipped:
         names = tuple(sorted(binds(node) - available)) \
@@ -518,16 +518,20 @@ def _records(skipped: list[tuple[ast.stmt, str, str]], *, lines: list[str],
     return found
 
 
-def explain_name_error(problem: str, error: dict | None,
-                       reduction: Reduction) -> str:
+def explain_missing_name(problem: str, error: dict | None,
+                         reduction: Reduction) -> str:
     """``problem`` (a probe's sentence) with the reason of a skipped name
-    appended when the probe failed with ``NameError`` on it."""
-    if not isinstance(error, dict) or error.get("type") != "NameError":
+    appended, when the probe failed because that name is missing: a
+    ``NameError`` on it, or the sandbox's ``LookupError`` for a graded
+    name that is not defined."""
+    if not isinstance(error, dict) or error.get("type") not in (
+            "NameError", "LookupError"):
         return problem
     message = str(error.get("message", ""))
     for name, skip in reduction.unavailable.items():
-        if f"'{name}'" in message:
-            return (f"{problem.rstrip('.')}; `{name}` was not loaded: "
+        quoted = f"'{name}'" in message
+        if quoted or message.startswith(f"{name} is not defined"):
+            return (f"{problem.rstrip('.')} (`{name}` was not loaded: "
                     f"{reduction.source.where(skip.line)}, `{skip.code}`, "
-                    f"{skip.why}.")
+                    f"skipped: {skip.why})")
     return problem
