@@ -3,10 +3,11 @@
 The data flow, one module per stage: :mod:`grader.submission` locates and
 reads the submission; :mod:`grader.analysis` reads it statically;
 :mod:`grader.sandbox` runs it in child processes on the probes of the
-assignment's cases (:mod:`grader.plan`); :mod:`grader.observe` decodes what
-they saw; :mod:`grader.checking` runs the pytest checks on those
-observations; this module turns outcomes into points as the rubric says;
-:mod:`grader.report` renders the result.
+assignment's cases (:mod:`grader.plan`), again on its loadable part
+(:mod:`grader.loadable`) when its module-level code raised;
+:mod:`grader.observe` decodes what they saw; :mod:`grader.checking` runs
+the pytest checks on those observations; this module turns outcomes into
+points as the rubric says; :mod:`grader.report` renders the result.
 """
 from __future__ import annotations
 
@@ -241,7 +242,8 @@ def load_what_can_be_loaded(assignment: Assignment, submission: Submission,
                                                       source)
                                       for job in again) if w),
                          "its worker stopped while loading it")
-            notes.append(f"{path.name} could not be loaded as it is "
+            notes.append(f"{loadable.shown_name(source)} could not be "
+                         f"loaded as it is "
                          f"({failures[path].rstrip('.')}); without its "
                          f"module-level code it could not be loaded "
                          f"either ({still.rstrip('.')}), so it is graded "

@@ -33,6 +33,7 @@ import builtins
 import importlib.util
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from grader.cells import global_names
 from grader.source import SourceFile
@@ -107,9 +108,9 @@ class Reduction:
         """The note a report shows: why the file was reduced and one line
         per statement left out (module-level code beyond
         :data:`MAX_LISTED` statements is summed up)."""
-        name = original.path.name
-        lines = [f"{name} could not be loaded as it is ({failure.rstrip('.')}"
-                 f"). It was graded on what can load here: its imports "
+        lines = [f"{shown_name(original)} could not be loaded as it is "
+                 f"({failure.rstrip('.')}). It was graded on what can load "
+                 f"here: its imports "
                  f"that can, the last definition of each class and "
                  f"function, and the module-level values they read. Not "
                  f"run:"]
@@ -122,6 +123,13 @@ class Reduction:
             lines.append(f"  - and {len(rest)} more statements of "
                          f"module-level code ({where})")
         return "\n".join(lines)
+
+
+def shown_name(source: SourceFile) -> str:
+    """The file's name as a report shows it: quoted, escaped."""
+    from grader.submission import show
+
+    return show(Path(source.path.name))
 
 
 # --------------------------------------------------------------------------
@@ -351,12 +359,18 @@ def reduce_module(source: SourceFile, graded: tuple[str, ...],
 
     ``graded`` are the names the assignment grades in this file (a
     skipped statement says which of them need it); ``roots`` the
-    sandbox's readable and hidden trees (:func:`importable`).
+    sandbox's readable and hidden trees (:func:`importable`). Code too
+    deep or too large to analyse gives None too, never an exception.
     """
     try:
-        tree = source.parse()
-    except SyntaxError:
+        return _reduce(source, graded, roots)
+    except (SyntaxError, RecursionError, MemoryError):
         return None
+
+
+def _reduce(source: SourceFile, graded: tuple[str, ...],
+            roots: dict[str, list[str]] | None) -> Reduction | None:
+    tree = source.parse()
     lines = list(source.lines)
     body = tree.body
     lazy = any(isinstance(n, ast.ImportFrom) and n.module == "__future__"

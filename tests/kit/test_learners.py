@@ -200,8 +200,8 @@ def test_tiktoken_and_a_data_file_keep_every_correctness_point(
     for item in report.items:
         if item.max_score > 0:
             assert item.score == item.max_score, describe(report)
-    text = note(report, "ch03_tiktoken_data_file.py could not be loaded "
-                        "as it is")
+    text = note(report, '"ch03_tiktoken_data_file.py" could not be '
+                        'loaded as it is')
     lines = text.split("\n")
     if not TIKTOKEN_HERE:
         assert ("ModuleNotFoundError: \"No module named 'tiktoken'\" (at "
@@ -250,8 +250,8 @@ def test_a_skipped_import_a_graded_class_needs_is_its_reason(graded) -> None:
     assert ("`CausalAttention` was not loaded: line 76, `class "
             "CausalAttention(AttentionBase): ...`, skipped: its definition "
             "reads `AttentionBase`, which is not installed here") in causal
-    lines = note(report, "local_modules_missing.py could not be loaded "
-                         "as it is").split("\n")
+    lines = note(report, '"local_modules_missing.py" could not be '
+                         'loaded as it is').split("\n")
     assert ("  - line 22: `from common import AttentionBase` skipped: not "
             "installed here; `CausalAttention` and "
             "`MultiHeadAttentionWrapper` use it, so they fail without it"
@@ -289,8 +289,8 @@ def test_the_last_definition_is_graded_and_the_values_it_reads(
     redefined; MASK_VALUE and DTYPE, which the classes read, are loaded,
     and the leftover demo lines are not."""
     report = graded("leftover_notebook_lines.py")
-    lines = note(report, "leftover_notebook_lines.py could not be loaded "
-                         "as it is").split("\n")
+    lines = note(report, '"leftover_notebook_lines.py" could not be '
+                         'loaded as it is').split("\n")
     assert ("  - line 78: `class CausalAttention(nn.Module): ...` skipped: "
             "redefined at line 101 (the last definition is graded)") in lines
     assert not any("MASK_VALUE" in line or "DTYPE" in line
@@ -309,7 +309,8 @@ def test_a_file_that_cannot_load_either_way_is_graded_as_it_is(
                              'ModuleNotFoundError: "No module named '
                              '\'tiktoken\'" (at line 11: `import '
                              'tiktoken`).'] or TIKTOKEN_HERE
-    text = note(report, "old_torch_import.py could not be loaded as it is")
+    text = note(report, '"old_torch_import.py" could not be loaded as '
+                        'it is')
     assert ("without its module-level code it could not be loaded either "
             "(ModuleNotFoundError: \"No module named 'torch._six'\" (at "
             "line 14: `from torch._six import inf`)), so it is graded as "
@@ -321,7 +322,7 @@ def test_notebook_skips_name_their_cells(graded) -> None:
     report = graded("ch03_notebook_tiktoken.ipynb")
     if TIKTOKEN_HERE:
         pytest.skip("tiktoken is installed here: nothing to skip")
-    lines = note(report, "ch03_notebook_tiktoken.ipynb could not be "
+    lines = note(report, '"ch03_notebook_tiktoken.ipynb" could not be '
                          "loaded as it is").split("\n")
     assert lines[1:] == ["  - cell 3, line 1: `import tiktoken` skipped: "
                          "not installed here; nothing graded uses it"]
@@ -331,7 +332,7 @@ def test_a_relative_import_is_skipped_and_says_why(graded) -> None:
     """A relative import cannot load in a file graded on its own; the
     `__main__` block is module-level code, never run."""
     lines = note(graded("percent_cells_relative_import.py"),
-                 "percent_cells_relative_import.py could not be loaded "
+                 '"percent_cells_relative_import.py" could not be loaded '
                  "as it is").split("\n")
     assert lines[1:] == [
         "  - line 27: `from .plotting import show_weights` skipped: a "
@@ -339,3 +340,30 @@ def test_a_relative_import_is_skipped_and_says_why(graded) -> None:
         "uses it",
         "  - line 195: `if __name__ == \"__main__\": ...` skipped: "
         "module-level code (not a definition, nor a value one reads)"]
+
+
+def test_the_homework_is_graded_on_what_can_load_too(
+        grade_path, tmp_path: Path) -> None:
+    """The rule is the grader's, not the warm-up's: the homework's
+    reference with a module it cannot import and a data file read at
+    module level still earns its 11 points, and the note says why."""
+    solution = Path(__file__).resolve().parents[2] / "solutions" / \
+        "modeling_attention.py"
+    text = solution.read_text(encoding="utf-8")
+    head = "import torch\n"
+    assert head in text
+    text = text.replace(head, head + "from previous_chapters import "
+                                     "GPTModel\n\nCORPUS = open('train.txt')"
+                                     ".read()\n", 1)
+    path = tmp_path / "modeling_attention.py"
+    path.write_text(text, encoding="utf-8")
+    report = grade_path(path, public_only=True)
+    assert report.assignment == "multi_head_attention"
+    assert report.score == 11, describe(report)
+    lines = note(report, '"modeling_attention.py" could not be loaded as '
+                         "it is").split("\n")
+    assert any("`from previous_chapters import GPTModel` skipped: not "
+               "installed here; nothing graded uses it" in line
+               for line in lines), lines
+    assert any("`CORPUS = open('train.txt').read()` skipped: module-level "
+               "code" in line for line in lines), lines

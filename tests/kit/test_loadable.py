@@ -283,7 +283,7 @@ def test_the_report_lists_each_skip_and_sums_up_long_demos(
                              f"    pass\n", path=Path("/tmp/learner.py"))
     reduction = reduce_module(source, ("A",))
     lines = reduction.report(source, "ModuleNotFoundError").split("\n")
-    assert lines[0].startswith("learner.py could not be loaded as it is "
+    assert lines[0].startswith('"learner.py" could not be loaded as it is '
                                "(ModuleNotFoundError). It was graded on "
                                "what can load here")
     assert lines[1] == (f"  - line 1: `import {MISSING}` skipped: not "
