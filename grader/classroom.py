@@ -23,7 +23,11 @@ correctness test failing. Instead, the workflow grades once with
   E501 ...``); a point not earned is named by its item and the reason. The
   penalties come off as :func:`grader.notebook.nbgrader_credits` takes
   them (largest item first, never below 0), so each runner adds up to the
-  task's clamped score and the total is the grade.
+  task's clamped score and the total is the grade. When a task's items or
+  penalties are worth half points (the warm-up's -0.5 penalties), its
+  tests are half points (``task4.causal 1/1: 0.5 point 1 of 2``), so that
+  the reporter's ``passed / tests * max_score`` is still the task's
+  score.
 * one runner per bonus item (``task1bonus``), worth its points; it never
   fails the run (its status is ``"pass"`` whether or not its one test
   passed), so full rubric marks without the optional bonus show a green
@@ -176,6 +180,28 @@ def _whole(points: float, what: str) -> int:
     return int(points)
 
 
+#: The sizes a Classroom test may be worth, largest first.
+TEST_UNITS = (1.0, 0.5, 0.25)
+
+
+def test_unit(assignment: Assignment, task_id: str) -> float:
+    """What one Classroom test of ``task_id`` is worth: the largest of
+    :data:`TEST_UNITS` that divides the points of every item, part and
+    penalty of the task (1 for whole points)."""
+    values = [abs(v) for i in assignment.items_of(task_id)
+              for v in (i.points, *i.parts.values())]
+    for unit in TEST_UNITS:
+        if all(abs(v / unit - round(v / unit)) < 1e-9 for v in values):
+            return unit
+    raise ValueError(f"{task_id} has points that are not multiples of "
+                     f"{TEST_UNITS[-1]:g}; Classroom cannot show them")
+
+
+def _units(points: float, unit: float, what: str) -> int:
+    """``points`` as a whole number of tests worth ``unit`` each."""
+    return _whole(round(points / unit, 9), what)
+
+
 def runner_id(name: str) -> str:
     """``task1.bonus`` -> ``task1bonus``: what the reporter accepts."""
     return re.sub(r"[^A-Za-z0-9]", "", name)
@@ -226,35 +252,40 @@ def _name(text: str) -> str:
 
 def _task_tests(assignment: Assignment, task_id: str, items: dict,
                 credits: dict[str, float]) -> list[Test]:
-    """One test per point of ``task_id``: kept, taken by a penalty, or not
-    earned, in rubric order."""
+    """One test per point (per half point, see :func:`test_unit`) of
+    ``task_id``: kept, taken by a penalty, or not earned, in rubric
+    order."""
     rubric = assignment.items_of(task_id)
+    unit = test_unit(assignment, task_id)
+    part = "point" if unit == 1 else f"{unit:g} point"
     penalties = []
     for item in rubric:
         if item.kind in PENALTY_LABELS:
-            taken = _whole(-float(items[item.id]["score"]), item.id)
+            taken = _units(-float(items[item.id]["score"]), unit, item.id)
             penalties += [item] * taken
     tests = []
     for item in rubric:
         if item.kind != "checks":
             continue
-        points = _whole(item.points, item.id)
-        earned = _whole(float(items[item.id]["score"]), item.id)
-        kept = _whole(credits[item.id], item.id)
-        grade = f"{item.id} {earned}/{points}"
+        score = float(items[item.id]["score"])
+        points = _units(item.points, unit, item.id)
+        earned = _units(score, unit, item.id)
+        kept = _units(credits[item.id], unit, item.id)
+        grade = f"{item.id} {score:g}/{item.points:g}"
         for point in range(1, kept + 1):
-            tests.append(Test(_name(f"{grade}: point {point} of {points} - "
-                                    f"{item.title}"), True))
+            tests.append(Test(_name(f"{grade}: {part} {point} of {points} "
+                                    f"- {item.title}"), True))
         for _ in range(earned - kept):
             penalty = penalties.pop(0)
             state = "correct" if earned == points else "earned"
             tests.append(Test(_name(
-                f"{penalty.id} -1: {PENALTY_LABELS[penalty.kind]} penalty, "
-                f"takes 1 point of {item.id} ({earned}/{points} {state}) - "
+                f"{penalty.id} -{unit:g}: {PENALTY_LABELS[penalty.kind]} "
+                f"penalty, takes {unit:g} point of {item.id} ({score:g}/"
+                f"{item.points:g} {state}) - "
                 f"{penalty_reason(items[penalty.id]['message'])}"), False))
         for point in range(earned + 1, points + 1):
             tests.append(Test(_name(
-                f"{grade}: point {point} of {points} not earned - "
+                f"{grade}: {part} {point} of {points} not earned - "
                 f"{_reason(items[item.id])}"), False))
     return tests
 
@@ -296,10 +327,12 @@ def results(report: dict, assignment: Assignment) -> list[RunnerResult]:
             tests = _bonus_tests(item, items[item.id])
         result = RunnerResult(runner, tuple(tests))
         expected = task_scores[task.id] if task else result.score
-        if len(tests) != runner.max_score or result.score != expected:
-            raise ValueError(f"{runner.id}: {result.score} of {len(tests)} "
-                             f"tests passed; the report says {expected:g} "
-                             f"of {runner.max_score}")
+        count = (_units(runner.max_score, test_unit(assignment, task.id),
+                        task.id) if task else runner.max_score)
+        if len(tests) != count or abs(result.score - expected) > 1e-9:
+            raise ValueError(f"{runner.id}: {result.score:g} points from "
+                             f"{len(tests)} tests; the report says "
+                             f"{expected:g} of {runner.max_score}")
         found.append(result)
     return found
 

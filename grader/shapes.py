@@ -31,7 +31,10 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
 from typing import TYPE_CHECKING, Any, Iterable
 
+from grader.rubric import DEFAULT_NOTATION, DEFAULT_SHAPE_EXAMPLE, Notation
+
 if TYPE_CHECKING:  # only for annotations; the tracer must stay stdlib-only
+    from grader.rubric import Assignment
     from grader.source import SourceFile
 
 #: Finding kinds that cost the task's point.
@@ -58,13 +61,19 @@ _MARKERS = ("YOUR CODE STARTS HERE", "YOUR CODE ENDS HERE",
 
 @dataclass(frozen=True)
 class DimensionTable:
-    """The dimension names a shape comment may use, with their aliases.
+    """The shape grammar of one assignment: the dimension names a shape
+    comment may use, with their aliases, and the notation shapes are
+    written in.
 
     Built from the rubric's ``[shapes.dimensions]`` table (canonical name ->
-    list of aliases). Names are matched case-insensitively.
+    list of aliases), its ``[[shapes.notation]]`` tables (bracket pairs, an
+    optional label) and its ``example``. Names are matched
+    case-insensitively.
     """
 
     entries: tuple[tuple[str, tuple[str, ...]], ...]
+    notation: tuple[Notation, ...] = DEFAULT_NOTATION
+    example: str = DEFAULT_SHAPE_EXAMPLE
     _lookup: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -80,10 +89,22 @@ class DimensionTable:
         object.__setattr__(self, "_lookup", lookup)
 
     @classmethod
-    def from_rubric(cls, table: dict[str, list[str]]) -> DimensionTable:
-        """Build the table from the rubric's ``[shapes.dimensions]`` dict."""
+    def from_rubric(cls, table: dict[str, list[str]],
+                    notation: tuple[Notation, ...] = DEFAULT_NOTATION,
+                    example: str = DEFAULT_SHAPE_EXAMPLE
+                    ) -> DimensionTable:
+        """Build the table from the rubric's ``[shapes.dimensions]`` dict
+        (and its notation, default: square brackets)."""
         return cls(tuple((str(name), tuple(str(a) for a in aliases))
-                         for name, aliases in table.items()))
+                         for name, aliases in table.items()),
+                   tuple(notation), example)
+
+    @classmethod
+    def of(cls, assignment: Assignment) -> DimensionTable:
+        """The shape grammar of ``assignment``'s rubric."""
+        return cls.from_rubric(
+            {k: list(v) for k, v in assignment.dimensions.items()},
+            assignment.notation, assignment.shape_example)
 
     def resolve(self, name: str) -> str | None:
         """The canonical name for ``name`` (any case), or None if unknown."""
@@ -319,23 +340,104 @@ def _brief(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _bracket_groups(comment: str) -> list[tuple[str, tuple[Dim, ...] | str]]:
+#: The longest comment text searched for round-bracket groups (a longer
+#: comment is cut: shapes are short, and the scan stays linear).
+MAX_COMMENT_SCAN = 20_000
+
+
+def _round_groups(comment: str) -> list[tuple[int, int, str]]:
+    """The outermost balanced ``(...)`` groups of ``comment``: (start,
+    end, inside), found in one pass (unbalanced parentheses are none)."""
+    groups = []
+    depth, start = 0, 0
+    for index, char in enumerate(comment[:MAX_COMMENT_SCAN]):
+        if char == "(":
+            if depth == 0:
+                start = index
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append((start, index + 1, comment[start + 1:index]))
+    return groups
+
+
+def _label_pattern(label: str) -> re.Pattern[str]:
+    """``Shape:`` -> any case, spaces allowed before the colon."""
+    body = label.rstrip(":").strip()
+    pattern = re.escape(body) + (r"\s*:" if label.endswith(":") else "")
+    if body[:1].isalnum() or body[:1] == "_":
+        pattern = r"(?<![\w])" + pattern
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def _is_tuple(inside: str) -> bool:
+    """Round brackets hold a shape only as Python writes a tuple: with a
+    comma at their top level, or nothing at all (``()``)."""
+    depth = 0
+    for char in inside:
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            return True
+    return not inside.strip()
+
+
+def _groups(comment: str, notation: tuple[Notation, ...]
+            ) -> list[tuple[int, int, str, Notation]]:
+    """The bracket groups ``notation`` reads as candidate shapes, in the
+    order they appear: (start, end, inside, notation). A notation with a
+    label reads only the groups after the label's first appearance."""
+    found = []
+    for rule in notation:
+        if rule.brackets == "[]":
+            spans = [(m.start(), m.end(), m.group(1))
+                     for m in _BRACKET.finditer(comment)]
+        else:
+            spans = _round_groups(comment)
+        if rule.label:
+            label = _label_pattern(rule.label).search(
+                comment[:MAX_COMMENT_SCAN])
+            if label is None:
+                continue
+            spans = [span for span in spans if span[0] >= label.end()]
+        found += [(start, end, inside, rule)
+                  for start, end, inside in spans]
+    return sorted(found, key=lambda group: group[0])
+
+
+def _bracket_groups(comment: str,
+                    notation: tuple[Notation, ...] = DEFAULT_NOTATION
+                    ) -> list[tuple[str, tuple[Dim, ...] | str]]:
     """Each bracket group: its text (shortened for reports) and its dims,
     or why it is no shape."""
     groups = []
-    for match in _BRACKET.finditer(comment):
-        text = _brief(" ".join(match.group(0).split()))
-        if _is_index(comment, match.start()):
-            groups.append((text, "an index, not a shape"))
+    for start, end, inside, rule in _groups(comment, notation):
+        text = _brief(" ".join(comment[start:end].split()))
+        if _is_index(comment, start):
+            groups.append((text, "a call, not a shape"
+                           if rule.brackets == "()" else
+                           "an index, not a shape"))
+            continue
+        if rule.brackets == "()" and not _is_tuple(inside):
+            groups.append((text, "no comma: round brackets hold a shape "
+                                 "only as a tuple, (num_tokens,)"))
             continue
         try:
-            groups.append((text, _Parser(match.group(1)).shape()))
+            groups.append((text, _Parser(inside).shape()))
         except ShapeSyntaxError as exc:
             groups.append((text, str(exc)))
     return groups
 
 
-def parse_shapes(comment: str) -> list[ShapeClaim]:
+def _notation_of(table: DimensionTable | None) -> tuple[Notation, ...]:
+    return table.notation if table is not None else DEFAULT_NOTATION
+
+
+def parse_shapes(comment: str,
+                 table: DimensionTable | None = None) -> list[ShapeClaim]:
     """Every bracketed shape in ``comment``, in order.
 
     A dimension is a name, an integer, or a product or quotient of them
@@ -344,14 +446,22 @@ def parse_shapes(comment: str) -> list[ShapeClaim]:
     may wrap over comment lines. Bracketed text that is not a shape
     (``mask[None, :]``, ``[:, 0]``, prose) is skipped; see
     :func:`ignored_brackets`. The claim of a comment is the last shape.
+
+    The brackets are those of ``table``'s notation (default: square
+    brackets anywhere); a notation with a label, such as the book's
+    ``# Shape: (b, num_tokens, d_out)``, reads its brackets only after the
+    label.
     """
-    return [ShapeClaim(text, dims) for text, dims in _bracket_groups(comment)
+    return [ShapeClaim(text, dims) for text, dims in
+            _bracket_groups(comment, _notation_of(table))
             if isinstance(dims, tuple)]
 
 
-def ignored_brackets(comment: str) -> list[str]:
+def ignored_brackets(comment: str,
+                     table: DimensionTable | None = None) -> list[str]:
     """Bracketed text of ``comment`` that is not a shape, with the reason."""
-    return [f"{text} ({reason})" for text, reason in _bracket_groups(comment)
+    return [f"{text} ({reason})" for text, reason in
+            _bracket_groups(comment, _notation_of(table))
             if isinstance(reason, str)]
 
 
@@ -820,7 +930,7 @@ def _fits(comment: str | None,
           runs: list[tuple[dict[str, int], list[Execution]]],
           table: DimensionTable) -> bool:
     """Whether ``comment``'s claim holds for every tensor execution."""
-    claims = parse_shapes(comment or "")
+    claims = parse_shapes(comment or "", table)
     checked = [(sizes, _tensors(e)) for sizes, executions in runs
                for e in executions if _tensors(e)]
     return bool(claims and checked) and all(
@@ -839,32 +949,53 @@ def _parses(text: str) -> bool:
         return False
 
 
-def shape_fix(comment: str | None) -> str | None:
+def shape_fix(comment: str | None,
+              table: DimensionTable | None = None) -> str | None:
     """What to change in a comment whose shape is not understood.
 
-    ``# (bs, seq, hidden)`` -> "use square brackets: [bs, seq, hidden]";
-    ``# [bs * self.num_heads, seq]`` -> "write num_heads, not
-    self.num_heads: [bs * num_heads, seq]". None when neither applies.
+    ``# (bs, seq, hidden)`` -> "use square brackets: [bs, seq, hidden]"
+    (and, when the notation reads round brackets after a label, "or write
+    Shape: (bs, seq, hidden)"); ``# [bs * self.num_heads, seq]`` -> "write
+    num_heads, not self.num_heads: [bs * num_heads, seq]"; ``# Shape:
+    (num_tokens)`` -> a one-dimensional tuple needs its comma. None when
+    none applies.
     """
     if not comment:
         return None
-    for match in _BRACKET.finditer(comment):
-        inside = match.group(1)
+    notation = _notation_of(table)
+    for start, end, inside, _ in _groups(comment, notation):
         if _SELF.search(inside) and _parses(_SELF.sub("", inside)):
             names = sorted(set(re.findall(r"\bself\s*\.\s*(\w+)",
                                           inside)))
-            fixed = _brief(" ".join(_SELF.sub("", match.group(0)).split()))
+            fixed = _brief(" ".join(_SELF.sub(
+                "", comment[start:end]).split()))
             return (_brief(f"write {', '.join(names)}, not "
                            f"{', '.join('self.' + n for n in names)}")
                     + f": {fixed}")
+    read = {(start, end) for start, end, _, _ in _groups(comment, notation)}
+    labelled = next((rule.label for rule in notation
+                     if rule.brackets == "()" and rule.label), None)
     for match in _BRACKET_FIX.finditer(comment):
         before = comment[match.start() - 1] if match.start() else " "
         if before.isalnum() or before == "_":
             continue  # a call, f(x, y), not a shape
+        if (match.start(), match.end()) in read:
+            continue  # read as the notation says, and still no shape
         inside = _SELF.sub("", match.group(1))
         if _parses(inside):
             fixed = _brief("[" + " ".join(inside.split()) + "]")
+            if labelled:
+                return (f"use square brackets: {fixed}, or write "
+                        f"{labelled} before the round brackets: "
+                        f"{labelled} ({' '.join(inside.split())})")
             return f"use square brackets: {fixed}"
+    if labelled:
+        for start, end, inside, rule in _groups(comment, notation):
+            if (rule.brackets == "()" and not _is_tuple(inside)
+                    and not _is_index(comment, start) and _parses(inside)):
+                shown = " ".join(inside.split())
+                return (f"a shape in round brackets is a tuple: write "
+                        f"({shown},) or [{shown}]")
     return None
 
 
@@ -921,11 +1052,11 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
                                f"statement needs its comment all the same)",
                        hint=hint, **base)
     if is_tensor and not claims:
-        fix = shape_fix(statement.comment)
+        fix = shape_fix(statement.comment, table)
         return Finding(kind="no_shape", claimed=None,
                        message=f"this statement produces a tensor but its "
                                f"comment has no shape such as "
-                               f"[batch_size, seq_len, hidden] (it {why})",
+                               f"{table.example} (it {why})",
                        hint=fix or hint, **base)
     kind = "never_ran" if statement.traceable else "not_traced"
     return Finding(kind=kind, claimed=claims[-1].text if claims else None,
@@ -942,7 +1073,7 @@ def _verify_statement(statement: Statement,
     """The finding for one statement; ``following`` is the next one's;
     ``tensors`` the names seen to hold tensors (for statements that never
     ran)."""
-    claims = parse_shapes(statement.comment or "")
+    claims = parse_shapes(statement.comment or "", table)
     ran = any(executions for _, executions in runs)
     if not ran:
         return _unverified(statement, claims, table, tensors)
@@ -965,17 +1096,17 @@ def _verify_statement(statement: Statement,
                        message="this statement produces a tensor but has "
                                "no shape comment", hint=hint, **base)
     if not claims:
-        fix = shape_fix(statement.comment)
-        ignored = ignored_brackets(statement.comment)
+        fix = shape_fix(statement.comment, table)
+        ignored = ignored_brackets(statement.comment, table)
         if fix:
             message = f"the comment's shape is not understood: {fix}"
         else:
-            message = ("the comment has no bracketed shape such as "
-                       "[batch_size, seq_len, hidden]")
+            message = (f"the comment has no bracketed shape such as "
+                       f"{table.example}")
             if ignored:
                 message += "; not a shape: " + ", ".join(ignored)
         hint = None
-        if statement.below and parse_shapes(statement.below):
+        if statement.below and parse_shapes(statement.below, table):
             hint = ("the comment below is not used because this statement "
                     "has a trailing comment; put the shape in the trailing "
                     "comment")

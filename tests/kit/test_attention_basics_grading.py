@@ -139,7 +139,9 @@ CORPUS: dict[str, Expected] = {
     "mistake_hardcoded_sizes": lost(
         "task3.values",
         why="nn.Linear(3, 2) is right for the lecture's sizes only"),
-    "penalties": Expected({"task4.shapes": -1, "task6.pep8": -1}),
+    "penalties": Expected({"task4.shapes": -0.5, "task6.pep8": -0.5},
+                          why="style costs at most half a task: -0.5 "
+                              "each in the 2-point tasks"),
     # ---------------------------------------------------------- forbidden
     "forbidden_sdpa": lost("task7.values", "task7.mask",
                            diagnosis="forbidden_api"),
@@ -151,7 +153,7 @@ CORPUS: dict[str, Expected] = {
             "penalty"),
 }
 TOTALS = {"mistake_transpose_batch": 7, "mistake_mask_not_sliced": 8,
-          "penalties": 8, "forbidden_sdpa": 8, "broken_syntax_error": 0,
+          "penalties": 9, "forbidden_sdpa": 8, "broken_syntax_error": 0,
           "broken_forward_raises": 8, "correct_compact": 10,
           "correct_inplace_mask": 10}
 
@@ -383,7 +385,7 @@ def test_wrong_scale_message_names_the_constant(graded) -> None:
 def test_shape_penalty_points_at_the_wrong_comment(graded) -> None:
     """task4.shapes explains which comment is wrong."""
     item = graded("penalties").item("task4.shapes")
-    assert item.score == -1
+    assert item.score == -0.5
     assert "values = self.W_value(x)" in item.details
 
 
