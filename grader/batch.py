@@ -525,12 +525,10 @@ def _prewarm(args: argparse.Namespace) -> None:
     import torch
 
     import grader.engine  # noqa: F401
-    from grader.rubric import assignments
+    from grader.plugin import plugins
 
     torch.set_num_threads(1)
-    for assignment in assignments():
-        if (assignment.folder / "cases.py").is_file():
-            __import__(f"grader.assignments.{assignment.id}.cases")
+    plugins()
     if not args.no_feedback:
         import matplotlib
 
@@ -584,7 +582,7 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
              ) -> tuple[ClassFolder, argparse.Namespace]:
     """Everything checked before grading starts: the class folder, the
     outputs, the assignment. Raises CliError (exit 2) with one line."""
-    from grader.cli import CliError
+    from grader.errors import CliError
     from grader.rubric import RubricError, get_assignment
 
     try:

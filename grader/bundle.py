@@ -58,7 +58,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from grader.cli import CliError
+from grader.errors import CliError
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 # The torch release the kit pins (README, .ci/run); the CPU build.

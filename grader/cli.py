@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from grader import __version__
+from grader.errors import CliError
 
 # Examples, per command (the top-level help shows them all).
 EXAMPLES = {
@@ -103,10 +104,6 @@ def _top_epilog() -> str:
     return (f"examples:\n{examples}\n\n{summary}\n"
             f"'python -m grader COMMAND --help' says what each command's "
             f"exit status means.\n")
-
-
-class CliError(Exception):
-    """A problem with the command line or its input: one line, exit 2."""
 
 
 def _positive(kind: type) -> callable:

@@ -992,7 +992,7 @@ class ClassRun:
 
 def run_nbgrader(args: argparse.Namespace) -> int:
     """Grade and record every submission of ``args.assignment_id``."""
-    from grader.cli import CliError
+    from grader.errors import CliError
 
     root = Path(args.course)
     if not any((root / name).exists() for name in

@@ -11,7 +11,6 @@ points as the rubric says; :mod:`grader.report` renders the result.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from grader import attribution, loadable, pep8, shapes
+from grader import attribution, loadable, pep8, plugin, shapes
 from grader.analysis import (TaskAnalysis, analyse, count_statements,
                              forbidden_uses, stub_of)
 from grader.attribution import SourceMap, TaskCode
@@ -107,10 +106,8 @@ def grade_submission(submission: Submission,
     torch.set_num_threads(1)
     assignment = submission.assignment
     seed, seed_label = resolve_seed(options.seed)
-    cases = importlib.import_module(
-        f"grader.assignments.{assignment.id}.cases")
-    plan: Plan = cases.build(seed, options.public_only,
-                             assignment.size_sets)
+    plan: Plan = plugin.of(assignment).build_plan(
+        seed, options.public_only, assignment.size_sets)
     if options.public_only:
         plan.public_only()
     analyses = {task.id: analyse(assignment, task,
@@ -354,14 +351,12 @@ def integrity_flags(runs: dict[str, TaskRun],
 def _figures(assignment: Assignment, report: Report,
              runs: dict[str, TaskRun]) -> list:
     """The assignment's pictures of its failing items, if it has any."""
-    try:
-        module = importlib.import_module(
-            f"grader.assignments.{assignment.id}.figures")
-    except ModuleNotFoundError:
+    make = plugin.of(assignment).figures
+    if make is None:
         return []
     failed = {item.id for item in report.items
               if not item.passed and item.max_score > 0}
-    return module.figures(failed, runs)
+    return make(failed, runs)
 
 
 # --------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from grader.errors import RubricError
+
 ASSIGNMENTS_DIR = Path(__file__).resolve().parent / "assignments"
 ITEM_KINDS = ("checks", "pep8", "shapes", "bonus")
 #: The item kinds that take points for style (PEP-8, shape comments).
@@ -21,10 +23,6 @@ STYLE_KINDS = ("pep8", "shapes")
 MAX_STYLE_SHARE = 0.5
 #: The bracket pairs a shape notation may use.
 BRACKET_PAIRS = ("[]", "()")
-
-
-class RubricError(Exception):
-    """A rubric table that is inconsistent or incomplete."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,179 @@
+"""The plug-in interface: what an assignment gives the generic grader.
+
+Each assignment is a package ``grader/assignments/<id>/`` whose
+``__init__.py`` exports one :class:`Plugin`, named ``PLUGIN``. The grader
+loads every plug-in at start-up (:func:`plugins`) and validates it
+(:func:`validate`): a missing piece, a piece of the wrong type or a
+plug-in that does not import is a :class:`PluginError` whose one-line
+message names the plug-in, never a silently missing feature.
+
+The generic modules (``grader/*.py``) know an assignment only through
+this record and its rubric (:class:`grader.rubric.Assignment`, read from
+``rubric.toml``); docs/adding-an-assignment.md is the checklist for
+writing one.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from grader.errors import PluginError
+from grader.rubric import (ASSIGNMENTS_DIR, Assignment, RubricError,
+                           load_assignment)
+
+#: The attribute of an assignment package that holds its plug-in.
+EXPORT = "PLUGIN"
+#: What a plug-in id may look like (it is a Python package name).
+ID_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+#: ``build_plan(seed, public_only, size_sets) -> Plan``.
+PlanBuilder = Callable[[int, bool, tuple[dict[str, int], ...]], Any]
+#: ``figures(failed item ids, runs by task id) -> [figure records]``.
+FigureMaker = Callable[[set[str], dict[str, Any]], list]
+#: ``public_values() -> text of transformer_lm/<module>'s test values``.
+PublicValues = Callable[[], str]
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One assignment, as the generic grader sees it.
+
+    ``id`` is the package name and the rubric's ``id``. ``build_plan``
+    returns the :class:`grader.plan.Plan` of probes and trusted cases for
+    a grading seed. ``reference`` is the grader's own float64 reference
+    and ``mistakes`` the known mistakes, reproduced (both modules; the
+    checks import them). ``figures`` draws the failing items' pictures
+    (optional). ``public_values`` renders the public test values shipped
+    to students (optional: an assignment may ship none or build them
+    elsewhere). The rubric, the checks, the stub and the forbidden APIs
+    are data in the plug-in's folder: ``rubric.toml`` (with its
+    ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``.
+    """
+
+    id: str
+    build_plan: PlanBuilder
+    reference: ModuleType
+    mistakes: ModuleType
+    figures: FigureMaker | None = None
+    public_values: PublicValues | None = None
+
+    @property
+    def folder(self) -> Path:
+        """The plug-in's folder, ``grader/assignments/<id>/``."""
+        return ASSIGNMENTS_DIR / self.id
+
+    @property
+    def rubric_file(self) -> Path:
+        """Its rubric table (points, items, diagnoses, forbidden APIs)."""
+        return self.folder / "rubric.toml"
+
+    @property
+    def checks_dir(self) -> Path:
+        """Its pytest checks, one marked test per rubric item part."""
+        return self.folder / "checks"
+
+    @property
+    def stub_file(self) -> Path:
+        """The released stub (what an untouched submission looks like)."""
+        return self.folder / "stub.py"
+
+    @property
+    def rubric(self) -> Assignment:
+        """Its rubric, read and validated (cached by :func:`load`)."""
+        return _rubric(self.id)
+
+
+def _fail(plugin_id: str, message: str) -> PluginError:
+    return PluginError(f"plug-in {plugin_id!r}: {message}")
+
+
+_KINDS: dict[str, tuple[str, bool]] = {
+    # field: (what it must be, optional)
+    "build_plan": ("callable", False),
+    "reference": ("module", False),
+    "mistakes": ("module", False),
+    "figures": ("callable", True),
+    "public_values": ("callable", True),
+}
+
+
+def validate(plugin: object, plugin_id: str) -> Plugin:
+    """``plugin`` if it is a complete, well-typed plug-in for the folder
+    ``plugin_id``; else a :class:`PluginError` naming what is wrong."""
+    if not isinstance(plugin, Plugin):
+        raise _fail(plugin_id, f"{EXPORT} is a {type(plugin).__name__}, "
+                               f"not a grader.plugin.Plugin")
+    if plugin.id != plugin_id:
+        raise _fail(plugin_id, f"its id is {plugin.id!r}, its folder "
+                               f"{plugin_id!r}")
+    for spec in fields(Plugin):
+        if spec.name == "id":
+            continue
+        kind, optional = _KINDS[spec.name]
+        value = getattr(plugin, spec.name)
+        if value is None:
+            if optional:
+                continue
+            raise _fail(plugin_id, f"{spec.name} is missing")
+        good = (isinstance(value, ModuleType) if kind == "module"
+                else callable(value) and not isinstance(value, ModuleType))
+        if not good:
+            raise _fail(plugin_id, f"{spec.name} must be a {kind}, not a "
+                                   f"{type(value).__name__}")
+    for path, what in ((plugin.rubric_file, "rubric.toml"),
+                       (plugin.stub_file, "stub.py")):
+        if not path.is_file():
+            raise _fail(plugin_id, f"{what} is missing")
+    if not sorted(plugin.checks_dir.glob("test_*.py")):
+        raise _fail(plugin_id, "checks/ holds no test_*.py")
+    try:
+        rubric = _rubric(plugin_id)
+    except RubricError as exc:
+        raise _fail(plugin_id, str(exc)) from exc
+    if rubric.id != plugin_id:
+        raise _fail(plugin_id, f"rubric.toml says id = {rubric.id!r}")
+    return plugin
+
+
+@cache
+def _rubric(plugin_id: str) -> Assignment:
+    return load_assignment(ASSIGNMENTS_DIR / plugin_id)
+
+
+@cache
+def load(plugin_id: str) -> Plugin:
+    """Import and validate the plug-in ``grader/assignments/<id>/``."""
+    if not ID_PATTERN.match(plugin_id):
+        raise _fail(plugin_id, "not a valid package name")
+    try:
+        package = importlib.import_module(f"grader.assignments.{plugin_id}")
+    except Exception as exc:  # noqa: BLE001 - any import error is the same
+        raise _fail(plugin_id, f"does not import: {type(exc).__name__}: "
+                               f"{exc}") from exc
+    if not hasattr(package, EXPORT):
+        raise _fail(plugin_id, f"its __init__.py exports no {EXPORT}")
+    return validate(getattr(package, EXPORT), plugin_id)
+
+
+def plugin_ids() -> tuple[str, ...]:
+    """The folders of ``grader/assignments/`` that hold a plug-in (a
+    package with a ``rubric.toml``), in name order."""
+    return tuple(folder.name for folder in sorted(ASSIGNMENTS_DIR.iterdir())
+                 if (folder / "__init__.py").is_file()
+                 or (folder / "rubric.toml").is_file())
+
+
+def plugins() -> tuple[Plugin, ...]:
+    """Every plug-in, loaded and validated (the grader's start-up)."""
+    return tuple(load(plugin_id) for plugin_id in plugin_ids())
+
+
+def of(assignment: Assignment) -> Plugin:
+    """The plug-in of a rubric."""
+    return load(assignment.id)
