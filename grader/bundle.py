@@ -310,8 +310,12 @@ def generated_package() -> dict[str, bytes]:
             stub = build.make_stub(source.read_text(encoding="utf-8"),
                                    str(source))
             files[f"transformer_lm/{assignment.module}.py"] = stub.encode()
-    files["transformer_lm/test_values.py"] = \
-        build.make_test_values().encode()
+    from grader.plugin import plugins
+
+    for plugin in plugins():
+        if plugin.public_values is not None:
+            for name, text in plugin.public_values().items():
+                files[f"transformer_lm/{name}"] = text.encode()
     return files
 
 

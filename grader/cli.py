@@ -365,9 +365,10 @@ def _bundle(args: argparse.Namespace) -> int:
 
 
 def _assignments(args: argparse.Namespace) -> int:
-    from grader.rubric import assignments
+    from grader.plugin import plugins
 
-    for assignment in assignments():
+    for plugin in plugins():
+        assignment = plugin.rubric
         tasks = ", ".join(t.target for t in assignment.tasks)
         sys.stdout.write(f"{assignment.id}: {assignment.title} "
                          f"({assignment.max_score:g} points; {tasks})\n")
@@ -381,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from grader.plugin import plugins
     from grader.rubric import RubricError
     from grader.submission import SubmissionError
 
@@ -388,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                 "nbgrader": _nbgrader, "gradescope-bundle": _bundle,
                 "assignments": _assignments}
     try:
+        # Start-up: every plug-in is loaded and validated first, so a
+        # broken one stops every command with one line naming it.
+        plugins()
         return handlers[args.command](args)
     except (SubmissionError, RubricError, CliError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else repr(exc)

@@ -36,8 +36,8 @@ ID_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
 PlanBuilder = Callable[[int, bool, tuple[dict[str, int], ...]], Any]
 #: ``figures(failed item ids, runs by task id) -> [figure records]``.
 FigureMaker = Callable[[set[str], dict[str, Any]], list]
-#: ``public_values() -> text of transformer_lm/<module>'s test values``.
-PublicValues = Callable[[], str]
+#: ``public_values() -> {file name in transformer_lm/: text}``.
+PublicValues = Callable[[], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,11 @@ class Plugin:
     a grading seed. ``reference`` is the grader's own float64 reference
     and ``mistakes`` the known mistakes, reproduced (both modules; the
     checks import them). ``figures`` draws the failing items' pictures
-    (optional). ``public_values`` renders the public test values shipped
-    to students (optional: an assignment may ship none or build them
-    elsewhere). The rubric, the checks, the stub and the forbidden APIs
-    are data in the plug-in's folder: ``rubric.toml`` (with its
-    ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``.
+    (optional). ``public_values`` renders the files of public test
+    values shipped to students in ``transformer_lm/`` (optional: an
+    assignment may ship none). The rubric, the checks, the stub and the
+    forbidden APIs are data in the plug-in's folder: ``rubric.toml``
+    (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``.
     """
 
     id: str

@@ -13,12 +13,12 @@ from grader.assignments.multi_head_attention import (cases, figures,
 from grader.plugin import Plugin
 
 
-def public_values() -> str:
-    """The text of ``transformer_lm/test_values.py``, made from the
-    reference solution (``solutions/``, which only the kit's build has)."""
+def public_values() -> dict[str, str]:
+    """``transformer_lm/test_values.py``, made from the reference solution
+    (``solutions/``, which only the kit's build has)."""
     from solutions.build import make_test_values
 
-    return make_test_values()
+    return {"test_values.py": make_test_values()}
 
 
 PLUGIN = Plugin(id="multi_head_attention", build_plan=cases.build,

@@ -51,7 +51,8 @@ def hardcoded(task2: TaskRun, kind: str
 def pair(task2: TaskRun, probe_id: str) -> tuple[Case, object, object]:
     """The (att, probs) values a return_attention=True call returned."""
     info = task2.result(probe_id).info
-    what = CALL + (" with causal=True" if info.causal else "")
+    what = CALL + (" with causal=True" if info.params.get("causal")
+                   else "")
     value = returned(task2, probe_id, what)
     case = info.case
     if value.kind not in ("tuple", "list") or value.length != 2:
