@@ -17,22 +17,21 @@ from grader.errors import CliError
 # Examples, per command (the top-level help shows them all).
 EXAMPLES = {
     "grade": (
-        "python -m grader grade transformer_lm/modeling_attention.py",
+        "python -m grader grade transformer_lm/MODULE.py",
         "python -m grader grade . --public-only          # quick self-check",
         "python -m grader grade notebook.ipynb --format json",
         "python -m grader grade submission/ --format gradescope "
         "> results.json",
         "python -m grader grade . --feedback feedback/   # report + PNGs"),
-    "shapes": ("python -m grader shapes "
-               "transformer_lm/modeling_attention.py",),
+    "shapes": ("python -m grader shapes transformer_lm/MODULE.py",),
     "batch": ("python -m grader batch submissions/ --out grades.csv "
               "--jobs 2",
               "python -m grader batch course/ --resume     # after Ctrl-C"),
-    "nbgrader": ("python -m grader nbgrader multi_head_attention   "
+    "nbgrader": ("python -m grader nbgrader ASSIGNMENT_ID   "
                  "# in an nbgrader course",
                  "python -m grader nbgrader hw3 --student alice bob"),
     "gradescope-bundle": ("python -m grader gradescope-bundle autograder.zip "
-                          "\\\n      --assignment multi_head_attention",),
+                          "\\\n      --assignment ASSIGNMENT_ID",),
     "assignments": ("python -m grader assignments",),
 }
 # What each command's exit status means.
@@ -158,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
         prog="python -m grader",
-        description="Grade attention homework submissions exactly as the "
+        description="Grade homework submissions exactly as the "
                     "rubric says: correctness (pytest checks in a sandbox), "
                     "PEP-8 (flake8) and verified tensor-shape comments.",
         epilog=_top_epilog(),
@@ -186,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "--feedback", type=Path, metavar="DIR",
         help="also write feedback files into DIR: report.txt, report.json "
-             "and attention-map PNGs for failing attention items")
+             "and PNG pictures of failing items (when the assignment "
+             "draws them)")
     _add_grading_options(grade)
 
     shapes = _command(
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     course.add_argument("--kit-assignment", metavar="KIT_ID",
                         help="the kit assignment that grades it (default: "
                              "the one whose notebook the assignment has, "
-                             "e.g. multi_head_attention.ipynb)")
+                             "by the notebook's file name)")
     course.add_argument("--out", type=Path, metavar="FILE.csv",
                         help="the grader's CSV (default: grader_results/"
                              "ASSIGNMENT_ID.csv in the course); JSON "

@@ -68,7 +68,8 @@ from grader.files import write_atomic
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
 from grader.rubric import (Assignment, RubricError, assignments,
                            get_assignment)
-from grader.source import SourceError, load_source
+from grader.loading import load_source
+from grader.source import SourceError
 from grader.text import clean, listing, one_line
 
 MAX_FILE_BYTES = 50 * 1024 * 1024

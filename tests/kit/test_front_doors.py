@@ -254,7 +254,7 @@ def test_a_region_of_one_line_is_the_students_code(tmp_path):
     and by the notebook's use_implemented alike."""
     import importlib.util
 
-    from grader.source import load_source
+    from grader.loading import load_source
     from grader.submission import is_stub
     from transformer_lm.notebook import is_untouched_stub
 

@@ -14,8 +14,8 @@ import pytest
 import grader.pep8
 from grader.pep8 import (Flake8Error, Pep8Finding, attribute, format_pep8,
                          run_flake8)
-from grader.source import (SourceFile, find_class, load_notebook,
-                           load_python, node_span)
+from grader.loading import load_notebook
+from grader.source import SourceFile, find_class, load_python, node_span
 
 KIT = Path(__file__).resolve().parents[2]
 CONFIG = KIT / "setup.cfg"
