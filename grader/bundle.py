@@ -58,12 +58,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from grader.constants import SEED_ENV, TORCH_CPU_INDEX, TORCH_VERSION
 from grader.errors import CliError
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
-# The torch release the kit pins (README, .ci/run); the CPU build.
-TORCH_VERSION = "2.13.0"
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Pinned at the versions installed where the bundle is built. flake8's own
 # checkers are pinned too: a different pycodestyle may judge PEP-8 anew.
 PINNED_PACKAGES = ("numpy", "pytest", "flake8", "pycodestyle", "pyflakes",
@@ -73,7 +71,6 @@ KIT_FILES = ("setup.cfg", "pyproject.toml", "README.md", "LICENSE", "NOTICE")
 # Inside grader/assignments/, which the sandbox keeps submissions from
 # reading (grader.sandbox.sandbox_paths: the grader's own folder).
 SEED_FILE = "grader/assignments/.grader_seed"
-SEED_ENV = "GRADER_SEED"
 ROOT_ENV = "AUTOGRADER_ROOT"
 DEFAULT_ROOT = "/autograder"
 # Seconds the whole grading may take before the driver gives up (Gradescope

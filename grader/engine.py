@@ -23,6 +23,7 @@ from grader import attribution, loadable, pep8, plugin, shapes
 from grader.analysis import (TaskAnalysis, analyse, count_statements,
                              forbidden_uses, stub_of)
 from grader.attribution import SourceMap, TaskCode
+from grader.constants import DEFAULT_SEED, SEED_ENV
 from grader.checking import CheckOutcome, item_messages, run_checks
 from grader.observe import ProbeResult, TaskRun, format_error, observe
 from grader.plan import Plan
@@ -32,8 +33,6 @@ from grader.sandbox import Job, JobResult, Limits, run_jobs, sandbox_paths
 from grader.source import SourceFile
 from grader.submission import Submission, locate
 
-DEFAULT_SEED = 2024
-SEED_ENV = "GRADER_SEED"
 KIT_ROOT = Path(__file__).resolve().parent.parent
 FLAKE8_CONFIG = Path(__file__).resolve().parent / "flake8.cfg"
 

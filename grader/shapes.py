@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
 from typing import TYPE_CHECKING, Any, Iterable
 
+from grader.constants import END_MARKER, NBGRADER_MARKERS, START_MARKER
 from grader.rubric import DEFAULT_NOTATION, DEFAULT_SHAPE_EXAMPLE, Notation
 
 if TYPE_CHECKING:  # only for annotations; the tracer must stay stdlib-only
@@ -50,9 +51,7 @@ MAX_EXECUTIONS = 10_000
 _ABOVE_HINT = ("a comment above a statement belongs to the statement before "
                "it; put each shape on the same line as its statement or "
                "directly below it")
-_MARKERS = ("YOUR CODE STARTS HERE", "YOUR CODE ENDS HERE",
-            "### BEGIN SOLUTION", "### END SOLUTION",
-            "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+_MARKERS = (START_MARKER, END_MARKER) + NBGRADER_MARKERS
 
 
 # ---------------------------------------------------------------------------

@@ -43,14 +43,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from grader.constants import END_MARKER, START_MARKER
+
 if TYPE_CHECKING:
     from grader.cells import LintText
 
 # The notebook's own autograded cells carry this line; they are the kit's,
 # not the student's code, and are never graded as part of a submission.
 GRADING_CELL_MARK = "# nbgrader: graded by the kit's grader"
-START_MARKER = "YOUR CODE STARTS HERE"
-END_MARKER = "YOUR CODE ENDS HERE"
 
 #: The largest Python source the grader reads: a ``.py`` file, or all the
 #: code cells of a notebook together (the reference solution is about

@@ -226,3 +226,40 @@ def test_every_grader_module_imports_alone() -> None:
         results = list(pool.map(_import_alone, modules))
     failed = [(m, err) for m, code, err in results if code != 0]
     assert failed == []
+
+
+# --------------------------------------------------------------------------
+# Shared constants
+
+
+def test_the_torch_pin_is_the_one_of_grader_constants_everywhere() -> None:
+    """The pin is defined once (grader/constants.py); the texts that must
+    spell it out (the README's quick start, CI, the docs) spell it the
+    same."""
+    from grader.constants import TORCH_VERSION
+
+    texts = [KIT / "README.md", KIT / ".ci" / "run",
+             *sorted((KIT / "docs").glob("*.md"))]
+    pins = {(path.name, pin) for path in texts for pin in re.findall(
+        r"torch==([0-9][0-9.]*[0-9])", path.read_text(encoding="utf-8"))}
+    assert ("README.md", TORCH_VERSION) in pins
+    assert [p for p in pins if p[1] != TORCH_VERSION] == []
+
+
+def test_shared_values_are_defined_in_one_module() -> None:
+    """No grader module assigns a shared constant of its own."""
+    shared = ("TORCH_VERSION", "TORCH_CPU_INDEX", "SEED_ENV", "DEFAULT_SEED",
+              "START_MARKER", "END_MARKER", "NBGRADER_MARKERS")
+    defined = []
+    for path in [*generic_modules(), *sorted((KIT / "solutions").glob(
+            "*.py"))]:
+        if path.name == "constants.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AnnAssign)
+                       else [])
+            defined += [(path.name, t.id) for t in targets
+                        if isinstance(t, ast.Name) and t.id in shared]
+    assert defined == []
