@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -26,9 +26,12 @@ from typing import Any
 from grader.errors import PluginError
 from grader.rubric import (ASSIGNMENTS_DIR, Assignment, RubricError,
                            load_assignment)
+from grader.text import one_line
 
 #: The attribute of an assignment package that holds its plug-in.
 EXPORT = "PLUGIN"
+#: The package whose sub-packages are the plug-ins.
+PACKAGE = "grader.assignments"
 #: What a plug-in id may look like (it is a Python package name).
 ID_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -62,11 +65,8 @@ class Plugin:
     mistakes: ModuleType
     figures: FigureMaker | None = None
     public_values: PublicValues | None = None
-
-    @property
-    def folder(self) -> Path:
-        """The plug-in's folder, ``grader/assignments/<id>/``."""
-        return ASSIGNMENTS_DIR / self.id
+    #: The plug-in's folder; :func:`load` sets it from the package.
+    folder: Path = field(default=Path(), compare=False)
 
     @property
     def rubric_file(self) -> Path:
@@ -85,8 +85,8 @@ class Plugin:
 
     @property
     def rubric(self) -> Assignment:
-        """Its rubric, read and validated (cached by :func:`load`)."""
-        return _rubric(self.id)
+        """Its rubric, read and validated (cached)."""
+        return _rubric(self.folder)
 
 
 def _fail(plugin_id: str, message: str) -> PluginError:
@@ -113,7 +113,7 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
         raise _fail(plugin_id, f"its id is {plugin.id!r}, its folder "
                                f"{plugin_id!r}")
     for spec in fields(Plugin):
-        if spec.name == "id":
+        if spec.name not in _KINDS:
             continue
         kind, optional = _KINDS[spec.name]
         value = getattr(plugin, spec.name)
@@ -133,7 +133,7 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
     if not sorted(plugin.checks_dir.glob("test_*.py")):
         raise _fail(plugin_id, "checks/ holds no test_*.py")
     try:
-        rubric = _rubric(plugin_id)
+        rubric = _rubric(plugin.folder)
     except RubricError as exc:
         raise _fail(plugin_id, str(exc)) from exc
     if rubric.id != plugin_id:
@@ -142,29 +142,41 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
 
 
 @cache
-def _rubric(plugin_id: str) -> Assignment:
-    return load_assignment(ASSIGNMENTS_DIR / plugin_id)
+def _rubric(folder: Path) -> Assignment:
+    return load_assignment(folder)
+
+
+def load(plugin_id: str, package: str | None = None) -> Plugin:
+    """Import and validate the plug-in ``<package>.<plugin_id>`` (by
+    default :data:`PACKAGE`, ``grader/assignments/<id>/``)."""
+    return _load(plugin_id, package or PACKAGE)
 
 
 @cache
-def load(plugin_id: str) -> Plugin:
-    """Import and validate the plug-in ``grader/assignments/<id>/``."""
+def _load(plugin_id: str, package: str) -> Plugin:
     if not ID_PATTERN.match(plugin_id):
         raise _fail(plugin_id, "not a valid package name")
     try:
-        package = importlib.import_module(f"grader.assignments.{plugin_id}")
+        module = importlib.import_module(f"{package}.{plugin_id}")
     except Exception as exc:  # noqa: BLE001 - any import error is the same
         raise _fail(plugin_id, f"does not import: {type(exc).__name__}: "
-                               f"{exc}") from exc
-    if not hasattr(package, EXPORT):
+                               f"{one_line(str(exc))}") from exc
+    if not hasattr(module, EXPORT):
         raise _fail(plugin_id, f"its __init__.py exports no {EXPORT}")
-    return validate(getattr(package, EXPORT), plugin_id)
+    found = getattr(module, EXPORT)
+    if isinstance(found, Plugin):
+        found = replace(found, folder=Path(module.__file__).resolve().parent
+                        if module.__file__ else Path())
+    return validate(found, plugin_id)
 
 
 def plugin_ids() -> tuple[str, ...]:
-    """The folders of ``grader/assignments/`` that hold a plug-in (a
-    package with a ``rubric.toml``), in name order."""
-    return tuple(folder.name for folder in sorted(ASSIGNMENTS_DIR.iterdir())
+    """The folders of :data:`PACKAGE` (``grader/assignments/``) that hold
+    a plug-in (a package, or a folder with a ``rubric.toml``), in name
+    order."""
+    root = (ASSIGNMENTS_DIR if PACKAGE == "grader.assignments" else
+            Path(importlib.import_module(PACKAGE).__path__[0]))
+    return tuple(folder.name for folder in sorted(root.iterdir())
                  if (folder / "__init__.py").is_file()
                  or (folder / "rubric.toml").is_file())
 
