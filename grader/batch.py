@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader.files import write_atomic
+from grader.proctree import fork_with_pipe, kill_group
 from grader.submission import label
 from grader.text import csv_cell, one_line
 
@@ -437,35 +438,20 @@ class _Running:
 
 def _start(entry: Entry, reports: Path, args: argparse.Namespace,
            attempt: int, others: list[_Running]) -> _Running:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read_fd)
-            for other in others:
-                os.close(other.fd)
-            os.setpgid(0, 0)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _judge(entry, reports, args, write_fd)
-        except BaseException:
-            code = 70
-        finally:
-            os._exit(code)
-    os.close(write_fd)
+    def judge(write_fd: int) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _judge(entry, reports, args, write_fd)
+
+    pid, read_fd = fork_with_pipe(
+        judge, close=[other.fd for other in others], new_group=True)
     os.set_blocking(read_fd, False)
     return _Running(entry, pid, read_fd, time.monotonic(), attempt,
                     bytearray())
 
 
 def _stop(running: _Running) -> None:
-    for kill in (lambda: os.killpg(running.pid, signal.SIGKILL),
-                 lambda: os.kill(running.pid, signal.SIGKILL)):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
+    kill_group(running.pid, signal.SIGKILL)
 
 
 class _Progress:

@@ -60,6 +60,7 @@ from typing import Any
 
 from grader.constants import SEED_ENV, TORCH_CPU_INDEX, TORCH_VERSION
 from grader.errors import CliError
+from grader.proctree import kill_group
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 # Pinned at the versions installed where the bundle is built. flake8's own
@@ -432,10 +433,7 @@ def _execute(command: list[str], cwd: Path, env: dict[str, str],
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         return None, stderr
     finally:

@@ -34,6 +34,7 @@ import torch
 
 from grader.observe import TaskRun
 from grader.plan import Case
+from grader.proctree import fork_with_pipe
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -403,38 +404,29 @@ def run_checks(checks_dir: Path, context: dict[str, Any]
     The child is a copy of this trusted process (no student code runs in
     it); forking keeps pytest's global state out of the caller.
     """
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read_fd)
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-            plugin = ChecksPlugin(context)
-            sink = io.StringIO()
-            with contextlib.redirect_stdout(sink), \
-                    contextlib.redirect_stderr(sink):
-                status = pytest.main(
-                    _pytest_args(checks_dir),
-                    plugins=[plugin, task_fixtures(
-                        [task.id for task in context["assignment"].tasks],
-                        context["runs"])])
-            errors = list(plugin.errors)
-            if int(status) not in (0, 1):
-                errors.append(f"pytest ended with status {int(status)}: "
-                              f"{sink.getvalue()[-2000:]}")
-            payload = json.dumps({"outcomes": [asdict(o) for o in
-                                               plugin.outcomes],
-                                  "errors": errors}).encode()
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view):]
-        except BaseException:
-            code = 70
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    os.close(write_fd)
+    def checks(write_fd: int) -> None:
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        plugin = ChecksPlugin(context)
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink), \
+                contextlib.redirect_stderr(sink):
+            status = pytest.main(
+                _pytest_args(checks_dir),
+                plugins=[plugin, task_fixtures(
+                    [task.id for task in context["assignment"].tasks],
+                    context["runs"])])
+        errors = list(plugin.errors)
+        if int(status) not in (0, 1):
+            errors.append(f"pytest ended with status {int(status)}: "
+                          f"{sink.getvalue()[-2000:]}")
+        payload = json.dumps({"outcomes": [asdict(o) for o in
+                                           plugin.outcomes],
+                              "errors": errors}).encode()
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+
+    pid, read_fd = fork_with_pipe(checks, show_errors=True)
     chunks = []
     while chunk := os.read(read_fd, 1 << 16):
         chunks.append(chunk)

@@ -65,10 +65,11 @@ from grader.batch import (RECORD, STATUS_ERROR, BatchError, Entry,
                           _check_writable, _keys, _prewarm, _Progress,
                           error_row, judge_all, row_from_report, write_csv)
 from grader.files import write_atomic
+from grader.loading import load_source
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
+from grader.proctree import fork_with_pipe
 from grader.rubric import (Assignment, RubricError, assignments,
                            get_assignment)
-from grader.loading import load_source
 from grader.source import SourceError
 from grader.text import clean, listing, one_line
 
@@ -805,22 +806,14 @@ class Recorder:
         self.stage_root, self.reports = stage_root, reports
         self.results = stage_root / "recorded.jsonl"
         self.sent: dict[str, str] = {}
-        plan_read, plan_write = os.pipe()
         queue_read, self.send_fd = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            code = 0
-            try:
-                os.close(plan_read)
-                os.close(self.send_fd)
-                # Ctrl-C reaches the whole process group: finish the queue.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                self._serve(args, root, plan_write, queue_read)
-            except BaseException:
-                code = 70
-            finally:
-                os._exit(code)
-        os.close(plan_write)
+
+        def serve(plan_write: int) -> None:
+            # Ctrl-C reaches the whole process group: finish the queue.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self._serve(args, root, plan_write, queue_read)
+
+        self.pid, plan_read = fork_with_pipe(serve, close=[self.send_fd])
         os.close(queue_read)
         self.plan_fd: int | None = plan_read
 
