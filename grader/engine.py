@@ -436,7 +436,7 @@ def score_pep8_item(item: Item, analysis: TaskAnalysis,
 
     ``findings`` is the reason flake8 could not check the code when it is
     a string: code flake8 cannot check is not PEP-8 clean, so the item
-    costs its point (RUBRIC.md, "Penalties cannot be dodged").
+    costs its point (docs/rubric.md, "Penalties cannot be dodged").
     """
     target = analysis.task.target
     if analysis.syntax_error or analysis.span is None:
