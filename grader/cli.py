@@ -7,6 +7,7 @@ captured in its sandbox and shown inside the report. Every command's
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -375,12 +376,33 @@ def _assignments(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The commands that need no sandbox (they run no submission).
+NO_SANDBOX = ("assignments", "gradescope-bundle")
+
+
+def platform_problem() -> str | None:
+    """Why this machine cannot run the grader's sandbox (None when it can):
+    workers are forked (``os.fork``) and limited (``resource``), which
+    Windows does not have (docs/architecture.md, "Operating systems")."""
+    if hasattr(os, "fork") and os.name == "posix":
+        return None
+    return ("the grader needs Linux (or macOS) to run submissions in its "
+            "sandbox; on Windows run the public tests with 'python -m "
+            "pytest tests/public', and the grader in WSL or through your "
+            "course's Classroom or Gradescope route")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
+        return 2
+    problem = None if args.command in NO_SANDBOX else platform_problem()
+    if problem:
+        sys.stderr.write(f"python -m grader {args.command}: error: "
+                         f"{problem}\n")
         return 2
     from grader.plugin import plugins
     from grader.rubric import RubricError

@@ -182,3 +182,21 @@ def test_check_fixtures_come_from_the_rubric_task_ids() -> None:
     for name in ("plan", "3d", "task-1"):
         with pytest.raises(ValueError, match="cannot name a fixture"):
             task_fixtures([name], {name: runs["task1"]})
+
+
+def test_without_fork_the_grader_says_what_to_do_instead(
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """On Windows (no os.fork) every command that runs a submission stops
+    with one line naming the public tests and WSL; ``assignments`` runs."""
+    assert cli.platform_problem() is None
+    monkeypatch.delattr(cli.os, "fork")
+    example = str(KIT / "examples" / "submission")
+    assert cli.main(["grade", example]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m grader grade: error: the grader needs "
+                          "Linux")
+    assert "python -m pytest tests/public" in err and "WSL" in err
+    assert err.count("\n") == 1
+    assert cli.main(["assignments"]) == 0
+    assert "multi_head_attention" in capsys.readouterr().out
