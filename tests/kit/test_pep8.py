@@ -153,7 +153,7 @@ def test_code_flake8_cannot_check_costs_the_pep8_point() -> None:
     """A 600-term sum makes pyflakes give up: flake8 checks nothing, and
     the item says so and costs its point."""
     from grader.analysis import analyse
-    from grader.engine import score_pep8_item
+    from grader.scoring import score_pep8_item
     from grader.rubric import get_assignment
 
     text = REFERENCE.read_text() + "\nX = " + " + ".join(["1"] * 600) + "\n"
