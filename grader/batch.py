@@ -387,7 +387,30 @@ def record_path(reports: Path, entry: Entry) -> Path:
     return reports / entry.key / RECORD
 
 
-def _judge(entry: Entry, reports: Path, args: argparse.Namespace,
+@dataclass
+class JudgeOptions:
+    """How the judges of a class grade: the typed options of
+    :func:`judge_all` (``batch`` and ``nbgrader`` build them from their
+    command lines)."""
+
+    assignment: str | None = None
+    seed: int | None = None
+    public_only: bool = False
+    timeout: float = 20.0
+    memory: int = 2048
+    no_feedback: bool = False
+    jobs: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> JudgeOptions:
+        """The options a parsed command line gives (absent ones keep their
+        defaults)."""
+        given = {name: getattr(args, name) for name in
+                 cls.__dataclass_fields__ if hasattr(args, name)}
+        return cls(**given)
+
+
+def _judge(entry: Entry, reports: Path, args: JudgeOptions,
            result_fd: int) -> None:
     """Grade one submission (in a forked child); send back its row.
 
@@ -436,7 +459,7 @@ class _Running:
     data: bytearray
 
 
-def _start(entry: Entry, reports: Path, args: argparse.Namespace,
+def _start(entry: Entry, reports: Path, args: JudgeOptions,
            attempt: int, others: list[_Running]) -> _Running:
     def judge(write_fd: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -484,7 +507,7 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _deadline(args: argparse.Namespace) -> float:
+def _deadline(args: JudgeOptions) -> float:
     """How long one judge may take: both tasks' limits plus slack."""
     return 2 * args.timeout + 60.0
 
@@ -501,7 +524,7 @@ def _collect(running: _Running) -> dict | None:
         return None
 
 
-def _prewarm(args: argparse.Namespace) -> None:
+def _prewarm(args: JudgeOptions) -> None:
     """Import, once, everything a judge needs, and start the fork server
     every judge asks for its workers (it warms up meanwhile). Again: a
     no-op."""
@@ -614,7 +637,8 @@ def run_batch(args: argparse.Namespace) -> int:
             _save_error(reports, entry, rows[entry.key])
             progress.update(rows[entry.key], 0.0)
     todo = [e for e in entries if e.key not in rows]
-    _prewarm(args)
+    judges = JudgeOptions.from_args(args)
+    _prewarm(judges)
     write_csv(out, list(rows.values()))
 
     def done(entry: Entry, row: dict, record: dict | None,
@@ -623,7 +647,7 @@ def run_batch(args: argparse.Namespace) -> int:
         write_csv(out, list(rows.values()))
         progress.update(row, seconds)
 
-    stop = judge_all(todo, reports, args, done)
+    stop = judge_all(todo, reports, judges, done)
     write_csv(out, list(rows.values()))
     errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
     if stop:
@@ -639,7 +663,7 @@ def run_batch(args: argparse.Namespace) -> int:
     return 0 if not errors else 1
 
 
-def judge_all(todo: list[Entry], reports: Path, args: argparse.Namespace,
+def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
               done: Callable[[Entry, dict, dict | None, float], None]
               ) -> list[int]:
     """Grade ``todo`` in forked judges, ``args.jobs`` at a time.

@@ -62,8 +62,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from grader.batch import (RECORD, STATUS_ERROR, BatchError, Entry,
-                          _check_writable, _keys, _prewarm, _Progress,
-                          error_row, judge_all, row_from_report, write_csv)
+                          JudgeOptions, _check_writable, _keys, _prewarm,
+                          _Progress, error_row, judge_all, row_from_report,
+                          write_csv)
 from grader.files import write_atomic
 from grader.loading import load_source
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
@@ -930,7 +931,7 @@ class ClassRun:
 
     def __init__(self, route: Route, submissions: list[Submitted],
                  root: Path, out: Path, recorder: Recorder,
-                 judges: argparse.Namespace) -> None:
+                 judges: JudgeOptions) -> None:
         self.route, self.submissions, self.judges = route, submissions, judges
         self.root, self.out = root, out
         self.recorder = recorder
@@ -1005,10 +1006,8 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     nbgrader = Recorder(args, root, stage_root, reports)
     unrecorded: dict[str, str] = {}
     try:
-        judges = argparse.Namespace(
-            assignment=None, public_only=False, seed=args.seed,
-            timeout=args.timeout, memory=args.memory, no_feedback=False,
-            jobs=args.jobs)
+        judges = JudgeOptions(seed=args.seed, timeout=args.timeout,
+                              memory=args.memory, jobs=args.jobs)
         _prewarm(judges)  # while nbgrader reads the course
         try:
             plan = nbgrader.plan()
