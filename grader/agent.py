@@ -1388,8 +1388,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 if base is forbidden_class:
                     note("forbidden", "use", label)
                     raise b_RuntimeError(label + " is not allowed in this "
-                                         "homework: write the attention "
-                                         "yourself")
+                                         "homework: write it yourself")
         state = probe.get("state") or {}
         if state:
             if not is_module(obj):
@@ -1484,7 +1483,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
         def tripped(*args, **kwargs):
             note("forbidden", "use", name)
             raise b_RuntimeError(name + " is not allowed in this homework: "
-                                 "write the attention yourself")
+                                 "write it yourself")
         return tripped
 
     def refused_call(what):

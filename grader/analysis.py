@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from grader.rubric import Assignment, Task
-from grader.shapes import Statement, collect_statements
+from grader.shape_statements import Statement, collect_statements
 from grader.source import (SourceFile, UncompilableError,
                            body_without_docstring, find_class,
                            find_function, find_method, given_statements,

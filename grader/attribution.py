@@ -218,7 +218,7 @@ def statement_plan(source: SourceFile, stub: SourceFile | None = None
     ``stub`` is the released stub: a method it has keeps its given code
     out of the student's (:func:`grader.source.student_code`).
     """
-    from grader.shapes import function_statements
+    from grader.shape_statements import function_statements
     from grader.source import given_statements
 
     plan: dict[tuple[int, str], list] = {}

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader.files import write_atomic
+from grader.proctree import fork_with_pipe, kill_group
 from grader.submission import label
 from grader.text import csv_cell, one_line
 
@@ -386,7 +387,30 @@ def record_path(reports: Path, entry: Entry) -> Path:
     return reports / entry.key / RECORD
 
 
-def _judge(entry: Entry, reports: Path, args: argparse.Namespace,
+@dataclass
+class JudgeOptions:
+    """How the judges of a class grade: the typed options of
+    :func:`judge_all` (``batch`` and ``nbgrader`` build them from their
+    command lines)."""
+
+    assignment: str | None = None
+    seed: int | None = None
+    public_only: bool = False
+    timeout: float = 20.0
+    memory: int = 2048
+    no_feedback: bool = False
+    jobs: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> JudgeOptions:
+        """The options a parsed command line gives (absent ones keep their
+        defaults)."""
+        given = {name: getattr(args, name) for name in
+                 cls.__dataclass_fields__ if hasattr(args, name)}
+        return cls(**given)
+
+
+def _judge(entry: Entry, reports: Path, args: JudgeOptions,
            result_fd: int) -> None:
     """Grade one submission (in a forked child); send back its row.
 
@@ -435,37 +459,22 @@ class _Running:
     data: bytearray
 
 
-def _start(entry: Entry, reports: Path, args: argparse.Namespace,
+def _start(entry: Entry, reports: Path, args: JudgeOptions,
            attempt: int, others: list[_Running]) -> _Running:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read_fd)
-            for other in others:
-                os.close(other.fd)
-            os.setpgid(0, 0)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _judge(entry, reports, args, write_fd)
-        except BaseException:
-            code = 70
-        finally:
-            os._exit(code)
-    os.close(write_fd)
+    def judge(write_fd: int) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _judge(entry, reports, args, write_fd)
+
+    pid, read_fd = fork_with_pipe(
+        judge, close=[other.fd for other in others], new_group=True)
     os.set_blocking(read_fd, False)
     return _Running(entry, pid, read_fd, time.monotonic(), attempt,
                     bytearray())
 
 
 def _stop(running: _Running) -> None:
-    for kill in (lambda: os.killpg(running.pid, signal.SIGKILL),
-                 lambda: os.kill(running.pid, signal.SIGKILL)):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
+    kill_group(running.pid, signal.SIGKILL)
 
 
 class _Progress:
@@ -498,7 +507,7 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _deadline(args: argparse.Namespace) -> float:
+def _deadline(args: JudgeOptions) -> float:
     """How long one judge may take: both tasks' limits plus slack."""
     return 2 * args.timeout + 60.0
 
@@ -515,7 +524,7 @@ def _collect(running: _Running) -> dict | None:
         return None
 
 
-def _prewarm(args: argparse.Namespace) -> None:
+def _prewarm(args: JudgeOptions) -> None:
     """Import, once, everything a judge needs, and start the fork server
     every judge asks for its workers (it warms up meanwhile). Again: a
     no-op."""
@@ -525,12 +534,10 @@ def _prewarm(args: argparse.Namespace) -> None:
     import torch
 
     import grader.engine  # noqa: F401
-    from grader.rubric import assignments
+    from grader.plugin import plugins
 
     torch.set_num_threads(1)
-    for assignment in assignments():
-        if (assignment.folder / "cases.py").is_file():
-            __import__(f"grader.assignments.{assignment.id}.cases")
+    plugins()
     if not args.no_feedback:
         import matplotlib
 
@@ -584,7 +591,7 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
              ) -> tuple[ClassFolder, argparse.Namespace]:
     """Everything checked before grading starts: the class folder, the
     outputs, the assignment. Raises CliError (exit 2) with one line."""
-    from grader.cli import CliError
+    from grader.errors import CliError
     from grader.rubric import RubricError, get_assignment
 
     try:
@@ -630,7 +637,8 @@ def run_batch(args: argparse.Namespace) -> int:
             _save_error(reports, entry, rows[entry.key])
             progress.update(rows[entry.key], 0.0)
     todo = [e for e in entries if e.key not in rows]
-    _prewarm(args)
+    judges = JudgeOptions.from_args(args)
+    _prewarm(judges)
     write_csv(out, list(rows.values()))
 
     def done(entry: Entry, row: dict, record: dict | None,
@@ -639,7 +647,7 @@ def run_batch(args: argparse.Namespace) -> int:
         write_csv(out, list(rows.values()))
         progress.update(row, seconds)
 
-    stop = judge_all(todo, reports, args, done)
+    stop = judge_all(todo, reports, judges, done)
     write_csv(out, list(rows.values()))
     errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
     if stop:
@@ -655,7 +663,7 @@ def run_batch(args: argparse.Namespace) -> int:
     return 0 if not errors else 1
 
 
-def judge_all(todo: list[Entry], reports: Path, args: argparse.Namespace,
+def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
               done: Callable[[Entry, dict, dict | None, float], None]
               ) -> list[int]:
     """Grade ``todo`` in forked judges, ``args.jobs`` at a time.

@@ -1,4 +1,5 @@
-"""A Gradescope autograder zip, and the driver that runs inside it.
+"""A Gradescope autograder zip: the builder (the driver that runs inside
+it is :mod:`grader.gradescope_driver`).
 
 ``python -m grader gradescope-bundle OUT.zip`` calls :func:`write_bundle`,
 which writes, at the root of the zip (Gradescope's layout):
@@ -11,7 +12,8 @@ which writes, at the root of the zip (Gradescope's layout):
 * ``run_autograder``: run for every submission. It grades
   ``$AUTOGRADER_ROOT/submission`` (``AUTOGRADER_ROOT`` defaults to
   ``/autograder``) with ``python -m grader grade --format gradescope``
-  through :func:`run` below and writes ``results/results.json``. Whatever
+  through :func:`grader.gradescope_driver.run` and writes
+  ``results/results.json``. Whatever
   fails, a valid ``results.json`` is left behind (score 0, the error in
   ``output``); never none.
 * ``requirements.txt``: torch pinned to :data:`TORCH_VERSION` (CPU index)
@@ -44,46 +46,29 @@ default seed is used.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
 import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
-from typing import Any
 
-from grader.cli import CliError
+from grader.constants import SEED_ENV, TORCH_CPU_INDEX, TORCH_VERSION
+from grader.errors import CliError
+from grader.gradescope_driver import (DEFAULT_ROOT, ROOT_ENV, SEED_FILE,
+                                      kit_version)
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
-# The torch release the kit pins (README, .ci/run); the CPU build.
-TORCH_VERSION = "2.13.0"
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Pinned at the versions installed where the bundle is built. flake8's own
 # checkers are pinned too: a different pycodestyle may judge PEP-8 anew.
 PINNED_PACKAGES = ("numpy", "pytest", "flake8", "pycodestyle", "pyflakes",
                    "mccabe", "matplotlib")
 KIT_FOLDERS = ("grader", "transformer_lm")
 KIT_FILES = ("setup.cfg", "pyproject.toml", "README.md", "LICENSE", "NOTICE")
-# Inside grader/assignments/, which the sandbox keeps submissions from
-# reading (grader.sandbox.sandbox_paths: the grader's own folder).
-SEED_FILE = "grader/assignments/.grader_seed"
-SEED_ENV = "GRADER_SEED"
-ROOT_ENV = "AUTOGRADER_ROOT"
-DEFAULT_ROOT = "/autograder"
-# Seconds the whole grading may take before the driver gives up (Gradescope
-# stops an autograder after 10 minutes by default).
-DEFAULT_TIMEOUT = 480.0
-TIMEOUT_ENV = "AUTOGRADER_TIMEOUT"
 _SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".ipynb_checkpoints")
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
 _EPOCH = (1980, 1, 1, 0, 0, 0)
-_TAIL_LINES = 20
 
 
 class BundleError(CliError):
@@ -228,7 +213,8 @@ mkdir -p "$ROOT/results"
 rm -f "$RESULTS"
 status=0
 (cd "$SOURCE" && PYTHONPATH="$SOURCE${{PYTHONPATH:+:$PYTHONPATH}}" \\
-    "$PYTHON" -m grader.bundle run --root "$ROOT"{extra}) || status=$?
+    "$PYTHON" -m grader.gradescope_driver run --root "$ROOT"{extra}) \\
+    || status=$?
 if [ ! -s "$RESULTS" ]; then
     echo "run_autograder: the driver exited with status $status and wrote" \\
         "no results.json; writing a score of 0"
@@ -247,7 +233,7 @@ def _manifest(files: dict[str, bytes], assignment: str,
     from grader.rubric import assignments
 
     metadata = {
-        "kit_version": _kit_version(),
+        "kit_version": kit_version(),
         "assignment": assignment,
         "assignments": [a.id for a in assignments()],
         "torch": f"{TORCH_VERSION} (CPU build, {TORCH_CPU_INDEX})",
@@ -256,14 +242,6 @@ def _manifest(files: dict[str, bytes], assignment: str,
                   for name, data in sorted(files.items())},
     }
     return json.dumps(metadata, indent=2) + "\n"
-
-
-def _kit_version() -> str:
-    import configparser
-
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read(KIT_ROOT / "setup.cfg", encoding="utf-8")
-    return parser.get("metadata", "version", fallback="unknown")
 
 
 def bundle_assignment(assignment: str | None) -> str:
@@ -310,8 +288,12 @@ def generated_package() -> dict[str, bytes]:
             stub = build.make_stub(source.read_text(encoding="utf-8"),
                                    str(source))
             files[f"transformer_lm/{assignment.module}.py"] = stub.encode()
-    files["transformer_lm/test_values.py"] = \
-        build.make_test_values().encode()
+    from grader.plugin import plugins
+
+    for plugin in plugins():
+        if plugin.public_values is not None:
+            for name, text in plugin.public_values().items():
+                files[f"transformer_lm/{name}"] = text.encode()
     return files
 
 
@@ -369,158 +351,3 @@ def write_bundle(out: Path, assignment: str | None = None,
         Path(temporary).unlink(missing_ok=True)
         raise
     return out
-
-
-# --------------------------------------------------------------------------
-# Running (inside the Gradescope container)
-
-
-def failure_results(message: str, seconds: float = 0.0) -> dict[str, Any]:
-    """A valid ``results.json`` for a submission that could not be graded:
-    score 0, the reason in ``output``."""
-    return {"score": 0.0, "execution_time": round(seconds, 3),
-            "output": message, "stdout_visibility": "hidden", "tests": []}
-
-
-def _tail(text: str) -> str:
-    lines = text.strip().splitlines()
-    return "\n".join(lines[-_TAIL_LINES:])
-
-
-def _valid_report(path: Path) -> dict[str, Any] | None:
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(report, dict) and isinstance(report.get("tests"), list)
-            and isinstance(report.get("score"), (int, float))
-            and not isinstance(report.get("score"), bool)):
-        return None
-    return report
-
-
-def _grade_command(submission: Path, output: Path,
-                   assignment: str | None) -> list[str]:
-    command = [sys.executable, "-m", "grader", "grade", str(submission),
-               "--format", "gradescope", "--output", str(output)]
-    if assignment:
-        command += ["--assignment", assignment]
-    return command
-
-
-def _environment(source: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    seed_file = source / SEED_FILE
-    if not env.get(SEED_ENV, "").strip() and seed_file.is_file():
-        env[SEED_ENV] = seed_file.read_text(encoding="utf-8").strip()
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(source) + (os.pathsep + path if path else "")
-    return env
-
-
-def _execute(command: list[str], cwd: Path, env: dict[str, str],
-             timeout: float) -> tuple[int | None, str]:
-    """Run ``command`` in its own session; kill the whole group on timeout.
-
-    Returns (exit status or None on timeout, standard error).
-    """
-    process = subprocess.Popen(command, cwd=cwd, env=env,
-                               stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        stdout, stderr = process.communicate()
-        return None, stderr
-    finally:
-        if process.poll() is None:
-            process.kill()
-    if stdout:
-        sys.stdout.write(stdout)
-    return process.returncode, stderr
-
-
-def run(root: Path, assignment: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
-    """Grade ``root/submission`` and write ``root/results/results.json``.
-
-    Returns what was written. The grader runs in a subprocess (its own
-    sandbox forks the submission's workers); if it cannot grade (exit 2:
-    nothing gradable submitted), crashes, times out or writes no valid
-    report, the results say so with a score of 0.
-    """
-    started = time.perf_counter()
-    root = Path(root)
-    source = root / "source"
-    submission = root / "submission"
-    results = root / "results" / "results.json"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    partial = results.with_name(".results.grader.json")
-    partial.unlink(missing_ok=True)
-    command = _grade_command(submission, partial, assignment)
-    which = assignment or "recognised from the submission"
-    print(f"grading {submission} with kit {_kit_version()} (assignment: "
-          f"{which})", flush=True)
-    try:
-        status, stderr = _execute(command, source, _environment(source),
-                                  timeout)
-    except OSError as exc:
-        status, stderr = -1, f"cannot start the grader: {exc}"
-    seconds = time.perf_counter() - started
-    if stderr.strip():
-        sys.stdout.write(f"--- grader's standard error ---\n{stderr}\n")
-    report = _valid_report(partial) if status == 0 else None
-    if report is not None:
-        outcome = report
-    elif status == 0:
-        outcome = failure_results(
-            "The grader finished but wrote no valid report, so nothing was "
-            "graded. Please tell your instructor.", seconds)
-    elif status is None:
-        outcome = failure_results(
-            f"Grading took longer than {timeout:g} s and was stopped, so "
-            f"nothing was graded. Please tell your instructor.", seconds)
-    elif status == 2:
-        lines = _tail(stderr).splitlines() or ["(no reason given)"]
-        reason = lines[-1].split(": error: ", 1)[-1]
-        outcome = failure_results(
-            f"Your submission could not be graded: {reason}\n\n"
-            f"Upload the Python file or the notebook that holds your "
-            f"classes, or your whole repository, and try again.", seconds)
-    else:
-        outcome = failure_results(
-            f"The autograder failed unexpectedly (exit status {status}); "
-            f"your submission was not graded. Please tell your "
-            f"instructor.\n\n{_tail(stderr)}", seconds)
-    from grader.files import write_atomic
-
-    write_atomic(results, json.dumps(outcome, indent=2) + "\n")
-    partial.unlink(missing_ok=True)
-    print(f"score: {outcome['score']:g}", flush=True)
-    return outcome
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.bundle run [--root DIR] [--assignment ID]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m grader.bundle",
-        description="Inside a Gradescope autograder: grade the submission "
-                    "and write results/results.json.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    runner = commands.add_parser("run", help="grade ROOT/submission")
-    runner.add_argument("--root", type=Path,
-                        default=Path(os.environ.get(ROOT_ENV, DEFAULT_ROOT)))
-    runner.add_argument("--assignment", metavar="ID")
-    args = parser.parse_args(argv)
-    timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    run(args.root, args.assignment, timeout)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,9 +9,10 @@ checks/``, marked with the rubric item it decides::
 The tests run with pytest inside the grader's own trusted process (a fork
 of it, so pytest's global state never leaks between gradings) and see the
 submission only as observations: plain tensors and shapes that the sandbox
-handed over, through the fixtures of :class:`ChecksPlugin` (one fixture per
-task id, returning a :class:`~grader.observe.TaskRun`, plus ``plan``,
-``public_only`` and ``assignment``). An instructor adds a check by writing
+handed over, through fixtures: one per task id of the rubric
+(:func:`task_fixtures`), returning a :class:`~grader.observe.TaskRun`, plus
+``runs``, ``plan``, ``public_only`` and ``assignment``
+(:class:`ChecksPlugin`). An instructor adds a check by writing
 one more marked test; the rubric table maps outcomes to points.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,6 +34,7 @@ import torch
 
 from grader.observe import TaskRun
 from grader.plan import Case
+from grader.proctree import fork_with_pipe
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -280,6 +283,10 @@ def item_messages(failing: list[CheckOutcome]) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
+#: The fixtures :class:`ChecksPlugin` provides; no task id may take them.
+_CONTEXT_FIXTURES = ("plan", "public_only", "assignment", "runs")
+
+
 class ChecksPlugin:
     """Hands observations to the checks and records their outcomes."""
 
@@ -309,16 +316,6 @@ class ChecksPlugin:
     def assignment(self) -> Any:
         """The :class:`~grader.rubric.Assignment` being graded."""
         return self._context["assignment"]
-
-    @pytest.fixture
-    def task1(self) -> TaskRun:
-        """Observations of task 1."""
-        return self._context["runs"]["task1"]
-
-    @pytest.fixture
-    def task2(self) -> TaskRun:
-        """Observations of task 2."""
-        return self._context["runs"]["task2"]
 
     @pytest.fixture
     def runs(self) -> dict[str, TaskRun]:
@@ -359,6 +356,28 @@ class ChecksPlugin:
         return report
 
 
+def task_fixtures(task_ids: list[str], runs: dict[str, TaskRun]
+                  ) -> ModuleType:
+    """A pytest plug-in with one fixture per task id of the rubric, each
+    returning that task's observations (from ``runs``): a check of the
+    task ``task3`` asks for the fixture ``task3``."""
+    fixtures = ModuleType("grader_task_fixtures")
+
+    def fixture_of(task_id: str) -> Callable[[], TaskRun]:
+        def observations() -> TaskRun:
+            return runs[task_id]
+
+        observations.__doc__ = f"Observations of {task_id}."
+        return observations
+
+    for task_id in task_ids:
+        if not task_id.isidentifier() or task_id in _CONTEXT_FIXTURES:
+            raise ValueError(f"task id {task_id!r} cannot name a fixture")
+        setattr(fixtures, task_id,
+                pytest.fixture(name=task_id)(fixture_of(task_id)))
+    return fixtures
+
+
 # pytest plugins the checks do not need. unraisableexception and
 # threadexception run gc.collect() several times per session, which costs
 # most of a second with torch's heap; a check's message comes from its
@@ -385,35 +404,29 @@ def run_checks(checks_dir: Path, context: dict[str, Any]
     The child is a copy of this trusted process (no student code runs in
     it); forking keeps pytest's global state out of the caller.
     """
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read_fd)
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-            plugin = ChecksPlugin(context)
-            sink = io.StringIO()
-            with contextlib.redirect_stdout(sink), \
-                    contextlib.redirect_stderr(sink):
-                status = pytest.main(_pytest_args(checks_dir),
-                                     plugins=[plugin])
-            errors = list(plugin.errors)
-            if int(status) not in (0, 1):
-                errors.append(f"pytest ended with status {int(status)}: "
-                              f"{sink.getvalue()[-2000:]}")
-            payload = json.dumps({"outcomes": [asdict(o) for o in
-                                               plugin.outcomes],
-                                  "errors": errors}).encode()
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view):]
-        except BaseException:
-            code = 70
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    os.close(write_fd)
+    def checks(write_fd: int) -> None:
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        plugin = ChecksPlugin(context)
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink), \
+                contextlib.redirect_stderr(sink):
+            status = pytest.main(
+                _pytest_args(checks_dir),
+                plugins=[plugin, task_fixtures(
+                    [task.id for task in context["assignment"].tasks],
+                    context["runs"])])
+        errors = list(plugin.errors)
+        if int(status) not in (0, 1):
+            errors.append(f"pytest ended with status {int(status)}: "
+                          f"{sink.getvalue()[-2000:]}")
+        payload = json.dumps({"outcomes": [asdict(o) for o in
+                                           plugin.outcomes],
+                              "errors": errors}).encode()
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+
+    pid, read_fd = fork_with_pipe(checks, show_errors=True)
     chunks = []
     while chunk := os.read(read_fd, 1 << 16):
         chunks.append(chunk)

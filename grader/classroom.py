@@ -398,8 +398,8 @@ def summary_markdown(report: dict | None, assignment: Assignment,
         lines.append(f"| ⚠️ error | | {_cell(error)} |")
     lines += ["", "The full report, with every line a point was lost on, "
               "is in the log of the step *Grade*; the run's "
-              "*grading-report* artifact holds it and the attention-map "
-              "pictures.", ""]
+              "*grading-report* artifact holds it and the pictures of "
+              "failing items.", ""]
     return "\n".join(lines)
 
 

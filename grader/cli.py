@@ -7,31 +7,32 @@ captured in its sandbox and shown inside the report. Every command's
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from pathlib import Path
 
 from grader import __version__
+from grader.errors import CliError
 
 # Examples, per command (the top-level help shows them all).
 EXAMPLES = {
     "grade": (
-        "python -m grader grade transformer_lm/modeling_attention.py",
+        "python -m grader grade transformer_lm/MODULE.py",
         "python -m grader grade . --public-only          # quick self-check",
         "python -m grader grade notebook.ipynb --format json",
         "python -m grader grade submission/ --format gradescope "
         "> results.json",
         "python -m grader grade . --feedback feedback/   # report + PNGs"),
-    "shapes": ("python -m grader shapes "
-               "transformer_lm/modeling_attention.py",),
+    "shapes": ("python -m grader shapes transformer_lm/MODULE.py",),
     "batch": ("python -m grader batch submissions/ --out grades.csv "
               "--jobs 2",
               "python -m grader batch course/ --resume     # after Ctrl-C"),
-    "nbgrader": ("python -m grader nbgrader multi_head_attention   "
+    "nbgrader": ("python -m grader nbgrader ASSIGNMENT_ID   "
                  "# in an nbgrader course",
                  "python -m grader nbgrader hw3 --student alice bob"),
     "gradescope-bundle": ("python -m grader gradescope-bundle autograder.zip "
-                          "\\\n      --assignment multi_head_attention",),
+                          "\\\n      --assignment ASSIGNMENT_ID",),
     "assignments": ("python -m grader assignments",),
 }
 # What each command's exit status means.
@@ -105,10 +106,6 @@ def _top_epilog() -> str:
             f"exit status means.\n")
 
 
-class CliError(Exception):
-    """A problem with the command line or its input: one line, exit 2."""
-
-
 def _positive(kind: type) -> callable:
     def parse(text: str):
         try:
@@ -161,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
         prog="python -m grader",
-        description="Grade attention homework submissions exactly as the "
+        description="Grade homework submissions exactly as the "
                     "rubric says: correctness (pytest checks in a sandbox), "
                     "PEP-8 (flake8) and verified tensor-shape comments.",
         epilog=_top_epilog(),
@@ -189,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "--feedback", type=Path, metavar="DIR",
         help="also write feedback files into DIR: report.txt, report.json "
-             "and attention-map PNGs for failing attention items")
+             "and PNG pictures of failing items (when the assignment "
+             "draws them)")
     _add_grading_options(grade)
 
     shapes = _command(
@@ -260,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     course.add_argument("--kit-assignment", metavar="KIT_ID",
                         help="the kit assignment that grades it (default: "
                              "the one whose notebook the assignment has, "
-                             "e.g. multi_head_attention.ipynb)")
+                             "by the notebook's file name)")
     course.add_argument("--out", type=Path, metavar="FILE.csv",
                         help="the grader's CSV (default: grader_results/"
                              "ASSIGNMENT_ID.csv in the course); JSON "
@@ -368,13 +366,30 @@ def _bundle(args: argparse.Namespace) -> int:
 
 
 def _assignments(args: argparse.Namespace) -> int:
-    from grader.rubric import assignments
+    from grader.plugin import plugins
 
-    for assignment in assignments():
+    for plugin in plugins():
+        assignment = plugin.rubric
         tasks = ", ".join(t.target for t in assignment.tasks)
         sys.stdout.write(f"{assignment.id}: {assignment.title} "
                          f"({assignment.max_score:g} points; {tasks})\n")
     return 0
+
+
+#: The commands that need no sandbox (they run no submission).
+NO_SANDBOX = ("assignments", "gradescope-bundle")
+
+
+def platform_problem() -> str | None:
+    """Why this machine cannot run the grader's sandbox (None when it can):
+    workers are forked (``os.fork``) and limited (``resource``), which
+    Windows does not have (docs/architecture.md, "Operating systems")."""
+    if hasattr(os, "fork") and os.name == "posix":
+        return None
+    return ("the grader needs Linux (or macOS) to run submissions in its "
+            "sandbox; on Windows run the public tests with 'python -m "
+            "pytest tests/public', and the grader in WSL or through your "
+            "course's Classroom or Gradescope route")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    problem = None if args.command in NO_SANDBOX else platform_problem()
+    if problem:
+        sys.stderr.write(f"python -m grader {args.command}: error: "
+                         f"{problem}\n")
+        return 2
+    from grader.plugin import plugins
     from grader.rubric import RubricError
     from grader.submission import SubmissionError
 
@@ -391,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                 "nbgrader": _nbgrader, "gradescope-bundle": _bundle,
                 "assignments": _assignments}
     try:
+        # Start-up: every plug-in is loaded and validated first, so a
+        # broken one stops every command with one line naming it.
+        plugins()
         return handlers[args.command](args)
     except (SubmissionError, RubricError, CliError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else repr(exc)

@@ -62,13 +62,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from grader.batch import (RECORD, STATUS_ERROR, BatchError, Entry,
-                          _check_writable, _keys, _prewarm, _Progress,
-                          error_row, judge_all, row_from_report, write_csv)
+                          JudgeOptions, _check_writable, _keys, _prewarm,
+                          _Progress, error_row, judge_all, row_from_report,
+                          write_csv)
 from grader.files import write_atomic
+from grader.loading import load_source
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
+from grader.proctree import fork_with_pipe
 from grader.rubric import (Assignment, RubricError, assignments,
                            get_assignment)
-from grader.source import SourceError, load_source
+from grader.source import SourceError
 from grader.text import clean, listing, one_line
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -804,22 +807,14 @@ class Recorder:
         self.stage_root, self.reports = stage_root, reports
         self.results = stage_root / "recorded.jsonl"
         self.sent: dict[str, str] = {}
-        plan_read, plan_write = os.pipe()
         queue_read, self.send_fd = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            code = 0
-            try:
-                os.close(plan_read)
-                os.close(self.send_fd)
-                # Ctrl-C reaches the whole process group: finish the queue.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                self._serve(args, root, plan_write, queue_read)
-            except BaseException:
-                code = 70
-            finally:
-                os._exit(code)
-        os.close(plan_write)
+
+        def serve(plan_write: int) -> None:
+            # Ctrl-C reaches the whole process group: finish the queue.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self._serve(args, root, plan_write, queue_read)
+
+        self.pid, plan_read = fork_with_pipe(serve, close=[self.send_fd])
         os.close(queue_read)
         self.plan_fd: int | None = plan_read
 
@@ -936,7 +931,7 @@ class ClassRun:
 
     def __init__(self, route: Route, submissions: list[Submitted],
                  root: Path, out: Path, recorder: Recorder,
-                 judges: argparse.Namespace) -> None:
+                 judges: JudgeOptions) -> None:
         self.route, self.submissions, self.judges = route, submissions, judges
         self.root, self.out = root, out
         self.recorder = recorder
@@ -992,7 +987,7 @@ class ClassRun:
 
 def run_nbgrader(args: argparse.Namespace) -> int:
     """Grade and record every submission of ``args.assignment_id``."""
-    from grader.cli import CliError
+    from grader.errors import CliError
 
     root = Path(args.course)
     if not any((root / name).exists() for name in
@@ -1011,10 +1006,8 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     nbgrader = Recorder(args, root, stage_root, reports)
     unrecorded: dict[str, str] = {}
     try:
-        judges = argparse.Namespace(
-            assignment=None, public_only=False, seed=args.seed,
-            timeout=args.timeout, memory=args.memory, no_feedback=False,
-            jobs=args.jobs)
+        judges = JudgeOptions(seed=args.seed, timeout=args.timeout,
+                              memory=args.memory, jobs=args.jobs)
         _prewarm(judges)  # while nbgrader reads the course
         try:
             plan = nbgrader.plan()

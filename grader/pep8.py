@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# nbgrader's cell markers (NBGRADER_MARKERS): flake8 calls them E266 ("too
+# many leading '#' for block comment"), but they belong to nbgrader, not to
+# the student.
+from grader.constants import NBGRADER_MARKERS
 from grader.source import SourceError, encode_python, split_lines
 
 if TYPE_CHECKING:
@@ -48,10 +52,6 @@ if TYPE_CHECKING:
 FLAKE8_TIMEOUT = 30
 #: The address space flake8 may use, in MB (about 150 MB at worst).
 FLAKE8_MEMORY_MB = 1024
-#: nbgrader's cell markers. flake8 calls them E266 ("too many leading '#'
-#: for block comment"), but they belong to nbgrader, not to the student.
-NBGRADER_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION",
-                    "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 #: Codes that say nothing about a notebook's own style (see the module
 #: docstring).
 NOTEBOOK_IGNORED = ("E402",)

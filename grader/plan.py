@@ -9,6 +9,7 @@ the trusted process, what the checks need to judge the answer.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,21 +70,25 @@ class ProbeInfo:
     target: str
     case: Case | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
-    causal: bool = False
     train: bool = False
-    dropout: float = 0.0
     sizes: dict[str, int] | None = None
     trace: str | None = None
+    # What the plug-in wants to remember about the probe (a flag, a rate);
+    # never sent to the sandbox, never read by the generic grader.
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
           layers: tuple[str, ...] = (), init: dict | None = None,
           kwargs: dict | None = None, x: torch.Tensor | None = None,
           describe: bool = False, trace: str | None = None,
-          train: bool = False, seed: int = 0, causal: bool = False,
-          dropout: float = 0.0, sizes: dict[str, int] | None = None
+          train: bool = False, seed: int = 0,
+          sizes: dict[str, int] | None = None,
+          params: Mapping[str, Any] | None = None
           ) -> tuple[dict, ProbeInfo]:
-    """A probe's wire form and its trusted description."""
+    """A probe's wire form and its trusted description. ``params`` is the
+    plug-in's own record of the probe (kept by the trusted process only,
+    as :attr:`ProbeInfo.params`)."""
     wire: dict[str, Any] = {"id": probe_id, "target": target, "init": init,
                             "train": train, "seed": seed,
                             "describe": describe}
@@ -98,8 +103,8 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
     if trace:
         wire["trace"] = {"method": trace, "statements": []}
     info = ProbeInfo(id=probe_id, task="", target=target, case=case,
-                     kwargs=dict(kwargs or {}), causal=causal, train=train,
-                     dropout=dropout, sizes=sizes, trace=trace)
+                     kwargs=dict(kwargs or {}), train=train, sizes=sizes,
+                     trace=trace, params=dict(params or {}))
     return wire, info
 
 

@@ -24,6 +24,11 @@ command started is left, whichever way it ends:
 
 Without ``/proc`` or ``prctl`` (not Linux) it falls back to killing the
 command's process group, which a process that left the group escapes.
+
+It is also the one home of two small pieces the trusted side needs in
+several places: :func:`fork_with_pipe` (run a function in a forked copy of
+this process and read what it writes) and :func:`kill_group` (kill a
+process and its process group; the fork server's own, re-exported).
 """
 from __future__ import annotations
 
@@ -33,8 +38,15 @@ import os
 import signal
 import subprocess
 import time
+import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from grader.forkserver import kill_group
+
+__all__ = ["TreeRun", "descendants", "fork_with_pipe", "kill_group",
+           "run_tree", "stop_descendants"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -139,6 +151,43 @@ def _signal_group(group: int, signum: int) -> None:
         os.killpg(group, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+#: The exit status of a forked child whose function raised.
+CHILD_FAILED = 70
+
+
+def fork_with_pipe(child: Callable[[int], None], *,
+                   close: Iterable[int] = (), new_group: bool = False,
+                   show_errors: bool = False) -> tuple[int, int]:
+    """Fork a copy of this process that runs ``child(write_fd)`` and exits.
+
+    The child closes the pipe's read end and the descriptors ``close``;
+    with ``new_group`` it leads a process group of its own (so that
+    :func:`kill_group` stops it and what it started). It exits 0 when
+    ``child`` returns, :data:`CHILD_FAILED` when it raises (printing the
+    traceback when ``show_errors``), never running the parent's code after
+    the fork. Returns (pid, the pipe's read end) to the parent.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_fd)
+            for fd in close:
+                os.close(fd)
+            if new_group:
+                os.setpgid(0, 0)
+            child(write_fd)
+        except BaseException:
+            code = CHILD_FAILED
+            if show_errors:
+                traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    return pid, read_fd
 
 
 def stop_descendants(child: int, status: dict[int, int],

@@ -1,6 +1,6 @@
 """A grade, and its three renderings: text, the JSON contract, Gradescope.
 
-The JSON form is the contract of RUBRIC.md: ``score``, ``max_score``,
+The JSON form is the contract of docs/rubric.md: ``score``, ``max_score``,
 ``items`` (one per rubric item: ``id``, ``score``, ``max_score``,
 ``passed``, ``message``, ``diagnosis``) and ``errors``. It also carries, as
 additions that change no score, ``assignment``, ``tasks`` (each task's
@@ -35,7 +35,7 @@ class ItemReport:
     optional: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        """The item as RUBRIC.md's JSON shows it."""
+        """The item as docs/rubric.md's JSON shows it."""
         message = self.message + (f"\n{self.details}" if self.details
                                   else "")
         return {"id": self.id, "score": float(self.score),
@@ -111,7 +111,7 @@ class Report:
     # -- JSON --------------------------------------------------------------
 
     def as_json(self) -> dict[str, Any]:
-        """The JSON object of RUBRIC.md (plus informative extras)."""
+        """The JSON object of docs/rubric.md (plus informative extras)."""
         return {
             "score": float(self.score), "max_score": float(self.max_score),
             "items": [item.as_json() for item in self.items],

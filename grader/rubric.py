@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from grader.errors import RubricError
+
 ASSIGNMENTS_DIR = Path(__file__).resolve().parent / "assignments"
 ITEM_KINDS = ("checks", "pep8", "shapes", "bonus")
 #: The item kinds that take points for style (PEP-8, shape comments).
@@ -21,10 +23,6 @@ STYLE_KINDS = ("pep8", "shapes")
 MAX_STYLE_SHARE = 0.5
 #: The bracket pairs a shape notation may use.
 BRACKET_PAIRS = ("[]", "()")
-
-
-class RubricError(Exception):
-    """A rubric table that is inconsistent or incomplete."""
 
 
 @dataclass(frozen=True)
@@ -258,12 +256,24 @@ def _check_style_share(tasks: tuple[Task, ...], items: tuple[Item, ...],
 
 
 def load_assignment(folder: Path) -> Assignment:
-    """Read and validate ``folder/rubric.toml``."""
+    """Read and validate ``folder/rubric.toml``: a :class:`RubricError`
+    (one line) for a table that is missing a key or has one of the wrong
+    type."""
     path = folder / "rubric.toml"
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise RubricError(f"cannot read {path}: {exc}") from exc
+    try:
+        return _assignment(raw, folder, path)
+    except KeyError as exc:
+        raise RubricError(f"{path}: rubric.toml has no {exc}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise RubricError(f"{path}: rubric.toml is malformed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+def _assignment(raw: dict, folder: Path, path: Path) -> Assignment:
     tasks = tuple(Task(id=t["id"], title=t["title"], target=t["target"],
                        max_score=float(t["max_score"]),
                        dimensions=tuple(t.get("dimensions", ())))

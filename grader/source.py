@@ -27,7 +27,7 @@ quote it), so that what is linted is what runs.
   own given code are the student's too (:func:`student_code`).
 
 Notebooks are read by :mod:`grader.cells` (cells as the Jupyter kernel runs
-them); :func:`load_notebook` is re-exported here.
+them); :mod:`grader.loading` chooses between a module and a notebook.
 """
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from grader.constants import END_MARKER, START_MARKER
+
 if TYPE_CHECKING:
     from grader.cells import LintText
 
 # The notebook's own autograded cells carry this line; they are the kit's,
 # not the student's code, and are never graded as part of a submission.
 GRADING_CELL_MARK = "# nbgrader: graded by the kit's grader"
-START_MARKER = "YOUR CODE STARTS HERE"
-END_MARKER = "YOUR CODE ENDS HERE"
 
 #: The largest Python source the grader reads: a ``.py`` file, or all the
 #: code cells of a notebook together (the reference solution is about
@@ -347,20 +347,6 @@ def load_python(path: Path) -> SourceFile:
     text, encoding = decode_python(read_bytes(path, MAX_SOURCE_BYTES),
                                    str(path))
     return SourceFile(text=text, path=Path(path), encoding=encoding)
-
-
-def load_notebook(path: Path) -> SourceFile:
-    """Load a notebook: see :func:`grader.cells.load_notebook`."""
-    from grader.cells import load_notebook as load
-
-    return load(path)
-
-
-def load_source(path: Path) -> SourceFile:
-    """Load a ``.py`` file or a notebook, chosen by the file's suffix."""
-    if Path(path).suffix == ".ipynb":
-        return load_notebook(path)
-    return load_python(path)
 
 
 # --------------------------------------------------------------------------

@@ -49,10 +49,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.loading import load_source
 from grader.report import Flag
 from grader.rubric import Assignment, assignments, get_assignment
 from grader.source import (SourceError, SourceFile, find_class,
-                           find_function, load_source)
+                           find_function)
 from grader.text import listing, one_line
 from transformer_lm.notebook import marked_regions_only_raise
 

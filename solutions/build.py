@@ -399,10 +399,25 @@ def _stub_targets() -> list[Generated]:
     return targets
 
 
+def public_value_targets() -> list[Generated]:
+    """The files of public test values each plug-in ships in the student
+    package (:attr:`grader.plugin.Plugin.public_values`)."""
+    from grader.plugin import plugins
+
+    targets = []
+    for plugin in plugins():
+        if plugin.public_values is None:
+            continue
+        for name in plugin.public_values():
+            targets.append(Generated(
+                PACKAGE / name,
+                lambda make=plugin.public_values, name=name: make()[name]))
+    return targets
+
+
 def generated_files() -> list[Generated]:
     """Every generated file, with the function that produces it."""
-    targets = _stub_targets()
-    targets.append(Generated(PACKAGE / "test_values.py", make_test_values))
+    targets = _stub_targets() + public_value_targets()
     targets.append(Generated(ROOT / "grader" / "flake8.cfg",
                              make_flake8_config))
     if not (SOLUTIONS / "notebook_build.py").is_file():

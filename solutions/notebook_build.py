@@ -46,7 +46,15 @@ RELEASE = ROOT / "assignment"
 _DIRECTIVE = re.compile(r"^<!--\s*(\w+)((?:\s+\w+=\S+)*)\s*-->\s*$")
 # Student-package files every assignment folder carries, besides its module.
 SHARED_PACKAGE_FILES = ("__init__.py", "notebook.py")
-PACKAGE_EXTRAS = {"multi_head_attention": ("test_values.py",)}
+
+
+def package_extras(assignment_id: str) -> tuple[str, ...]:
+    """The files of public test values the plug-in ships in the student
+    package, besides its module."""
+    from grader.plugin import load
+
+    make = load(assignment_id).public_values
+    return tuple(make()) if make is not None else ()
 
 
 class TemplateError(Exception):
@@ -202,7 +210,7 @@ def source_files(assignment: Assignment) -> dict[Path, str]:
     files = {folder / assignment.notebook: notebook_text(
         build_notebook(assignment, template, reference))}
     names = (SHARED_PACKAGE_FILES + (f"{assignment.module}.py",)
-             + PACKAGE_EXTRAS.get(assignment.id, ()))
+             + package_extras(assignment.id))
     for name in names:
         files[folder / "transformer_lm" / name] = (
             PACKAGE / name).read_text(encoding="utf-8")

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
-from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, BundleError,
-                           generated_package, kit_files, pinned_requirements)
+from grader.bundle import (BundleError, generated_package, kit_files,
+                           pinned_requirements)
 from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
 from grader.classroom import PUBLIC_TESTS_ENV, runners
+from grader.constants import TORCH_CPU_INDEX, TORCH_VERSION
 from grader.rubric import Assignment, RubricError, get_assignment
 from solutions.build import ROOT, BuildError, public_test_files
 

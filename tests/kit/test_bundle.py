@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from grader import bundle
+from grader import bundle, gradescope_driver
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "submission" / "transformer_lm" \
@@ -223,7 +223,7 @@ def test_zip_layout_scripts_and_pins(built, tmp_path):
                                capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
     for needed in ("grader/engine.py", "grader/cli.py", "grader/bundle.py",
-                   "grader/flake8.cfg",
+                   "grader/gradescope_driver.py", "grader/flake8.cfg",
                    "grader/assignments/multi_head_attention/rubric.toml",
                    "grader/assignments/multi_head_attention/checks/"
                    "test_task1.py",
@@ -285,12 +285,12 @@ def test_zip_is_reproducible_and_bakes_the_seed_privately(built, tmp_path,
     assert any(seed_path.startswith(hidden + os.sep)
                for hidden in sandbox_paths()["hidden"])
     monkeypatch.delenv(bundle.SEED_ENV, raising=False)
-    env = bundle._environment(tmp_path / "source")
+    env = gradescope_driver._environment(tmp_path / "source")
     assert env[bundle.SEED_ENV] == str(SEED)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "source")
     monkeypatch.setenv(bundle.SEED_ENV, "4242")
-    assert bundle._environment(tmp_path / "source")[bundle.SEED_ENV] \
-        == "4242"
+    again = gradescope_driver._environment(tmp_path / "source")
+    assert again[bundle.SEED_ENV] == "4242"
 
     monkeypatch.delenv(bundle.SEED_ENV)
     unseeded = tmp_path / "unseeded.zip"

@@ -28,7 +28,7 @@ from grader.rubric import get_assignment
 from grader.source import (MAX_SOURCE_BYTES, SourceError, SourceFile,
                            decode_python, encode_python, find_class,
                            find_method, given_statements, load_python,
-                           load_source, read_bytes, split_lines,
+                           read_bytes, split_lines,
                            student_code, student_regions, untouched)
 
 KIT = Path(__file__).resolve().parents[2]
@@ -211,7 +211,7 @@ def test_a_300000_term_expression_is_refused_by_the_cap(
     path.write_text("x = " + "+".join(["a"] * 300_000) + "\n")
     with pytest.raises(SourceError, match="larger than the grader's limit "
                                           "of 256 KB"):
-        load_source(path)
+        load_python(path)
     completed = subprocess.run(
         [sys.executable, "-m", "grader", "grade", str(path)], cwd=KIT,
         capture_output=True, text=True, timeout=120)

@@ -3,7 +3,7 @@
 ``python -m grader grade PATH [--format text|json|gradescope]
 [--public-only]`` in a subprocess: exit codes (0 for any grade, 2 with a
 one-line error when nothing could be graded), the JSON contract of
-RUBRIC.md, a Gradescope ``results.json``, and that only the grader writes
+docs/rubric.md, a Gradescope ``results.json``, and that only the grader writes
 to standard output. Each grading subprocess imports torch (seconds), so
 they are all started at once by one fixture and every test reads their
 results; ``--help`` needs no torch and runs on its own.

@@ -10,7 +10,7 @@ random or ignores its rate, and correct code that looks like a mistake
 ``submissions/attention_basics/dropout/`` holds the same dropout mistakes
 for the warm-up assignment. Every file is graded for real and every item's
 score and diagnoses are checked against the table below, which is what
-RUBRIC.md gives (not what the grader happens to print).
+docs/rubric.md gives (not what the grader happens to print).
 
 The rest pins the rules behind them: hidden sizes that differ from the
 public ones, dropout bounds a correct dropout cannot miss, derived seeds,
@@ -278,7 +278,7 @@ def test_every_new_id_has_three_styles_and_is_in_the_rubric() -> None:
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_corpus_scores_and_diagnoses(graded, name: str) -> None:
-    """All ten items, every diagnosis and the total, as RUBRIC.md says."""
+    """All ten items, every diagnosis and the total, as docs/rubric.md says."""
     expected = CORPUS[name]
     report = graded(f"diagnoses/{name}")
     assert report.scores() == pytest.approx(expected.scores), (

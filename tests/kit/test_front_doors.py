@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import bundle
+from grader import bundle, gradescope_driver
 from grader.rubric import assignments, get_assignment
 from grader.submission import (REFUSED_FILE, WRONG_ASSIGNMENT,
                                SubmissionError, assess, defined_names,
@@ -254,7 +254,7 @@ def test_a_region_of_one_line_is_the_students_code(tmp_path):
     and by the notebook's use_implemented alike."""
     import importlib.util
 
-    from grader.source import load_source
+    from grader.loading import load_source
     from grader.submission import is_stub
     from transformer_lm.notebook import is_untouched_stub
 
@@ -574,12 +574,12 @@ UPLOADS = {
 
 @pytest.fixture(scope="module")
 def gradescope(autograder, tmp_path_factory) -> dict[str, dict]:
-    """bundle.run() on a scratch AUTOGRADER_ROOT per upload."""
+    """gradescope_driver.run() on a scratch AUTOGRADER_ROOT per upload."""
     roots = {name: _upload(autograder, tmp_path_factory.mktemp(name),
                            files)
              for name, (files, _) in UPLOADS.items()}
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        futures = {name: pool.submit(bundle.run, root,
+        futures = {name: pool.submit(gradescope_driver.run, root,
                                      "multi_head_attention", 240)
                    for name, root in roots.items()}
         return {name: future.result() for name, future in futures.items()}

@@ -1,10 +1,10 @@
 """The grader on a corpus of real submissions, item by item.
 
 Every file in ``submissions/`` is a complete student module: correct
-variants, each known mistake of RUBRIC.md's diagnosis table, forbidden APIs
-and broken code. The table below gives, for each of them, the score of all
+variants, each known mistake of docs/rubric.md's diagnosis table, forbidden
+APIs and broken code. The table below gives, for each of them, the score of all
 ten rubric items, the diagnosis ids of the items it fails and the total,
-as an honest reading of ``../shared/RUBRIC.md`` gives them (not as the
+as an honest reading of ``docs/rubric.md`` gives them (not as the
 grader happens to print them). The other tests check what the rubric says
 about isolation of items, clamping, the bonus, messages, hidden cases,
 seeds, ``--public-only`` and the grader's own reference.
@@ -60,7 +60,7 @@ T2_ZERO = (0, 0, 0, 0, 0)
 
 @dataclass(frozen=True)
 class Expected:
-    """What a submission earns, per RUBRIC.md."""
+    """What a submission earns, per docs/rubric.md."""
 
     task1: tuple[float, ...]
     task2: tuple[float, ...]
@@ -104,7 +104,7 @@ CORPUS: dict[str, Expected] = {
     "broken_returns_float64": Expected(
         T1_FULL, T2_FULL, 11,
         why="a float64 tensor of the right shape and values matches: "
-            "RUBRIC.md compares in float32"),
+            "docs/rubric.md compares in float32"),
     # ---------------------------------------------------------- mistakes
     "mistake_no_scaling": Expected(
         (1, 2, 0, 0, 0), (0, 1, 2, 0, 0), 6,
@@ -151,7 +151,7 @@ CORPUS: dict[str, Expected] = {
         {"task2.scores": ("probs_shape",), "task2.causal": ("probs_shape",)},
         why="task2.scores and task2.causal need [bs * num_heads, seq, seq]; "
             "the value point is judged on att alone, the dropout point on "
-            "the probabilities whatever their layout (RUBRIC.md)"),
+            "the probabilities whatever their layout (docs/rubric.md)"),
     "mistake_dropout_on_output": Expected(
         T1_FULL, (3, 1, 1, 0, 0), 10,
         {"task2.output": ("dropout_misplaced",)}),
@@ -316,7 +316,8 @@ def line_of(name: str, text: str) -> int:
 
 
 def rubric_total(expected: Expected) -> float:
-    """RUBRIC.md's total: each task clamped to [0, max], plus the bonus."""
+    """docs/rubric.md's total: each task clamped to [0, max], plus the
+    bonus."""
     t1, t2 = expected.task1, expected.task2
     return (min(max(sum(t1[:4]), 0), 4) + t1[4]
             + min(max(sum(t2), 0), 6))
@@ -346,7 +347,7 @@ def _rows() -> list:
 
 @pytest.mark.parametrize("name", _rows())
 def test_submission_scores_and_diagnoses(graded, name: str) -> None:
-    """All ten items, their diagnoses and the total, as RUBRIC.md says."""
+    """All ten items, their diagnoses and the total, as docs/rubric.md says."""
     expected = CORPUS[name]
     report = graded(name)
     assert [item.id for item in report.items] == list(ITEMS)
@@ -373,7 +374,7 @@ def test_passed_flags_agree_with_scores(graded, name: str) -> None:
 
 
 # --------------------------------------------------------------------------
-# Isolation of items (RUBRIC.md's rubric table)
+# Isolation of items (docs/rubric.md's rubric table)
 
 
 def test_unscaled_output_earns_two_of_three(graded) -> None:

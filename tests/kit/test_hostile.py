@@ -7,7 +7,7 @@ and what it must earn. Each is graded for real, in-process, with short
 limits (3 s, 512 MB per worker), and the test asserts:
 
 * the exact score of all ten rubric items, and the total, as an honest
-  reading of RUBRIC.md gives them: 0 for what the hostile code touched,
+  reading of docs/rubric.md gives them: 0 for what the hostile code touched,
   full marks for the untouched correct task;
 * that grading finished in bounded time;
 * that the kit's files (``transformer_lm/``, ``tests/``, ``grader/``,
@@ -180,7 +180,7 @@ CORPUS: dict[str, Expected] = {
                                 "got an object of type 'dict'")),
     "t2_nan": Expected(T1_FULL, ZERO, 5, says=("the output contains NaN",)),
     # The dropout point stays: the probabilities show dropout whatever
-    # their layout (RUBRIC.md's "Readings settled in use").
+    # their layout (docs/rubric.md's "Readings settled in use").
     "t2_wrong_shape": Expected(
         T1_FULL, (0, 0, 1, 0, 0), 6,
         says=("has shape [1, 24, 8, 8]; expected [24, 8, 8]",)),

@@ -18,7 +18,8 @@ import pytest
 import grader.cells
 from grader.cells import _ipython_transformer, kernel_lines
 from grader.pep8 import attribute, run_flake8
-from grader.source import SourceError, find_class, load_notebook, node_span
+from grader.loading import load_notebook
+from grader.source import SourceError, find_class, node_span
 
 KIT = Path(__file__).resolve().parents[2]
 CONFIG = KIT / "grader" / "flake8.cfg"

@@ -14,8 +14,8 @@ import pytest
 import grader.pep8
 from grader.pep8 import (Flake8Error, Pep8Finding, attribute, format_pep8,
                          run_flake8)
-from grader.source import (SourceFile, find_class, load_notebook,
-                           load_python, node_span)
+from grader.loading import load_notebook
+from grader.source import SourceFile, find_class, load_python, node_span
 
 KIT = Path(__file__).resolve().parents[2]
 CONFIG = KIT / "setup.cfg"
@@ -153,7 +153,7 @@ def test_code_flake8_cannot_check_costs_the_pep8_point() -> None:
     """A 600-term sum makes pyflakes give up: flake8 checks nothing, and
     the item says so and costs its point."""
     from grader.analysis import analyse
-    from grader.engine import score_pep8_item
+    from grader.scoring import score_pep8_item
     from grader.rubric import get_assignment
 
     text = REFERENCE.read_text() + "\nX = " + " + ".join(["1"] * 600) + "\n"

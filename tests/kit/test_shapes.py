@@ -29,7 +29,8 @@ from grader.shapes import (DimensionTable, Finding, ShapeEvalError,
                            collect_statements, format_findings,
                            ignored_brackets, merge_records, parse_shapes,
                            penalised, size_set_collisions, verify)
-from grader.source import SourceFile, load_notebook, load_python
+from grader.loading import load_notebook
+from grader.source import SourceFile, load_python
 from tracing import Trace
 
 KIT = Path(__file__).resolve().parents[2]

@@ -151,8 +151,8 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
     """
     wire, info = probe(probe_id, target or TARGETS[task], case=case,
                        init=init, x=x, describe=describe, trace=trace,
-                       train=train, seed=seed, causal=causal,
-                       dropout=dropout, sizes=sizes)
+                       train=train, seed=seed, sizes=sizes,
+                       params={"causal": causal, "dropout": dropout})
     wire.pop("state", None)
     if case is not None and load and init is not None:
         wire["state"] = {name: encode_tensor(tensor)

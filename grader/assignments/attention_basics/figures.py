@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from grader.assignments.attention_basics import mistakes, reference
-from grader.figures import AttentionFigure
+from grader.figures import MapFigure
 from grader.observe import TaskRun
 
 ITEMS = {"task4.causal": "task4", "task6.values": "task6"}
@@ -45,8 +45,13 @@ def student_weights(run: TaskRun) -> torch.Tensor | None:
     return weights.reshape(-1, s["num_tokens"], s["num_tokens"]).float()
 
 
+#: What the maps are, in the figure's words.
+LABELS = {"panel_label": "head", "value_label": "attention probability",
+          "column_label": "key position j", "row_label": "query position i"}
+
+
 def figures(failed: set[str], runs: dict[str, TaskRun]
-            ) -> list[AttentionFigure]:
+            ) -> list[MapFigure]:
     """One figure per failing item whose weights could be read back."""
     found = []
     for item_id, task in ITEMS.items():
@@ -59,8 +64,8 @@ def figures(failed: set[str], runs: dict[str, TaskRun]
         case = run.case(PROBE)
         x, weights = case.float64()
         expected = reference.causal_weights(x, weights)
-        found.append(AttentionFigure(
-            item=item_id, case=case.describe(), num_heads=1,
+        found.append(MapFigure(
+            item=item_id, case=case.describe(), panels=1, **LABELS,
             student=student, expected=expected.float(),
             title=("sequence 0: your attention weights, read back from "
                    "your output (top), and the expected ones (bottom)")))

@@ -52,11 +52,12 @@ def name_of(run: TaskRun, probe_id: str) -> str:
     target = info.target
     if target != "simple_self_attention":
         target += ".forward"
+    dropout = info.params.get("dropout", 0.0)
     if info.train:
-        target += f" in training mode (dropout={info.dropout:g})"
-    elif info.dropout:
-        target += f" in eval mode (dropout={info.dropout:g})"
-    if info.causal:
+        target += f" in training mode (dropout={dropout:g})"
+    elif dropout:
+        target += f" in eval mode (dropout={dropout:g})"
+    if info.params.get("causal", False):
         target += " with a causal mask"
     return target
 

@@ -263,7 +263,7 @@ def _attention(plan: Plan, probe_id: str, case: Case, causal: bool = False
     plan.add("task2", probe(
         probe_id, "MultiHeadSelfAttention", case=case, layers=LAYERS_2,
         init=_mha_init(case, causal), kwargs={"return_attention": True},
-        causal=causal))
+        params={"causal": causal}))
 
 
 def build(seed: int, public_only: bool,
@@ -320,7 +320,7 @@ def build(seed: int, public_only: bool,
                 kwargs={"return_attention": True}, train=draw is not None,
                 seed=derive_seed(seed, "multi_head_attention", "dropout",
                                  p, draw),
-                dropout=p))
+                params={"dropout": p}))
     if not public_only:
         for case, key in size_cases(seed, "task2"):
             base = case.name.removesuffix("-" + key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from grader.assignments.multi_head_attention import reference
-from grader.figures import AttentionFigure
+from grader.figures import MapFigure
 from grader.observe import TaskRun
 
 ITEMS = {"task2.scores": ("probs:", False), "task2.causal": ("causal:", True)}
@@ -29,8 +29,13 @@ def _student_probs(value, case) -> torch.Tensor | None:
                          s["seq_len"])
 
 
+#: What the maps are, in the figure's words.
+LABELS = {"panel_label": "head", "value_label": "attention probability",
+          "column_label": "key position j", "row_label": "query position i"}
+
+
 def figures(failed: set[str], runs: dict[str, TaskRun]
-            ) -> list[AttentionFigure]:
+            ) -> list[MapFigure]:
     """One figure per failing attention item (the first readable case)."""
     found = []
     run = runs.get("task2")
@@ -46,9 +51,9 @@ def figures(failed: set[str], runs: dict[str, TaskRun]
             x, weights = case.float64()
             _, expected = reference.multi_head(
                 x, weights, case.sizes["num_heads"], causal)
-            found.append(AttentionFigure(
+            found.append(MapFigure(
                 item=item_id, case=case.describe(),
-                num_heads=case.sizes["num_heads"], student=student,
+                panels=case.sizes["num_heads"], **LABELS, student=student,
                 expected=expected.float(),
                 title=(f"causal={causal}, sequence 0: your attention "
                        f"probabilities (top) and the expected ones "

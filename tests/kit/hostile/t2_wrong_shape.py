@@ -1,7 +1,7 @@
 """Broken at run time in task 2: both tensors get an extra leading dimension.
 
 Expected: task 2 earns only the dropout point (judged on the probabilities
-whatever their layout, as RUBRIC.md reads it); the report gives the shape
+whatever their layout, as docs/rubric.md reads it); the report gives the shape
 returned and the shape expected.
 
 Task 1 is correct and untouched, so it earns full marks (5 with the

@@ -1,5 +1,5 @@
 """SelfAttention.forward returns the right values as a float64 tensor. A match
-is judged in float32 (RUBRIC.md), so this is full credit. Expected: 11.
+is judged in float32 (docs/rubric.md), so this is full credit. Expected: 11.
 """
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 """Mistake dropout_misplaced: dropout is applied to the probabilities that
 multiply the values, but the probabilities returned are those from before
-dropout (RUBRIC.md: probs are returned after dropout). Expected: 10.
+dropout (docs/rubric.md: probs are returned after dropout). Expected: 10.
 """
 import torch
 import torch.nn as nn

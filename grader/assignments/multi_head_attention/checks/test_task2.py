@@ -1,6 +1,6 @@
 """Checks of Coding Task 2: MultiHeadSelfAttention.
 
-Items are isolated as RUBRIC.md says: task2.causal is judged on the
+Items are isolated as docs/rubric.md says: task2.causal is judged on the
 structure of the causal probabilities alone (on random scores and on
 scores that are all equal, where only a mask built from positions hides
 the future); task2.output's value point is judged on cases with zero
@@ -29,7 +29,7 @@ from grader.plan import Case
 OUT = "[batch_size, seq_len, hidden]"
 PROBS = "[batch_size * num_heads, seq_len, seq_len]"
 CALL = "MultiHeadSelfAttention.forward(x, return_attention=True)"
-# RUBRIC.md's range for the share of zeros at p = 0.5; other rates use
+# docs/rubric.md's range for the share of zeros at p = 0.5; other rates use
 # the bounds a correct dropout cannot miss (checking.share_bounds).
 RUBRIC_SHARE = {0.5: (0.3, 0.7)}
 
@@ -51,7 +51,8 @@ def hardcoded(task2: TaskRun, kind: str
 def pair(task2: TaskRun, probe_id: str) -> tuple[Case, object, object]:
     """The (att, probs) values a return_attention=True call returned."""
     info = task2.result(probe_id).info
-    what = CALL + (" with causal=True" if info.causal else "")
+    what = CALL + (" with causal=True" if info.params.get("causal")
+                   else "")
     value = returned(task2, probe_id, what)
     case = info.case
     if value.kind not in ("tuple", "list") or value.length != 2:

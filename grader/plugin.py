@@ -1,0 +1,191 @@
+"""The plug-in interface: what an assignment gives the generic grader.
+
+Each assignment is a package ``grader/assignments/<id>/`` whose
+``__init__.py`` exports one :class:`Plugin`, named ``PLUGIN``. The grader
+loads every plug-in at start-up (:func:`plugins`) and validates it
+(:func:`validate`): a missing piece, a piece of the wrong type or a
+plug-in that does not import is a :class:`PluginError` whose one-line
+message names the plug-in, never a silently missing feature.
+
+The generic modules (``grader/*.py``) know an assignment only through
+this record and its rubric (:class:`grader.rubric.Assignment`, read from
+``rubric.toml``); docs/adding-an-assignment.md is the checklist for
+writing one.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from grader.errors import PluginError
+from grader.rubric import (ASSIGNMENTS_DIR, Assignment, RubricError,
+                           load_assignment)
+from grader.text import one_line
+
+#: The attribute of an assignment package that holds its plug-in.
+EXPORT = "PLUGIN"
+#: The package whose sub-packages are the plug-ins.
+PACKAGE = "grader.assignments"
+#: What a plug-in id may look like (it is a Python package name).
+ID_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+#: ``build_plan(seed, public_only, size_sets) -> Plan``.
+PlanBuilder = Callable[[int, bool, tuple[dict[str, int], ...]], Any]
+#: ``figures(failed item ids, runs by task id) -> [figure records]``.
+FigureMaker = Callable[[set[str], dict[str, Any]], list]
+#: ``public_values() -> {file name in transformer_lm/: text}``.
+PublicValues = Callable[[], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One assignment, as the generic grader sees it.
+
+    ``id`` is the package name and the rubric's ``id``. ``build_plan``
+    returns the :class:`grader.plan.Plan` of probes and trusted cases for
+    a grading seed. ``reference`` is the grader's own float64 reference
+    and ``mistakes`` the known mistakes, reproduced (both modules; the
+    checks import them). ``figures`` draws the failing items' pictures
+    (optional). ``public_values`` renders the files of public test
+    values shipped to students in ``transformer_lm/`` (optional: an
+    assignment may ship none). The rubric, the checks, the stub and the
+    forbidden APIs are data in the plug-in's folder: ``rubric.toml``
+    (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``.
+    """
+
+    id: str
+    build_plan: PlanBuilder
+    reference: ModuleType
+    mistakes: ModuleType
+    figures: FigureMaker | None = None
+    public_values: PublicValues | None = None
+    #: The plug-in's folder; :func:`load` sets it from the package.
+    folder: Path = field(default=Path(), compare=False)
+
+    @property
+    def rubric_file(self) -> Path:
+        """Its rubric table (points, items, diagnoses, forbidden APIs)."""
+        return self.folder / "rubric.toml"
+
+    @property
+    def checks_dir(self) -> Path:
+        """Its pytest checks, one marked test per rubric item part."""
+        return self.folder / "checks"
+
+    @property
+    def stub_file(self) -> Path:
+        """The released stub (what an untouched submission looks like)."""
+        return self.folder / "stub.py"
+
+    @property
+    def rubric(self) -> Assignment:
+        """Its rubric, read and validated (cached)."""
+        return _rubric(self.folder)
+
+
+def _fail(plugin_id: str, message: str) -> PluginError:
+    return PluginError(f"plug-in {plugin_id!r}: {message}")
+
+
+_KINDS: dict[str, tuple[str, bool]] = {
+    # field: (what it must be, optional)
+    "build_plan": ("callable", False),
+    "reference": ("module", False),
+    "mistakes": ("module", False),
+    "figures": ("callable", True),
+    "public_values": ("callable", True),
+}
+
+
+def validate(plugin: object, plugin_id: str) -> Plugin:
+    """``plugin`` if it is a complete, well-typed plug-in for the folder
+    ``plugin_id``; else a :class:`PluginError` naming what is wrong."""
+    if not isinstance(plugin, Plugin):
+        raise _fail(plugin_id, f"{EXPORT} is a {type(plugin).__name__}, "
+                               f"not a grader.plugin.Plugin")
+    if plugin.id != plugin_id:
+        raise _fail(plugin_id, f"its id is {plugin.id!r}, its folder "
+                               f"{plugin_id!r}")
+    for spec in fields(Plugin):
+        if spec.name not in _KINDS:
+            continue
+        kind, optional = _KINDS[spec.name]
+        value = getattr(plugin, spec.name)
+        if value is None:
+            if optional:
+                continue
+            raise _fail(plugin_id, f"{spec.name} is missing")
+        good = (isinstance(value, ModuleType) if kind == "module"
+                else callable(value) and not isinstance(value, ModuleType))
+        if not good:
+            raise _fail(plugin_id, f"{spec.name} must be a {kind}, not a "
+                                   f"{type(value).__name__}")
+    for path, what in ((plugin.rubric_file, "rubric.toml"),
+                       (plugin.stub_file, "stub.py")):
+        if not path.is_file():
+            raise _fail(plugin_id, f"{what} is missing")
+    if not sorted(plugin.checks_dir.glob("test_*.py")):
+        raise _fail(plugin_id, "checks/ holds no test_*.py")
+    try:
+        rubric = _rubric(plugin.folder)
+    except RubricError as exc:
+        raise _fail(plugin_id, str(exc)) from exc
+    if rubric.id != plugin_id:
+        raise _fail(plugin_id, f"rubric.toml says id = {rubric.id!r}")
+    return plugin
+
+
+@cache
+def _rubric(folder: Path) -> Assignment:
+    return load_assignment(folder)
+
+
+def load(plugin_id: str, package: str | None = None) -> Plugin:
+    """Import and validate the plug-in ``<package>.<plugin_id>`` (by
+    default :data:`PACKAGE`, ``grader/assignments/<id>/``)."""
+    return _load(plugin_id, package or PACKAGE)
+
+
+@cache
+def _load(plugin_id: str, package: str) -> Plugin:
+    if not ID_PATTERN.match(plugin_id):
+        raise _fail(plugin_id, "not a valid package name")
+    try:
+        module = importlib.import_module(f"{package}.{plugin_id}")
+    except Exception as exc:  # noqa: BLE001 - any import error is the same
+        raise _fail(plugin_id, f"does not import: {type(exc).__name__}: "
+                               f"{one_line(str(exc))}") from exc
+    if not hasattr(module, EXPORT):
+        raise _fail(plugin_id, f"its __init__.py exports no {EXPORT}")
+    found = getattr(module, EXPORT)
+    if isinstance(found, Plugin):
+        found = replace(found, folder=Path(module.__file__).resolve().parent
+                        if module.__file__ else Path())
+    return validate(found, plugin_id)
+
+
+def plugin_ids() -> tuple[str, ...]:
+    """The folders of :data:`PACKAGE` (``grader/assignments/``) that hold
+    a plug-in (a package, or a folder with a ``rubric.toml``), in name
+    order."""
+    root = (ASSIGNMENTS_DIR if PACKAGE == "grader.assignments" else
+            Path(importlib.import_module(PACKAGE).__path__[0]))
+    return tuple(folder.name for folder in sorted(root.iterdir())
+                 if (folder / "__init__.py").is_file()
+                 or (folder / "rubric.toml").is_file())
+
+
+def plugins() -> tuple[Plugin, ...]:
+    """Every plug-in, loaded and validated (the grader's start-up)."""
+    return tuple(load(plugin_id) for plugin_id in plugin_ids())
+
+
+def of(assignment: Assignment) -> Plugin:
+    """The plug-in of a rubric."""
+    return load(assignment.id)

@@ -1,0 +1,205 @@
+"""The plug-in interface: every assignment is one validated object.
+
+A plug-in is copied from the real ``multi_head_attention`` into a scratch
+package, then broken one piece at a time: each break is a
+:class:`grader.errors.PluginError` whose one-line message names the
+plug-in and the piece, at start-up (``python -m grader`` refuses to run),
+never a silently missing feature.
+"""
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import cli, plugin
+from grader.checking import task_fixtures
+from grader.errors import PluginError, RubricError
+from grader.observe import TaskRun
+from grader.plugin import Plugin
+
+KIT = Path(__file__).resolve().parents[2]
+REAL = KIT / "grader" / "assignments" / "multi_head_attention"
+GOOD_INIT = '''
+from grader.assignments.multi_head_attention import (cases, figures,
+                                                     mistakes, reference)
+from grader.plugin import Plugin
+
+PLUGIN = Plugin(id="{id}", build_plan=cases.build, reference=reference,
+                mistakes=mistakes, figures=figures.figures)
+'''
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """make(id, init=..., rubric=...) -> the id of a plug-in in a scratch
+    package ``scratchkit_<n>`` (fresh per test, so no import is cached)."""
+    package = f"scratchkit_{abs(hash(tmp_path)) % 10 ** 8}"
+    root = tmp_path / package
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugin._load.cache_clear()
+    plugin._rubric.cache_clear()
+
+    def make(plugin_id: str, init: str = GOOD_INIT,
+             rubric: str | None = None, checks: bool = True,
+             stub: bool = True) -> str:
+        folder = root / plugin_id
+        folder.mkdir()
+        (folder / "__init__.py").write_text(init.format(id=plugin_id))
+        text = (REAL / "rubric.toml").read_text(encoding="utf-8").replace(
+            'id = "multi_head_attention"', f'id = "{plugin_id}"')
+        if rubric is not None:
+            text = rubric
+        if rubric != "":
+            (folder / "rubric.toml").write_text(text, encoding="utf-8")
+        if stub:
+            shutil.copy(REAL / "stub.py", folder / "stub.py")
+        if checks:
+            shutil.copytree(REAL / "checks", folder / "checks",
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        importlib.invalidate_caches()
+        return plugin_id
+
+    yield package, make
+    plugin._load.cache_clear()
+    plugin._rubric.cache_clear()
+    for name in [n for n in sys.modules if n.startswith(package)]:
+        del sys.modules[name]
+
+
+def _error(package: str, plugin_id: str) -> str:
+    with pytest.raises(PluginError) as caught:
+        plugin.load(plugin_id, package)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"plug-in '{plugin_id}': ")
+    return message
+
+
+def test_the_kit_plugins_load_complete() -> None:
+    found = {p.id: p for p in plugin.plugins()}
+    folders = sorted(f.name for f in (KIT / "grader" / "assignments").iterdir()
+                     if (f / "rubric.toml").is_file())
+    assert sorted(found) == folders
+    assert {"attention_basics", "multi_head_attention"} <= set(found)
+    for loaded in found.values():
+        assert isinstance(loaded, Plugin)
+        assert loaded.folder == KIT / "grader" / "assignments" / loaded.id
+        assert loaded.rubric.id == loaded.id
+        assert callable(loaded.build_plan) and callable(loaded.figures)
+        assert loaded.checks_dir.is_dir() and loaded.stub_file.is_file()
+    assert found["attention_basics"].public_values is None
+    values = found["multi_head_attention"].public_values()
+    assert list(values) == ["test_values.py"]
+    assert values["test_values.py"] == (
+        KIT / "transformer_lm" / "test_values.py").read_text(encoding="utf-8")
+
+
+def test_a_complete_copy_loads(scratch) -> None:
+    package, make = scratch
+    loaded = plugin.load(make("copied"), package)
+    assert loaded.id == "copied"
+    assert loaded.rubric.max_score == 10
+    assert loaded.folder.name == "copied"
+
+
+@pytest.mark.parametrize("init, words", [
+    ("raise ImportError('no module named torchx')",
+     "does not import: ImportError: no module named torchx"),
+    ("def broken(:\n    pass", "does not import: SyntaxError"),
+    ("X = 1", "its __init__.py exports no PLUGIN"),
+    ("PLUGIN = dict(id='broken')",
+     "PLUGIN is a dict, not a grader.plugin.Plugin"),
+    (GOOD_INIT.replace("build_plan=cases.build", "build_plan='cases'"),
+     "build_plan must be a callable, not a str"),
+    (GOOD_INIT.replace("reference=reference", "reference=reference.project"),
+     "reference must be a module, not a function"),
+    (GOOD_INIT.replace("mistakes=mistakes", "mistakes=None"),
+     "mistakes is missing"),
+    (GOOD_INIT.replace("figures=figures.figures", "figures=figures"),
+     "figures must be a callable, not a module"),
+    (GOOD_INIT.replace('id="{id}"', 'id="another"'),
+     "its id is 'another'"),
+])
+def test_a_broken_plugin_is_one_line_naming_it(scratch, init: str,
+                                               words: str) -> None:
+    package, make = scratch
+    message = _error(package, make("broken", init=init))
+    assert words in message
+
+
+@pytest.mark.parametrize("what, words", [
+    ({"rubric": ""}, "rubric.toml is missing"),
+    ({"stub": False}, "stub.py is missing"),
+    ({"checks": False}, "checks/ holds no test_*.py"),
+    ({"rubric": 'id = "broken"\ntitle = "t"\n'},
+     "rubric.toml has no 'tasks'"),
+    ({"rubric": 'id = "broken"\ntasks = 3\n'}, "rubric.toml is malformed"),
+    ({"rubric": 'id = [broken'}, "cannot read"),
+])
+def test_a_missing_or_broken_file_is_one_line_naming_it(
+        scratch, what: dict, words: str) -> None:
+    package, make = scratch
+    message = _error(package, make("broken", **what))
+    assert words in message
+
+
+def test_a_points_mismatch_in_the_rubric_names_the_plugin(scratch) -> None:
+    package, make = scratch
+    text = (REAL / "rubric.toml").read_text(encoding="utf-8").replace(
+        'id = "multi_head_attention"', 'id = "broken"').replace(
+        "max_score = 10", "max_score = 11")
+    message = _error(package, make("broken", rubric=text))
+    assert "task maxima do not add up to max_score" in message
+
+
+def test_a_broken_plugin_stops_every_command_at_start_up(
+        scratch, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    package, make = scratch
+    make("good")
+    make("late", init=GOOD_INIT.replace("mistakes=mistakes",
+                                        "mistakes=None"))
+    monkeypatch.setattr(plugin, "PACKAGE", package)
+    assert plugin.plugin_ids() == ("good", "late")
+    assert isinstance(PluginError("x"), RubricError)
+    example = str(KIT / "examples" / "submission")
+    for argv in (["assignments"], ["grade", example]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (f"python -m grader {argv[0]}: error: plug-in "
+                       f"'late': mistakes is missing\n")
+
+
+def test_check_fixtures_come_from_the_rubric_task_ids() -> None:
+    runs = {"task1": TaskRun(task="task1", source=None),
+            "warmup": TaskRun(task="warmup", source=None)}
+    fixtures = task_fixtures(["task1", "warmup"], runs)
+    assert sorted(n for n in vars(fixtures) if not n.startswith("_")) == [
+        "task1", "warmup"]
+    for name in ("plan", "3d", "task-1"):
+        with pytest.raises(ValueError, match="cannot name a fixture"):
+            task_fixtures([name], {name: runs["task1"]})
+
+
+def test_without_fork_the_grader_says_what_to_do_instead(
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """On Windows (no os.fork) every command that runs a submission stops
+    with one line naming the public tests and WSL; ``assignments`` runs."""
+    assert cli.platform_problem() is None
+    monkeypatch.delattr(cli.os, "fork")
+    example = str(KIT / "examples" / "submission")
+    assert cli.main(["grade", example]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m grader grade: error: the grader needs "
+                          "Linux")
+    assert "python -m pytest tests/public" in err and "WSL" in err
+    assert err.count("\n") == 1
+    assert cli.main(["assignments"]) == 0
+    assert "multi_head_attention" in capsys.readouterr().out
