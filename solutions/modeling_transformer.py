@@ -222,5 +222,6 @@ class TransformerLM(nn.Module):
         logits = self(input_ids)  # [batch_size, seq_len, vocab_size]
         return nn.functional.cross_entropy(
             logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
+        # [] (a scalar)
         ### END SOLUTION
         # YOUR CODE ENDS HERE

@@ -27,7 +27,8 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
   the training corpus, before and after the probe's ``fit`` (Adam steps on
   the model's own ``loss``) at depth 1 or 0; the grader computes the loss
   from the returned logits;
-* ``trace:...``: forward under the rubric's size sets.
+* ``trace:...``: forward and loss under the rubric's size sets (the
+  shapes item judges the code that runs for the task, loss included).
 """
 from __future__ import annotations
 
@@ -289,10 +290,14 @@ def build(seed: int, public_only: bool,
                     f"trace:{index}{kind}:causal={causal}",
                     "TransformerEncoderLayer", x=x, trace="forward",
                     init=layer_init(sizes, causal), sizes=sizes))
-            plan.add("task2", probe(
-                f"trace:{index}{kind}", "TransformerLM", x=ids,
-                trace="forward", init=lm_init({**sizes, "num_layers": 1}),
-                sizes=sizes))
+            for method in ("forward", "loss"):
+                wire, info = probe(
+                    f"trace:{index}{kind}:{method}", "TransformerLM", x=ids,
+                    trace="forward",
+                    init=lm_init({**sizes, "num_layers": 1}), sizes=sizes)
+                if method == "loss":
+                    wire["call"]["method"] = "loss"
+                plan.add("task2", (wire, info))
     return plan
 
 
