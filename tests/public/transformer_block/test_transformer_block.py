@@ -9,6 +9,7 @@ written with your own modules (``layer.norm1``, ``model.out_proj``, ...),
 so a test that fails points at the step that is wrong; the grader compares
 with its own reference on hidden sizes and weights.
 """
+import pytest
 import torch
 import torch.nn.functional as F
 from adapters import expect_close, expect_shape
@@ -54,17 +55,21 @@ def test_layer_parameters_follow_the_contract(impl) -> None:
     assert layer.dropout.p == 0.25
 
 
-def test_layer_output_shape(impl) -> None:
+@pytest.mark.parametrize("bs, seq, hidden, heads, fcn",
+                         [(2, 5, 12, 3, 20), (3, 4, 10, 2, 7),
+                          (1, 7, 18, 6, 5)])
+def test_layer_output_shape(impl, bs, seq, hidden, heads, fcn) -> None:
     """[batch_size, seq_len, hidden] in, the same shape out."""
-    layer = impl.TransformerEncoderLayer(HIDDEN, HEADS, FCN).eval()
-    x = torch.randn(2, 5, HIDDEN)
-    expect_shape(layer(x), (2, 5, HIDDEN), "the layer's output", OUT)
+    layer = impl.TransformerEncoderLayer(hidden, heads, fcn).eval()
+    x = torch.randn(bs, seq, hidden)
+    expect_shape(layer(x), (bs, seq, hidden), "the layer's output", OUT)
 
 
-def test_layer_is_post_norm(impl) -> None:
+@pytest.mark.parametrize("causal", (False, True))
+def test_layer_is_post_norm(impl, causal) -> None:
     """norm2(h + fcn(h)) with h = norm1(x + self_attention(x))."""
     layer = randomised(impl.TransformerEncoderLayer(HIDDEN, HEADS, FCN,
-                                                    causal=True))
+                                                    causal=causal))
     x = torch.randn(3, 6, HIDDEN)
     with torch.no_grad():
         h = layer.norm1(x + layer.self_attention(x))
@@ -74,10 +79,12 @@ def test_layer_is_post_norm(impl) -> None:
                      "x), norm1; then fcn, dropout, residual, norm2.")
 
 
-def test_layer_keeps_the_residuals(impl) -> None:
+@pytest.mark.parametrize("causal", (False, True))
+def test_layer_keeps_the_residuals(impl, causal) -> None:
     """With both sublayers silenced (zero output weights), the layer is
     norm2(norm1(x)): the residuals carry x through."""
-    layer = impl.TransformerEncoderLayer(HIDDEN, HEADS, FCN).eval()
+    layer = impl.TransformerEncoderLayer(HIDDEN, HEADS, FCN,
+                                         causal=causal).eval()
     with torch.no_grad():
         for module in (layer.self_attention.mix, layer.fcn[2]):
             module.weight.zero_()
@@ -109,19 +116,22 @@ def test_lm_parameters_follow_the_contract(impl) -> None:
     assert found == expected, f"parameters: {sorted(found)}"
 
 
-def test_lm_logits_shape(impl) -> None:
-    """[batch_size, seq_len] token ids in, logits out."""
-    ids = torch.randint(0, VOCAB, (2, 7))
-    expect_shape(lm(impl)(ids), (2, 7, VOCAB), "the logits", LOGITS)
+@pytest.mark.parametrize("bs, seq", [(2, 7), (3, 9), (1, 1)])
+def test_lm_logits_shape(impl, bs, seq) -> None:
+    """[batch_size, seq_len] token ids in, logits out (seq_len may be
+    anything up to max_seq_len)."""
+    ids = torch.randint(0, VOCAB, (bs, seq))
+    expect_shape(lm(impl)(ids), (bs, seq, VOCAB), "the logits", LOGITS)
 
 
-def test_lm_composes_its_modules(impl) -> None:
+@pytest.mark.parametrize("num_layers", (0, 1, 2))
+def test_lm_composes_its_modules(impl, num_layers) -> None:
     """out_proj(layers(token_embeddings + position_embeddings))."""
-    model = lm(impl)
+    model = lm(impl, num_layers)
     ids = torch.randint(0, VOCAB, (3, 6))
     with torch.no_grad():
         x = model.token_embeddings(ids) + model.position_embeddings(
-            torch.arange(6))
+            torch.arange(ids.shape[1]))
         for layer in model.layers:
             x = layer(x)
         expect_close(model(ids), model.out_proj(x), "the logits",
@@ -130,24 +140,27 @@ def test_lm_composes_its_modules(impl) -> None:
                      "out_proj.")
 
 
-def test_lm_is_causal(impl) -> None:
+@pytest.mark.parametrize("position", (0, 3, 6))
+def test_lm_is_causal(impl, position) -> None:
     """Changing the tokens after position i leaves the logits at 0..i."""
     model = lm(impl)
     ids = torch.randint(0, VOCAB, (2, 8))
     changed = ids.clone()
-    changed[:, 4:] = (changed[:, 4:] + 1) % VOCAB
+    after = position + 1
+    changed[:, after:] = (changed[:, after:] + 1) % VOCAB
     with torch.no_grad():
-        expect_close(model(changed)[:, :4], model(ids)[:, :4],
-                     "the logits at positions 0..3",
-                     "They changed when tokens 4.. changed: build every "
+        expect_close(model(changed)[:, :after], model(ids)[:, :after],
+                     f"the logits at positions 0..{position}",
+                     "They changed when later tokens changed: build every "
                      "layer with causal=True, and mix positions only "
                      "through the causal attention.")
 
 
-def test_lm_loss_is_next_token_cross_entropy(impl) -> None:
+@pytest.mark.parametrize("bs, seq", [(3, 7), (2, 9)])
+def test_lm_loss_is_next_token_cross_entropy(impl, bs, seq) -> None:
     """loss(ids) = cross-entropy of the logits at i against token i + 1."""
     model = lm(impl)
-    ids = torch.randint(0, VOCAB, (3, 7))
+    ids = torch.randint(0, VOCAB, (bs, seq))
     with torch.no_grad():
         logits = model(ids)
         expected = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB),
