@@ -119,7 +119,8 @@ class Int:
 
 @dataclass(frozen=True)
 class BinOp:
-    """A product or quotient: ``op`` is ``*``, ``/`` or ``//``."""
+    """A product, quotient, sum or difference: ``op`` is ``*``, ``/``,
+    ``//``, ``+`` or ``-`` (``seq_len - 1`` for a shifted sequence)."""
 
     op: str
     left: Dim
@@ -133,7 +134,7 @@ class BinOp:
 Dim = Name | Int | BinOp
 
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[^\W\d]\w*)"
-                    r"|(?P<op>//|[*/(),]))")
+                    r"|(?P<op>//|[*/(),+-]))")
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
@@ -159,7 +160,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 
 class DimParser:
-    """Recursive descent over ``dim := factor (('*'|'/'|'//') factor)*``."""
+    """Recursive descent over ``dim := term (('+'|'-') term)*``,
+    ``term := factor (('*'|'/'|'//') factor)*``."""
 
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
@@ -195,6 +197,14 @@ class DimParser:
             raise ShapeSyntaxError("too long to be a shape")
 
     def dim(self) -> Dim:
+        node = self.term()
+        while self.peek() in (("op", "+"), ("op", "-")):
+            op = self.take()[1]
+            self.count()
+            node = BinOp(op, node, self.term())
+        return node
+
+    def term(self) -> Dim:
         node = self.factor()
         while self.peek() in (("op", "*"), ("op", "/"), ("op", "//")):
             op = self.take()[1]
@@ -241,6 +251,12 @@ def _evaluate(dim: Dim, sizes: dict[str, int], table: DimensionTable) -> int:
     right = _evaluate(dim.right, sizes, table)
     if dim.op == "*":
         return left * right
+    if dim.op in ("+", "-"):
+        value = left + right if dim.op == "+" else left - right
+        if value < 0:
+            raise ShapeEvalError(f"{dim.left} {dim.op} {dim.right} is "
+                                 f"negative ({left} {dim.op} {right})")
+        return value
     if right == 0 or left % right:
         raise ShapeEvalError(f"{dim.left} {dim.op} {dim.right} does not "
                              f"divide evenly ({left} {dim.op} {right})")

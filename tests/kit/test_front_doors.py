@@ -98,11 +98,15 @@ def test_the_kit_folder_is_located_from_the_students_files_only():
     assert paths == [
         "transformer_lm/attention_basics.py",
         "transformer_lm/modeling_attention.py",
+        "transformer_lm/modeling_transformer.py",
         "assignment/attention_basics/attention_basics.ipynb",
         "assignment/attention_basics/transformer_lm/attention_basics.py",
         "assignment/multi_head_attention/multi_head_attention.ipynb",
         "assignment/multi_head_attention/transformer_lm/"
-        "modeling_attention.py"]
+        "modeling_attention.py",
+        "assignment/transformer_block/transformer_block.ipynb",
+        "assignment/transformer_block/transformer_lm/"
+        "modeling_transformer.py"]
     submission = locate(KIT, "multi_head_attention")
     assert set(_relative(submission, KIT).values()) == {
         "transformer_lm/modeling_attention.py"}
@@ -332,9 +336,10 @@ def test_fits_rank_implemented_before_defined(tmp_path):
     assert locate(tmp_path).assignment.id == "multi_head_attention"
     kit = assess(KIT)
     assert kit["multi_head_attention"].key() == kit[
-        "attention_basics"].key() == (0.0, 1.0)
+        "attention_basics"].key() == kit["transformer_block"].key() == (
+        0.0, 1.0)
     note = locate(KIT).notes[0]
-    assert "fits multi_head_attention equally" in note
+    assert "fits multi_head_attention, transformer_block equally" in note
 
 
 # --------------------------------------------------------------------------
@@ -495,7 +500,8 @@ def test_issue11_grade_dot_in_the_kit_folder(kit_routes):
     and the student's own module's honest score either way."""
     clean = kit_routes["clean"]
     assert clean["score"] == 0.0
-    assert "fits multi_head_attention equally" in clean["notes"][0]
+    assert "fits multi_head_attention, transformer_block equally" in \
+        clean["notes"][0]
     honest = kit_routes["unscaled_file"]
     assert honest["score"] == 9.0  # unscaled: task1.forward 2, no bonus
     for name in ("worked", "worked_named"):
@@ -514,7 +520,8 @@ def test_issue11_grade_dot_in_the_kit_folder(kit_routes):
 def test_issue11_every_kit_notebook_grades_without_assignment(kit_routes):
     """Issue 11: the warm-up's source notebook needed --assignment. Each
     source notebook earns full marks, each release 0."""
-    full = {"multi_head_attention": 11.0, "attention_basics": 10.0}
+    full = {"multi_head_attention": 11.0, "attention_basics": 10.0,
+            "transformer_block": 10.0}
     for (assignment, kind), path in NOTEBOOKS.items():
         report = kit_routes[f"{assignment}:{kind}"]
         assert report["assignment"] == assignment

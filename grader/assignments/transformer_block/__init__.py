@@ -1,0 +1,1 @@
+"""The assignment "A transformer block and a causal language model"."""

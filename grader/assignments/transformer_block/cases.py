@@ -1,0 +1,319 @@
+"""The inputs the grader runs a transformer_block submission on.
+
+:func:`build` returns a :class:`~grader.plan.Plan` (see
+:mod:`grader.assignments.multi_head_attention.cases` for the pattern).
+Every case is drawn from a stream derived one-way from the grading seed;
+its weights follow the naming contract of docs/transformer_block.md (the
+state_dict names of the reference solution), with LayerNorm weights and
+biases away from 1 and 0 so that a misplaced norm shows.
+
+Probes of task 1 (TransformerEncoderLayer):
+
+* ``init:<n>``: the layer built with two sets of sizes, described;
+* ``forward:<case>:causal=<c>``: ``forward(x)`` in eval mode;
+* ``trace:...``: forward under the rubric's size sets (shape comments).
+
+Probes of task 2 (TransformerLM), each at two depths, ``d2`` (two encoder
+layers) and ``d0`` (no layer: embeddings and output projection alone),
+so that task 2 is judged without the student's layer when that layer
+fails task 1 (docs/transformer_block.md, "Isolation"):
+
+* ``init:<depth>:<n>``: the model built, described;
+* ``logits:<depth>:<case>``: ``forward(input_ids)``;
+* ``future:<depth>:<case>:<i>``: the same input with every token after
+  position i replaced (the causality item compares positions 0..i);
+* ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
+* ``before:<depth>``, ``trained:<depth>``: ``forward`` on fresh text of
+  the training corpus, before and after the probe's ``fit`` (Adam steps on
+  the model's own ``loss``) at depth 1 or 0; the grader computes the loss
+  from the returned logits;
+* ``trace:...``: forward and loss under the rubric's size sets (the
+  shapes item judges the code that runs for the task, loss included).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from grader.assignments.transformer_block.reference import (layer_shapes,
+                                                            lm_shapes)
+from grader.plan import Case, Plan, ProbeInfo, derive_seed, probe
+from grader.wire import encode_tensor
+
+LABEL = "transformer_block"
+HIDDEN_CASES = 3
+DEPTHS = {"d2": 2, "d0": 0}
+TRAIN_DEPTHS = {"d2": 1, "d0": 0}
+# The training item: a corpus where the next token is a hidden permutation
+# of the current one (drawn from the grading seed), a small model, Adam.
+TRAIN = {"vocab_size": 12, "hidden": 16, "num_heads": 2, "fcn_hidden": 32,
+         "max_seq_len": 8, "batch_size": 8, "steps": 40, "lr": 0.02,
+         "fresh": 16}
+# The loss the trained model's logits on fresh text must stay below
+# (ln 12 = 2.48 untrained; the reference reaches < 0.1 under every seed
+# the kit's tests try).
+TRAIN_BOUND = 0.8
+RANGES_1 = {"batch_size": (2, 5), "seq_len": (3, 9), "num_heads": (2, 4),
+            "head_size": (2, 6), "fcn_hidden": (5, 24)}
+RANGES_2 = {**RANGES_1, "vocab_size": (7, 23)}
+INIT_1 = ({"hidden": 12, "num_heads": 3, "fcn_hidden": 20, "dropout": 0.25},
+          {"hidden": 10, "num_heads": 2, "fcn_hidden": 7, "dropout": 0.1})
+INIT_2 = ({"vocab_size": 19, "hidden": 12, "num_heads": 3, "fcn_hidden": 20,
+           "max_seq_len": 9},
+          {"vocab_size": 11, "hidden": 10, "num_heads": 2, "fcn_hidden": 7,
+           "max_seq_len": 13})
+
+
+def _rng(seed: int, *labels: object) -> np.random.Generator:
+    return np.random.default_rng(derive_seed(seed, LABEL, *labels))
+
+
+def _uniform(rng: np.random.Generator, shape: tuple, low: float,
+             high: float) -> torch.Tensor:
+    return torch.from_numpy(rng.uniform(low, high, shape).astype(np.float32))
+
+
+def random_weights(rng: np.random.Generator,
+                   shapes: dict[str, tuple]) -> dict[str, torch.Tensor]:
+    """Weights for ``shapes``: linear layers U(-1/sqrt(fan_in), ..),
+    embeddings N(0, 1), LayerNorm weights U(0.5, 1.5), biases U(-.5, .5)."""
+    weights = {}
+    for name, shape in shapes.items():
+        if "embeddings" in name:
+            weights[name] = torch.from_numpy(
+                rng.standard_normal(shape).astype(np.float32))
+        elif ".norm" in name or name.startswith("norm"):
+            low, high = (0.5, 1.5) if name.endswith("weight") \
+                else (-0.5, 0.5)
+            weights[name] = _uniform(rng, shape, low, high)
+        else:
+            fan_in = shapes[name.rsplit(".", 1)[0] + ".weight"][-1]
+            bound = fan_in ** -0.5
+            weights[name] = _uniform(rng, shape, -bound, bound)
+    return weights
+
+
+def all_distinct(sizes: dict[str, int]) -> bool:
+    """No two sizes (hidden and head_size included) are equal."""
+    values = list(sizes.values())
+    return len(set(values)) == len(values)
+
+
+def draw_sizes(rng: np.random.Generator, lm: bool) -> dict[str, int]:
+    """Sizes that differ from each other (and max_seq_len > seq_len, so
+    code that uses one for the other fails)."""
+    ranges = RANGES_2 if lm else RANGES_1
+    while True:
+        sizes = {key: int(rng.integers(low, high + 1))
+                 for key, (low, high) in ranges.items()}
+        sizes["hidden"] = sizes["num_heads"] * sizes["head_size"]
+        if lm:
+            sizes["max_seq_len"] = sizes["seq_len"] + int(
+                rng.integers(2, 7))
+        if all_distinct(sizes):
+            return sizes
+
+
+def layer_case(rng: np.random.Generator, name: str) -> Case:
+    """A hidden case of task 1: x ~ N(0, 1) and a layer's weights."""
+    sizes = draw_sizes(rng, lm=False)
+    x = torch.from_numpy(rng.standard_normal(
+        (sizes["batch_size"], sizes["seq_len"], sizes["hidden"])
+    ).astype(np.float32))
+    weights = random_weights(rng, layer_shapes(sizes["hidden"],
+                                               sizes["fcn_hidden"]))
+    return Case(name=name, public=False, sizes=sizes, x=x, weights=weights)
+
+
+def lm_case(rng: np.random.Generator, name: str, num_layers: int) -> Case:
+    """A hidden case of task 2: input_ids and a model's weights."""
+    sizes = draw_sizes(rng, lm=True)
+    sizes["num_layers"] = num_layers
+    ids = torch.from_numpy(rng.integers(
+        0, sizes["vocab_size"], (sizes["batch_size"], sizes["seq_len"])))
+    weights = random_weights(rng, lm_shapes(
+        sizes["vocab_size"], sizes["hidden"], sizes["fcn_hidden"],
+        num_layers, sizes["max_seq_len"]))
+    return Case(name=name, public=False, sizes=sizes, x=ids.long(),
+                weights=weights)
+
+
+def with_future_changed(case: Case, position: int,
+                        rng: np.random.Generator) -> Case:
+    """``case`` with every token after ``position`` replaced by another."""
+    ids = case.x.clone()
+    vocab = case.sizes["vocab_size"]
+    tail = ids[:, position + 1:]
+    shift = torch.from_numpy(rng.integers(1, vocab, tail.shape))
+    ids[:, position + 1:] = (tail + shift) % vocab
+    return Case(name=f"{case.name}-future-{position}", public=False,
+                sizes=case.sizes, x=ids, weights=case.weights)
+
+
+def lm_init(sizes: dict[str, int]) -> dict:
+    """TransformerLM's constructor arguments for ``sizes``."""
+    return {"args": [sizes["vocab_size"], sizes["hidden"],
+                     sizes["num_heads"], sizes["fcn_hidden"],
+                     sizes["num_layers"], sizes["max_seq_len"]],
+            "kwargs": {"dropout": 0.0}}
+
+
+def layer_init(sizes: dict[str, int], causal: bool,
+               dropout: float = 0.0) -> dict:
+    """TransformerEncoderLayer's constructor arguments for ``sizes``."""
+    return {"args": [sizes["hidden"], sizes["num_heads"],
+                     sizes["fcn_hidden"]],
+            "kwargs": {"dropout": dropout, "causal": causal}}
+
+
+def weighted(probe_id: str, target: str, case: Case, init: dict, *,
+             method: str | None = None, causal: bool = False,
+             fit: dict | None = None, x: torch.Tensor | None = None,
+             seed: int = 0) -> tuple[dict, ProbeInfo]:
+    """A probe that loads every weight of ``case`` (state_dict names) and
+    calls ``method`` (forward when None) on ``x`` (the case's input)."""
+    wire, info = probe(probe_id, target, case=case, init=init,
+                       causal=causal, seed=seed)
+    wire["state"] = {name: encode_tensor(value)
+                     for name, value in case.weights.items()}
+    if x is not None:
+        wire["call"]["args"] = [encode_tensor(x)]
+    if method is not None:
+        wire["call"]["method"] = method
+    if fit is not None:
+        wire["fit"] = fit
+    return wire, info
+
+
+def corpus(seed: int) -> tuple[list[torch.Tensor], Case, torch.Tensor]:
+    """The training item's batches, the model's initial weights (as a
+    case whose input is the fresh text) and the permutation behind it."""
+    rng = _rng(seed, "training")
+    vocab, length = TRAIN["vocab_size"], TRAIN["max_seq_len"]
+    successor = torch.from_numpy(rng.permutation(vocab))
+
+    def text(count: int) -> torch.Tensor:
+        ids = torch.empty(count, length, dtype=torch.long)
+        ids[:, 0] = torch.from_numpy(rng.integers(0, vocab, count))
+        for i in range(1, length):
+            ids[:, i] = successor[ids[:, i - 1]]
+        return ids
+
+    batches = [text(TRAIN["batch_size"]) for _ in range(TRAIN["steps"])]
+    fresh = text(TRAIN["fresh"])
+    sizes = {"vocab_size": vocab, "hidden": TRAIN["hidden"],
+             "num_heads": TRAIN["num_heads"],
+             "fcn_hidden": TRAIN["fcn_hidden"], "max_seq_len": length,
+             "batch_size": TRAIN["fresh"], "seq_len": length}
+    return batches, Case(name="training", public=False, sizes=sizes,
+                         x=fresh, weights={}), successor
+
+
+def training_case(seed: int, depth: str) -> Case:
+    """The training item's model at ``depth``: sizes, initial weights and
+    the fresh text the trained model is judged on."""
+    _, base, _ = corpus(seed)
+    sizes = {**base.sizes, "num_layers": TRAIN_DEPTHS[depth]}
+    rng = _rng(seed, "training-weights", depth)
+    weights = random_weights(rng, lm_shapes(
+        sizes["vocab_size"], sizes["hidden"], sizes["fcn_hidden"],
+        sizes["num_layers"], sizes["max_seq_len"]))
+    # Training starts from LayerNorm's own initial values.
+    for name in weights:
+        if ".norm" in name:
+            weights[name] = (torch.ones_like(weights[name])
+                             if name.endswith("weight")
+                             else torch.zeros_like(weights[name]))
+    return Case(name=f"training-{depth}", public=False, sizes=sizes,
+                x=base.x, weights=weights)
+
+
+def build(seed: int, public_only: bool,
+          size_sets: tuple[dict[str, int], ...]) -> Plan:
+    """Every probe of both tasks, with the trusted case behind each."""
+    plan = Plan()
+    count = 1 if public_only else HIDDEN_CASES
+
+    # Task 1: TransformerEncoderLayer.
+    for index, sizes in enumerate(INIT_1):
+        plan.add("task1", probe(
+            f"init:{index}", "TransformerEncoderLayer",
+            init=layer_init(sizes, causal=False, dropout=sizes["dropout"]),
+            describe=True))
+    rng = _rng(seed, "task1")
+    for index in range(count):
+        case = layer_case(rng, f"hidden-{index}")
+        for causal in (False, True):
+            plan.add("task1", weighted(
+                f"forward:{case.name}:causal={causal}",
+                "TransformerEncoderLayer", case,
+                layer_init(case.sizes, causal), causal=causal))
+
+    # Task 2: TransformerLM, at both depths.
+    for depth, layers in DEPTHS.items():
+        for index, sizes in enumerate(INIT_2):
+            plan.add("task2", probe(
+                f"init:{depth}:{index}", "TransformerLM",
+                init=lm_init({**sizes, "num_layers": layers}),
+                describe=True))
+        rng = _rng(seed, "task2", depth)
+        for index in range(count):
+            case = lm_case(rng, f"hidden-{index}", layers)
+            init = lm_init(case.sizes)
+            plan.add("task2", weighted(f"logits:{depth}:{case.name}",
+                                       "TransformerLM", case, init))
+            for position in future_positions(case.sizes["seq_len"]):
+                changed = with_future_changed(case, position, rng)
+                plan.add("task2", weighted(
+                    f"future:{depth}:{case.name}:{position}",
+                    "TransformerLM", changed, init))
+            plan.add("task2", weighted(f"loss:{depth}:{case.name}",
+                                       "TransformerLM", case, init,
+                                       method="loss"))
+    batches, _, _ = corpus(seed)
+    for depth in TRAIN_DEPTHS:
+        case = training_case(seed, depth)
+        init = lm_init(case.sizes)
+        plan.add("task2", weighted(f"before:{depth}", "TransformerLM",
+                                   case, init))
+        fit = {"method": "loss", "lr": TRAIN["lr"],
+               "batches": [encode_tensor(b) for b in batches]}
+        plan.add("task2", weighted(
+            f"trained:{depth}", "TransformerLM", case, init, fit=fit,
+            seed=derive_seed(seed, LABEL, "fit", depth)))
+
+    # Shape comments.
+    for index, sizes in enumerate(size_sets):
+        for kind, x, ids in trace_inputs(seed, index, sizes):
+            for causal in (False, True):
+                plan.add("task1", probe(
+                    f"trace:{index}{kind}:causal={causal}",
+                    "TransformerEncoderLayer", x=x, trace="forward",
+                    init=layer_init(sizes, causal), sizes=sizes))
+            for method in ("forward", "loss"):
+                wire, info = probe(
+                    f"trace:{index}{kind}:{method}", "TransformerLM", x=ids,
+                    trace="forward",
+                    init=lm_init({**sizes, "num_layers": 1}), sizes=sizes)
+                if method == "loss":
+                    wire["call"]["method"] = "loss"
+                plan.add("task2", (wire, info))
+    return plan
+
+
+def future_positions(seq_len: int) -> tuple[int, ...]:
+    """The positions after which the causality probes change the text."""
+    return tuple(sorted({0, seq_len // 2, seq_len - 2}))
+
+
+def trace_inputs(seed: int, index: int, sizes: dict[str, int]
+                 ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Inputs of the shape-trace probes under size set ``index``: for the
+    layer, zeros and N(0, 1) values; for the model, token ids."""
+    generator = torch.Generator().manual_seed(
+        derive_seed(seed, "trace", LABEL, index))
+    shape = (sizes["batch_size"], sizes["seq_len"])
+    ids = torch.randint(0, sizes["vocab_size"], shape, generator=generator)
+    return [("", torch.zeros(shape + (sizes["hidden"],)), ids),
+            (":random", torch.randn(shape + (sizes["hidden"],),
+                                    generator=generator), ids.flip(-1))]

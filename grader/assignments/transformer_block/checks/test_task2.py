@@ -1,0 +1,152 @@
+"""Checks of Coding Task 2: TransformerLM.
+
+Isolation (docs/transformer_block.md): every item of task 2 is judged on
+models with two encoder layers when the student's TransformerEncoderLayer
+earns task1.forward, and on models with no layer (embeddings and output
+projection alone) otherwise, so a mistake in task 1 is not paid twice.
+The loss item compares ``loss`` with the cross-entropy the grader computes
+from the student's own logits on the same weights; the training item
+computes the loss itself from the logits the trained model returns on
+fresh text. No number the submission reports is taken as it is.
+"""
+import pytest
+import torch
+
+from grader.assignments.transformer_block import mistakes, reference
+from grader.assignments.transformer_block.mistakes import check_parameters
+from grader.assignments.transformer_block.cases import (INIT_2,
+                                                        TRAIN_BOUND)
+from grader.checking import (close, fail, max_error, require_ran,
+                             tensor_of)
+from grader.observe import TaskRun
+from grader.plan import Case
+
+LOGITS = "[batch_size, seq_len, vocab_size]"
+
+
+@pytest.fixture
+def depth(runs: dict[str, TaskRun]) -> str:
+    """"d2" when the student's layer passes task1.forward, else "d0"."""
+    return "d2" if mistakes.layer_passes(runs["task1"]) else "d0"
+
+
+def depth_words(depth: str) -> str:
+    """How a message says which models were used."""
+    return ("" if depth == "d2" else " (judged with num_layers=0, since "
+            "TransformerEncoderLayer does not pass task1.forward)")
+
+
+def logits_of(task2: TaskRun, probe_id: str) -> tuple[Case, torch.Tensor]:
+    """A forward probe's logits, checked to be [bs, seq, vocab_size]."""
+    case = task2.case(probe_id)
+    s = case.sizes
+    require_ran(task2, [probe_id], "TransformerLM.forward")
+    return case, tensor_of(task2.result(probe_id).value,
+                           "TransformerLM.forward's logits",
+                           (s["batch_size"], s["seq_len"],
+                            s["vocab_size"]), LOGITS, case)
+
+
+@pytest.mark.item("task2.layers")
+def test_layers_follow_the_contract(task2: TaskRun, depth: str) -> None:
+    """token_embeddings, position_embeddings, layers, out_proj."""
+    if task2.import_error:
+        fail(f"Not graded: {task2.import_error}")
+    layers = 2 if depth == "d2" else 0
+    for index, sizes in enumerate(INIT_2):
+        built = (f"TransformerLM({sizes['vocab_size']}, {sizes['hidden']}, "
+                 f"{sizes['num_heads']}, {sizes['fcn_hidden']}, {layers}, "
+                 f"{sizes['max_seq_len']})")
+        result = task2.result(f"init:{depth}:{index}")
+        if not result.ok:
+            fail(f"{built} could not be built: {result.problem}")
+        check_parameters(built, result.describe or {}, reference.lm_shapes(
+            sizes["vocab_size"], sizes["hidden"], sizes["fcn_hidden"],
+            layers, sizes["max_seq_len"]))
+
+
+@pytest.mark.item("task2.logits")
+def test_logits_match_reference(task2: TaskRun, depth: str) -> None:
+    """Embeddings + position embeddings, causal layers, out_proj."""
+    probes = task2.probe_ids(f"logits:{depth}:")
+    require_ran(task2, probes, "TransformerLM.forward")
+    for probe_id in probes:
+        case, student = logits_of(task2, probe_id)
+        _, w = case.float64()
+        s = case.sizes
+        expected = reference.lm_logits(case.x, w, s["num_heads"],
+                                       s["num_layers"])
+        if not close(student, expected):
+            fail(f"TransformerLM.forward's logits on {case.describe()} do "
+                 f"not match the reference ({max_error(student, expected)})"
+                 f"{depth_words(depth)}.",
+                 *mistakes.lm_diagnoses(case, student))
+
+
+@pytest.mark.item("task2.causal")
+def test_logits_ignore_the_future(task2: TaskRun, depth: str) -> None:
+    """Changing the tokens after i leaves the logits at 0..i unchanged,
+    and changes the logits after i somewhere (the model reads its input)."""
+    probes = task2.probe_ids(f"future:{depth}:")
+    require_ran(task2, probes + task2.probe_ids(f"logits:{depth}:"),
+                "TransformerLM.forward")
+    reads_input = False
+    for probe_id in probes:
+        name, position = probe_id.rsplit(":", 2)[1:]
+        position = int(position)
+        case, base = logits_of(task2, f"logits:{depth}:{name}")
+        _, changed = logits_of(task2, probe_id)
+        kept = slice(0, position + 1)
+        if not close(changed[:, kept], base[:, kept]):
+            fail(f"On {case.describe()}, changing the tokens after "
+                 f"position {position} changes the logits at positions "
+                 f"0..{position} "
+                 f"({max_error(changed[:, kept], base[:, kept])})"
+                 f"{depth_words(depth)}.", "lm_not_causal")
+        if not close(changed[:, position + 1:], base[:, position + 1:]):
+            reads_input = True
+    if not reads_input:
+        fail("TransformerLM.forward's logits do not change when the tokens "
+             "change: the model does not read its input.")
+
+
+@pytest.mark.item("task2.loss")
+def test_loss_is_next_token_cross_entropy(task2: TaskRun,
+                                          depth: str) -> None:
+    """loss(ids) = cross-entropy of the model's own logits at 0..n-2
+    against the tokens at 1..n-1."""
+    probes = task2.probe_ids(f"loss:{depth}:")
+    require_ran(task2, probes, "TransformerLM.loss")
+    for probe_id in probes:
+        name = probe_id.rsplit(":", 1)[1]
+        case, logits = logits_of(task2, f"logits:{depth}:{name}")
+        value = tensor_of(task2.result(probe_id).value,
+                          "TransformerLM.loss's value", (), "a scalar []",
+                          case)
+        own = logits.double()
+        expected = reference.next_token_loss(own, case.x)
+        if not close(value, expected):
+            ids = (["loss_not_shifted"] if close(
+                value, reference.next_token_loss(own, case.x, False))
+                else [])
+            fail(f"TransformerLM.loss on {case.describe()} is "
+                 f"{float(value):.6g}; the next-token cross-entropy of "
+                 f"the model's own logits is {float(expected):.6g}"
+                 f"{depth_words(depth)}.", *ids)
+
+
+@pytest.mark.item("task2.training")
+def test_training_lowers_the_loss(task2: TaskRun, depth: str) -> None:
+    """Adam steps on loss() bring the loss on fresh text below the bound;
+    the grader computes that loss from the returned logits."""
+    what = "TransformerLM trained with its loss"
+    require_ran(task2, [f"before:{depth}", f"trained:{depth}"], what)
+    case, before = logits_of(task2, f"before:{depth}")
+    _, after = logits_of(task2, f"trained:{depth}")
+    start = float(reference.next_token_loss(before.double(), case.x))
+    end = float(reference.next_token_loss(after.double(), case.x))
+    if not end < TRAIN_BOUND:
+        fail(f"After training on the grader's corpus, the next-token loss "
+             f"on fresh text is {end:.3f} (it was {start:.3f} before "
+             f"training); it should fall below {TRAIN_BOUND:g}"
+             f"{depth_words(depth)}.")

@@ -1,0 +1,113 @@
+"""Known mistakes of transformer_block, recognised by behaviour.
+
+Each diagnosis compares what the submission returned with what the
+reference computes when it makes the mistake (:mod:`.reference`'s
+keyword variants), on the same case and weights, in the grader's own
+process; a causality failure is ``lm_not_causal`` by definition. Nothing
+here reads the submission's text.
+"""
+from __future__ import annotations
+
+import torch
+
+from grader.assignments.transformer_block import reference
+from grader.checking import close, fail
+from grader.observe import TaskRun
+from grader.plan import Case
+
+LAYER_CALL = "TransformerEncoderLayer.forward"
+
+
+def missing_residual(case: Case, causal: bool,
+                     student: torch.Tensor) -> bool:
+    """Whether the output is the layer's with a residual left out."""
+    x, w = case.float64()
+    heads = case.sizes["num_heads"]
+    return any(close(student, reference.encoder_layer(
+        x, w, heads, causal, residual=pair))
+        for pair in ((False, True), (True, False), (False, False)))
+
+
+def layer_diagnoses(case: Case, causal: bool,
+                    student: torch.Tensor) -> list[str]:
+    """The diagnosis ids that explain a wrong layer output."""
+    x, w = case.float64()
+    heads = case.sizes["num_heads"]
+    found = []
+    if close(student, reference.encoder_layer(x, w, heads, causal,
+                                              pre_norm=True)):
+        found.append("pre_norm")
+    if missing_residual(case, causal, student):
+        found.append("missing_residual")
+    return found
+
+
+def layer_output(task1: TaskRun, probe_id: str) -> torch.Tensor | None:
+    """A forward probe's output when it is a float tensor of the contract
+    shape [batch_size, seq_len, hidden], else None."""
+    result = task1.result(probe_id)
+    value = result.value
+    case = result.info.case
+    if not result.ok or value is None or value.kind != "tensor" \
+            or value.tensor is None or case is None:
+        return None
+    s = case.sizes
+    if tuple(value.shape) != (s["batch_size"], s["seq_len"], s["hidden"]) \
+            or not value.dtype.startswith(("float", "bfloat")):
+        return None
+    return value.tensor
+
+
+def layer_passes(task1: TaskRun) -> bool:
+    """Whether the student's TransformerEncoderLayer earns task1.forward:
+    every forward probe returned the reference's output. Task 2 is judged
+    with two encoder layers when it does, with none otherwise."""
+    probes = task1.probe_ids("forward:")
+    if task1.import_error or not probes:
+        return False
+    for probe_id in probes:
+        student = layer_output(task1, probe_id)
+        if student is None:
+            return False
+        info = task1.result(probe_id).info
+        x, w = info.case.float64()
+        if not close(student, reference.encoder_layer(
+                x, w, info.case.sizes["num_heads"], info.causal)):
+            return False
+    return True
+
+
+def lm_diagnoses(case: Case, student: torch.Tensor) -> list[str]:
+    """The diagnosis ids that explain wrong logits."""
+    _, w = case.float64()
+    s = case.sizes
+    found = []
+    if close(student, reference.lm_logits(case.x, w, s["num_heads"],
+                                          s["num_layers"],
+                                          positions=False)):
+        found.append("no_position_embeddings")
+    if s["num_layers"] and close(student, reference.lm_logits(
+            case.x, w, s["num_heads"], s["num_layers"], causal=False)):
+        found.append("lm_not_causal")
+    return found
+
+
+def check_parameters(what: str, info: dict, expected: dict) -> None:
+    """The described object's parameters are exactly ``expected``."""
+    if not info.get("is_module"):
+        fail(f"{what} is not an nn.Module: call super().__init__() first "
+             f"in __init__.")
+    found = {name: tuple(shape) for name, shape in
+             (info.get("parameters") or {}).items()}
+    missing = [name for name in expected if name not in found]
+    if missing:
+        fail(f"{what} has no parameter {', '.join(missing[:4])}: name the "
+             f"modules as the docstring says (state_dict names).")
+    extra = [name for name in found if name not in expected]
+    if extra:
+        fail(f"{what} has parameters the contract does not have: "
+             f"{', '.join(extra[:4])}.")
+    for name, shape in expected.items():
+        if found[name] != tuple(shape):
+            fail(f"In {what}, {name} has shape {list(found[name])}; "
+                 f"expected {list(shape)}.")

@@ -1,0 +1,134 @@
+"""The grader's reference: the transformer layer and language model as
+functions of a state_dict (the naming contract of docs/transformer_block.md).
+
+Built on torch's functional ops (``scaled_dot_product_attention``, which
+submissions may not use), so shipping the grader reveals nothing a student
+could hand in. A kit test checks that it agrees with the reference solution
+in ``solutions/modeling_transformer.py``. Every function takes and returns
+float64 tensors; the keyword variants compute the known mistakes of
+:mod:`grader.assignments.transformer_block.mistakes`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+Weights = dict[str, torch.Tensor]
+
+#: The parameters of one TransformerEncoderLayer, by state_dict name.
+LAYER_PARAMETERS = tuple(
+    [f"self_attention.{n}.{kind}" for n in ("q", "k", "v", "mix")
+     for kind in ("weight", "bias")]
+    + [f"{n}.{kind}" for n in ("norm1", "norm2", "fcn.0", "fcn.2")
+       for kind in ("weight", "bias")])
+
+
+def layer_shapes(hidden: int, fcn_hidden: int) -> dict[str, tuple]:
+    """The shape of every parameter of one layer."""
+    shapes: dict[str, tuple] = {}
+    for name in LAYER_PARAMETERS:
+        module, kind = name.rsplit(".", 1)
+        if module.startswith("self_attention."):
+            shapes[name] = (hidden, hidden) if kind == "weight" \
+                else (hidden,)
+        elif module in ("norm1", "norm2"):
+            shapes[name] = (hidden,)
+        elif module == "fcn.0":
+            shapes[name] = (fcn_hidden, hidden) if kind == "weight" \
+                else (fcn_hidden,)
+        else:
+            shapes[name] = (hidden, fcn_hidden) if kind == "weight" \
+                else (hidden,)
+    return shapes
+
+
+def lm_shapes(vocab_size: int, hidden: int, fcn_hidden: int,
+              num_layers: int, max_seq_len: int) -> dict[str, tuple]:
+    """The shape of every parameter of a TransformerLM."""
+    shapes: dict[str, tuple] = {
+        "token_embeddings.weight": (vocab_size, hidden),
+        "position_embeddings.weight": (max_seq_len, hidden)}
+    for index in range(num_layers):
+        for name, shape in layer_shapes(hidden, fcn_hidden).items():
+            shapes[f"layers.{index}.{name}"] = shape
+    shapes["out_proj.weight"] = (vocab_size, hidden)
+    shapes["out_proj.bias"] = (vocab_size,)
+    return shapes
+
+
+def _linear(x: torch.Tensor, w: Weights, name: str) -> torch.Tensor:
+    return F.linear(x, w[f"{name}.weight"], w[f"{name}.bias"])
+
+
+def attention(x: torch.Tensor, w: Weights, num_heads: int,
+              causal: bool) -> torch.Tensor:
+    """MultiHeadSelfAttention's output (eval mode) with weights ``w``
+    (names q, k, v, mix)."""
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (num_heads, -1)).transpose(-2, -3)
+
+    q, k, v = (heads(_linear(x, w, n)) for n in "qkv")
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return _linear(out.transpose(-2, -3).flatten(-2), w, "mix")
+
+
+def sub(weights: Weights, prefix: str) -> Weights:
+    """The entries of ``weights`` under ``prefix.``, without it."""
+    start = prefix + "."
+    return {k[len(start):]: v for k, v in weights.items()
+            if k.startswith(start)}
+
+
+def encoder_layer(x: torch.Tensor, w: Weights, num_heads: int,
+                  causal: bool = False, *, pre_norm: bool = False,
+                  residual: tuple[bool, bool] = (True, True)
+                  ) -> torch.Tensor:
+    """TransformerEncoderLayer's output in eval mode (post-norm).
+
+    ``pre_norm``: x + sublayer(norm(x)) instead; ``residual``: whether
+    each sublayer (attention, feed-forward) adds x back; where it does not,
+    its output replaces x (the two diagnosed mistakes).
+    """
+    def norm(t: torch.Tensor, name: str) -> torch.Tensor:
+        return F.layer_norm(t, t.shape[-1:], w[f"{name}.weight"],
+                            w[f"{name}.bias"])
+
+    def fcn(t: torch.Tensor) -> torch.Tensor:
+        return _linear(torch.relu(_linear(t, w, "fcn.0")), w, "fcn.2")
+
+    def att(t: torch.Tensor) -> torch.Tensor:
+        return attention(t, sub(w, "self_attention"), num_heads, causal)
+
+    if pre_norm:
+        x = x + att(norm(x, "norm1"))
+        return x + fcn(norm(x, "norm2"))
+    x = norm(x * residual[0] + att(x), "norm1")
+    return norm(x * residual[1] + fcn(x), "norm2")
+
+
+def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
+              num_layers: int, *, positions: bool = True,
+              causal: bool = True) -> torch.Tensor:
+    """TransformerLM's logits [batch, seq, vocab] in eval mode.
+
+    ``positions=False`` leaves out the position embeddings; ``causal=False``
+    builds non-causal layers (the two diagnosed mistakes).
+    """
+    x = F.embedding(input_ids, w["token_embeddings.weight"])
+    if positions:
+        seq = input_ids.shape[-1]
+        x = x + w["position_embeddings.weight"][:seq]
+    for index in range(num_layers):
+        x = encoder_layer(x, sub(w, f"layers.{index}"), num_heads, causal)
+    return _linear(x, w, "out_proj")
+
+
+def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
+                    shifted: bool = True) -> torch.Tensor:
+    """The mean cross-entropy of ``logits`` at i against token i + 1
+    (``shifted=False``: against token i, the diagnosed mistake)."""
+    if shifted:
+        logits, targets = logits[:, :-1], input_ids[:, 1:]
+    else:
+        targets = input_ids
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
