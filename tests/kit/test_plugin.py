@@ -91,9 +91,14 @@ def test_the_kit_plugins_load_complete() -> None:
         assert isinstance(loaded, Plugin)
         assert loaded.folder == KIT / "grader" / "assignments" / loaded.id
         assert loaded.rubric.id == loaded.id
-        assert callable(loaded.build_plan) and callable(loaded.figures)
+        assert callable(loaded.build_plan)
+        # Figures are optional: the homework and the warm-up draw attention
+        # maps, the transformer block none.
+        assert loaded.figures is None or callable(loaded.figures)
         assert loaded.checks_dir.is_dir() and loaded.stub_file.is_file()
     assert found["attention_basics"].public_values is None
+    assert callable(found["attention_basics"].figures)
+    assert callable(found["multi_head_attention"].figures)
     values = found["multi_head_attention"].public_values()
     assert list(values) == ["test_values.py"]
     assert values["test_values.py"] == (
