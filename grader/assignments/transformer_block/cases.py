@@ -173,7 +173,7 @@ def weighted(probe_id: str, target: str, case: Case, init: dict, *,
     """A probe that loads every weight of ``case`` (state_dict names) and
     calls ``method`` (forward when None) on ``x`` (the case's input)."""
     wire, info = probe(probe_id, target, case=case, init=init,
-                       causal=causal, seed=seed)
+                       seed=seed, params={"causal": causal})
     wire["state"] = {name: encode_tensor(value)
                      for name, value in case.weights.items()}
     if x is not None:

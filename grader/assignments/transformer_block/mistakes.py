@@ -72,7 +72,7 @@ def layer_passes(task1: TaskRun) -> bool:
         info = task1.result(probe_id).info
         x, w = info.case.float64()
         if not close(student, reference.encoder_layer(
-                x, w, info.case.sizes["num_heads"], info.causal)):
+                x, w, info.case.sizes["num_heads"], info.params["causal"])):
             return False
     return True
 

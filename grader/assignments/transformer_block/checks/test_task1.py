@@ -56,11 +56,11 @@ def test_forward_matches_reference(task1: TaskRun) -> None:
                             (s["batch_size"], s["seq_len"], s["hidden"]),
                             OUT, case)
         x, w = case.float64()
-        expected = reference.encoder_layer(x, w, s["num_heads"],
-                                           info.causal)
+        is_causal = info.params["causal"]
+        expected = reference.encoder_layer(x, w, s["num_heads"], is_causal)
         if not close(student, expected):
-            ids = mistakes.layer_diagnoses(case, info.causal, student)
-            causal = " with causal=True" if info.causal else ""
+            ids = mistakes.layer_diagnoses(case, is_causal, student)
+            causal = " with causal=True" if is_causal else ""
             fail(f"{CALL}'s output{causal} on {case.describe()} does not "
                  f"match the reference ({max_error(student, expected)}).",
                  *ids)
