@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import hashlib
 import io
 import json
@@ -58,11 +59,14 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from grader.files import write_atomic
 from grader.submission import label
 from grader.text import csv_cell, one_line
+
+if TYPE_CHECKING:
+    from grader.plan import Plan
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 STATUS_GRADED = "graded"
@@ -384,11 +388,12 @@ def record_path(reports: Path, entry: Entry) -> Path:
 
 
 def _judge(entry: Entry, reports: Path, args: argparse.Namespace,
-           result_fd: int) -> None:
+           result_fd: int, plan: Plan | None = None) -> None:
     """Grade one submission (in a forked child); send back its row.
 
     The submission is located from its own entry alone (no module beside
-    it is looked up) and graded against ``args.assignment``, the class's.
+    it is looked up) and graded against ``args.assignment``, the class's,
+    with the coordinator's ``plan`` of the cases (built once for all).
     """
     from grader.engine import Options, grade_submission
     from grader.sandbox import Limits
@@ -398,7 +403,8 @@ def _judge(entry: Entry, reports: Path, args: argparse.Namespace,
     try:
         options = Options(seed=args.seed, public_only=args.public_only,
                           limits=Limits(timeout=args.timeout,
-                                        memory_mb=args.memory))
+                                        memory_mb=args.memory),
+                          judge=True, plan=plan)
         submission = locate(entry.path, args.assignment, nearby=False)
         report = grade_submission(submission, options)
         record.update(status=STATUS_GRADED, report=report.as_json())
@@ -433,7 +439,8 @@ class _Running:
 
 
 def _start(entry: Entry, reports: Path, args: argparse.Namespace,
-           attempt: int, others: list[_Running]) -> _Running:
+           attempt: int, others: list[_Running],
+           plan: Plan | None = None) -> _Running:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -445,7 +452,7 @@ def _start(entry: Entry, reports: Path, args: argparse.Namespace,
             os.setpgid(0, 0)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _judge(entry, reports, args, write_fd)
+            _judge(entry, reports, args, write_fd, plan)
         except BaseException:
             code = 70
         finally:
@@ -513,16 +520,20 @@ def _collect(running: _Running) -> dict | None:
 
 
 def _prewarm(args: argparse.Namespace) -> None:
-    """Import, once, everything a judge needs, and start the fork server
-    every judge asks for its workers (it warms up meanwhile). Again: a
-    no-op."""
+    """Import, once, everything a judge needs (flake8 too: each judge
+    lints in a fork of itself), and start the fork server every judge
+    asks for its workers (it warms up meanwhile). Again: a no-op."""
     from grader import forkserver
 
     forkserver.start()
     import torch
 
-    import grader.engine  # noqa: F401
+    import grader.engine
+    from grader import pep8
     from grader.rubric import assignments
+
+    if "flake8.main.cli" not in sys.modules:
+        pep8.warm_up(grader.engine.FLAKE8_CONFIG)
 
     torch.set_num_threads(1)
     for assignment in assignments():
@@ -533,6 +544,28 @@ def _prewarm(args: argparse.Namespace) -> None:
 
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot  # noqa: F401
+    # Every judge asks this one server for its workers: it must be ready
+    # before the first judge is forked (see ForkServer.wait_ready).
+    try:
+        forkserver.shared().wait_ready()
+    except forkserver.ForkServerError:
+        pass  # each judge reports it for its submission
+
+
+def _plan(args: argparse.Namespace) -> Plan | None:
+    """The cases' plan every judge grades with, built once here (None
+    when the assignment is not known yet: each judge builds its own)."""
+    from grader.engine import build_plan, resolve_seed
+    from grader.rubric import RubricError, get_assignment
+
+    if not args.assignment:
+        return None
+    try:
+        assignment = get_assignment(args.assignment)
+    except RubricError:
+        return None
+    return build_plan(assignment, resolve_seed(args.seed)[0],
+                      args.public_only)
 
 
 def _row(entry: Entry, record: dict | None, why: str) -> dict:
@@ -665,6 +698,16 @@ def judge_all(todo: list[Entry], reports: Path, args: argparse.Namespace,
     when every submission was judged).
     """
     _prewarm(args)
+    plan = _plan(args)
+    if plan is not None:
+        from grader.checking import warm_up
+        from grader.rubric import get_assignment
+
+        warm_up(get_assignment(args.assignment).checks_dir)
+    # What the coordinator holds now (torch, the plan) is never freed:
+    # out of the garbage collector's sight, a judge neither walks it nor
+    # copies its pages by touching them.
+    gc.freeze()
     jobs = args.jobs or os.cpu_count() or 1
     queue = [(entry, 0) for entry in todo]
     running: list[_Running] = []
@@ -683,7 +726,7 @@ def judge_all(todo: list[Entry], reports: Path, args: argparse.Namespace,
             while queue and len(running) < jobs:
                 entry, attempt = queue.pop(0)
                 running.append(_start(entry, reports, args, attempt,
-                                      running))
+                                      running, plan))
             time.sleep(0.02)
             for job in list(running):
                 pid, status = os.waitpid(job.pid, os.WNOHANG)

@@ -36,8 +36,11 @@ def draw(figure: AttentionFigure, path: Path, sequence: int = 0) -> Path:
 
     heads = figure.num_heads
     rows = {"yours": figure.student, "expected": figure.expected}
+    # Fixed margins, not a layout engine: constrained layout measured
+    # every tick label again and doubled the cost of a picture (a batch
+    # draws one per failing attention item).
     canvas, axes = plt.subplots(2, heads, figsize=(2.6 * heads + 1.4, 5.8),
-                                squeeze=False, layout="constrained")
+                                squeeze=False)
     colours = matplotlib.colormaps["viridis"].copy()
     colours.set_bad("red")  # NaN: a row whose every score was masked
     image = None
@@ -54,13 +57,18 @@ def draw(figure: AttentionFigure, path: Path, sequence: int = 0) -> Path:
             ax.set_xlabel("key position j", fontsize=8)
             ax.set_ylabel("query position i", fontsize=8)
             ax.tick_params(labelsize=7)
-    canvas.colorbar(image, ax=axes.ravel().tolist(), shrink=0.7,
-                    label="attention probability")
     nan = " (red: NaN)" if torch.isnan(figure.student).any() else ""
     width = max(60, int(14 * heads + 20))
-    canvas.suptitle(textwrap.fill(f"{figure.item}: {figure.title}{nan}. "
-                                  f"On {figure.case}.", width), fontsize=9)
+    title = textwrap.fill(f"{figure.item}: {figure.title}{nan}. "
+                          f"On {figure.case}.", width)
+    canvas.suptitle(title, fontsize=9)
+    inches = 2.6 * heads + 1.4
+    canvas.subplots_adjust(left=0.6 / inches, right=1 - 1.1 / inches,
+                           bottom=0.08, wspace=0.35, hspace=0.35,
+                           top=0.9 - 0.03 * title.count("\n"))
+    bar = canvas.add_axes((1 - 0.8 / inches, 0.2, 0.12 / inches, 0.55))
+    canvas.colorbar(image, cax=bar, label="attention probability")
     path.parent.mkdir(parents=True, exist_ok=True)
-    canvas.savefig(path, dpi=90)
+    canvas.savefig(path, dpi=90, pil_kwargs={"compress_level": 1})
     plt.close(canvas)
     return path
