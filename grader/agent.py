@@ -15,15 +15,18 @@ by closures built in :func:`_sealed`:
   no global name (a kit test checks their bytecode), so a submission that
   replaces ``json.dumps``, ``builtins.len`` or ``torch.Tensor.numpy``
   changes nothing the agent does;
-* no class of the agent exists (``object.__subclasses__()`` finds none)
-  and the agent's modules are removed from ``sys.modules``;
+* no class of the agent exists (``object.__subclasses__()`` finds none),
+  the grader's modules are removed from ``sys.modules`` and this module's
+  namespace is emptied, so the tripwires a submission can reach (they
+  replace library functions) lead to nothing of the runtime;
 * the audit hook refuses, to the submission, every route to the agent's
   frames and objects (``sys._getframe``, traceback and generator frames,
   ``gc``, trace and profile hooks, new threads) except the frame look-ups
   of a few standard-library functions that use them internally; it reports
   every refusal at once, on the channel, before the code can go on;
-* every frame carries an HMAC under a key that only the agent holds, so
-  bytes the submission writes to the channel are recognised as foreign;
+* every frame carries an HMAC under a key that only the audit hook holds
+  (the rest of the agent sends through it, with a token): bytes the
+  submission writes to the channel are recognised as foreign;
 * a trace function records which code runs during each probe (so that the
   grading process judges the code that runs, wherever it came from) and
   the shapes of the planned statements (shape comments).
@@ -190,6 +193,89 @@ def compile_submission(source: str, filename: str) -> object:
     """Compile a submission exactly as the agent does (no inherited flags,
     no optimisation), so that both sides see the same code objects."""
     return compile(source, filename, "exec", dont_inherit=True, optimize=0)
+
+
+def plan_units(statements: list[dict]) -> tuple[list, dict]:
+    """The shape tracer's plan: statements grouped into units (statements
+    that share a line), and each line's unit.
+
+    ``statements`` are :meth:`grader.shapes.Statement.to_plain` dicts;
+    untraceable ones (sharing a line with a compound statement's header)
+    are left out.
+    """
+    units: list = []
+    line_unit: dict = {}
+    for statement in sorted((s for s in statements
+                             if s.get("traceable", True)),
+                            key=lambda s: (s["first_line"], s["last_line"])):
+        span = range(statement["first_line"], statement["last_line"] + 1)
+        shared = {line_unit[n] for n in span if n in line_unit}
+        if shared:
+            unit = min(shared)
+            units[unit].append(statement)
+        else:
+            unit = len(units)
+            units.append([statement])
+        for number in span:
+            line_unit[number] = unit
+    return units, line_unit
+
+
+def line_tracer(units: list, line_unit: dict, record: Callable,
+                shape_of: Callable, read_chain: Callable, expand: Callable,
+                counters: dict) -> Callable[[], Callable]:
+    """Return a factory of local trace functions, one per traced frame.
+
+    A unit of statements completes when a line event belongs to another
+    unit (or to no planned statement), or when the frame returns; then
+    ``record(statement, values)`` receives the shapes of what each of its
+    statements wrote (``read_chain`` finds a value, ``shape_of`` its shape);
+    a ``return`` statement records the returned value (``expand``: one shape
+    per element of a tuple). A unit that raised records nothing.
+    ``counters["returns"]`` counts the traced frames that returned.
+
+    The closures look up no global name (the sandbox agent empties this
+    module's namespace before a submission runs).
+    """
+    def local_tracer():
+        state = {"pending": None, "returning": None}
+
+        def finish(frame):
+            pending = state["pending"]
+            if pending is None:
+                return
+            state["pending"] = None
+            local_values = frame.f_locals
+            global_values = frame.f_globals
+            for statement in units[pending]:
+                if statement["kind"] == "return":
+                    continue
+                record(statement, [shape_of(read_chain(
+                    chain, local_values, global_values))
+                    for chain in statement["watch"]])
+
+        def trace(frame, event, arg):
+            if event == "line":
+                unit = line_unit.get(frame.f_lineno)
+                if unit != state["pending"]:
+                    finish(frame)
+                    state["pending"] = unit
+                    if unit is not None:
+                        for statement in units[unit]:
+                            if statement["kind"] == "return":
+                                state["returning"] = statement
+            elif event == "exception":
+                state["pending"] = None
+                state["returning"] = None
+            elif event == "return":
+                counters["returns"] += 1
+                finish(frame)
+                if state["returning"] is not None:
+                    record(state["returning"], expand(arg))
+                    state["returning"] = None
+            return trace
+        return trace
+    return local_tracer
 
 
 # ---------------------------------------------------------------------------
@@ -555,7 +641,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
     b_len, b_type, b_str, b_int, b_float = len, type, str, int, float
     b_bool, b_id, b_list, b_tuple, b_open = bool, id, list, tuple, open
     b_repr = repr
-    b_dict, b_range, b_sorted, b_min, b_set = dict, range, sorted, min, set
+    b_dict, b_range, b_sorted, b_set = dict, range, sorted, set
     b_isinstance, b_memoryview, b_bytes = isinstance, memoryview, bytes
     b_any, b_enumerate = any, enumerate
     b_BaseException, b_SystemExit = BaseException, SystemExit
@@ -660,22 +746,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 pass
 
     # Shape-trace plan: lines -> units of statements sharing lines.
-    units: list = []
-    line_unit: dict = {}
-    for statement in b_sorted((s for s in statements
-                               if s.get("traceable", True)),
-                              key=lambda s: (s["first_line"],
-                                             s["last_line"])):
-        span = b_range(statement["first_line"], statement["last_line"] + 1)
-        shared = {line_unit[n] for n in span if n in line_unit}
-        if shared:
-            unit = b_min(shared)
-            units[unit].append(statement)
-        else:
-            unit = b_len(units)
-            units.append([statement])
-        for number in span:
-            line_unit[number] = unit
+    units, line_unit = plan_units(statements)
 
     # The watched namespaces, as objects (their dicts are read directly),
     # with the ids of their entries once the tripwires are in place.
@@ -1120,7 +1191,12 @@ def _sealed(job: dict, probes: list, result_fd: int,
         executions = records.get(key_id)
         if executions is None:
             executions = records[key_id] = []
-        if b_len(executions) >= max_executions or values in executions:
+        # Every execution up to max_executions (so a report can say "wrong
+        # in 3 of the 8 times this line ran"), then only shapes not seen
+        # yet, up to twice that: a loop cannot flood the channel.
+        count = b_len(executions)
+        if count >= max_executions and (values in executions
+                                        or count >= 2 * max_executions):
             return
         executions.append(values)
 
@@ -1134,44 +1210,8 @@ def _sealed(job: dict, probes: list, result_fd: int,
                     for i in b_range(list_len(value))]
         return [shape_of(value)]
 
-    def local_tracer():
-        state = {"pending": None, "returning": None}
-
-        def finish(frame):
-            pending = state["pending"]
-            if pending is None:
-                return
-            state["pending"] = None
-            local_values = frame.f_locals
-            global_values = frame.f_globals
-            for statement in units[pending]:
-                if statement["kind"] == "return":
-                    continue
-                record(statement, [shape_of(read_chain(
-                    chain, local_values, global_values))
-                    for chain in statement["watch"]])
-
-        def trace(frame, event, arg):
-            if event == "line":
-                unit = line_unit.get(frame.f_lineno)
-                if unit != state["pending"]:
-                    finish(frame)
-                    state["pending"] = unit
-                    if unit is not None:
-                        for statement in units[unit]:
-                            if statement["kind"] == "return":
-                                state["returning"] = statement
-            elif event == "exception":
-                state["pending"] = None
-                state["returning"] = None
-            elif event == "return":
-                phase["returns"] += 1
-                finish(frame)
-                if state["returning"] is not None:
-                    record(state["returning"], expand(arg))
-                    state["returning"] = None
-            return trace
-        return trace
+    local_tracer = line_tracer(units, line_unit, record, shape_of,
+                               read_chain, expand, phase)
 
     def global_tracer(frame, event, arg):
         tracer_busy[0] = True

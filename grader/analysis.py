@@ -32,6 +32,81 @@ STUB_FILE = "stub.py"
 KIT_PACKAGES = ("grader", "solutions")
 
 
+#: How alike a definition's name must be to a missing graded name to be
+#: pointed out: difflib's ratio of the two names, lower-cased, without
+#: underscores (``CausalSelfAttention`` ~ ``CausalAttention``: 0.88;
+#: ``SelfAttentionV1`` = ``SelfAttention_v1``: 1).
+NEAR_MISS_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A definition whose name is close to a graded name that is missing,
+    or that has the graded name but is not at the top level of the
+    file."""
+
+    name: str
+    line: int
+    inside: str | None = None     # the class or function it is nested in
+
+    def sentence(self, source: SourceFile, target: str) -> str:
+        """``found `CausalSelfAttention` at line 52; the assignment asks
+        for `CausalAttention```."""
+        nested = f", inside `{self.inside}`" if self.inside else ""
+        asked = (f"`{target}` at the top level of the file"
+                 if self.name == target else f"`{target}`")
+        return (f"found `{self.name}` at {source.where(self.line)}"
+                f"{nested}; the assignment asks for {asked}")
+
+
+def _normal(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def near_miss(tree: ast.Module, target: str, kind: type,
+              taken: frozenset[str] = frozenset()) -> NearMiss | None:
+    """The definition that most likely is the missing ``target``: a
+    ``kind`` (class or function) definition at any depth whose name is
+    alike (:data:`NEAR_MISS_RATIO`), or one named ``target`` nested in a
+    function or a class. A name at least as alike to one of ``taken``
+    (the assignment's other graded names) is that one's, never proposed
+    for ``target``."""
+    from difflib import SequenceMatcher
+
+    def alike(name: str, graded: str) -> float:
+        return SequenceMatcher(None, _normal(name), _normal(graded)).ratio()
+
+    best: tuple[float, int, NearMiss] | None = None
+    pending: list[tuple[ast.AST, str | None]] = [(tree, None)]
+    while pending:
+        node, inside = pending.pop()
+        for child in ast.iter_child_nodes(node):
+            definition = isinstance(child, (ast.ClassDef, ast.FunctionDef,
+                                            ast.AsyncFunctionDef))
+            if definition:
+                pending.append((child, child.name))
+            else:
+                pending.append((child, inside))
+            if not definition:
+                continue
+            if not isinstance(child, kind) and not (
+                    kind is ast.FunctionDef
+                    and isinstance(child, ast.AsyncFunctionDef)):
+                continue
+            if child.name == target and node is tree:
+                continue  # the target itself (not missing)
+            ratio = alike(child.name, target)
+            if ratio < NEAR_MISS_RATIO or any(
+                    alike(child.name, other) >= ratio for other in taken):
+                continue
+            found = NearMiss(child.name, child.lineno,
+                             inside if node is not tree else None)
+            key = (ratio, -child.lineno, found)
+            if best is None or key[:2] > best[:2]:
+                best = key
+    return best[2] if best else None
+
+
 @dataclass
 class TaskAnalysis:
     """What the source says about one task, without running it."""
@@ -40,6 +115,7 @@ class TaskAnalysis:
     source: SourceFile
     syntax_error: str | None = None
     span: tuple[int, int] | None = None
+    near_miss: NearMiss | None = None
     stub: bool = False
     forbidden: list[str] = field(default_factory=list)
     statements: dict[str, list[Statement]] = field(default_factory=dict)
@@ -128,6 +204,20 @@ def _syntax_error(source: SourceFile, exc: SyntaxError) -> str:
     return f"SyntaxError at {source.where(exc.lineno)}: {exc.msg}"
 
 
+def _kind_of(stub: SourceFile | None, target: str) -> type:
+    """Whether the stub's ``target`` is a class or a function (a name in
+    CamelCase is a class when there is no stub)."""
+    try:
+        tree = stub.parse() if stub is not None else None
+    except SyntaxError:
+        tree = None
+    if tree is not None and find_function(tree, target) is not None:
+        return ast.FunctionDef
+    if tree is not None and find_class(tree, target) is not None:
+        return ast.ClassDef
+    return ast.ClassDef if target[:1].isupper() else ast.FunctionDef
+
+
 def analyse(assignment: Assignment, task: Task,
             source: SourceFile) -> TaskAnalysis:
     """Everything static about one task.
@@ -161,9 +251,13 @@ def _analyse(assignment: Assignment, task: Task,
         return result
     node = find_class(tree, task.target) or find_function(tree,
                                                           task.target)
-    if node is None:
-        return result
     stub = stub_of(assignment)
+    if node is None:
+        result.near_miss = near_miss(
+            tree, task.target, _kind_of(stub, task.target),
+            frozenset(t.target for t in assignment.tasks
+                      if t.target != task.target))
+        return result
     result.span = node_span(node, source.lines)
     result.stub = untouched(source, node, stub)
     names = assignment.forbidden_names

@@ -345,6 +345,9 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
            "assignment": report.get("assignment", ""),
            "path": label(str(path)),
            "errors": " | ".join(report.get("errors", [])),
+           # What is no error but worth knowing (an untouched task).
+           "notes": " | ".join(note for task in report.get("tasks", [])
+                               for note in task.get("notes", [])),
            "flags": " | ".join(f["message"] for f in
                                report.get("flags", []))}
     for item in report["items"]:
@@ -363,7 +366,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """Write every row, atomically, items in rubric order; every cell
     through :func:`grader.text.csv_cell` (no formulas, no controls)."""
     fixed = ["student", "status", "score", "max_score"]
-    tail = ["flags", "errors", "assignment", "path"]
+    tail = ["flags", "errors", "notes", "assignment", "path"]
     items: list[str] = []
     for row in rows:
         items += [k for k in row if k not in fixed + tail

@@ -102,11 +102,13 @@ def _installed_version(package: str) -> str:
                           f"cannot be pinned: pip install {package}") from exc
 
 
-def pinned_requirements() -> str:
+def pinned_requirements(extra: tuple[str, ...] = (),
+                        why_extra: str = "") -> str:
     """The text of ``requirements.txt``: every dependency pinned.
 
     torch comes from PyTorch's CPU index (an unpinned ``torch`` from PyPI
-    is a multi-GB CUDA build); the other packages are pinned to the
+    is a multi-GB CUDA build); the other packages, and ``extra`` ones
+    (``why_extra`` says what for, in a comment), are pinned to the
     versions installed here.
     """
     lines = ["# Written by python -m grader gradescope-bundle (and "
@@ -118,6 +120,9 @@ def pinned_requirements() -> str:
              f"torch=={TORCH_VERSION}"]
     lines += [f"{name}=={_installed_version(name)}"
               for name in PINNED_PACKAGES]
+    if extra:
+        lines += [f"# {why_extra}"] if why_extra else []
+        lines += [f"{name}=={_installed_version(name)}" for name in extra]
     return "\n".join(lines) + "\n"
 
 

@@ -383,7 +383,7 @@ def _loaded_names(node: ast.AST) -> set[str]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def _global_names(node: ast.stmt, cell_lines: list[str]) -> set[str]:
+def global_names(node: ast.stmt, cell_lines: list[str]) -> set[str]:
     """Global names a definition reads (its locals excluded)."""
     first, last = node_span(node, cell_lines)
     text = textwrap.dedent("\n".join(cell_lines[first - 1:last]))
@@ -476,7 +476,7 @@ def load_notebook(path: Path) -> SourceFile:
                     assignments[name] = (order, entry)
 
     needed: dict[int, Entry] = {}
-    pending = list(set().union(*(_global_names(e[1], [k.text for k in e[2]])
+    pending = list(set().union(*(global_names(e[1], [k.text for k in e[2]])
                                  for e in definitions.values()))
                    - set(definitions))
     seen: set[str] = set(pending)

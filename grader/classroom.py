@@ -23,7 +23,11 @@ correctness test failing. Instead, the workflow grades once with
   E501 ...``); a point not earned is named by its item and the reason. The
   penalties come off as :func:`grader.notebook.nbgrader_credits` takes
   them (largest item first, never below 0), so each runner adds up to the
-  task's clamped score and the total is the grade.
+  task's clamped score and the total is the grade. When a task's items or
+  penalties are worth half points (the warm-up's -0.5 penalties), its
+  tests are half points (``task4.causal 1/1: 0.5 point 1 of 2``), so that
+  the reporter's ``passed / tests * max_score`` is still the task's
+  score.
 * one runner per bonus item (``task1bonus``), worth its points; it never
   fails the run (its status is ``"pass"`` whether or not its one test
   passed), so full rubric marks without the optional bonus show a green
@@ -48,6 +52,7 @@ import re
 import secrets
 import signal
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +180,28 @@ def _whole(points: float, what: str) -> int:
     return int(points)
 
 
+#: The sizes a Classroom test may be worth, largest first.
+TEST_UNITS = (1.0, 0.5, 0.25)
+
+
+def test_unit(assignment: Assignment, task_id: str) -> float:
+    """What one Classroom test of ``task_id`` is worth: the largest of
+    :data:`TEST_UNITS` that divides the points of every item, part and
+    penalty of the task (1 for whole points)."""
+    values = [abs(v) for i in assignment.items_of(task_id)
+              for v in (i.points, *i.parts.values())]
+    for unit in TEST_UNITS:
+        if all(abs(v / unit - round(v / unit)) < 1e-9 for v in values):
+            return unit
+    raise ValueError(f"{task_id} has points that are not multiples of "
+                     f"{TEST_UNITS[-1]:g}; Classroom cannot show them")
+
+
+def _units(points: float, unit: float, what: str) -> int:
+    """``points`` as a whole number of tests worth ``unit`` each."""
+    return _whole(round(points / unit, 9), what)
+
+
 def runner_id(name: str) -> str:
     """``task1.bonus`` -> ``task1bonus``: what the reporter accepts."""
     return re.sub(r"[^A-Za-z0-9]", "", name)
@@ -225,35 +252,40 @@ def _name(text: str) -> str:
 
 def _task_tests(assignment: Assignment, task_id: str, items: dict,
                 credits: dict[str, float]) -> list[Test]:
-    """One test per point of ``task_id``: kept, taken by a penalty, or not
-    earned, in rubric order."""
+    """One test per point (per half point, see :func:`test_unit`) of
+    ``task_id``: kept, taken by a penalty, or not earned, in rubric
+    order."""
     rubric = assignment.items_of(task_id)
+    unit = test_unit(assignment, task_id)
+    part = "point" if unit == 1 else f"{unit:g} point"
     penalties = []
     for item in rubric:
         if item.kind in PENALTY_LABELS:
-            taken = _whole(-float(items[item.id]["score"]), item.id)
+            taken = _units(-float(items[item.id]["score"]), unit, item.id)
             penalties += [item] * taken
     tests = []
     for item in rubric:
         if item.kind != "checks":
             continue
-        points = _whole(item.points, item.id)
-        earned = _whole(float(items[item.id]["score"]), item.id)
-        kept = _whole(credits[item.id], item.id)
-        grade = f"{item.id} {earned}/{points}"
+        score = float(items[item.id]["score"])
+        points = _units(item.points, unit, item.id)
+        earned = _units(score, unit, item.id)
+        kept = _units(credits[item.id], unit, item.id)
+        grade = f"{item.id} {score:g}/{item.points:g}"
         for point in range(1, kept + 1):
-            tests.append(Test(_name(f"{grade}: point {point} of {points} - "
-                                    f"{item.title}"), True))
+            tests.append(Test(_name(f"{grade}: {part} {point} of {points} "
+                                    f"- {item.title}"), True))
         for _ in range(earned - kept):
             penalty = penalties.pop(0)
             state = "correct" if earned == points else "earned"
             tests.append(Test(_name(
-                f"{penalty.id} -1: {PENALTY_LABELS[penalty.kind]} penalty, "
-                f"takes 1 point of {item.id} ({earned}/{points} {state}) - "
+                f"{penalty.id} -{unit:g}: {PENALTY_LABELS[penalty.kind]} "
+                f"penalty, takes {unit:g} point of {item.id} ({score:g}/"
+                f"{item.points:g} {state}) - "
                 f"{penalty_reason(items[penalty.id]['message'])}"), False))
         for point in range(earned + 1, points + 1):
             tests.append(Test(_name(
-                f"{grade}: point {point} of {points} not earned - "
+                f"{grade}: {part} {point} of {points} not earned - "
                 f"{_reason(items[item.id])}"), False))
     return tests
 
@@ -295,10 +327,12 @@ def results(report: dict, assignment: Assignment) -> list[RunnerResult]:
             tests = _bonus_tests(item, items[item.id])
         result = RunnerResult(runner, tuple(tests))
         expected = task_scores[task.id] if task else result.score
-        if len(tests) != runner.max_score or result.score != expected:
-            raise ValueError(f"{runner.id}: {result.score} of {len(tests)} "
-                             f"tests passed; the report says {expected:g} "
-                             f"of {runner.max_score}")
+        count = (_units(runner.max_score, test_unit(assignment, task.id),
+                        task.id) if task else runner.max_score)
+        if len(tests) != count or abs(result.score - expected) > 1e-9:
+            raise ValueError(f"{runner.id}: {result.score:g} points from "
+                             f"{len(tests)} tests; the report says "
+                             f"{expected:g} of {runner.max_score}")
         found.append(result)
     return found
 
@@ -488,33 +522,78 @@ def run_command(command: list[str], deadline: float,
     return run.returncode
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.classroom grade|run ...``."""
+GRADE_EXIT = (
+    ("0", "graded (whatever the score): the results and the job summary "
+          "are written"),
+    ("1", "not graded (the grader failed or ran out of time): every "
+          "runner reports an error that says why"),
+    ("2", "an unknown assignment, bad options"))
+RUN_EXIT = (
+    ("N", "the command's own exit status"),
+    (str(EXIT_DEADLINE), "it did not finish within --deadline seconds"),
+    ("128+S", "it was stopped by signal S (e.g. 143 for SIGTERM)"),
+    ("127", "it could not be started"),
+    ("2", "bad options, or no command"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m grader.classroom grade|run ...``."""
+    from grader.cli import exit_status_text
+
     parser = argparse.ArgumentParser(
         prog="python -m grader.classroom",
         description="GitHub Classroom autograding: grade once and write "
                     "the reporter's results, or run a command so that "
-                    "nothing it started outlives it.")
-    commands = parser.add_subparsers(dest="command_name", required=True)
+                    "nothing it started outlives it.",
+        epilog="'python -m grader.classroom COMMAND --help' describes "
+               "each command and its exit status.")
+    commands = parser.add_subparsers(dest="command_name", required=True,
+                                     metavar="COMMAND")
     grade = commands.add_parser(
         "grade", help="grade PATH and write the Classroom results "
-                      "($GITHUB_OUTPUT) and a job summary")
-    grade.add_argument("path", type=Path, metavar="PATH")
+                      "($GITHUB_OUTPUT) and a job summary",
+        description=textwrap.fill(
+            "Grade PATH once with 'python -m grader grade' and write one "
+            "Classroom result per task and per bonus to $GITHUB_OUTPUT, a "
+            "job summary to $GITHUB_STEP_SUMMARY and the report to "
+            "--feedback.", width=79),
+        epilog=exit_status_text(GRADE_EXIT),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    grade.add_argument("path", type=Path, metavar="PATH",
+                       help="the submission (the workflow grades '.', the "
+                            "student repository)")
     grade.add_argument("--assignment", required=True, metavar="ID",
                        help="the assignment (from the workflow, never "
                             "guessed from the submission)")
     grade.add_argument("--feedback", type=Path, default=Path("grading"),
                        metavar="DIR", help="where the grader writes "
-                                           "report.json and pictures")
+                                           "report.json and pictures "
+                                           "(default: grading)")
     grade.add_argument("--deadline", type=float, default=180.0,
-                       metavar="S", help="stop the grader after S seconds")
+                       metavar="S", help="stop the grader after S seconds "
+                                         "(default: 180)")
     run = commands.add_parser(
         "run", help="run a command; stop it and everything it started "
-                    "after --deadline seconds or on SIGTERM")
-    run.add_argument("--deadline", type=float, required=True, metavar="S")
+                    "after --deadline seconds or on SIGTERM",
+        description=textwrap.fill(
+            "Run COMMAND; stop it and every process it started after "
+            "--deadline seconds or on SIGTERM, SIGINT or SIGHUP, and say "
+            "so on standard error.", width=79),
+        epilog=exit_status_text(RUN_EXIT),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--deadline", type=float, required=True, metavar="S",
+                     help="seconds the command may run")
     run.add_argument("--grace", type=float, default=2.0, metavar="S",
-                     help="seconds between SIGTERM and SIGKILL")
-    run.add_argument("command", nargs=argparse.REMAINDER)
+                     help="seconds between SIGTERM and SIGKILL (default: 2)")
+    run.add_argument("command", nargs=argparse.REMAINDER,
+                     metavar="-- COMMAND ...",
+                     help="the command and its arguments, after --")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m grader.classroom grade|run ...``."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command_name == "grade":
         return grade_for_classroom(args.path, args.assignment,

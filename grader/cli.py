@@ -1,27 +1,108 @@
 """The grader's command line: ``python -m grader COMMAND ...``.
 
 Only the grader writes to standard output; whatever a submission prints is
-captured in its sandbox and shown inside the report.
+captured in its sandbox and shown inside the report. Every command's
+``--help`` lists its arguments and what its exit status means.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
-EXAMPLES = """\
-examples:
-  python -m grader grade transformer_lm/modeling_attention.py
-  python -m grader grade . --public-only          # quick self-check
-  python -m grader grade notebook.ipynb --format json
-  python -m grader grade submission/ --format gradescope > results.json
-  python -m grader shapes transformer_lm/modeling_attention.py
-  python -m grader batch submissions/ --out grades.csv --jobs 2
-  python -m grader nbgrader multi_head_attention   # in an nbgrader course
+from grader import __version__
 
-exit status: 0 when a grade was produced (whatever the score), 2 when the
-submission could not be graded (bad path, unreadable file, bad options).
-"""
+# Examples, per command (the top-level help shows them all).
+EXAMPLES = {
+    "grade": (
+        "python -m grader grade transformer_lm/modeling_attention.py",
+        "python -m grader grade . --public-only          # quick self-check",
+        "python -m grader grade notebook.ipynb --format json",
+        "python -m grader grade submission/ --format gradescope "
+        "> results.json",
+        "python -m grader grade . --feedback feedback/   # report + PNGs"),
+    "shapes": ("python -m grader shapes "
+               "transformer_lm/modeling_attention.py",),
+    "batch": ("python -m grader batch submissions/ --out grades.csv "
+              "--jobs 2",
+              "python -m grader batch course/ --resume     # after Ctrl-C"),
+    "nbgrader": ("python -m grader nbgrader multi_head_attention   "
+                 "# in an nbgrader course",
+                 "python -m grader nbgrader hw3 --student alice bob"),
+    "gradescope-bundle": ("python -m grader gradescope-bundle autograder.zip "
+                          "\\\n      --assignment multi_head_attention",),
+    "assignments": ("python -m grader assignments",),
+}
+# What each command's exit status means.
+EXIT_STATUS = {
+    "grade": (
+        ("0", "a grade was produced, whatever the score (code that raises, "
+              "hangs or does not import earns 0 for what it affects)"),
+        ("2", "the submission could not be graded: a bad path, an "
+              "unreadable file, no graded class, bad options (one line on "
+              "standard error)")),
+    "shapes": (
+        ("0", "the report was printed, whatever it finds"),
+        ("1", "a graded source does not parse (its file and line are "
+              "named)"),
+        ("2", "the path cannot be read or holds no graded class, bad "
+              "options")),
+    "batch": (
+        ("0", "every submission was graded, whatever the scores"),
+        ("1", "some could not be graded: each has a row with status "
+              "'error' and 0 points, and is listed with its reason"),
+        ("2", "nothing was graded: DIR is no class folder, the CSV or its "
+              "reports cannot be written, bad options"),
+        ("130", "interrupted: the rows written so far are kept; run again "
+                "with --resume to grade the rest")),
+    "nbgrader": (
+        ("0", "every submission was graded and recorded"),
+        ("1", "some got 0 because they could not be graded, or a result "
+              "could not be recorded (each is listed with its reason)"),
+        ("2", "nothing could start: not an nbgrader course root, an "
+              "unknown assignment or student, no submissions, bad options"),
+        ("130", "interrupted: what was graded is recorded; run the command "
+                "again")),
+    "gradescope-bundle": (
+        ("0", "the zip was written"),
+        ("2", "it could not be built: an unknown or missing --assignment, "
+              "a tool whose version cannot be pinned, an unwritable "
+              "OUT.zip")),
+    "assignments": (("0", "always"),),
+}
+
+
+def exit_status_text(meanings: tuple[tuple[str, str], ...]) -> str:
+    """An ``exit status:`` block for an epilog, one wrapped line each."""
+    width = max(4, *(len(code) for code, _ in meanings))
+    lines = ["exit status:"]
+    for code, meaning in meanings:
+        lines += textwrap.wrap(meaning, width=79,
+                               initial_indent=f"  {code:<{width}} ",
+                               subsequent_indent=" " * (width + 3))
+    return "\n".join(lines)
+
+
+def _epilog(command: str) -> str:
+    examples = "\n".join(f"  {line}" for line in EXAMPLES[command])
+    return (f"examples:\n{examples}\n\n"
+            f"{exit_status_text(EXIT_STATUS[command])}\n")
+
+
+def _top_epilog() -> str:
+    examples = "\n".join(f"  {line}" for lines in EXAMPLES.values()
+                         for line in lines)
+    summary = exit_status_text((
+        ("0", "done (grade: a grade was produced, whatever the score)"),
+        ("1", "done, but some submissions could not be graded (batch, "
+              "nbgrader), or the code does not parse (shapes)"),
+        ("2", "nothing was done: a bad path, an unreadable file, bad "
+              "options"),
+        ("130", "interrupted (batch, nbgrader)")))
+    return (f"examples:\n{examples}\n\n{summary}\n"
+            f"'python -m grader COMMAND --help' says what each command's "
+            f"exit status means.\n")
 
 
 class CliError(Exception):
@@ -55,12 +136,25 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, metavar="N",
         help="seed of the hidden cases (default: $GRADER_SEED if set, "
              "else 2024). A correct submission passes under every seed")
+    _add_limits(parser, "each task's code")
+
+
+def _command(commands, name: str, help: str, description: str
+             ) -> argparse.ArgumentParser:
+    """A subcommand whose help ends with its examples and exit status."""
+    return commands.add_parser(
+        name, help=help, description=textwrap.fill(description, width=79),
+        epilog=_epilog(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _add_limits(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--timeout", type=_positive(float), default=20.0, metavar="S",
-        help="wall-clock seconds each task's code may run (default: 20)")
+        help=f"wall-clock seconds {what} may run (default: 20)")
     parser.add_argument(
         "--memory", type=_positive(int), default=2048, metavar="MB",
-        help="memory each task's code may allocate (default: 2048)")
+        help=f"memory {what} may allocate (default: 2048)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,16 +164,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Grade attention homework submissions exactly as the "
                     "rubric says: correctness (pytest checks in a sandbox), "
                     "PEP-8 (flake8) and verified tensor-shape comments.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_top_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__}",
+                        help="print the grader's version and exit (0)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    grade = commands.add_parser(
-        "grade", help="grade one submission",
-        description="Grade one submission: a Python file of any name "
-                    "holding the classes, a notebook (.ipynb), or a student "
-                    "repository folder.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    grade.add_argument("path", type=Path, metavar="PATH")
+    grade = _command(
+        commands, "grade", "grade one submission",
+        "Grade one submission and print its report (standard output, or "
+        "--output FILE).")
+    grade.add_argument(
+        "path", type=Path, metavar="PATH",
+        help="a Python file of any name holding the classes, a notebook "
+             "(.ipynb) or a student repository folder")
     grade.add_argument(
         "--format", choices=("text", "json", "gradescope"), default="text",
         help="text (default): a readable report; json: the rubric's JSON "
@@ -89,43 +188,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the report to FILE instead of standard output")
     grade.add_argument(
         "--feedback", type=Path, metavar="DIR",
-        help="also write feedback files (report and attention-map PNGs "
-             "for failing attention items) into DIR")
+        help="also write feedback files into DIR: report.txt, report.json "
+             "and attention-map PNGs for failing attention items")
     _add_grading_options(grade)
 
-    shapes = commands.add_parser(
-        "shapes", help="check the shape comments of a submission",
-        description="Run the shape-comment verifier alone and print every "
-                    "offending line, exactly as the grade's shapes items "
-                    "see it. Exits 0 with a report, 1 when the code does "
-                    "not parse (the line is named), 2 when the path "
-                    "cannot be read.")
-    shapes.add_argument("path", type=Path, metavar="PATH")
-    shapes.add_argument("--assignment", metavar="ID")
-    shapes.add_argument("--timeout", type=_positive(float), default=20.0,
-                        metavar="S", help=argparse.SUPPRESS)
-    shapes.add_argument("--memory", type=_positive(int), default=2048,
-                        metavar="MB", help=argparse.SUPPRESS)
+    shapes = _command(
+        commands, "shapes", "check the shape comments of a submission",
+        "Run the shape-comment verifier alone and print every offending "
+        "line, exactly as the grade's shapes items see it.")
+    shapes.add_argument(
+        "path", type=Path, metavar="PATH",
+        help="a Python file, a notebook or a student repository folder, "
+             "as for grade")
+    shapes.add_argument(
+        "--assignment", metavar="ID",
+        help="the assignment whose classes are checked (default: "
+             "recognised from what the submission defines)")
+    _add_limits(shapes, "the traced forward calls")
 
-    batch = commands.add_parser(
-        "batch", help="grade a whole class, in parallel",
-        description="Grade every submission in DIR: an nbgrader course "
-                    "root (with nbgrader_config.py) or its submitted/ "
-                    "folder, one student per submitted/<student>/; or a "
-                    "flat folder with one entry per student (a folder, a "
-                    ".py file or a notebook, any name). Every student is "
-                    "graded against one assignment: --assignment, else "
-                    "the course's assignment id, else the one the class "
-                    "as a whole fits. Writes one CSV row per entry "
-                    "(atomically) and, next to the CSV, a record and a "
-                    "feedback folder per student. Exits 0 when every "
-                    "submission was graded, whatever the scores.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    batch.add_argument("dir", type=Path, metavar="DIR")
+    batch = _command(
+        commands, "batch", "grade a whole class, in parallel",
+        "Grade every submission in DIR: an nbgrader course root (with "
+        "nbgrader_config.py) or its submitted/ folder, one student per "
+        "submitted/<student>/; or a flat folder with one entry per student "
+        "(a folder, a .py file or a notebook, any name). Every student is "
+        "graded against one assignment: --assignment, else the course's "
+        "assignment id, else the one the class as a whole fits. Writes one "
+        "CSV row per entry (atomically) and, next to the CSV, a record and "
+        "a feedback folder per student.")
+    batch.add_argument(
+        "dir", type=Path, metavar="DIR",
+        help="the class: an nbgrader course root, its submitted/ folder, "
+             "or a folder with one entry per student")
     batch.add_argument("--out", type=Path, default=Path("grades.csv"),
                        metavar="FILE.csv",
                        help="the CSV to write (default: grades.csv); JSON "
-                            "reports and feedback go to FILE.reports/")
+                            "reports and feedback go to FILE.csv.reports/")
     batch.add_argument("--jobs", type=_positive(int), metavar="N",
                        help="submissions graded at once (default: the "
                             "number of cores)")
@@ -136,20 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write no feedback folders (faster)")
     _add_grading_options(batch)
 
-    course = commands.add_parser(
-        "nbgrader", help="grade an nbgrader assignment outside the kernel",
-        description="Grade every submitted/<student>/ASSIGNMENT_ID/ of an "
-                    "nbgrader course with the sandboxed grader (no student "
-                    "code runs in a kernel) and record the result in the "
-                    "course's gradebook and autograded/ notebooks, as "
-                    "'nbgrader autograde --create' would: then run "
-                    "'nbgrader generate_feedback' and 'nbgrader export'. "
-                    "Replaces the automatic scores of a plain 'nbgrader "
-                    "autograde'; manual grades are kept. Exits 0 when "
-                    "every submission was graded, 1 when some got 0 "
-                    "because they could not be graded (each with its "
-                    "reason), 2 when nothing could start.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    course = _command(
+        commands, "nbgrader",
+        "grade an nbgrader assignment outside the kernel",
+        "Grade every submitted/<student>/ASSIGNMENT_ID/ of an nbgrader "
+        "course with the sandboxed grader (no student code runs in a "
+        "kernel) and record the result in the course's gradebook and "
+        "autograded/ notebooks, as 'nbgrader autograde --create' would: "
+        "then run 'nbgrader generate_feedback' and 'nbgrader export'. "
+        "Replaces the automatic scores of a plain 'nbgrader autograde'; "
+        "manual grades are kept.")
     course.add_argument("assignment_id", metavar="ASSIGNMENT_ID",
                         help="the nbgrader assignment")
     course.add_argument("--student", nargs="+", action="extend",
@@ -175,18 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, metavar="N",
         help="seed of the hidden cases (default: $GRADER_SEED if set, "
              "else 2024)")
-    course.add_argument(
-        "--timeout", type=_positive(float), default=20.0, metavar="S",
-        help="wall-clock seconds each task's code may run (default: 20)")
-    course.add_argument(
-        "--memory", type=_positive(int), default=2048, metavar="MB",
-        help="memory each task's code may allocate (default: 2048)")
+    _add_limits(course, "each task's code")
 
-    bundle = commands.add_parser(
-        "gradescope-bundle", help="write a Gradescope autograder zip",
-        description="Write an autograder zip for Gradescope (setup.sh, "
-                    "run_autograder, the grader, pinned requirements).")
-    bundle.add_argument("out", type=Path, metavar="OUT.zip")
+    bundle = _command(
+        commands, "gradescope-bundle", "write a Gradescope autograder zip",
+        "Write an autograder zip for Gradescope (setup.sh, "
+        "run_autograder, the grader, pinned requirements).")
+    bundle.add_argument("out", type=Path, metavar="OUT.zip",
+                        help="the zip to write (replaced atomically)")
     bundle.add_argument("--assignment", metavar="ID",
                         help="the assignment every upload is graded "
                              "against, baked into the zip (required when "
@@ -197,8 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "the bundle (default: $GRADER_SEED if set, "
                              "else the grader's default)")
 
-    commands.add_parser("assignments",
-                        help="list the assignments the grader knows")
+    _command(commands, "assignments",
+             "list the assignments the grader knows",
+             "List the assignments the grader knows: id, title, points "
+             "and the classes or functions students write.")
     return parser
 
 

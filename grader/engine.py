@@ -3,31 +3,32 @@
 The data flow, one module per stage: :mod:`grader.submission` locates and
 reads the submission; :mod:`grader.analysis` reads it statically;
 :mod:`grader.sandbox` runs it in child processes on the probes of the
-assignment's cases (:mod:`grader.plan`); :mod:`grader.observe` decodes what
-they saw; :mod:`grader.checking` runs the pytest checks on those
-observations; this module turns outcomes into points as the rubric says;
-:mod:`grader.report` renders the result.
+assignment's cases (:mod:`grader.plan`), again on its loadable part
+(:mod:`grader.loadable`) when its module-level code raised;
+:mod:`grader.observe` decodes what they saw; :mod:`grader.checking` runs
+the pytest checks on those observations; this module turns outcomes into
+points as the rubric says; :mod:`grader.report` renders the result.
 """
 from __future__ import annotations
 
 import importlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from grader import attribution, pep8, shapes
+from grader import attribution, loadable, pep8, shapes
 from grader.analysis import (TaskAnalysis, analyse, count_statements,
                              forbidden_uses, stub_of)
 from grader.attribution import SourceMap, TaskCode
 from grader.checking import CheckOutcome, item_messages, run_checks
-from grader.observe import ProbeResult, TaskRun, observe
+from grader.observe import ProbeResult, TaskRun, format_error, observe
 from grader.plan import Plan
 from grader.report import Flag, ItemReport, Report, TaskReport
 from grader.rubric import Assignment, Item, Task
-from grader.sandbox import Job, Limits, run_jobs
+from grader.sandbox import Job, JobResult, Limits, run_jobs, sandbox_paths
 from grader.source import SourceFile
 from grader.submission import Submission, locate
 
@@ -76,6 +77,8 @@ def build_plan(assignment: Assignment, seed: int,
     cases = importlib.import_module(
         f"grader.assignments.{assignment.id}.cases")
     plan = cases.build(seed, public_only, assignment.size_sets)
+    if public_only:
+        plan.public_only()
     plan.origin = (assignment.id, seed, public_only)
     return plan
 
@@ -172,9 +175,11 @@ def grade_submission(submission: Submission,
     for job in jobs:
         runs[job.name] = observe(job.name, submission.sources[job.name],
                                  plan.of_task(job.name), results[job.name])
+    loaded, load_notes = load_what_can_be_loaded(
+        assignment, submission, jobs, results, runs, plan, options.limits)
 
-    maps = {path: SourceMap.build(source) for path, source in
-            sources.items()}
+    maps = {path: SourceMap.build(loaded.get(path, source))
+            for path, source in sources.items()}
     codes = task_codes(assignment, submission, analyses, runs,
                        statement_plans, maps)
     outcomes, check_errors = run_checks(assignment.checks_dir, {
@@ -183,12 +188,107 @@ def grade_submission(submission: Submission,
     report = score(assignment, submission, analyses, runs, outcomes,
                    linter.findings, codes)
     report.flags[:0] = submission.flags  # what locating refused or found
+    at = len(submission.notes)
+    report.notes[at:at] = load_notes
     report.errors = check_errors + report.errors
     report.figures = _figures(assignment, report, runs)
     report.seed_label = seed_label
     report.public_only = options.public_only
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _import_failure(result: JobResult, source: SourceFile) -> str | None:
+    """The exception the submission's module-level code raised while the
+    worker loaded it, as a sentence; None when it loaded, and when the
+    worker died or hung while loading (that is no exception)."""
+    for frame in result.frames:
+        if frame.get("type") == "import":
+            return (None if frame.get("ok")
+                    else format_error(frame.get("error") or {}, source))
+    return None
+
+
+def _loaded_fine(result: JobResult) -> bool:
+    return any(frame.get("type") == "import" and frame.get("ok")
+               for frame in result.frames)
+
+
+def _merged(first: TaskRun, second: TaskRun,
+            reduction: loadable.Reduction) -> TaskRun:
+    """The run on the loadable part of a file, with what the first run
+    (on the file as it is) tried and the sandbox refused, so that no
+    integrity event is lost; a NameError on a skipped name says why the
+    name is missing."""
+    for name in ("refused", "tampered", "patched", "forbidden"):
+        setattr(second, name, list(dict.fromkeys(
+            getattr(first, name) + getattr(second, name))))
+    second.events = list(dict.fromkeys(first.events + second.events))
+    second.foreign_bytes += first.foreign_bytes
+    second.forged_frames += first.forged_frames
+    for probe_id, result in second.results.items():
+        if result.problem and result.error:
+            second.results[probe_id] = replace(
+                result, problem=loadable.explain_missing_name(
+                    result.problem, result.error, reduction))
+    return second
+
+
+def load_what_can_be_loaded(assignment: Assignment, submission: Submission,
+                            jobs: list[Job], results: dict[str, JobResult],
+                            runs: dict[str, TaskRun], plan: Plan,
+                            limits: Limits
+                            ) -> tuple[dict[Path, SourceFile], list[str]]:
+    """Grade what can be loaded of a file whose module-level code raised
+    (:mod:`grader.loadable`).
+
+    For each source whose loading raised in the sandbox, the tasks run
+    again on its loadable part (same lines, the rest blanked out); when
+    that loads, its runs replace the first ones in ``runs`` (keeping the
+    first runs' integrity events) and a note lists what was not run. When
+    it does not load either, the first runs stand (the file earns what it
+    earned as it is) and the note says both errors. Returns the sources
+    that were run instead of the submission's, by path, and the notes.
+    """
+    failed: dict[Path, list[Job]] = {}
+    failures: dict[Path, str] = {}
+    for job in jobs:
+        source = submission.sources[job.name]
+        why = _import_failure(results[job.name], source)
+        if why is not None:
+            failed.setdefault(source.path, []).append(job)
+            failures.setdefault(source.path, why)
+    loaded: dict[Path, SourceFile] = {}
+    notes: list[str] = []
+    for path, retry in failed.items():
+        source = submission.sources[retry[0].name]
+        graded = tuple(t.target for t in assignment.tasks
+                       if submission.sources[t.id].path == path)
+        reduction = loadable.reduce_module(source, graded, sandbox_paths())
+        if reduction is None:
+            continue
+        again = [replace(job, source=reduction.source.text)
+                 for job in retry]
+        found = run_jobs(again, limits)
+        if not all(_loaded_fine(found[job.name]) for job in again):
+            still = next((w for w in (_import_failure(found[job.name],
+                                                      source)
+                                      for job in again) if w),
+                         "its worker stopped while loading it")
+            notes.append(f"{loadable.shown_name(source)} could not be "
+                         f"loaded as it is "
+                         f"({failures[path].rstrip('.')}); without its "
+                         f"module-level code it could not be loaded "
+                         f"either ({still.rstrip('.')}), so it is graded "
+                         f"as it is.")
+            continue
+        for job in again:
+            run = observe(job.name, reduction.source,
+                          plan.of_task(job.name), found[job.name])
+            runs[job.name] = _merged(runs[job.name], run, reduction)
+        loaded[path] = reduction.source
+        notes.append(reduction.report(source, failures[path]))
+    return loaded, notes
 
 
 def task_codes(assignment: Assignment, submission: Submission,
@@ -478,8 +578,7 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     if problems:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, "; ".join(problems) + ".")
-    table = shapes.DimensionTable.from_rubric(
-        {k: list(v) for k, v in assignment.dimensions.items()})
+    table = shapes.DimensionTable.of(assignment)
     try:
         findings = shapes.verify(statements, trace_runs, table)
     except shapes.ShapeRecordError as exc:
@@ -521,17 +620,32 @@ def score_bonus_item(item: Item, analysis: TaskAnalysis,
     where = f"{analysis.task.target}.{item.method}"
     if count is None:
         return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
-                          f"no bonus: {where} is not defined")
+                          f"no bonus: {where} is not defined",
+                          optional=True)
     short = count <= item.max_statements
     if short and full:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           True, f"{where} has {count} statement(s) and is "
-                                f"correct: +{item.points:g}")
+                                f"correct: +{item.points:g}", optional=True)
     why = (f"{where} has {count} statements (at most "
            f"{item.max_statements} earn the bonus)" if not short else
            f"{item.requires} did not earn full points")
     return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
-                      f"no bonus (optional): {why}")
+                      f"no bonus (optional): {why}", optional=True)
+
+
+def _pointed(report: ItemReport, analysis: TaskAnalysis,
+             assignment: Assignment) -> ItemReport:
+    """An item of a task whose graded name is missing, pointing at the
+    definition that is most likely meant (the score stays: the
+    contract's names are fixed)."""
+    target = analysis.task.target
+    found = analysis.near_miss.sentence(analysis.source, target)
+    if assignment.item(report.id).kind == "checks":
+        message = (f"0 points: `{target}` is not defined; {found} (the "
+                   f"grader imports the contract's names only).")
+        return replace(report, message=message, diagnosis=[], details="")
+    return replace(report, message=f"{report.message}; {found}")
 
 
 def score(assignment: Assignment, submission: Submission,
@@ -573,22 +687,25 @@ def score(assignment: Assignment, submission: Submission,
                 earned[item.id] = score_bonus_item(item, analysis, earned,
                                                    assignment, code)
         ordered = [earned[i.id] for i in assignment.items_of(task.id)]
+        if analysis.near_miss is not None:
+            ordered = [_pointed(report, analysis, assignment)
+                       for report in ordered]
         items += ordered
         raw = sum(r.score for r in ordered
                   if assignment.item(r.id).kind != "bonus")
         bonus = sum(r.score for r in ordered
                     if assignment.item(r.id).kind == "bonus")
         clamped = min(max(raw, 0.0), task.max_score)
-        problems = list(run.problems)
-        if analysis.stub:
-            problems.insert(0, f"{task.target} is still the untouched "
-                               f"stub: write your code between the YOUR "
-                               f"CODE markers.")
+        # An untouched stub is not an error of the grading: it is a note
+        # of its task (the report's header lists errors only).
+        notes_of_task = [f"{task.target} is still the untouched stub: "
+                         f"write your code between the YOUR CODE "
+                         f"markers."] if analysis.stub else []
         tasks.append(TaskReport(
             id=task.id, title=task.title, score=clamped + bonus,
             max_score=task.max_score, bonus=bonus, raw=raw,
             source=str(analysis.source.path), output=run.output,
-            problems=problems))
+            problems=list(run.problems), notes=notes_of_task))
     penalised_tasks = {i.task for i in assignment.items if i.kind == "pep8"}
     for path, findings in lint.items():
         if isinstance(findings, str):

@@ -64,8 +64,8 @@ def nbgrader_credits(report: dict, assignment: Assignment
 
 def cell_text(report: dict, assignment: Assignment, item_id: str) -> str:
     """What an item's autograded cell says: its credit, the grader's
-    message and diagnoses, the penalties taken from it, the task's
-    problems and the integrity flags on its task."""
+    message and diagnoses, the penalties taken from it, the task's notes
+    and problems and the integrity flags on its task."""
     items = {i["id"]: i for i in report["items"]}
     item = items[item_id]
     rubric = assignment.item(item_id)
@@ -84,6 +84,7 @@ def cell_text(report: dict, assignment: Assignment, item_id: str) -> str:
                      + "; ".join(penalties))
     for task in report.get("tasks", []):
         if task["id"] == rubric.task:
+            lines += [f"Note: {n}" for n in task.get("notes", [])]
             lines += [f"Problem: {p}" for p in task["problems"]]
     for flag in report.get("flags", []):
         if flag.get("task") in (None, rubric.task):

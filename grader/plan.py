@@ -9,7 +9,7 @@ the trusted process, what the checks need to judge the answer.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -41,13 +41,18 @@ class Case:
     sizes: dict[str, int]
     x: torch.Tensor
     weights: dict[str, torch.Tensor]
+    # A case that is not public is hidden, except in a public-only grade
+    # (see :meth:`Plan.public_only`).
+    hidden: bool = True
 
     def describe(self) -> str:
         """Words for a report: which case, with which sizes."""
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         if self.public:
             return f"the public test values '{self.name}' ({sizes})"
-        return f"hidden case '{self.name}' ({sizes})"
+        if self.hidden:
+            return f"hidden case '{self.name}' ({sizes})"
+        return f"the grader's own case '{self.name}' ({sizes})"
 
     def float64(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The input and the weights in float64, for references."""
@@ -117,6 +122,17 @@ class Plan:
             raise ValueError(f"duplicate probe {key}")
         self.probes.setdefault(task, []).append(wire)
         self.info[key] = ProbeInfo(**{**info.__dict__, "task": task})
+
+    def public_only(self) -> None:
+        """Call no case hidden. A public-only grade (a student's quick
+        self-check) has no hidden cases, but judges what the public values
+        are too small for (a dropout rate, say) on a few cases of the
+        grader's own; its report must not speak of hidden cases."""
+        for key, info in self.info.items():
+            if info.case is not None and info.case.hidden \
+                    and not info.case.public:
+                self.info[key] = replace(
+                    info, case=replace(info.case, hidden=False))
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

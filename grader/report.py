@@ -30,6 +30,9 @@ class ItemReport:
     message: str
     diagnosis: list[str] = field(default_factory=list)
     details: str = ""
+    # An optional bonus: not earning it is no failure (Gradescope shows it
+    # as a passed test worth 0 of 0, see :meth:`Report.as_gradescope`).
+    optional: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The item as RUBRIC.md's JSON shows it."""
@@ -70,6 +73,8 @@ class TaskReport:
     source: str
     output: str = ""
     problems: list[str] = field(default_factory=list)
+    # What the student should know that is no error (an untouched stub).
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +121,8 @@ class Report:
             "tasks": [{"id": t.id, "score": float(t.score),
                        "max_score": float(t.max_score),
                        "bonus": float(t.bonus), "source": t.source,
-                       "problems": list(t.problems)}
+                       "problems": list(t.problems),
+                       "notes": list(t.notes)}
                       for t in self.tasks],
             "notes": list(self.notes),
             "output": {t.id: clean(t.output) for t in self.tasks
@@ -133,7 +139,12 @@ class Report:
     # -- Gradescope ----------------------------------------------------------
 
     def as_gradescope(self) -> dict[str, Any]:
-        """A Gradescope ``results.json``: one test per rubric item."""
+        """A Gradescope ``results.json``: one test per rubric item.
+
+        Gradescope colours a test by its status, passed or failed, and has
+        no third state. An optional bonus that was not earned costs
+        nothing, so it is a passed test worth 0 of 0 whose output says it
+        is optional and why it was not earned, never a failed test."""
         tests = []
         for item in self.items:
             body = item.message
@@ -141,16 +152,26 @@ class Report:
                 body += f"\n[{mistake}] {self.diagnoses.get(mistake, '')}"
             if item.details:
                 body += f"\n\n{item.details}"
-            tests.append({"name": f"{item.id}: {item.title}",
-                          "number": item.id,
+            name = f"{item.id}: {item.title}"
+            passed = item.passed
+            if item.optional:
+                name += " (optional bonus)"
+                if not item.passed:
+                    passed = True
+                    body = (f"Optional bonus, not earned (it costs no "
+                            f"points): {body}")
+            tests.append({"name": name, "number": item.id,
                           "score": float(item.score),
                           "max_score": float(item.max_score),
-                          "status": "passed" if item.passed else "failed",
+                          "status": "passed" if passed else "failed",
                           "output": body, "visibility": "visible"})
         summary = [f"Integrity flag: {clean(f.message)}" for f in self.flags]
-        summary += [f"{t.title}: {t.score:g} / {t.max_score:g}"
-                    + (f" (+{t.bonus:g} bonus)" if t.bonus else "")
-                    for t in self.tasks]
+        for task in self.tasks:
+            summary.append(f"{task.title}: {task.score:g} / "
+                           f"{task.max_score:g}"
+                           + (f" (+{task.bonus:g} bonus)" if task.bonus
+                              else ""))
+            summary += [f"  Note: {note}" for note in task.notes]
         summary += self.errors + self.notes
         for task in self.tasks:
             if task.output:
@@ -182,6 +203,8 @@ class Report:
             bonus = f" (+{task.bonus:g} bonus)" if task.bonus else ""
             lines += ["", f"{task.title}: {task.score:g} / "
                           f"{task.max_score:g}{bonus}"]
+            lines += [_wrap(f"Note: {note}", "  ", "    ")
+                      for note in task.notes]
             if task.raw < 0:
                 lines.append("  (penalties beyond the task's points are "
                              "clamped at 0)")

@@ -14,6 +14,13 @@ from pathlib import Path
 
 ASSIGNMENTS_DIR = Path(__file__).resolve().parent / "assignments"
 ITEM_KINDS = ("checks", "pep8", "shapes", "bonus")
+#: The item kinds that take points for style (PEP-8, shape comments).
+STYLE_KINDS = ("pep8", "shapes")
+#: The share of a task's points that style penalties may take at most
+#: (docs/rubric-decisions.md, "Proportionate style penalties").
+MAX_STYLE_SHARE = 0.5
+#: The bracket pairs a shape notation may use.
+BRACKET_PAIRS = ("[]", "()")
 
 
 class RubricError(Exception):
@@ -53,6 +60,23 @@ class Item:
 
 
 @dataclass(frozen=True)
+class Notation:
+    """One way of writing a shape in a comment: a bracket pair and,
+    optionally, a label that must come before it in the comment (the
+    book's ``# Shape: (b, num_tokens, d_out)``)."""
+
+    brackets: str
+    label: str | None = None
+
+
+#: The notation of an assignment whose rubric names none: square brackets,
+#: anywhere in the comment.
+DEFAULT_NOTATION = (Notation("[]"),)
+#: The example shape a message shows when the rubric gives none.
+DEFAULT_SHAPE_EXAMPLE = "[batch_size, seq_len, hidden]"
+
+
+@dataclass(frozen=True)
 class Assignment:
     """One homework assignment and everything the grader knows about it."""
 
@@ -69,8 +93,12 @@ class Assignment:
     size_sets: tuple[dict[str, int], ...]
     folder: Path
     identities: tuple[tuple[str, str, str], ...] = ()
-    public_tests: tuple[str, ...] = ()
+    # The folder of its public tests, tests/public/<public_tests>/ ("" when
+    # it has none); a homework ships that folder only.
+    public_tests: str = ""
     forbidden: dict = field(default_factory=dict)
+    notation: tuple[Notation, ...] = DEFAULT_NOTATION
+    shape_example: str = DEFAULT_SHAPE_EXAMPLE
 
     @property
     def forbidden_names(self) -> frozenset[str]:
@@ -141,13 +169,21 @@ def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
         if best != item.points:
             raise RubricError(f"item {item.id}: its parts give {best} "
                               f"points, the item says {item.points}")
-    if item.kind in ("pep8", "shapes") and item.points > 0:
+    if item.kind in STYLE_KINDS and item.points > 0:
         raise RubricError(f"item {item.id}: a penalty has points <= 0")
     if item.kind == "bonus" and not (item.method and item.requires
                                      and item.max_statements):
         raise RubricError(f"item {item.id}: a bonus needs method, "
                           f"max_statements and requires")
     return item
+
+
+def _public_tests(value: object, path: Path) -> str:
+    """``public_tests``: one folder name under tests/public/."""
+    if not isinstance(value, str) or (value and not value.isidentifier()):
+        raise RubricError(f"{path}: public_tests must be the name of one "
+                          f"folder under tests/public/, got {value!r}")
+    return value
 
 
 FORBIDDEN_KEYS = {"names": list, "callables": list, "classes": list,
@@ -177,6 +213,50 @@ def _forbidden(raw: dict, path: Path) -> dict:
     return dict(raw)
 
 
+def _notation(raw: object, path: Path) -> tuple[Notation, ...]:
+    """The ``[[shapes.notation]]`` tables, validated."""
+    if raw is None:
+        return DEFAULT_NOTATION
+    if not isinstance(raw, list) or not raw:
+        raise RubricError(f"{path}: shapes.notation must be a non-empty "
+                          f"list of tables")
+    found = []
+    for entry in raw:
+        if not isinstance(entry, dict) or set(entry) - {"brackets",
+                                                        "label"}:
+            raise RubricError(f"{path}: a shapes.notation table has "
+                              f"brackets and, optionally, a label")
+        brackets, label = entry.get("brackets"), entry.get("label")
+        if brackets not in BRACKET_PAIRS:
+            raise RubricError(f"{path}: shapes.notation brackets must be "
+                              f"one of {', '.join(BRACKET_PAIRS)}")
+        if label is not None and not (isinstance(label, str)
+                                      and label.strip()):
+            raise RubricError(f"{path}: a shapes.notation label must be "
+                              f"non-empty text")
+        found.append(Notation(brackets, label.strip() if label else None))
+    if len({n.brackets for n in found}) != len(found):
+        raise RubricError(f"{path}: shapes.notation names a bracket pair "
+                          f"twice")
+    return tuple(found)
+
+
+def _check_style_share(tasks: tuple[Task, ...], items: tuple[Item, ...],
+                       path: Path) -> None:
+    """No task may lose more than :data:`MAX_STYLE_SHARE` of its points
+    to style: a correct task with every style fault keeps at least half
+    of them."""
+    for task in tasks:
+        style = -sum(i.points for i in items
+                     if i.task == task.id and i.kind in STYLE_KINDS)
+        if style > MAX_STYLE_SHARE * task.max_score:
+            raise RubricError(
+                f"{path}: the style penalties of {task.id} take "
+                f"{style:g} of its {task.max_score:g} points; at most "
+                f"{MAX_STYLE_SHARE * task.max_score:g} (half) may be lost "
+                f"to style")
+
+
 def load_assignment(folder: Path) -> Assignment:
     """Read and validate ``folder/rubric.toml``."""
     path = folder / "rubric.toml"
@@ -201,6 +281,7 @@ def load_assignment(folder: Path) -> Assignment:
             raise RubricError(f"{path}: the items of {task.id} give "
                               f"{available} points, the task says "
                               f"{task.max_score}")
+    _check_style_share(tasks, items, path)
     shapes = raw.get("shapes", {})
     return Assignment(
         id=raw["id"], title=raw["title"], module=raw["module"],
@@ -212,8 +293,10 @@ def load_assignment(folder: Path) -> Assignment:
         size_sets=tuple(dict(s) for s in shapes.get("size_sets", ())),
         folder=folder,
         identities=tuple(tuple(i) for i in shapes.get("identities", ())),
-        public_tests=tuple(raw.get("public_tests", ())),
-        forbidden=_forbidden(raw.get("forbidden", {}), path))
+        public_tests=_public_tests(raw.get("public_tests", ""), path),
+        forbidden=_forbidden(raw.get("forbidden", {}), path),
+        notation=_notation(shapes.get("notation"), path),
+        shape_example=str(shapes.get("example", DEFAULT_SHAPE_EXAMPLE)))
 
 
 @cache

@@ -36,6 +36,9 @@ _READ = 65536
 # What one worker may send on its result channel in all (a whole plan's
 # honest frames take a few megabytes); beyond, the channel is "corrupted".
 MAX_CHANNEL_BYTES = 96 * 1024 * 1024
+# Bytes the submission writes to the channel cost the grading process
+# nothing to skip (they are never kept), but not forever.
+MAX_FOREIGN_BYTES = 1024 * 1024 * 1024
 MAX_FRAMES = 20000
 DRAIN_SECONDS = 2.0
 KIT_ROOT = Path(__file__).resolve().parent.parent
@@ -158,18 +161,21 @@ class _Running:
         self.deadline = self.started + limits.timeout
         self.status: int | None = None
         self.limits = limits
-        self.channel_bytes = 0
 
     def on_data(self, fd: int, data: bytes) -> None:
         if fd == self.result_fd:
             if self.result.channel_error is not None:
                 return  # keep draining the pipe, discard what comes
-            self.channel_bytes += len(data)
             try:
-                if self.channel_bytes > MAX_CHANNEL_BYTES:
+                messages = self.reader.feed(data)
+                if self.reader.authentic_bytes > MAX_CHANNEL_BYTES:
                     raise ChannelError(f"the worker sent more than "
                                        f"{MAX_CHANNEL_BYTES >> 20} MB")
-                for message in self.reader.feed(data):
+                if self.reader.foreign_bytes > MAX_FOREIGN_BYTES:
+                    raise ChannelError(f"the code wrote more than "
+                                       f"{MAX_FOREIGN_BYTES >> 20} MB to "
+                                       f"the channel")
+                for message in messages:
                     problem = check_frame(message)
                     if problem:
                         raise ChannelError(f"a frame is malformed: "

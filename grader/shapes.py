@@ -2,7 +2,7 @@
 
 The rubric asks for a shape comment on every statement in a student region of
 ``forward`` whose value is a tensor, and checks it by running the code. This
-module has three parts, one per process that uses it:
+module holds the trusted side's two parts; the third runs in the sandbox:
 
 1. **Static analysis** (trusted grader process): :class:`DimensionTable`
    (the rubric's dimension names and aliases), :func:`parse_shapes` (the
@@ -10,10 +10,10 @@ module has three parts, one per process that uses it:
    statements of a method's student regions, what to watch after each one
    runs, and the comment that belongs to it). :meth:`Statement.to_plain` is
    the plan handed to the sandbox.
-2. **Tracing** (untrusted sandbox worker): :class:`ShapeTracer` runs
-   ``forward`` under ``sys.settrace`` and records the shape of every watched
-   value each time a planned statement completes. It needs only the standard
-   library and, lazily, torch; its :attr:`ShapeTracer.records` are plain data.
+2. **Tracing** (untrusted sandbox worker): the agent's line tracer
+   (:func:`grader.agent.line_tracer`) runs ``forward`` under
+   ``sys.settrace`` and records the shape of every watched value each time
+   a planned statement completes; its records are plain data.
 3. **Verification** (trusted grader process): :func:`verify` compares the
    claims with the records of every size set and returns :class:`Finding`
    records; :func:`format_findings` turns them into a report a student can
@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 import textwrap
 from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+from grader.rubric import DEFAULT_NOTATION, DEFAULT_SHAPE_EXAMPLE, Notation
 
 if TYPE_CHECKING:  # only for annotations; the tracer must stay stdlib-only
+    from grader.rubric import Assignment
     from grader.source import SourceFile
 
 #: Finding kinds that cost the task's point.
@@ -59,13 +61,19 @@ _MARKERS = ("YOUR CODE STARTS HERE", "YOUR CODE ENDS HERE",
 
 @dataclass(frozen=True)
 class DimensionTable:
-    """The dimension names a shape comment may use, with their aliases.
+    """The shape grammar of one assignment: the dimension names a shape
+    comment may use, with their aliases, and the notation shapes are
+    written in.
 
     Built from the rubric's ``[shapes.dimensions]`` table (canonical name ->
-    list of aliases). Names are matched case-insensitively.
+    list of aliases), its ``[[shapes.notation]]`` tables (bracket pairs, an
+    optional label) and its ``example``. Names are matched
+    case-insensitively.
     """
 
     entries: tuple[tuple[str, tuple[str, ...]], ...]
+    notation: tuple[Notation, ...] = DEFAULT_NOTATION
+    example: str = DEFAULT_SHAPE_EXAMPLE
     _lookup: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -81,10 +89,22 @@ class DimensionTable:
         object.__setattr__(self, "_lookup", lookup)
 
     @classmethod
-    def from_rubric(cls, table: dict[str, list[str]]) -> DimensionTable:
-        """Build the table from the rubric's ``[shapes.dimensions]`` dict."""
+    def from_rubric(cls, table: dict[str, list[str]],
+                    notation: tuple[Notation, ...] = DEFAULT_NOTATION,
+                    example: str = DEFAULT_SHAPE_EXAMPLE
+                    ) -> DimensionTable:
+        """Build the table from the rubric's ``[shapes.dimensions]`` dict
+        (and its notation, default: square brackets)."""
         return cls(tuple((str(name), tuple(str(a) for a in aliases))
-                         for name, aliases in table.items()))
+                         for name, aliases in table.items()),
+                   tuple(notation), example)
+
+    @classmethod
+    def of(cls, assignment: Assignment) -> DimensionTable:
+        """The shape grammar of ``assignment``'s rubric."""
+        return cls.from_rubric(
+            {k: list(v) for k, v in assignment.dimensions.items()},
+            assignment.notation, assignment.shape_example)
 
     def resolve(self, name: str) -> str | None:
         """The canonical name for ``name`` (any case), or None if unknown."""
@@ -320,23 +340,104 @@ def _brief(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _bracket_groups(comment: str) -> list[tuple[str, tuple[Dim, ...] | str]]:
+#: The longest comment text searched for round-bracket groups (a longer
+#: comment is cut: shapes are short, and the scan stays linear).
+MAX_COMMENT_SCAN = 20_000
+
+
+def _round_groups(comment: str) -> list[tuple[int, int, str]]:
+    """The outermost balanced ``(...)`` groups of ``comment``: (start,
+    end, inside), found in one pass (unbalanced parentheses are none)."""
+    groups = []
+    depth, start = 0, 0
+    for index, char in enumerate(comment[:MAX_COMMENT_SCAN]):
+        if char == "(":
+            if depth == 0:
+                start = index
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append((start, index + 1, comment[start + 1:index]))
+    return groups
+
+
+def _label_pattern(label: str) -> re.Pattern[str]:
+    """``Shape:`` -> any case, spaces allowed before the colon."""
+    body = label.rstrip(":").strip()
+    pattern = re.escape(body) + (r"\s*:" if label.endswith(":") else "")
+    if body[:1].isalnum() or body[:1] == "_":
+        pattern = r"(?<![\w])" + pattern
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def _is_tuple(inside: str) -> bool:
+    """Round brackets hold a shape only as Python writes a tuple: with a
+    comma at their top level, or nothing at all (``()``)."""
+    depth = 0
+    for char in inside:
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            return True
+    return not inside.strip()
+
+
+def _groups(comment: str, notation: tuple[Notation, ...]
+            ) -> list[tuple[int, int, str, Notation]]:
+    """The bracket groups ``notation`` reads as candidate shapes, in the
+    order they appear: (start, end, inside, notation). A notation with a
+    label reads only the groups after the label's first appearance."""
+    found = []
+    for rule in notation:
+        if rule.brackets == "[]":
+            spans = [(m.start(), m.end(), m.group(1))
+                     for m in _BRACKET.finditer(comment)]
+        else:
+            spans = _round_groups(comment)
+        if rule.label:
+            label = _label_pattern(rule.label).search(
+                comment[:MAX_COMMENT_SCAN])
+            if label is None:
+                continue
+            spans = [span for span in spans if span[0] >= label.end()]
+        found += [(start, end, inside, rule)
+                  for start, end, inside in spans]
+    return sorted(found, key=lambda group: group[0])
+
+
+def _bracket_groups(comment: str,
+                    notation: tuple[Notation, ...] = DEFAULT_NOTATION
+                    ) -> list[tuple[str, tuple[Dim, ...] | str]]:
     """Each bracket group: its text (shortened for reports) and its dims,
     or why it is no shape."""
     groups = []
-    for match in _BRACKET.finditer(comment):
-        text = _brief(" ".join(match.group(0).split()))
-        if _is_index(comment, match.start()):
-            groups.append((text, "an index, not a shape"))
+    for start, end, inside, rule in _groups(comment, notation):
+        text = _brief(" ".join(comment[start:end].split()))
+        if _is_index(comment, start):
+            groups.append((text, "a call, not a shape"
+                           if rule.brackets == "()" else
+                           "an index, not a shape"))
+            continue
+        if rule.brackets == "()" and not _is_tuple(inside):
+            groups.append((text, "no comma: round brackets hold a shape "
+                                 "only as a tuple, (num_tokens,)"))
             continue
         try:
-            groups.append((text, _Parser(match.group(1)).shape()))
+            groups.append((text, _Parser(inside).shape()))
         except ShapeSyntaxError as exc:
             groups.append((text, str(exc)))
     return groups
 
 
-def parse_shapes(comment: str) -> list[ShapeClaim]:
+def _notation_of(table: DimensionTable | None) -> tuple[Notation, ...]:
+    return table.notation if table is not None else DEFAULT_NOTATION
+
+
+def parse_shapes(comment: str,
+                 table: DimensionTable | None = None) -> list[ShapeClaim]:
     """Every bracketed shape in ``comment``, in order.
 
     A dimension is a name, an integer, or a product or quotient of them
@@ -345,14 +446,22 @@ def parse_shapes(comment: str) -> list[ShapeClaim]:
     may wrap over comment lines. Bracketed text that is not a shape
     (``mask[None, :]``, ``[:, 0]``, prose) is skipped; see
     :func:`ignored_brackets`. The claim of a comment is the last shape.
+
+    The brackets are those of ``table``'s notation (default: square
+    brackets anywhere); a notation with a label, such as the book's
+    ``# Shape: (b, num_tokens, d_out)``, reads its brackets only after the
+    label.
     """
-    return [ShapeClaim(text, dims) for text, dims in _bracket_groups(comment)
+    return [ShapeClaim(text, dims) for text, dims in
+            _bracket_groups(comment, _notation_of(table))
             if isinstance(dims, tuple)]
 
 
-def ignored_brackets(comment: str) -> list[str]:
+def ignored_brackets(comment: str,
+                     table: DimensionTable | None = None) -> list[str]:
     """Bracketed text of ``comment`` that is not a shape, with the reason."""
-    return [f"{text} ({reason})" for text, reason in _bracket_groups(comment)
+    return [f"{text} ({reason})" for text, reason in
+            _bracket_groups(comment, _notation_of(table))
             if isinstance(reason, str)]
 
 
@@ -649,237 +758,9 @@ def function_statements(source: SourceFile,
 
 
 # ---------------------------------------------------------------------------
-# Tracing (runs inside the sandbox: standard library and, lazily, torch)
+# Tracing happens inside the sandbox (grader.agent.line_tracer); its records
+# come back as plain data.
 # ---------------------------------------------------------------------------
-
-def _torch_is_tensor() -> Callable[[Any], bool]:
-    import torch
-
-    def is_tensor(value: Any) -> bool:
-        return isinstance(value, torch.Tensor)
-    return is_tensor
-
-
-class _FrameTracer:
-    """The local trace function of one traced ``forward`` frame.
-
-    ``pending`` is the unit (statements sharing lines) that started and has
-    not completed; ``returning`` a return statement whose value arrives with
-    the frame's ``return`` event (code such as a ``with`` exit may run in
-    between).
-    """
-
-    def __init__(self, owner: ShapeTracer) -> None:
-        self.owner = owner
-        self.pending: int | None = None
-        self.returning: dict | None = None
-
-    def trace(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "line":
-            unit = self.owner._line_unit.get(frame.f_lineno)
-            if unit != self.pending:
-                self.finish(frame)
-                self.pending = unit
-                if unit is not None:
-                    for statement in self.owner._units[unit]:
-                        if statement["kind"] == "return":
-                            self.returning = statement
-        elif event == "exception":
-            self.pending = None  # the statement raised: it records nothing
-            self.returning = None
-        elif event == "return":
-            self.owner._returns += 1
-            self.finish(frame)
-            if self.returning is not None:
-                self.owner._record(self.returning,
-                                   self.owner._expand(arg))
-                self.returning = None
-        return self.trace
-
-    def finish(self, frame: Any) -> None:
-        """Record the pending unit's watched values, now that it completed."""
-        if self.pending is None:
-            return
-        unit = self.owner._units[self.pending]
-        self.pending = None
-        local_values = frame.f_locals
-        for statement in unit:
-            if statement["kind"] == "return":
-                continue
-            values = [self.owner._shape(self.owner._lookup(
-                chain, local_values, frame.f_globals))
-                for chain in statement["watch"]]
-            self.owner._record(statement, values)
-
-
-class ShapeTracer:
-    """Record the shapes a method's statements produce, by ``sys.settrace``.
-
-    Use as a context manager around calls of the method::
-
-        with ShapeTracer(filename, "forward", plan) as tracer:
-            model(x)
-        records, intact = tracer.records, tracer.intact
-
-    ``filename`` is the ``co_filename`` the submission was compiled with and
-    ``statements`` the plan (:meth:`Statement.to_plain` dicts). Only frames
-    of that file and method name whose code spans the planned lines are
-    traced. A statement completes when a line event belongs to another
-    statement (or to a compound-statement header), or when the frame
-    returns; lines map to statements by their AST span, so the extra line
-    events of a multi-line statement are harmless. A statement that raised
-    records nothing. ``is_tensor`` decides what has a shape (default:
-    ``isinstance(value, torch.Tensor)``, torch imported on first use).
-    """
-
-    def __init__(self, filename: str, method: str,
-                 statements: list[dict[str, Any]],
-                 is_tensor: Callable[[Any], bool] | None = None) -> None:
-        """Prepare the line map of the traceable planned statements."""
-        self.filename = filename
-        self.method = method
-        self._is_tensor = is_tensor
-        planned = sorted((s for s in statements if s.get("traceable", True)),
-                         key=lambda s: (s["first_line"], s["last_line"]))
-        self._units: list[list[dict[str, Any]]] = []
-        self._line_unit: dict[int, int] = {}
-        for statement in planned:
-            lines = range(statement["first_line"], statement["last_line"] + 1)
-            shared = {self._line_unit[n] for n in lines
-                      if n in self._line_unit}
-            if shared:
-                unit = min(shared)
-                self._units[unit].append(statement)
-            else:
-                unit = len(self._units)
-                self._units.append([statement])
-            for number in lines:
-                self._line_unit[number] = unit
-        self._span = ((min(self._line_unit), max(self._line_unit))
-                      if self._line_unit else None)
-        self._records: dict[str, list[list[list[int] | None]]] = {}
-        self._seen: dict[str, set[tuple]] = {}
-        self._code_matches: dict[Any, bool] = {}
-        self._calls = 0
-        self._returns = 0
-        self._tampered = False
-        self._previous: Any = None
-        self._real_settrace: Any = None
-        # Bound methods are created anew on each access: keep one of each,
-        # so that `is` can tell whether they are still installed.
-        self._global = self._trace_calls
-        self._guard_function = self._guard
-
-    # -- context manager ---------------------------------------------------
-
-    def __enter__(self) -> ShapeTracer:
-        """Install the trace function (and a guard on ``sys.settrace``)."""
-        if self._is_tensor is None:
-            self._is_tensor = _torch_is_tensor()
-        self._previous = sys.gettrace()
-        self._real_settrace = sys.settrace
-        sys.settrace = self._guard_function
-        self._real_settrace(self._global)
-        return self
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        """Restore the previous trace function; decide whether intact."""
-        still_ours = sys.gettrace() is self._global
-        self._real_settrace(self._previous)
-        if sys.settrace is not self._guard_function:
-            self._tampered = True  # the traced code replaced sys.settrace
-        sys.settrace = self._real_settrace
-        if not still_ours or self._calls != self._returns:
-            self._tampered = True
-        return False
-
-    def _guard(self, function: Any) -> None:
-        """Stands in for ``sys.settrace`` while tracing: any call tampers."""
-        self._tampered = True
-
-    # -- results -------------------------------------------------------------
-
-    @property
-    def records(self) -> dict[str, list[list[list[int] | None]]]:
-        """Plain data: ``{str(statement id): [execution, ...]}``.
-
-        Each execution is a list with one entry per watched value (for a
-        ``return`` of a tuple or list, one per element): the shape as a list
-        of ints when the value is a tensor, else None.
-        """
-        return {key: [[None if value is None else list(value)
-                       for value in values] for values in executions]
-                for key, executions in self._records.items()}
-
-    @property
-    def intact(self) -> bool:
-        """False when the traced code removed or replaced the tracing."""
-        return not self._tampered
-
-    # -- tracing -------------------------------------------------------------
-
-    def _trace_calls(self, frame: Any, event: str, arg: Any) -> Any:
-        code = frame.f_code
-        matches = self._code_matches.get(code)
-        if matches is None:
-            matches = self._code_matches[code] = self._matches(code)
-        if not matches:
-            return None
-        self._calls += 1
-        return _FrameTracer(self).trace
-
-    def _matches(self, code: Any) -> bool:
-        if (self._span is None or code.co_filename != self.filename
-                or code.co_name != self.method):
-            return False
-        lines = [line for _, _, line in code.co_lines() if line is not None]
-        # The function that holds the first planned line. (Requiring its
-        # code to reach the last planned line failed when that line holds
-        # no instruction, a lone ")", or is dead code after a return the
-        # compiler dropped: the method was then not traced at all.)
-        return (bool(lines)
-                and code.co_firstlineno <= self._span[0] <= max(lines))
-
-    def _lookup(self, chain: list[str], local_values: Any,
-                global_values: dict) -> Any:
-        name = chain[0]
-        if name in local_values:
-            value = local_values[name]
-        elif name in global_values:
-            value = global_values[name]
-        else:
-            return None
-        for attribute in chain[1:]:
-            try:
-                value = getattr(value, attribute)
-            except Exception:
-                return None
-        return value
-
-    def _shape(self, value: Any) -> list[int] | None:
-        try:
-            if self._is_tensor(value):
-                return [int(size) for size in value.shape]
-        except Exception:
-            pass
-        return None
-
-    def _expand(self, value: Any) -> list[list[int] | None]:
-        """A return value's shapes; a tuple or list gives one per element."""
-        if isinstance(value, (tuple, list)):
-            return [self._shape(element) for element in value]
-        return [self._shape(value)]
-
-    def _record(self, statement: dict[str, Any],
-                values: list[list[int] | None]) -> None:
-        key = str(statement["id"])
-        executions = self._records.setdefault(key, [])
-        seen = self._seen.setdefault(key, set())
-        signature = tuple(None if v is None else tuple(v) for v in values)
-        if len(executions) < MAX_EXECUTIONS or signature not in seen:
-            executions.append(values)
-            seen.add(signature)
-
 
 def merge_records(*records: dict[str, list]) -> dict[str, list]:
     """Concatenate the executions of several tracers' records."""
@@ -1049,7 +930,7 @@ def _fits(comment: str | None,
           runs: list[tuple[dict[str, int], list[Execution]]],
           table: DimensionTable) -> bool:
     """Whether ``comment``'s claim holds for every tensor execution."""
-    claims = parse_shapes(comment or "")
+    claims = parse_shapes(comment or "", table)
     checked = [(sizes, _tensors(e)) for sizes, executions in runs
                for e in executions if _tensors(e)]
     return bool(claims and checked) and all(
@@ -1068,32 +949,53 @@ def _parses(text: str) -> bool:
         return False
 
 
-def shape_fix(comment: str | None) -> str | None:
+def shape_fix(comment: str | None,
+              table: DimensionTable | None = None) -> str | None:
     """What to change in a comment whose shape is not understood.
 
-    ``# (bs, seq, hidden)`` -> "use square brackets: [bs, seq, hidden]";
-    ``# [bs * self.num_heads, seq]`` -> "write num_heads, not
-    self.num_heads: [bs * num_heads, seq]". None when neither applies.
+    ``# (bs, seq, hidden)`` -> "use square brackets: [bs, seq, hidden]"
+    (and, when the notation reads round brackets after a label, "or write
+    Shape: (bs, seq, hidden)"); ``# [bs * self.num_heads, seq]`` -> "write
+    num_heads, not self.num_heads: [bs * num_heads, seq]"; ``# Shape:
+    (num_tokens)`` -> a one-dimensional tuple needs its comma. None when
+    none applies.
     """
     if not comment:
         return None
-    for match in _BRACKET.finditer(comment):
-        inside = match.group(1)
+    notation = _notation_of(table)
+    for start, end, inside, _ in _groups(comment, notation):
         if _SELF.search(inside) and _parses(_SELF.sub("", inside)):
             names = sorted(set(re.findall(r"\bself\s*\.\s*(\w+)",
                                           inside)))
-            fixed = _brief(" ".join(_SELF.sub("", match.group(0)).split()))
+            fixed = _brief(" ".join(_SELF.sub(
+                "", comment[start:end]).split()))
             return (_brief(f"write {', '.join(names)}, not "
                            f"{', '.join('self.' + n for n in names)}")
                     + f": {fixed}")
+    read = {(start, end) for start, end, _, _ in _groups(comment, notation)}
+    labelled = next((rule.label for rule in notation
+                     if rule.brackets == "()" and rule.label), None)
     for match in _BRACKET_FIX.finditer(comment):
         before = comment[match.start() - 1] if match.start() else " "
         if before.isalnum() or before == "_":
             continue  # a call, f(x, y), not a shape
+        if (match.start(), match.end()) in read:
+            continue  # read as the notation says, and still no shape
         inside = _SELF.sub("", match.group(1))
         if _parses(inside):
             fixed = _brief("[" + " ".join(inside.split()) + "]")
+            if labelled:
+                return (f"use square brackets: {fixed}, or write "
+                        f"{labelled} before the round brackets: "
+                        f"{labelled} ({' '.join(inside.split())})")
             return f"use square brackets: {fixed}"
+    if labelled:
+        for start, end, inside, rule in _groups(comment, notation):
+            if (rule.brackets == "()" and not _is_tuple(inside)
+                    and not _is_index(comment, start) and _parses(inside)):
+                shown = " ".join(inside.split())
+                return (f"a shape in round brackets is a tuple: write "
+                        f"({shown},) or [{shown}]")
     return None
 
 
@@ -1150,11 +1052,11 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
                                f"statement needs its comment all the same)",
                        hint=hint, **base)
     if is_tensor and not claims:
-        fix = shape_fix(statement.comment)
+        fix = shape_fix(statement.comment, table)
         return Finding(kind="no_shape", claimed=None,
                        message=f"this statement produces a tensor but its "
                                f"comment has no shape such as "
-                               f"[batch_size, seq_len, hidden] (it {why})",
+                               f"{table.example} (it {why})",
                        hint=fix or hint, **base)
     kind = "never_ran" if statement.traceable else "not_traced"
     return Finding(kind=kind, claimed=claims[-1].text if claims else None,
@@ -1171,7 +1073,7 @@ def _verify_statement(statement: Statement,
     """The finding for one statement; ``following`` is the next one's;
     ``tensors`` the names seen to hold tensors (for statements that never
     ran)."""
-    claims = parse_shapes(statement.comment or "")
+    claims = parse_shapes(statement.comment or "", table)
     ran = any(executions for _, executions in runs)
     if not ran:
         return _unverified(statement, claims, table, tensors)
@@ -1194,17 +1096,17 @@ def _verify_statement(statement: Statement,
                        message="this statement produces a tensor but has "
                                "no shape comment", hint=hint, **base)
     if not claims:
-        fix = shape_fix(statement.comment)
-        ignored = ignored_brackets(statement.comment)
+        fix = shape_fix(statement.comment, table)
+        ignored = ignored_brackets(statement.comment, table)
         if fix:
             message = f"the comment's shape is not understood: {fix}"
         else:
-            message = ("the comment has no bracketed shape such as "
-                       "[batch_size, seq_len, hidden]")
+            message = (f"the comment has no bracketed shape such as "
+                       f"{table.example}")
             if ignored:
                 message += "; not a shape: " + ", ".join(ignored)
         hint = None
-        if statement.below and parse_shapes(statement.below):
+        if statement.below and parse_shapes(statement.below, table):
             hint = ("the comment below is not used because this statement "
                     "has a trailing comment; put the shape in the trailing "
                     "comment")

@@ -115,6 +115,7 @@ class AuthenticatedReader:
         self._buffer = bytearray()
         self.foreign_bytes = 0
         self.forged_frames = 0
+        self.authentic_bytes = 0
 
     def feed(self, data: bytes) -> list[dict]:
         """Add bytes; return the authentic frames they complete."""
@@ -153,6 +154,7 @@ class AuthenticatedReader:
                 del self._buffer[:MAGIC_SIZE]
                 continue
             del self._buffer[:head + size + MAC_SIZE]
+            self.authentic_bytes += head + size + MAC_SIZE
             messages.append(_parse(body))
 
     @property

@@ -16,10 +16,11 @@ directive lines ``<!-- KIND key=value ... -->``:
   text (the model answer) follows.
 
 From it this module writes the nbgrader *source* assignment
-``solutions/source/<assignment>/`` (the notebook with solutions and a copy
-of the student package) and the *release* ``assignment/<assignment>/``,
-which it obtains by running ``nbgrader generate_assignment`` in a scratch
-course directory, so the committed release is what nbgrader produces.
+``solutions/source/<assignment>/`` (the notebook with solutions, a copy
+of the student package and the assignment's public tests) and the
+*release* ``assignment/<assignment>/``, which it obtains by running
+``nbgrader generate_assignment`` in a scratch course directory, so the
+committed release is what nbgrader produces.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from pathlib import Path
 
 from grader.rubric import Assignment, assignments
 from grader.source import GRADING_CELL_MARK, node_span
-from solutions.build import PACKAGE, ROOT, SOLUTIONS, Generated
+from solutions.build import (PACKAGE, ROOT, SOLUTIONS, Generated,
+                             public_test_files)
 
 TEMPLATES = SOLUTIONS / "notebooks"
 SOURCE = SOLUTIONS / "source"
@@ -189,7 +191,9 @@ def notebook_text(notebook: dict) -> str:
 
 
 def source_files(assignment: Assignment) -> dict[Path, str]:
-    """The nbgrader source assignment: notebook and student package."""
+    """The nbgrader source assignment: notebook, student package and the
+    assignment's own public tests (``tests/public/``, so that ``python -m
+    pytest tests/public`` in the released folder runs them)."""
     template = (TEMPLATES / f"{assignment.id}.md").read_text(
         encoding="utf-8")
     reference = (SOLUTIONS / f"{assignment.module}.py").read_text(
@@ -202,6 +206,8 @@ def source_files(assignment: Assignment) -> dict[Path, str]:
     for name in names:
         files[folder / "transformer_lm" / name] = (
             PACKAGE / name).read_text(encoding="utf-8")
+    for relative, data in public_test_files(assignment.public_tests).items():
+        files[folder / relative] = data.decode("utf-8")
     return files
 
 

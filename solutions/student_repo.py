@@ -11,10 +11,16 @@ overwritten, others, such as ``.git``, are left alone):
   ``transformer_lm/``, both from the nbgrader release ``assignment/<id>/``,
   except the package's generated files (the stub, the test values), which
   are built afresh from ``solutions/`` whatever the working tree holds;
-* the public tests ``tests/public/`` and the grader ``grader/`` (the same
-  grader the instructor grades with, for self-checks);
+* the assignment's public tests, as the release holds them: the shared
+  seam of ``tests/public/`` and the assignment's own folder
+  ``tests/public/<assignment>/``, no other assignment's (so ``python -m
+  pytest tests/public`` runs this homework's tests only), and the grader
+  ``grader/`` (the same grader the instructor grades with, for
+  self-checks);
 * ``requirements.txt`` (the CPU torch and the grader's tools, pinned as in
-  the Gradescope bundle), a student ``setup.cfg`` (the kit's ``[flake8]``
+  the Gradescope bundle, and what the notebook needs to open and run:
+  ``notebook`` and ``ipykernel``, pinned the same way), a student
+  ``setup.cfg`` (the kit's ``[flake8]``
   section and pytest settings), ``pyproject.toml``, ``LICENSE``,
   ``NOTICE``, ``.gitignore`` and a student ``README.md``;
 * ``.github/workflows/classroom.yml``: on every push it installs the
@@ -34,18 +40,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import __version__
 from grader.bundle import (TORCH_CPU_INDEX, TORCH_VERSION, BundleError,
                            generated_package, kit_files, pinned_requirements)
 from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
 from grader.classroom import PUBLIC_TESTS_ENV, runners
 from grader.rubric import Assignment, RubricError, get_assignment
-from solutions.build import ROOT
+from solutions.build import ROOT, BuildError, public_test_files
 
 RELEASE = ROOT / "assignment"
-PUBLIC_TESTS = ROOT / "tests" / "public"
-# The seam every assignment's public tests share (each rubric lists its own
-# test modules in ``public_tests``).
-SHARED_PUBLIC_FILES = ("conftest.py", "adapters.py")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
 FEEDBACK_DIR = "grading"
 PUBLIC_TESTS_RUNNER = PUBLIC_RUNNER.id  # its command-grader step's id
@@ -95,6 +98,13 @@ PUBLIC_TESTS_TIMEOUT = 3
 PUBLIC_TESTS_DEADLINE_S = 150
 GRADE_DEADLINE_S = 180
 _SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".ipynb_checkpoints")
+# What the notebook needs besides the grader's tools: a Jupyter front end
+# (``notebook`` gives ``jupyter notebook``, and ``jupyter lab`` through its
+# JupyterLab components) and the Python kernel (``ipykernel``, which VS
+# Code needs too). The ``jupyter`` meta-package would add a console and
+# widgets nobody uses here. matplotlib, which the notebook imports, is
+# already one of the grader's tools.
+NOTEBOOK_PACKAGES = ("notebook", "ipykernel")
 
 
 class StudentRepoError(Exception):
@@ -137,7 +147,7 @@ def student_setup_cfg(assignment: Assignment) -> str:
 # copy, grader/flake8.cfg, so editing this section changes no grade).
 [metadata]
 name = transformer-lm-{assignment.id.replace("_", "-")}
-version = 1.0.0
+version = {__version__}
 license = Apache-2.0
 license_files = LICENSE, NOTICE
 
@@ -200,7 +210,9 @@ python -m pip install -r requirements.txt
 ```
 
 The first line installs the CPU build of torch (a plain `pip install torch`
-may download a multi-GB CUDA build).
+may download a multi-GB CUDA build); the second the grader's tools and
+Jupyter. Open the notebook with `jupyter notebook {assignment.notebook}`
+(or in JupyterLab or VS Code).
 
 ## Check your work
 
@@ -246,6 +258,14 @@ These points are a self-check. Your instructor computes the final grade
 separately, on hidden cases you cannot see; a correct solution earns full
 marks on them too. Do not edit `.github/`, `grader/` or `tests/`.
 """
+
+
+def student_requirements() -> str:
+    """The student repository's ``requirements.txt``: the Gradescope
+    bundle's pins and the notebook's packages, pinned the same way."""
+    return pinned_requirements(
+        NOTEBOOK_PACKAGES, "To open and run the notebook: a Jupyter front "
+                           "end and the Python kernel.")
 
 
 def public_tests_command() -> str:
@@ -383,9 +403,9 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     for relative in list(files):
         if relative.as_posix() in generated:
             files[relative] = generated[relative.as_posix()]
-    for name in SHARED_PUBLIC_FILES + assignment.public_tests:
-        path = PUBLIC_TESTS / name
-        files[path.relative_to(ROOT)] = path.read_bytes()
+    # The public tests, fresh from tests/public/ like the generated files
+    # (the release holds the same copies; a test checks they agree).
+    files.update(public_test_files(assignment.public_tests))
     for relative in kit_files(ROOT):
         if relative.parts[0] == "grader" or relative.name in (
                 "LICENSE", "NOTICE", "pyproject.toml"):
@@ -393,7 +413,7 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     texts = {
         Path("README.md"): student_readme(assignment),
         Path("setup.cfg"): student_setup_cfg(assignment),
-        Path("requirements.txt"): pinned_requirements(),
+        Path("requirements.txt"): student_requirements(),
         Path(".gitignore"): _GITIGNORE,
         WORKFLOW: classroom_workflow(assignment),
     }
@@ -428,8 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         written = write_student_repo(args.assignment, args.out)
-    except (StudentRepoError, BundleError, RubricError, ValueError,
-            OSError) as exc:
+    except (StudentRepoError, BundleError, BuildError, RubricError,
+            ValueError, OSError) as exc:
         print(f"python -m solutions.build student-repo: error: {exc}",
               file=sys.stderr)
         return 2

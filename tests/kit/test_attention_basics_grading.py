@@ -139,7 +139,9 @@ CORPUS: dict[str, Expected] = {
     "mistake_hardcoded_sizes": lost(
         "task3.values",
         why="nn.Linear(3, 2) is right for the lecture's sizes only"),
-    "penalties": Expected({"task4.shapes": -1, "task6.pep8": -1}),
+    "penalties": Expected({"task4.shapes": -0.5, "task6.pep8": -0.5},
+                          why="style costs at most half a task: -0.5 "
+                              "each in the 2-point tasks"),
     # ---------------------------------------------------------- forbidden
     "forbidden_sdpa": lost("task7.values", "task7.mask",
                            diagnosis="forbidden_api"),
@@ -151,7 +153,7 @@ CORPUS: dict[str, Expected] = {
             "penalty"),
 }
 TOTALS = {"mistake_transpose_batch": 7, "mistake_mask_not_sliced": 8,
-          "penalties": 8, "forbidden_sdpa": 8, "broken_syntax_error": 0,
+          "penalties": 9, "forbidden_sdpa": 8, "broken_syntax_error": 0,
           "broken_forward_raises": 8, "correct_compact": 10,
           "correct_inplace_mask": 10}
 
@@ -321,15 +323,19 @@ def test_reference_earns_full_marks_on_public_values(graded) -> None:
 
 
 def test_stub_earns_nothing_and_says_why(graded) -> None:
-    """The generated stub: 0, every task "still the untouched stub", every
-    correctness item naming the NotImplementedError of its task."""
+    """The generated stub: 0, every task "still the untouched stub" (a
+    note of the task, not an error), every correctness item naming the
+    NotImplementedError of its task."""
     report = graded(str(STUB))
     assert report.score == 0
     assert all(item.score == 0 for item in report.items)
     for task in report.tasks:
-        assert task.problems[0].endswith(
-            "is still the untouched stub: write your code between the "
-            "YOUR CODE markers."), task.problems
+        target = get_assignment(report.assignment).task(task.id).target
+        assert task.notes == [
+            f"{target} is still the untouched stub: "
+            f"write your code between the YOUR CODE markers."], task.notes
+        assert not [p for p in task.problems if "untouched" in p]
+    assert not [e for e in report.errors if "untouched" in e]
     for item in report.items:
         if item.max_score > 0:
             assert 'NotImplementedError: "Task' in item.message, item.message
@@ -379,7 +385,7 @@ def test_wrong_scale_message_names_the_constant(graded) -> None:
 def test_shape_penalty_points_at_the_wrong_comment(graded) -> None:
     """task4.shapes explains which comment is wrong."""
     item = graded("penalties").item("task4.shapes")
-    assert item.score == -1
+    assert item.score == -0.5
     assert "values = self.W_value(x)" in item.details
 
 

@@ -11,6 +11,7 @@ results; ``--help`` needs no torch and runs on its own.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ DIAGNOSES = {"no_scaling", "wrong_scale", "softmax_dim",
              "forbidden_api", "heads_not_split", "head_order",
              "merge_wrong_axes", "mask_inverted", "hardcoded_size",
              "mask_from_scores"}
+
+# How a report speaks of hidden cases (``hidden`` alone is a dimension).
+HIDDEN_CASES = re.compile(r"hidden\s+(random\s+)?(case|input|value|test)",
+                          re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -66,19 +71,32 @@ def bad_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def runs(bad_inputs: dict[str, Path]) -> dict[str, Run]:
-    """Every grading command, started together, by name."""
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the commands that write files write them."""
+    return tmp_path_factory.mktemp("outputs")
+
+
+@pytest.fixture(scope="module")
+def runs(bad_inputs: dict[str, Path], outputs: Path) -> dict[str, Run]:
+    """Every grading command, started together, by name (under the usual
+    umask 022, which files the grader writes must honour)."""
     commands = {
         "json": ("grade", str(SUBMISSIONS / "correct_prints.py"),
                  "--format", "json"),
         "gradescope": ("grade", str(SUBMISSIONS / "clamp_penalties.py"),
                        "--format", "gradescope"),
         "stub": ("grade", str(STUB), "--public-only"),
+        "stub-gradescope": ("grade", str(STUB), "--public-only",
+                            "--format", "gradescope"),
+        "files": ("grade", str(SUBMISSIONS / "mistake_mask_diagonal.py"),
+                  "--public-only", "--feedback", str(outputs / "feedback"),
+                  "--output", str(outputs / "report.txt")),
         **{name: ("grade", str(path)) for name, path in bad_inputs.items()},
     }
     started = {name: (args, subprocess.Popen(
         _command(*args), cwd=KIT, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        umask=0o022))
         for name, args in commands.items()}
     finished = {}
     for name, (args, process) in started.items():
@@ -96,12 +114,21 @@ def runs(bad_inputs: dict[str, Path]) -> dict[str, Run]:
 
 
 def test_a_zero_grade_exits_zero(runs: dict[str, Run]) -> None:
-    """The untouched stub gets a grade (0 / 10), so the exit code is 0."""
+    """The untouched stub gets a grade (0 / 10), so the exit code is 0.
+    An untouched class is no error: the report says so as a note of its
+    task, under the task's heading, never as "Error:" in the header."""
     run = runs["stub"]
     assert run.returncode == 0, run.stderr
     assert "Total: 0 / 10" in run.stdout
     assert "public test values only" in run.stdout
-    assert "untouched stub" in run.stdout
+    lines = run.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("Error:")]
+    for heading, target in (("Coding Task 1: SelfAttention: 0 / 4",
+                             "SelfAttention"),
+                            ("Coding Task 2: MultiHeadSelfAttention: 0 / 6",
+                             "MultiHeadSelfAttention")):
+        assert (f"{heading}\n  Note: {target} is still the untouched "
+                f"stub: write your code between the YOUR CODE") in run.stdout
 
 
 @pytest.mark.parametrize("name, words", [
@@ -206,12 +233,58 @@ def test_gradescope_results_have_the_documented_fields(
     assert "[no_mix]" in by_id["task2.output"]["output"]
 
 
+def test_gradescope_shows_an_optional_bonus_not_earned_as_passed(
+        runs: dict[str, Run]) -> None:
+    """Gradescope has no neutral status: a bonus not earned is a passed
+    test worth 0 of 0 that says it is optional (a failed test would read
+    as a lost point); an untouched task is a note, not an error; a
+    public-only grade speaks of no hidden case."""
+    run = runs["stub-gradescope"]
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    by_id = {test["number"]: test for test in data["tests"]}
+    bonus = by_id["task1.bonus"]
+    assert (bonus["status"], bonus["score"], bonus["max_score"]) == (
+        "passed", 0.0, 0.0)
+    assert bonus["name"].endswith("(optional bonus)")
+    assert bonus["output"].startswith("Optional bonus, not earned (it costs "
+                                      "no points): ")
+    assert "did not earn full points" in bonus["output"]
+    assert by_id["task1.forward"]["status"] == "failed"
+    assert "  Note: SelfAttention is still the untouched stub" in \
+        data["output"]
+    texts = [data["output"]] + [t["output"] for t in data["tests"]]
+    assert not [t for t in texts if HIDDEN_CASES.search(t)]
+    earned = {t["number"]: t for t in json.loads(
+        runs["gradescope"].stdout)["tests"]}["task1.bonus"]
+    assert (earned["status"], earned["score"]) == ("passed", 1.0)
+
+
 # --------------------------------------------------------------------------
-# --help
+# Files the grader writes
+
+
+def test_report_files_are_readable_like_the_pictures(
+        runs: dict[str, Run], outputs: Path) -> None:
+    """--output and --feedback files get 0666 less the umask (0644 here),
+    as the attention-map PNGs do, not mkstemp's private 0600."""
+    assert runs["files"].returncode == 0, runs["files"].stderr
+    feedback = outputs / "feedback"
+    written = sorted(feedback.iterdir())
+    assert {p.name for p in written} >= {"report.txt", "report.json"}
+    assert [p for p in written if p.suffix == ".png"], written
+    for path in written + [outputs / "report.txt"]:
+        assert oct(path.stat().st_mode & 0o777) == oct(0o644), path
+    assert not [p for p in outputs.rglob(".*.tmp")]
+
+
+# --------------------------------------------------------------------------
+# --help and --version
 
 
 @pytest.mark.parametrize("args", [
     (), ("grade",), ("batch",), ("shapes",), ("assignments",),
+    ("nbgrader",), ("gradescope-bundle",),
 ])
 def test_help_works_for_every_subcommand(args: tuple[str, ...]) -> None:
     """``--help`` exits 0 and prints a usage line."""
@@ -227,3 +300,62 @@ def test_help_works_for_every_subcommand(args: tuple[str, ...]) -> None:
     if args == ("batch",):
         for option in ("--out", "--jobs", "DIR"):
             assert option in run.stdout
+
+
+# The exit statuses each command returns (grader/cli.py, grader/batch.py,
+# grader/course.py, grader/classroom.py): its --help must explain each.
+EXIT_CODES = {
+    ("grader", "grade"): ("0", "2"),
+    ("grader", "shapes"): ("0", "1", "2"),
+    ("grader", "batch"): ("0", "1", "2", "130"),
+    ("grader", "nbgrader"): ("0", "1", "2", "130"),
+    ("grader", "gradescope-bundle"): ("0", "2"),
+    ("grader", "assignments"): ("0",),
+    ("grader.classroom", "grade"): ("0", "1", "2"),
+    ("grader.classroom", "run"): ("124", "127", "128+S", "2"),
+}
+
+
+@pytest.mark.parametrize("module, command", list(EXIT_CODES))
+def test_help_documents_every_argument_and_exit_status(
+        module: str, command: str) -> None:
+    """Every argument has a help text, and the help ends with an "exit
+    status:" block with one entry for each status the command returns."""
+    run = subprocess.run(
+        [sys.executable, "-m", module, command, "--help"], cwd=KIT,
+        capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"usage: python -m {module} {command}")
+    block = run.stdout.split("\nexit status:\n")[1]
+    codes = [line.split()[0] for line in block.splitlines()
+             if line.startswith("  ") and not line.startswith("      ")]
+    for code in EXIT_CODES[(module, command)]:
+        assert code in codes, (code, block)
+    import argparse
+
+    from grader import classroom, cli
+
+    parser = (cli if module == "grader" else classroom).build_parser()
+    (subparsers,) = [a for a in parser._actions
+                     if isinstance(a, argparse._SubParsersAction)]
+    for action in subparsers.choices[command]._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help and action.help != argparse.SUPPRESS, \
+            action.dest
+
+
+def test_version() -> None:
+    """``python -m grader --version`` prints the kit's version (the
+    [metadata] version of setup.cfg) and exits 0, without grading."""
+    import configparser
+
+    from grader import __version__
+
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(KIT / "setup.cfg", encoding="utf-8")
+    assert __version__ == config["metadata"]["version"]
+    run = subprocess.run(_command("--version"), cwd=KIT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"python -m grader {__version__}\n"

@@ -587,7 +587,8 @@ def test_public_tests_call_a_masked_diagonal_by_its_name(
     report = tmp_path / "junit.xml"
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/public/test_multi_head_self_attention.py",
+         "tests/public/multi_head_attention/"
+         "test_multi_head_self_attention.py",
          "-k", "causal_probs_structure", f"--junitxml={report}",
          "--impl", str(SUBMISSIONS / f"{name}.py")],
         cwd=KIT, capture_output=True, text=True, timeout=300)

@@ -454,11 +454,16 @@ def test_missing_class_is_named_in_every_item(graded) -> None:
 
 
 def test_stub_task_is_reported_as_not_started(graded) -> None:
-    """An untouched task: 0 points, shapes not checked, a clear note."""
+    """An untouched task: 0 points, shapes not checked, a clear note of
+    the task (no error: the report's header does not list it)."""
     report = graded("partial_task2_stub")
     assert "not checked" in report.item("task2.shapes").message
     task2 = next(t for t in report.tasks if t.id == "task2")
-    assert any("untouched stub" in p for p in task2.problems)
+    assert any("untouched stub" in n for n in task2.notes)
+    assert not any("untouched stub" in e for e in report.errors)
+    assert "\nError:" not in report.as_text()
+    (entry,) = [t for t in report.as_json()["tasks"] if t["id"] == "task2"]
+    assert entry["notes"] == task2.notes
 
 
 # --------------------------------------------------------------------------

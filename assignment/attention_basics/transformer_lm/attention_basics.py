@@ -29,6 +29,10 @@ that produces a tensor needs a comment with its shape, for example::
 
     keys = self.W_key(x)  # [batch_size, num_tokens, d_out]
 
+or, in the notation of the book the lecture follows::
+
+    keys = self.W_key(x)  # Shape: (b, num_tokens, d_out)
+
 Shape comments use these dimension names: batch_size, num_tokens,
 context_length, d_in (input_dim for ``QKVMultiheadAttention``), d_out
 (d_model for ``QKVMultiheadAttention``), num_heads and head_dim; products

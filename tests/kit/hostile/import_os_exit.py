@@ -1,8 +1,10 @@
 """Hostile at import time: ends the process with ``os._exit(0)``, which skips
 every ``finally`` and would look like a clean exit.
 
-Expected: the sandbox turns ``os._exit`` into an error, so the module cannot
-be loaded: both tasks earn 0, and the report names ``os._exit``.
+Expected: the sandbox turns ``os._exit`` into an error (reported), so the
+module cannot be loaded as it is; it is graded without its module-level
+code, which is not run again: the classes are correct and earn full marks
+(11).
 """
 import os
 

@@ -1,7 +1,8 @@
 """Broken at import time: an exception at module level.
 
-Expected: the module cannot be loaded: both tasks earn 0, with the
-exception and its line in one sentence.
+Expected: the module cannot be loaded as it is (a note gives the exception
+and its line); graded without its module-level code, which is not run
+again, the correct classes earn full marks (11).
 """
 import torch
 import torch.nn as nn

@@ -1,7 +1,9 @@
 """Hostile at import time: ends the process with ``sys.exit``.
 
-Expected: the module cannot be loaded, so both tasks earn 0, with a
-sentence naming the ``sys.exit`` call and its line.
+Expected: the module cannot be loaded as it is (a note names the
+``sys.exit`` call and its line), so it is graded as the notebook loader
+grades a notebook: the ``sys.exit`` line is module-level code and is not
+run; the classes are correct and earn full marks (11).
 """
 import sys
 

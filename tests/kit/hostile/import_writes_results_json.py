@@ -4,7 +4,9 @@ file) in its working folder, in the grader's working folder (found through
 
 Expected: its own working folder is a scratch folder that is thrown away;
 every other write is refused. The last one is not caught, so the module
-cannot be loaded and both tasks earn 0; the report names the refused write.
+cannot be loaded as it is; the report names the refused writes. Graded
+without its module-level code (never run again), the correct classes earn
+full marks (11): a refused attempt costs nothing by itself.
 """
 import json
 import os

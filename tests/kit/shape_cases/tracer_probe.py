@@ -1,12 +1,14 @@
-"""A torch-free probe of ShapeTracer's line-event handling.
+"""A torch-free probe of the sandbox agent's line tracer.
 
 Run as ``python tracer_probe.py /path/to/kit`` under any Python 3.11+; it
-prints one JSON object: the records of ``Probe.forward`` and whether each
-tampering forward left the tracer intact. ``tests/kit/test_shapes.py`` runs it
-under every interpreter it finds and expects the same output from each, so
-the behaviours that differ between versions (a multi-line statement's extra
-line events, PEP 709 inlined comprehensions, a ``return`` inside ``with``)
-are pinned down.
+prints one JSON object: the records of ``Probe.forward`` and whether a
+forward that switches tracing off leaves the trace not intact.
+``tests/kit/test_shapes.py`` runs it under every interpreter it finds and
+expects the same output from each, so the behaviours that differ between
+versions (a multi-line statement's extra line events, PEP 709 inlined
+comprehensions, a ``return`` inside ``with``) are pinned down. (In the
+sandbox, switching tracing off is refused outright; see
+``tests/kit/test_integrity.py``.)
 """
 import json
 import sys
@@ -88,20 +90,14 @@ class TamperFrame:
         return z
 
 
-class TamperRestore:
-    def forward(self, x):
-        saved = sys.gettrace()
-        sys.settrace(None)
-        z = x.view(2)
-        sys.settrace(saved)
-        return z
-
-
 def main(kit: str) -> None:
     sys.path.insert(0, kit)
     from pathlib import Path
 
-    from grader.shapes import ShapeTracer, collect_statements
+    sys.path.insert(0, str(Path(kit) / "tests" / "kit"))
+    from tracing import Trace
+
+    from grader.shapes import collect_statements
     from grader.source import load_python
 
     source = load_python(Path(__file__))
@@ -113,7 +109,7 @@ def main(kit: str) -> None:
     def trace(cls, *args):
         statements = collect_statements(source, cls.__name__, "forward")
         plan = [statement.to_plain() for statement in statements]
-        with ShapeTracer(filename, "forward", plan, is_tensor) as tracer:
+        with Trace(filename, "forward", plan, is_tensor) as tracer:
             cls().forward(*args)
         texts = {str(s.id): s.text for s in statements}
         records = {texts[key]: value
@@ -126,7 +122,7 @@ def main(kit: str) -> None:
                   s.text for s in collect_statements(source, "Probe",
                                                      "forward")
                   if not s.traceable]}
-    for cls in (TamperNone, TamperFrame, TamperRestore):
+    for cls in (TamperNone, TamperFrame):
         result[cls.__name__] = trace(cls, FakeTensor(2, 3))[1]
     result["trace_after"] = sys.gettrace() is None
     print(json.dumps(result, sort_keys=True))

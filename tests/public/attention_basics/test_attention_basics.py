@@ -1,8 +1,8 @@
 """Public tests of the warm-up homework "Attention from scratch".
 
-Run: ``python -m pytest tests/public/test_attention_basics.py`` (the
-``basics`` fixture imports ``transformer_lm.attention_basics``; choose
-another file with ``--basics-impl path/to/attention_basics.py``). For each
+Run: ``python -m pytest tests/public`` (the ``impl`` fixture imports
+``transformer_lm.attention_basics``; choose another file with ``--impl
+path/to/attention_basics.py``). For each
 task, shapes are checked before values, so the first failure tells you
 where to look. Expected numbers are the lecture's (printed with 4
 decimals) and, for sizes that are all different, numbers the reference
@@ -79,17 +79,17 @@ def run(module: torch.nn.Module, *args: torch.Tensor) -> torch.Tensor:
 
 # --- Task 1: simple_self_attention ----------------------------------------
 
-def test_simple_self_attention_shape(basics):
+def test_simple_self_attention_shape(impl):
     """Task 1: one sequence in, one context vector per token out."""
-    expect_shape(basics.simple_self_attention(INPUTS), (6, 3),
+    expect_shape(impl.simple_self_attention(INPUTS), (6, 3),
                  "simple_self_attention(inputs)", TOKENS)
-    expect_shape(basics.simple_self_attention(wave(4, 5)), (4, 5),
+    expect_shape(impl.simple_self_attention(wave(4, 5)), (4, 5),
                  "simple_self_attention on [4, 5]", TOKENS)
 
 
-def test_simple_self_attention_lecture_values(basics):
+def test_simple_self_attention_lecture_values(impl):
     """Task 1: the lecture's all_context_vecs; row 2 is "journey"."""
-    expect_printed(basics.simple_self_attention(INPUTS),
+    expect_printed(impl.simple_self_attention(INPUTS),
                    [[0.4421, 0.5931, 0.5790],
                     [0.4419, 0.6515, 0.5683],
                     [0.4431, 0.6496, 0.5671],
@@ -101,9 +101,9 @@ def test_simple_self_attention_lecture_values(basics):
                    "without scaling.")
 
 
-def test_simple_self_attention_negative_scores(basics):
+def test_simple_self_attention_negative_scores(impl):
     """Task 1: with negative scores only the softmax gives the weights."""
-    expect_printed(basics.simple_self_attention(wave(4, 5)),
+    expect_printed(impl.simple_self_attention(wave(4, 5)),
                    [[0.1986, 0.7081, 0.8847, 0.6451, 0.1022],
                     [-0.5384, -0.8854, -0.8160, -0.3629, 0.2610],
                     [0.4312, 0.8530, 0.8736, 0.4834, -0.1342],
@@ -115,9 +115,9 @@ def test_simple_self_attention_negative_scores(basics):
 
 # --- Task 2: SelfAttention_v1 ---------------------------------------------
 
-def test_self_attention_v1_parameters(basics):
+def test_self_attention_v1_parameters(impl):
     """Task 2.1: W_query, W_key, W_value are nn.Parameter [d_in, d_out]."""
-    model = basics.SelfAttention_v1(d_in=7, d_out=4)
+    model = impl.SelfAttention_v1(d_in=7, d_out=4)
     for name in ("W_query", "W_key", "W_value"):
         weight = getattr(model, name, None)
         assert isinstance(weight, torch.nn.Parameter), (
@@ -128,15 +128,15 @@ def test_self_attention_v1_parameters(basics):
             f"expected [d_in, d_out] = [7, 4]")
 
 
-def test_self_attention_v1_shape(basics):
+def test_self_attention_v1_shape(impl):
     """Task 2.2: the output is [num_tokens, d_out]."""
-    output = run(basics.SelfAttention_v1(d_in=7, d_out=4), wave(5, 7))
+    output = run(impl.SelfAttention_v1(d_in=7, d_out=4), wave(5, 7))
     expect_shape(output, (5, 4), "SelfAttention_v1 output", OUT_2D)
 
 
-def test_self_attention_v1_lecture_values(basics):
+def test_self_attention_v1_lecture_values(impl):
     """Task 2: torch.manual_seed(123); SelfAttention_v1(3, 2)(inputs)."""
-    expect_printed(run(seeded(basics.SelfAttention_v1, 3, 2), INPUTS),
+    expect_printed(run(seeded(impl.SelfAttention_v1, 3, 2), INPUTS),
                    [[0.2996, 0.8053],
                     [0.3061, 0.8210],
                     [0.3058, 0.8203],
@@ -148,9 +148,9 @@ def test_self_attention_v1_lecture_values(basics):
                    "torch.rand, and divide the scores by sqrt(d_out).")
 
 
-def test_self_attention_v1_distinct_sizes(basics):
+def test_self_attention_v1_distinct_sizes(impl):
     """Task 2: d_in = 7, d_out = 4, 5 tokens (seed 123)."""
-    expect_printed(run(seeded(basics.SelfAttention_v1, 7, 4), wave(5, 7)),
+    expect_printed(run(seeded(impl.SelfAttention_v1, 7, 4), wave(5, 7)),
                    [[0.0346, 0.1921, 0.4020, 0.4479],
                     [-0.0386, 0.6891, 0.6179, 0.6362],
                     [-0.0955, 0.3715, -0.0455, -0.1030],
@@ -163,9 +163,9 @@ def test_self_attention_v1_distinct_sizes(basics):
 # --- Task 3: SelfAttention_v2 ---------------------------------------------
 
 @pytest.mark.parametrize("qkv_bias", [False, True])
-def test_self_attention_v2_layers(basics, qkv_bias):
+def test_self_attention_v2_layers(impl, qkv_bias):
     """Task 3.1: nn.Linear(d_in, d_out, bias=qkv_bias) layers."""
-    model = basics.SelfAttention_v2(d_in=7, d_out=4, qkv_bias=qkv_bias)
+    model = impl.SelfAttention_v2(d_in=7, d_out=4, qkv_bias=qkv_bias)
     for name in ("W_query", "W_key", "W_value"):
         layer = getattr(model, name, None)
         assert isinstance(layer, torch.nn.Linear), (
@@ -179,9 +179,9 @@ def test_self_attention_v2_layers(basics, qkv_bias):
             f"qkv_bias=True")
 
 
-def test_self_attention_v2_lecture_values(basics):
+def test_self_attention_v2_lecture_values(impl):
     """Task 3: torch.manual_seed(789); SelfAttention_v2(3, 2)(inputs)."""
-    expect_printed(run(seeded(basics.SelfAttention_v2, 3, 2, seed=789),
+    expect_printed(run(seeded(impl.SelfAttention_v2, 3, 2, seed=789),
                        INPUTS),
                    [[-0.0739, 0.0713],
                     [-0.0748, 0.0703],
@@ -194,9 +194,9 @@ def test_self_attention_v2_lecture_values(basics):
                    "divide the scores by sqrt(d_out).")
 
 
-def test_self_attention_v2_distinct_sizes_with_bias(basics):
+def test_self_attention_v2_distinct_sizes_with_bias(impl):
     """Task 3: SelfAttention_v2(7, 4, qkv_bias=True), seed 123."""
-    model = seeded(basics.SelfAttention_v2, 7, 4, qkv_bias=True)
+    model = seeded(impl.SelfAttention_v2, 7, 4, qkv_bias=True)
     expect_printed(run(model, wave(5, 7)),
                    [[0.0427, 0.2460, -0.0576, 0.0658],
                     [-0.0399, 0.2382, 0.0193, 0.1089],
@@ -209,9 +209,9 @@ def test_self_attention_v2_distinct_sizes_with_bias(basics):
 
 # --- Task 4: CausalAttention ----------------------------------------------
 
-def test_causal_attention_layers_and_mask_buffer(basics):
+def test_causal_attention_layers_and_mask_buffer(impl):
     """Task 4.1: three nn.Linear, an nn.Dropout and a mask buffer."""
-    model = basics.CausalAttention(7, 4, context_length=9, dropout=0.5)
+    model = impl.CausalAttention(7, 4, context_length=9, dropout=0.5)
     for name in ("W_query", "W_key", "W_value"):
         assert isinstance(getattr(model, name, None), torch.nn.Linear), (
             f"CausalAttention.{name} should be nn.Linear(d_in, d_out)")
@@ -226,17 +226,17 @@ def test_causal_attention_layers_and_mask_buffer(basics):
         f"expected [context_length, context_length] = [9, 9]")
 
 
-def test_causal_attention_shape(basics):
+def test_causal_attention_shape(impl):
     """Task 4.2: a batch in, [batch_size, num_tokens, d_out] out."""
-    output = run(basics.CausalAttention(7, 4, 9, 0.0), wave(2, 5, 7))
+    output = run(impl.CausalAttention(7, 4, 9, 0.0), wave(2, 5, 7))
     expect_shape(output, (2, 5, 4), "CausalAttention output", OUT)
 
 
 @pytest.mark.parametrize("context_length", [6, 10])
-def test_causal_attention_lecture_values(basics, context_length):
+def test_causal_attention_lecture_values(impl, context_length):
     """Task 4: CausalAttention(3, 2, context_length, 0.0) after seed 123;
     a mask longer than the input gives the same numbers."""
-    model = seeded(basics.CausalAttention, 3, 2, context_length, 0.0)
+    model = seeded(impl.CausalAttention, 3, 2, context_length, 0.0)
     expect_printed(run(model, BATCH), [[row[:2] for row in WRAPPER]] * 2,
                    f"CausalAttention(3, 2, {context_length}, 0.0) output",
                    "Mask with the top-left [num_tokens, num_tokens] corner "
@@ -245,9 +245,9 @@ def test_causal_attention_lecture_values(basics, context_length):
                    "dimension.")
 
 
-def test_causal_attention_distinct_sizes(basics):
+def test_causal_attention_distinct_sizes(impl):
     """Task 4: CausalAttention(7, 4, 9, 0.0, qkv_bias=True), seed 123."""
-    model = seeded(basics.CausalAttention, 7, 4, 9, 0.0, qkv_bias=True)
+    model = seeded(impl.CausalAttention, 7, 4, 9, 0.0, qkv_bias=True)
     expect_printed(run(model, wave(2, 5, 7))[0],
                    [[-0.4691, 0.1947, 0.4263, 0.3125],
                     [-0.2217, 0.2491, 0.1192, 0.3843],
@@ -259,9 +259,9 @@ def test_causal_attention_distinct_sizes(basics):
                    "batch stays first.")
 
 
-def test_causal_attention_hides_the_future(basics):
+def test_causal_attention_hides_the_future(impl):
     """Task 4: changing tokens 3.. does not change the outputs of 0..2."""
-    model = basics.CausalAttention(7, 4, 9, 0.0).eval()
+    model = impl.CausalAttention(7, 4, 9, 0.0).eval()
     x = wave(2, 5, 7)
     changed = x.clone()
     changed[:, 3:] = -changed[:, 3:]
@@ -272,12 +272,12 @@ def test_causal_attention_hides_the_future(basics):
 
 
 @pytest.mark.parametrize("name", ["CausalAttention", "MultiHeadAttention"])
-def test_dropout_only_in_training(basics, name):
+def test_dropout_only_in_training(impl, name):
     """Tasks 4 and 6: dropout changes nothing in eval mode, and in
     training zeroes attention weights (the output changes)."""
     extra = () if name == "CausalAttention" else (2,)
-    with_dropout = seeded(getattr(basics, name), 7, 4, 9, 0.5, *extra)
-    without = seeded(getattr(basics, name), 7, 4, 9, 0.0, *extra)
+    with_dropout = seeded(getattr(impl, name), 7, 4, 9, 0.5, *extra)
+    without = seeded(getattr(impl, name), 7, 4, 9, 0.0, *extra)
     x = wave(2, 5, 7)
     assert torch.allclose(run(with_dropout.eval(), x), run(without, x)), (
         f"{name} with dropout=0.5 in eval mode differs from dropout=0: "
@@ -289,12 +289,12 @@ def test_dropout_only_in_training(basics, name):
 
 
 @pytest.mark.parametrize("name", ["CausalAttention", "MultiHeadAttention"])
-def test_dropout_acts_on_the_attention_weights(basics, name):
+def test_dropout_acts_on_the_attention_weights(impl, name):
     """Tasks 4 and 6: self.dropout receives the attention weights (each
     row sums to 1, 0 above the diagonal) and returns each weight zeroed or
     doubled (p = 0.5)."""
     extra = () if name == "CausalAttention" else (2,)
-    model = seeded(getattr(basics, name), 7, 4, 9, 0.5, *extra).train()
+    model = seeded(getattr(impl, name), 7, 4, 9, 0.5, *extra).train()
     seen = []
     model.dropout.register_forward_hook(
         lambda _layer, args, output: seen.append((args[0], output)))
@@ -317,28 +317,28 @@ def test_dropout_acts_on_the_attention_weights(basics, name):
 
 # --- Task 5: MultiHeadAttentionWrapper ------------------------------------
 
-def test_wrapper_heads(basics):
+def test_wrapper_heads(impl):
     """Task 5.1: heads is an nn.ModuleList of num_heads CausalAttention."""
-    model = basics.MultiHeadAttentionWrapper(7, 4, 9, 0.0, num_heads=3)
+    model = impl.MultiHeadAttentionWrapper(7, 4, 9, 0.0, num_heads=3)
     heads = getattr(model, "heads", None)
     assert isinstance(heads, torch.nn.ModuleList), (
         f"MultiHeadAttentionWrapper.heads should be an nn.ModuleList, got "
         f"{type(heads).__name__}")
     assert len(heads) == 3, f"{len(heads)} heads; expected num_heads = 3"
-    assert all(isinstance(h, basics.CausalAttention) for h in heads), (
+    assert all(isinstance(h, impl.CausalAttention) for h in heads), (
         "every head should be a CausalAttention")
 
 
-def test_wrapper_shape(basics):
+def test_wrapper_shape(impl):
     """Task 5.2: [batch_size, num_tokens, num_heads * d_out]."""
-    model = basics.MultiHeadAttentionWrapper(7, 4, 9, 0.0, num_heads=3)
+    model = impl.MultiHeadAttentionWrapper(7, 4, 9, 0.0, num_heads=3)
     expect_shape(run(model, wave(2, 5, 7)), (2, 5, 12), "wrapper output",
                  "[batch_size, num_tokens, num_heads * d_out]")
 
 
-def test_wrapper_lecture_values(basics):
+def test_wrapper_lecture_values(impl):
     """Task 5: MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2) after seed 123."""
-    model = seeded(basics.MultiHeadAttentionWrapper, 3, 2, 6, 0.0, 2)
+    model = seeded(impl.MultiHeadAttentionWrapper, 3, 2, 6, 0.0, 2)
     expect_printed(run(model, BATCH), [WRAPPER] * 2,
                    "MultiHeadAttentionWrapper after manual_seed(123)",
                    "Concatenate the heads' outputs on the last dimension, "
@@ -347,9 +347,9 @@ def test_wrapper_lecture_values(basics):
 
 # --- Task 6: MultiHeadAttention -------------------------------------------
 
-def test_multi_head_attention_layers(basics):
+def test_multi_head_attention_layers(impl):
     """Task 6.1: W_query, W_key, W_value, then out_proj (with a bias)."""
-    model = basics.MultiHeadAttention(7, 12, 9, 0.0, num_heads=3)
+    model = impl.MultiHeadAttention(7, 12, 9, 0.0, num_heads=3)
     for name, sizes in (("W_query", (7, 12)), ("W_key", (7, 12)),
                         ("W_value", (7, 12)), ("out_proj", (12, 12))):
         layer = getattr(model, name, None)
@@ -362,16 +362,16 @@ def test_multi_head_attention_layers(basics):
     assert "mask" in dict(model.named_buffers()), "mask should be a buffer"
 
 
-def test_multi_head_attention_shape(basics):
+def test_multi_head_attention_shape(impl):
     """Task 6.2: [batch_size, num_tokens, d_out]."""
-    model = basics.MultiHeadAttention(7, 12, 9, 0.0, num_heads=3)
+    model = impl.MultiHeadAttention(7, 12, 9, 0.0, num_heads=3)
     expect_shape(run(model, wave(2, 5, 7)), (2, 5, 12),
                  "MultiHeadAttention output", OUT)
 
 
-def test_multi_head_attention_lecture_values(basics):
+def test_multi_head_attention_lecture_values(impl):
     """Task 6: MultiHeadAttention(3, 2, 6, 0.0, 2) after seed 123."""
-    model = seeded(basics.MultiHeadAttention, 3, 2, 6, 0.0, 2)
+    model = seeded(impl.MultiHeadAttention, 3, 2, 6, 0.0, 2)
     expect_printed(run(model, BATCH),
                    [[[0.3190, 0.4858],
                      [0.2943, 0.3897],
@@ -384,10 +384,10 @@ def test_multi_head_attention_lecture_values(basics):
                    "order; apply out_proj to the merged heads.")
 
 
-def test_multi_head_attention_distinct_sizes(basics):
+def test_multi_head_attention_distinct_sizes(impl):
     """Task 6: 3 heads of head_dim 4 (seed 123); head_dim > 1 shows the
     scale and the view/transpose split."""
-    model = seeded(basics.MultiHeadAttention, 7, 12, 9, 0.0, 3)
+    model = seeded(impl.MultiHeadAttention, 7, 12, 9, 0.0, 3)
     expect_printed(
         run(model, wave(2, 5, 7))[0],
         [[-0.0950, 0.0030, 0.0457, -0.3686, 0.0401, 0.0493, -0.3063,
@@ -408,11 +408,11 @@ def test_multi_head_attention_distinct_sizes(basics):
 
 # --- Task 7: QKVMultiheadAttention ----------------------------------------
 
-def test_qkv_layers(basics):
+def test_qkv_layers(impl):
     """Task 7.1: qkv_layer = nn.Linear(input_dim, 3 * d_model), then
     linear_layer = nn.Linear(d_model, d_model)."""
-    model = basics.QKVMultiheadAttention(input_dim=7, d_model=8,
-                                         num_heads=2)
+    model = impl.QKVMultiheadAttention(input_dim=7, d_model=8,
+                                       num_heads=2)
     for name, sizes in (("qkv_layer", (7, 24)), ("linear_layer", (8, 8))):
         layer = getattr(model, name, None)
         assert isinstance(layer, torch.nn.Linear), (
@@ -422,18 +422,18 @@ def test_qkv_layers(basics):
             f"{layer.out_features}; expected {sizes[0]} -> {sizes[1]}")
 
 
-def test_qkv_shapes_of_the_lecture(basics):
+def test_qkv_shapes_of_the_lecture(impl):
     """Task 7.2: input_dim 1024, d_model 512, 8 heads: [30, 5, 512]."""
-    model = basics.QKVMultiheadAttention(1024, 512, num_heads=8)
+    model = impl.QKVMultiheadAttention(1024, 512, num_heads=8)
     expect_shape(run(model, torch.randn(30, 5, 1024)), (30, 5, 512),
                  "QKVMultiheadAttention output",
                  "[batch_size, num_tokens, d_model]")
 
 
-def test_qkv_values(basics):
+def test_qkv_values(impl):
     """Task 7.2: QKVMultiheadAttention(3, 4, 2) after seed 123 on the
     lecture's batch, no mask."""
-    model = seeded(basics.QKVMultiheadAttention, 3, 4, 2)
+    model = seeded(impl.QKVMultiheadAttention, 3, 4, 2)
     expect_printed(run(model, BATCH)[0],
                    [[-0.4928, -0.3725, -0.2634, -0.6290],
                     [-0.4930, -0.3729, -0.2650, -0.6300],
@@ -448,10 +448,10 @@ def test_qkv_values(basics):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_qkv_distinct_sizes(basics, masked):
+def test_qkv_distinct_sizes(impl, masked):
     """Task 7: QKVMultiheadAttention(7, 8, 2), seed 123, with and without
     the additive causal mask."""
-    model = seeded(basics.QKVMultiheadAttention, 7, 8, 2)
+    model = seeded(impl.QKVMultiheadAttention, 7, 8, 2)
     mask = torch.triu(torch.full((5, 5), float("-inf")), diagonal=1)
     args = (wave(2, 5, 7), mask) if masked else (wave(2, 5, 7),)
     printed = ([[0.1121, -0.5845, 0.6369, 0.4182, -0.0903, 0.2095, -0.1595,

@@ -6,7 +6,8 @@ of the batch, head and head-size axes shows.
 """
 import pytest
 import torch
-from adapters import expect_close, expect_shape, multi_head
+from adapters import expect_close, expect_shape
+from builders import multi_head
 
 from transformer_lm.test_values import (MultiHeadAttentionDistinctTestValues,
                                         MultiHeadAttentionTestValues)

@@ -4,7 +4,8 @@ Run: ``python -m pytest tests/public``. Shapes are checked before values, so
 the first failure tells you where to look.
 """
 import torch
-from adapters import expect_close, expect_shape, self_attention
+from adapters import expect_close, expect_shape
+from builders import self_attention
 
 from transformer_lm.test_values import SelfAttentionTestValues as Values
 

@@ -1,0 +1,89 @@
+"""Near-miss names (issue 16): a missing graded name points at the
+definition that was most likely meant (grader/analysis.py). Scores stay 0:
+the contract's names are fixed. Graded end to end in test_learners.py."""
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.analysis import NearMiss, near_miss
+from grader.rubric import get_assignment
+from grader.source import SourceFile
+
+WARM_UP = get_assignment("attention_basics")
+TARGETS = {task.target for task in WARM_UP.tasks}
+
+CODE = textwrap.dedent("""
+    class CausalSelfAttention:
+        pass
+
+
+    class SelfAttentionV1:
+        pass
+
+
+    class SelfAttention_v2:
+        pass
+
+
+    class MultiheadAttentionWrapper:
+        pass
+
+
+    def simple_attention(inputs):
+        return inputs
+
+
+    class SimpleSelfAttention:
+        pass
+
+
+    def build():
+        class MultiHeadAttention:
+            pass
+        return MultiHeadAttention
+
+
+    class Tokenizer:
+        pass
+    """)
+TREE = ast.parse(CODE)
+
+
+def miss(target: str) -> NearMiss | None:
+    """The near miss of a warm-up target in CODE."""
+    kind = ast.FunctionDef if target[0].islower() else ast.ClassDef
+    return near_miss(TREE, target, kind, frozenset(TARGETS - {target}))
+
+
+@pytest.mark.parametrize("target,found", [
+    ("CausalAttention", NearMiss("CausalSelfAttention", 2)),
+    ("SelfAttention_v1", NearMiss("SelfAttentionV1", 6)),
+    ("MultiHeadAttentionWrapper", NearMiss("MultiheadAttentionWrapper", 14)),
+    ("MultiHeadAttention", NearMiss("MultiHeadAttention", 27, "build")),
+    ("simple_self_attention", NearMiss("simple_attention", 18)),
+    ("QKVMultiheadAttention", None),
+])
+def test_the_closest_definition_is_proposed(target: str,
+                                            found: NearMiss | None) -> None:
+    """Alike names (case and underscores aside), a graded name nested in a
+    function, a function for a function; never another task's class (the
+    wrapper's near miss is not MultiHeadAttention's), never a class for a
+    function."""
+    assert miss(target) == found
+
+
+def test_the_sentence_names_both() -> None:
+    """What the item says: where the definition is and what is asked."""
+    source = SourceFile(text=CODE, path=Path("/tmp/x.py"))
+    assert miss("CausalAttention").sentence(source, "CausalAttention") == (
+        "found `CausalSelfAttention` at line 2; the assignment asks for "
+        "`CausalAttention`")
+    assert miss("MultiHeadAttention").sentence(
+        source, "MultiHeadAttention") == (
+        "found `MultiHeadAttention` at line 27, inside `build`; the "
+        "assignment asks for `MultiHeadAttention` at the top level of the "
+        "file")
