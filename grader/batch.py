@@ -51,6 +51,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
@@ -349,7 +350,11 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
            "notes": " | ".join(note for task in report.get("tasks", [])
                                for note in task.get("notes", [])),
            "flags": " | ".join(f["message"] for f in
-                               report.get("flags", []))}
+                               report.get("flags", [])),
+           # The known mistakes its items diagnosed, each id once.
+           "diagnoses": " | ".join(dict.fromkeys(
+               mistake for item in report["items"]
+               for mistake in item.get("diagnosis", [])))}
     for item in report["items"]:
         row[item["id"]] = item["score"]
     return row
@@ -366,7 +371,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """Write every row, atomically, items in rubric order; every cell
     through :func:`grader.text.csv_cell` (no formulas, no controls)."""
     fixed = ["student", "status", "score", "max_score"]
-    tail = ["flags", "errors", "notes", "assignment", "path"]
+    tail = ["diagnoses", "flags", "errors", "notes", "assignment", "path"]
     items: list[str] = []
     for row in rows:
         items += [k for k in row if k not in fixed + tail
@@ -642,11 +647,13 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    """Grade every submission of ``args.dir``; return the exit status."""
+    """Grade every submission of ``args.dir`` (or those of ``--only``,
+    or one ``--shard``); return the exit status."""
     out = Path(args.out)
     reports = out.with_name(out.name + ".reports")
     found, args = _prepare(args, out, reports)
-    entries = found.entries
+    everyone = found.entries
+    entries, kept = _selected(args, everyone, out, reports)
     for note in found.notes:
         sys.stderr.write(f"{note}\n")
 
@@ -664,16 +671,16 @@ def run_batch(args: argparse.Namespace) -> int:
             progress.update(rows[entry.key], 0.0)
     todo = [e for e in entries if e.key not in rows]
     _prewarm(args)
-    write_csv(out, list(rows.values()))
+    write_csv(out, kept + list(rows.values()))
 
     def done(entry: Entry, row: dict, record: dict | None,
              seconds: float) -> None:
         rows[entry.key] = row
-        write_csv(out, list(rows.values()))
+        write_csv(out, kept + list(rows.values()))
         progress.update(row, seconds)
 
     stop = judge_all(todo, reports, args, done)
-    write_csv(out, list(rows.values()))
+    write_csv(out, kept + list(rows.values()))
     errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
     if stop:
         sys.stderr.write(f"\ninterrupted: {len(rows)} of {len(entries)} "
@@ -685,7 +692,66 @@ def run_batch(args: argparse.Namespace) -> int:
     for row in sorted(errors, key=lambda r: r["student"]):
         sys.stdout.write(f"  not graded: {row['student']}: "
                          f"{one_line(row['errors'])}\n")
+    if args.shard:
+        from grader.shards import write_manifest
+
+        write_manifest(reports, args.shard, everyone, entries)
+        sys.stdout.write(f"shard {args.shard[0]}/{args.shard[1]}: "
+                         f"'python -m grader merge' writes the class "
+                         f"summary once every shard is done\n")
+    else:
+        from grader.summary import write_summary
+
+        write_summary(out, kept + list(rows.values()), reports)
     return 0 if not errors else 1
+
+
+def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
+              reports: Path) -> tuple[list[Entry], list[dict]]:
+    """The entries this run grades, and the rows it keeps as they are.
+
+    ``--only NAME...``: those students (by the CSV's name or the entry's
+    file name); every other row of an existing ``out`` is kept as it is,
+    and the chosen students' report folders are replaced. ``--shard I/N``:
+    the I-th of N deterministic parts of the class (see
+    :func:`grader.shards.shard_of`). Raises CliError for a name that is
+    no student of the class.
+    """
+    from grader.cli import CliError
+
+    entries = everyone
+    kept: list[dict] = []
+    if getattr(args, "shard", None):
+        from grader.shards import shard_of
+
+        entries = shard_of(entries, *args.shard)
+    only = getattr(args, "only", None)
+    if not only:
+        return entries, kept
+    if args.resume:
+        raise CliError("--only regrades the students it names: it cannot "
+                       "be combined with --resume")
+    names = {n: e for e in entries for n in (e.student, e.path.name, e.key)}
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise CliError(f"--only: no student named "
+                       f"{', '.join(label(n) for n in unknown[:5])} in "
+                       f"{label(str(args.dir))}")
+    chosen = list({names[n].key: names[n] for n in only}.values())
+    if out.is_file():
+        from grader.summary import SummaryError, read_rows
+
+        try:
+            previous = read_rows(out)
+        except SummaryError as exc:
+            raise CliError(str(exc)) from exc
+        students = {e.student for e in chosen}
+        kept = [row for row in previous if row["student"] not in students]
+    for entry in chosen:
+        folder = reports / entry.key
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+    return chosen, kept
 
 
 def judge_all(todo: list[Entry], reports: Path, args: argparse.Namespace,

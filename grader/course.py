@@ -1037,7 +1037,6 @@ def run_nbgrader(args: argparse.Namespace) -> int:
         unrecorded = nbgrader.close()
         shutil.rmtree(stage_root, ignore_errors=True)
     write_csv(out, list(run.rows.values()))
-    # (A class summary of ``run.rows`` belongs here, beside the CSV.)
     ran = [run.rows[s.student] for s in submissions
            if s.student in run.rows]
     errors = [r for r in ran if r["status"] == STATUS_ERROR]
@@ -1061,4 +1060,7 @@ def run_nbgrader(args: argparse.Namespace) -> int:
                              f"{warning}\n")
     for student, problem in unrecorded.items():
         sys.stdout.write(f"  not recorded: {clean(student)}: {problem}\n")
+    from grader.summary import write_summary
+
+    write_summary(out, list(run.rows.values()), reports)
     return 0 if not (errors or unrecorded) else 1
