@@ -6,8 +6,9 @@ class or function of the assignment, the lines of the student regions
 (between ``# YOUR CODE STARTS HERE`` and ``# YOUR CODE ENDS HERE``) and
 the statements outside them that are not the released stub's given code
 (:func:`grader.source.student_code`, as the pep8 and shapes items read
-them). The stub's given code, the docstrings and the markers are the
-same for everyone and are left out. Submissions are located as ``batch``
+them); in a function without markers, its body but the stub's given
+statements. The stub's given code, the docstrings and the markers are
+the same for everyone and are left out. Submissions are located as ``batch``
 locates them (the same class folder, the same assignment choice); nothing
 of a submission runs: its text is parsed, never imported.
 
@@ -30,6 +31,7 @@ import argparse
 import ast
 import html
 import io
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +67,8 @@ def own_code(student: str, submission: object) -> OwnCode:
     from grader.analysis import stub_of
     from grader.pep8 import NBGRADER_MARKERS
     from grader.source import (find_class, find_function, given_statements,
-                               node_span, split_lines, student_code)
+                               node_span, simple_statements, split_lines,
+                               statement_key, student_code)
 
     assignment = submission.assignment  # type: ignore[attr-defined]
     stub = stub_of(assignment)
@@ -89,13 +92,23 @@ def own_code(student: str, submission: object) -> OwnCode:
                      else [(None, node)])
         owned: set[int] = set()
         for class_name, func in functions:
-            mine = student_code(source, func, given_statements(
-                stub, class_name, func.name))
+            given = given_statements(stub, class_name, func.name)
+            mine = student_code(source, func, given)
             for start, end in mine.regions:
                 owned.update(range(start, end + 1))
             for statement in mine.outside:
                 first, last = node_span(statement)
                 owned.update(range(first, last + 1))
+            if not mine.marked:
+                # Without markers the whole body is the student's; the
+                # stub's given statements in it are still nobody's.
+                allowance = Counter(given)
+                for statement in simple_statements(func.body):
+                    key = statement_key(statement)
+                    if key is not None and allowance[key] > 0:
+                        allowance[key] -= 1
+                        first, last = node_span(statement)
+                        owned.difference_update(range(first, last + 1))
         for number in sorted(owned):
             text = lines[number - 1].strip() if 1 <= number <= len(lines) \
                 else ""
