@@ -8,7 +8,9 @@ the statements outside them that are not the released stub's given code
 (:func:`grader.source.student_code`, as the pep8 and shapes items read
 them); in a function without markers, its body but the stub's given
 statements. The stub's given code, the docstrings and the markers are
-the same for everyone and are left out. Submissions are located as ``batch``
+the same for everyone and are left out, and so is what the stub itself
+has in its regions (``raise NotImplementedError``): copydetect's
+boilerplate. Submissions are located as ``batch``
 locates them (the same class folder, the same assignment choice); nothing
 of a submission runs: its text is parsed, never imported.
 
@@ -61,27 +63,27 @@ class OwnCode:
         return "".join(line + "\n" for line in self.lines)
 
 
-def own_code(student: str, submission: object) -> OwnCode:
-    """The student's own lines of every task of ``submission`` (a located
-    :class:`grader.submission.Submission`)."""
+def own_code(student: str, assignment: object,
+             sources: dict[str, object]) -> OwnCode:
+    """The student's own lines of every task of ``assignment``, in each
+    task's source (``sources``, a located submission's)."""
     from grader.analysis import stub_of
     from grader.pep8 import NBGRADER_MARKERS
     from grader.source import (find_class, find_function, given_statements,
                                node_span, simple_statements, split_lines,
                                statement_key, student_code)
 
-    assignment = submission.assignment  # type: ignore[attr-defined]
-    stub = stub_of(assignment)
+    stub = stub_of(assignment)  # type: ignore[arg-type]
     code = OwnCode(student)
-    for task in assignment.tasks:
-        source = submission.sources.get(task.id)  # type: ignore
+    for task in assignment.tasks:  # type: ignore[attr-defined]
+        source = sources.get(task.id)
         if source is None:
             continue
         try:
-            tree = source.parse()
+            tree = source.parse()  # type: ignore[attr-defined]
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        lines = split_lines(source.text)
+        lines = split_lines(source.text)  # type: ignore[attr-defined]
         node = find_class(tree, task.target) or find_function(
             tree, task.target)
         if node is None:
@@ -154,21 +156,30 @@ def _lines_of(slices: object, text: str) -> list[int]:
     return sorted(i for i in touched if 0 <= i < count)
 
 
-def compare(codes: list[OwnCode], pairs: int) -> tuple[list[Pair], int]:
-    """The ``pairs`` most similar pairs among ``codes`` (those with any
-    code), and how many students had code to compare."""
+def compare(codes: list[OwnCode], pairs: int,
+            boilerplate: OwnCode | None = None
+            ) -> tuple[list[Pair], list[OwnCode]]:
+    """The ``pairs`` most similar pairs among ``codes``, and the codes
+    compared: those with any fingerprint left once the ``boilerplate``'s
+    (what the stub itself has in its regions) are taken out."""
     try:
         from copydetect import CodeFingerprint, compare_files
     except ImportError as exc:
         raise SimilarityError(
             "copydetect is not installed: pip install copydetect (or the "
             "kit's extra: pip install -e '.[similarity]')") from exc
+    window = GUARANTEE - NOISE + 1
+    common = []
+    if boilerplate is not None and boilerplate.lines:
+        common = list(CodeFingerprint(
+            "stub.py", NOISE, window, fp=io.StringIO(boilerplate.text),
+            language="python").hashes)
     prints = []
     for code in codes:
         if not code.lines:
             continue
         fingerprint = CodeFingerprint(
-            f"{len(prints)}.py", NOISE, GUARANTEE - NOISE + 1,
+            f"{len(prints)}.py", NOISE, window, boilerplate=common,
             fp=io.StringIO(code.text), language="python")
         if fingerprint.hashes:
             prints.append((code, fingerprint))
@@ -193,7 +204,7 @@ def compare(codes: list[OwnCode], pairs: int) -> tuple[list[Pair], int]:
                            _lines_of(slices[1], right.text))))
     found.sort(key=lambda p: (-p.rank, -min(p.shares), p.left.student,
                               p.right.student))
-    return found[:pairs], len(prints)
+    return found[:pairs], [code for code, _ in prints]
 
 
 _STYLE = """
@@ -294,6 +305,12 @@ def run_similarity(args: argparse.Namespace) -> int:
             class_assignment(found.entries)[0]
     except (BatchError, RubricError) as exc:
         raise CliError(str(exc)) from exc
+    from grader.analysis import stub_of
+
+    assignment = get_assignment(chosen)
+    stub = stub_of(assignment)
+    boilerplate = own_code("the stub", assignment, {
+        task.id: stub for task in assignment.tasks}) if stub else None
     codes, skipped = [], []
     for entry in found.entries:
         if entry.problem:
@@ -304,15 +321,16 @@ def run_similarity(args: argparse.Namespace) -> int:
         except (SubmissionError, OSError) as exc:
             skipped.append(f"{entry.student}: {exc}")
             continue
-        code = own_code(entry.student, submission)
-        if not code.lines:
-            skipped.append(f"{entry.student}: no code of their own (an "
-                           f"untouched stub)")
-        codes.append(code)
+        codes.append(own_code(entry.student, assignment,
+                              submission.sources))
     try:
-        pairs, compared = compare(codes, args.pairs)
+        pairs, kept = compare(codes, args.pairs, boilerplate)
     except SimilarityError as exc:
         raise CliError(str(exc)) from exc
+    ids = {id(code) for code in kept}
+    skipped += [f"{code.student}: no code of their own beyond the stub's"
+                for code in codes if id(code) not in ids]
+    compared = len(kept)
     write_atomic(Path(args.out), report_html(
         pairs, compared, len(found.entries), chosen, skipped))
     print(f"compared {compared} of {len(found.entries)} students' own "
