@@ -256,3 +256,40 @@ def test_similarity_ranks_a_renamed_copy_first(tmp_path):
     # The stub's given code is nobody's: never listed as shared.
     assert "bs, seq, _ = x.shape" not in page
     assert "self.head_size = hidden // num_heads" not in page
+
+
+FORKED_JUDGES = '''
+import os, signal, sys
+from grader import forkserver
+
+server = forkserver.shared()
+server.wait_ready()
+
+
+def in_child(check):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, check().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    return os.read(read, 200).decode()
+
+
+print("same", in_child(lambda: str(forkserver.shared().pid == server.pid)))
+os.kill(server.pid, signal.SIGKILL)
+server.process.wait()
+print("after", in_child(lambda: str(forkserver.shared().pid != server.pid)))
+'''
+
+
+def test_forked_judges_share_the_coordinators_fork_server():
+    """A judge (a fork of the coordinator) asks the coordinator's fork
+    server for its workers instead of starting one of its own, and starts
+    a new one only when that server has ended."""
+    result = subprocess.run([sys.executable, "-c", FORKED_JUDGES], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["same", "True", "after", "True"]
