@@ -551,7 +551,10 @@ def _prewarm(args: argparse.Namespace) -> None:
         import matplotlib
 
         matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot  # noqa: F401
+        import matplotlib.font_manager  # noqa: F401
+        import PIL.ImageDraw  # noqa: F401
+
+        import grader.figures  # noqa: F401
     # Every judge asks this one server for its workers: it must be ready
     # before the first judge is forked (see ForkServer.wait_ready).
     try:
