@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,10 +51,20 @@ MISTAKES = ROOT / "tests" / "kit" / "submissions"
 ASSIGNMENT = "multi_head_attention"
 
 
-def _run(args: list[str], cwd: Path = ROOT) -> float:
-    started = time.perf_counter()
+# CPU seconds (user + system) of every finished process a run started.
+CPU: dict[str, list[float]] = {}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(args: list[str], cwd: Path = ROOT, name: str = "") -> float:
+    started, cpu = time.perf_counter(), _cpu()
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
+    CPU.setdefault(name, []).append(_cpu() - cpu)
     if result.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr}")
     return elapsed
@@ -162,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             times["single"].append(_run([python, "-m", "grader", "grade",
                                          str(EXAMPLE)]))
             times["batch"].append(_run([python, "-m", "grader", "batch",
-                                        str(folder), "--out", str(out)])
-                                  / args.batch)
+                                        str(folder), "--out", str(out)],
+                                       name="batch") / args.batch)
             if args.notebooks:
                 times["route"].append(_run(
                     [python, "-m", "grader", "nbgrader", ASSIGNMENT],
@@ -195,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"class of {args.batch} in one batch "
           f"{batch * args.batch:7.1f} s  (goal for 300: under 60 s)")
     print(f"batch per submission / import {batch / floor:5.2f}")
+    # What a busy machine cannot hide: the CPU time the class cost, all
+    # processes of the batch together (coordinator, judges, fork server
+    # and workers, flake8), and the wall time it means on idle cores.
+    cpu = statistics.median(CPU["batch"])
+    cores = os.cpu_count() or 1
+    print(f"class of {args.batch}: CPU {cpu:7.1f} s in all, "
+          f"{cpu / args.batch:.2f} s a submission; on {cores} idle cores "
+          f"about {cpu / cores:.0f} s")
     if route is not None:
         print(f"grader nbgrader per notebook / grade "
               f"{route / single:5.2f}  (goal: at most 0.25)")
