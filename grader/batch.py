@@ -695,18 +695,31 @@ def run_batch(args: argparse.Namespace) -> int:
     for row in sorted(errors, key=lambda r: r["student"]):
         sys.stdout.write(f"  not graded: {row['student']}: "
                          f"{one_line(row['errors'])}\n")
-    if args.shard:
+    shard = getattr(args, "shard", None)
+    if shard:
         from grader.shards import write_manifest
 
-        write_manifest(reports, args.shard, everyone, entries)
-        sys.stdout.write(f"shard {args.shard[0]}/{args.shard[1]}: "
-                         f"'python -m grader merge' writes the class "
-                         f"summary once every shard is done\n")
+        write_manifest(reports, shard, everyone, entries)
+        sys.stdout.write(f"shard {shard[0]}/{shard[1]}: 'python -m grader "
+                         f"merge' writes the class summary once every "
+                         f"shard is done\n")
     else:
-        from grader.summary import write_summary
-
-        write_summary(out, kept + list(rows.values()), reports)
+        summarise(out, kept + list(rows.values()), reports)
     return 0 if not errors else 1
+
+
+def summarise(out: Path, rows: list[dict], reports: Path) -> None:
+    """Print the class summary and write it beside ``out``
+    (:func:`grader.summary.write_summary`); a summary that fails is a
+    warning: the grades are written already."""
+    from grader.summary import write_summary
+
+    try:
+        write_summary(out, rows, reports)
+    except Exception as exc:  # never lose a finished batch to a picture
+        sys.stderr.write(f"warning: no class summary ({type(exc).__name__}"
+                         f": {one_line(str(exc))}); run python -m grader "
+                         f"summary {out} to retry\n")
 
 
 def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,

@@ -63,7 +63,8 @@ from typing import Any, Iterator
 
 from grader.batch import (RECORD, STATUS_ERROR, BatchError, Entry,
                           _check_writable, _keys, _prewarm, _Progress,
-                          error_row, judge_all, row_from_report, write_csv)
+                          error_row, judge_all, row_from_report, summarise,
+                          write_csv)
 from grader.files import write_atomic
 from grader.notebook import cell_items, cell_text, grade_id, nbgrader_credits
 from grader.rubric import (Assignment, RubricError, assignments,
@@ -1060,7 +1061,5 @@ def run_nbgrader(args: argparse.Namespace) -> int:
                              f"{warning}\n")
     for student, problem in unrecorded.items():
         sys.stdout.write(f"  not recorded: {clean(student)}: {problem}\n")
-    from grader.summary import write_summary
-
-    write_summary(out, list(run.rows.values()), reports)
+    summarise(out, list(run.rows.values()), reports)
     return 0 if not (errors or unrecorded) else 1
