@@ -631,7 +631,11 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
     try:
         if args.assignment:
             get_assignment(args.assignment)
-        found = discover(args.dir, args.assignment, exclude=(out, reports))
+        from grader.summary import summary_paths
+
+        # The batch's own outputs, the summary too, are never students.
+        found = discover(args.dir, args.assignment,
+                         exclude=(out, reports, *summary_paths(out)))
         _check_writable(out.parent if str(out.parent) else Path("."))
         _check_writable(reports)
         chosen = args.assignment or found.assignment
