@@ -255,8 +255,10 @@ def test_a_hundred_mixed_submissions_give_a_hundred_rows(tmp_path):
     folder.mkdir()
     kinds = {"ok": REFERENCE.read_text(), "unscaled": UNSCALED,
              "stub": STUB.read_text(), "hang": HANG, "crash": CRASH}
+    # os._exit at import is refused and the module-level code is not run
+    # again: the reference's classes earn their points (issue 16).
     expected = {"ok": 11.0, "unscaled": 9.0, "stub": 0.0, "hang": 7.0,
-                "crash": 11.0}  # graded on what loads
+                "crash": 11.0}
     names = {}
     for index in range(100):
         kind = ("hang" if index % 25 == 0 else "crash" if index % 25 == 1

@@ -7,6 +7,10 @@ deep for the parser, forged report lines. Each is graded by the real
 command line in a fresh process whose peak memory is measured by a small
 wrapper (the workers' memory is their own: they are children of the fork
 server, capped by their own limits, and not counted here).
+
+Time is a bound, not a benchmark: 30 s, or 8 times the grade of the kit's
+honest example measured in the same run when the machine is so busy that
+the honest grade alone takes more than 3.75 s (a loaded CI runner).
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ KIT = Path(__file__).resolve().parents[2]
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 LIMIT_KB = 1024 * 1024
 LIMIT_SECONDS = 30.0
+BASELINE_FACTOR = 8.0
+EXAMPLE = KIT / "examples" / "submission"
 WRAPPER = ("import resource, subprocess, sys, json; "
            "done = subprocess.run(sys.argv[1:], capture_output=True, "
            "text=True); "
@@ -44,14 +50,23 @@ def _grade(path: Path, *options: str) -> tuple[dict, float]:
     return json.loads(done.stdout), time.monotonic() - started
 
 
+@pytest.fixture(scope="module")
+def time_limit() -> float:
+    """30 s, scaled up on a machine too busy to grade honest work fast."""
+    result, seconds = _grade(EXAMPLE, "--format", "json")
+    assert json.loads(result["stdout"])["score"] == 9.0
+    return max(LIMIT_SECONDS, BASELINE_FACTOR * seconds)
+
+
 @pytest.mark.parametrize("name", CASES)
-def test_grading_is_bounded_and_never_a_traceback(name: str) -> None:
+def test_grading_is_bounded_and_never_a_traceback(name: str,
+                                                  time_limit: float) -> None:
     """Exit 0 (a grade), no traceback, < 1 GB, < 30 s."""
     result, seconds = _grade(HOSTILE / name, "--format", "json")
     assert result["code"] == 0, result["stderr"][-2000:]
     assert "Traceback" not in result["stdout"] + result["stderr"]
     assert result["kb"] < LIMIT_KB, result["kb"]
-    assert seconds < LIMIT_SECONDS
+    assert seconds < time_limit, (seconds, time_limit)
     assert json.loads(result["stdout"])["max_score"] == 10.0
 
 

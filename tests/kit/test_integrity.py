@@ -31,6 +31,8 @@ CLEAN_1 = (1, 3, 0, 0, 1)
 ZERO_1 = (0, 0, 0, 0, 0)
 ZERO_2 = (0, 0, 0, 0, 0)
 FORBIDDEN_2 = (0, 0, 0, 0, 0)
+FORBIDDEN_1 = (0, 0, 0, 0, 0)
+CLEAN_2 = (3, 1, 2, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Expected:
 
 
 TASK2_CHECKS = ("task2.scores", "task2.causal", "task2.output")
+TASK1_CHECKS = ("task1.init", "task1.forward")
 CORPUS: dict[str, Expected] = {
     # ------------------------------------------- the code that runs is graded
     "swap_decorator": Expected(SLOPPY_1, SLOPPY_2, 6,
@@ -63,6 +66,9 @@ CORPUS: dict[str, Expected] = {
                                 says=("_sa_init (line",)),
     "swap_module_call": Expected(SLOPPY_1, SLOPPY_2, 6, flags=("patched",),
                                  says=("torch.nn.Module.__call__",)),
+    "swap_metaclass": Expected(SLOPPY_1, SLOPPY_2, 6),
+    "swap_dunder_new": Expected(SLOPPY_1, SLOPPY_2, 6),
+    "swap_alternate": Expected(SLOPPY_1, SLOPPY_2, 6),
     "helper_module_function": Expected(
         SLOPPY_1, SLOPPY_2, 6, says=("and the code it ran (_attend (line",)),
     # ------------------------------- code that is not the visible source
@@ -74,6 +80,8 @@ CORPUS: dict[str, Expected] = {
     "exec_function_type": Expected(
         ZERO_1, ZERO_2, 0, flags=("untraceable",),
         says=("a function made from a code object",)),
+    "exec_code_replace": Expected(ZERO_1, ZERO_2, 0,
+                                  flags=("untraceable", "untraceable")),
     "exec_kit_file": Expected(ZERO_1, ZERO_2, 0, flags=("refused",),
                               says=("tried to read",)),
     # --------------------------------------------------- every kernel
@@ -91,6 +99,23 @@ CORPUS: dict[str, Expected] = {
         CLEAN_1, FORBIDDEN_2, 5, flags=("forbidden", "forbidden"),
         diagnosis=TASK2_CHECKS,
         says=('subclass "torch.nn.MultiheadAttention"',)),
+    "forbidden_aten_math": Expected(
+        FORBIDDEN_1, CLEAN_2, 6, flags=("forbidden",),
+        diagnosis=TASK1_CHECKS,
+        says=("_scaled_dot_product_attention_math",)),
+    "forbidden_getattr_functional": Expected(
+        FORBIDDEN_1, CLEAN_2, 6, flags=("forbidden",),
+        diagnosis=TASK1_CHECKS, says=("scaled_dot_product_attention",)),
+    "forbidden_c_nn": Expected(
+        FORBIDDEN_1, CLEAN_2, 6, flags=("forbidden",),
+        diagnosis=TASK1_CHECKS, says=("scaled_dot_product_attention",)),
+    "forbidden_op_overload": Expected(
+        FORBIDDEN_1, CLEAN_2, 6, flags=("forbidden",),
+        diagnosis=TASK1_CHECKS, says=("scaled_dot_product_attention",)),
+    "forbidden_flash_cpu": Expected(
+        FORBIDDEN_1, CLEAN_2, 6, flags=("forbidden",),
+        diagnosis=TASK1_CHECKS,
+        says=("_scaled_dot_product_flash_attention_for_cpu",)),
     # ----------------------------------------------- behaviour, not identity
     "identity_class_lie": Expected(
         ZERO_1, (3, 1, 2, 0, 0), 6,

@@ -1,0 +1,161 @@
+"""Every front door gives the same grade: one class of honest and hostile
+submissions, graded through ``grade FILE``, ``grade FOLDER`` (the student
+repository's layout, the self-check that recognises the assignment),
+``batch`` and the Gradescope driver (``run_autograder`` from a built
+bundle). Item by item, each route must give what ``grade FILE`` gives, with
+the same integrity flags where the route shows them.
+
+The nbgrader route has its own end-to-end test against ``grade``
+(test_nbgrader_route.py), as has GitHub Classroom (test_classroom.py).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader import bundle
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ASSIGNMENT = "multi_head_attention"
+SEED = 31
+CLASS = {
+    # student -> (file, the total its honest code earns)
+    "ada": (ROOT / "examples" / "submission" / "transformer_lm"
+            / "modeling_attention.py", 9.0),
+    "ben": (HERE / "hostile" / "integrity" / "swap_decorator.py", 6.0),
+    "cy": (HERE / "hostile" / "integrity" / "forbidden_flex_attention.py",
+           5.0),
+    "dee": (HERE / "hostile" / "integrity" / "exec_code_replace.py", 0.0),
+    "eve": (HERE / "hostile" / "integrity" / "report_spoof.py", 5.0),
+}
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
+
+
+def _grade(path: Path, *extra: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", str(path), "--format",
+         "json", "--seed", str(SEED), *extra], cwd=ROOT,
+        env=_environment(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _items(report: dict) -> dict[str, float]:
+    return {i["id"]: i["score"] for i in report["items"]}
+
+
+def _flags(report: dict) -> list[str]:
+    return sorted(f["kind"] for f in report.get("flags", []))
+
+
+@pytest.fixture(scope="module")
+def by_file() -> dict[str, dict]:
+    """The reference route: ``grade FILE --assignment``."""
+    return {student: _grade(path, "--assignment", ASSIGNMENT)
+            for student, (path, _) in CLASS.items()}
+
+
+def test_grade_file_gives_the_honest_totals(by_file) -> None:
+    """The anchor of the comparison is itself right."""
+    assert {s: r["score"] for s, r in by_file.items()} == {
+        s: total for s, (_, total) in CLASS.items()}
+    assert _flags(by_file["dee"]) == ["untraceable", "untraceable"]
+    assert _flags(by_file["cy"]) == ["forbidden"]
+
+
+def test_a_student_folder_grades_like_the_file(by_file, tmp_path) -> None:
+    """``grade .`` in the student repository's layout, the assignment
+    recognised from what the module defines."""
+    for student, (path, _) in CLASS.items():
+        folder = tmp_path / student / "transformer_lm"
+        folder.mkdir(parents=True)
+        shutil.copy(path, folder / "modeling_attention.py")
+        report = _grade(folder.parent)
+        assert report["assignment"] == ASSIGNMENT, student
+        assert _items(report) == _items(by_file[student]), student
+        assert _flags(report) == _flags(by_file[student]), student
+
+
+def test_batch_grades_like_the_file(by_file, tmp_path) -> None:
+    """One class folder, one row and one record per student, each the
+    grade of the file alone (no classmate changes anyone's grade)."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for student, (path, _) in CLASS.items():
+        shutil.copy(path, folder / f"{student}.py")
+    out = tmp_path / "grades.csv"
+    result = subprocess.run(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--seed", str(SEED), "--jobs", "2", "--no-feedback"],
+        cwd=ROOT, env=_environment(), capture_output=True, text=True,
+        timeout=900)
+    assert result.returncode == 0, result.stderr
+    with out.open(newline="") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert sorted(rows) == sorted(CLASS)
+    for student, report in by_file.items():
+        row = rows[student]
+        assert float(row["score"]) == report["score"], student
+        assert {k: float(row[k]) for k in _items(report)} == \
+            _items(report), student
+        record = json.loads((out.parent / "grades.csv.reports"
+                             / f"{student}.py" / "record.json").read_text())
+        assert record["status"] == "graded", student
+        record = record["report"]
+        assert _items(record) == _items(report), student
+        assert _flags(record) == _flags(report), student
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The Gradescope bundle with the same seed baked in."""
+    out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+    bundle.write_bundle(out, assignment=ASSIGNMENT, seed=SEED)
+    return out
+
+
+def _run_autograder(built: Path, root: Path, upload: Path) -> dict:
+    """Gradescope's layout: the bundle in source/, the upload (under the
+    name a browser gives a second download) in submission/."""
+    with zipfile.ZipFile(built) as archive:
+        archive.extractall(root / "source")
+    (root / "submission").mkdir(parents=True)
+    (root / "results").mkdir()
+    shutil.copy(upload, root / "submission" / "modeling_attention (1).py")
+    environment = {k: v for k, v in _environment().items()
+                   if k != "PYTHONPATH"}
+    environment.update({"AUTOGRADER_ROOT": str(root),
+                        "AUTOGRADER_PYTHON": sys.executable})
+    result = subprocess.run(["bash", str(root / "source" / "run_autograder")],
+                            cwd=root, env=environment, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+def test_gradescope_grades_like_the_file(by_file, built, tmp_path) -> None:
+    """The driver inside Gradescope gives every item the score ``grade``
+    gives, and its output shows each integrity flag."""
+    for student, (path, _) in CLASS.items():
+        results = _run_autograder(built, tmp_path / student, path)
+        report = by_file[student]
+        assert results["score"] == report["score"], student
+        tests = {t["number"]: t["score"] for t in results["tests"]
+                 if t.get("number") in _items(report)}
+        assert tests == _items(report), student
+        assert results["output"].count("Integrity flag") == \
+            len(_flags(report)), student
