@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import hashlib
 import io
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
@@ -58,12 +60,15 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from grader.files import write_atomic
 from grader.proctree import fork_with_pipe, kill_group
 from grader.submission import label
 from grader.text import csv_cell, one_line
+
+if TYPE_CHECKING:
+    from grader.plan import Plan
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 STATUS_GRADED = "graded"
@@ -346,7 +351,11 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
            "notes": " | ".join(note for task in report.get("tasks", [])
                                for note in task.get("notes", [])),
            "flags": " | ".join(f["message"] for f in
-                               report.get("flags", []))}
+                               report.get("flags", [])),
+           # The known mistakes its items diagnosed, each id once.
+           "diagnoses": " | ".join(dict.fromkeys(
+               mistake for item in report["items"]
+               for mistake in item.get("diagnosis", [])))}
     for item in report["items"]:
         row[item["id"]] = item["score"]
     return row
@@ -363,7 +372,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """Write every row, atomically, items in rubric order; every cell
     through :func:`grader.text.csv_cell` (no formulas, no controls)."""
     fixed = ["student", "status", "score", "max_score"]
-    tail = ["flags", "errors", "notes", "assignment", "path"]
+    tail = ["diagnoses", "flags", "errors", "notes", "assignment", "path"]
     items: list[str] = []
     for row in rows:
         items += [k for k in row if k not in fixed + tail
@@ -411,11 +420,12 @@ class JudgeOptions:
 
 
 def _judge(entry: Entry, reports: Path, args: JudgeOptions,
-           result_fd: int) -> None:
+           result_fd: int, plan: Plan | None = None) -> None:
     """Grade one submission (in a forked child); send back its row.
 
     The submission is located from its own entry alone (no module beside
-    it is looked up) and graded against ``args.assignment``, the class's.
+    it is looked up) and graded against ``args.assignment``, the class's,
+    with the coordinator's ``plan`` of the cases (built once for all).
     """
     from grader.engine import Options, grade_submission
     from grader.sandbox import Limits
@@ -425,7 +435,8 @@ def _judge(entry: Entry, reports: Path, args: JudgeOptions,
     try:
         options = Options(seed=args.seed, public_only=args.public_only,
                           limits=Limits(timeout=args.timeout,
-                                        memory_mb=args.memory))
+                                        memory_mb=args.memory),
+                          judge=True, plan=plan)
         submission = locate(entry.path, args.assignment, nearby=False)
         report = grade_submission(submission, options)
         record.update(status=STATUS_GRADED, report=report.as_json())
@@ -460,11 +471,12 @@ class _Running:
 
 
 def _start(entry: Entry, reports: Path, args: JudgeOptions,
-           attempt: int, others: list[_Running]) -> _Running:
+           attempt: int, others: list[_Running],
+           plan: Plan | None = None) -> _Running:
     def judge(write_fd: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _judge(entry, reports, args, write_fd)
+        _judge(entry, reports, args, write_fd, plan)
 
     pid, read_fd = fork_with_pipe(
         judge, close=[other.fd for other in others], new_group=True)
@@ -525,16 +537,20 @@ def _collect(running: _Running) -> dict | None:
 
 
 def _prewarm(args: JudgeOptions) -> None:
-    """Import, once, everything a judge needs, and start the fork server
-    every judge asks for its workers (it warms up meanwhile). Again: a
-    no-op."""
+    """Import, once, everything a judge needs (flake8 too: each judge
+    lints in a fork of itself), and start the fork server every judge
+    asks for its workers (it warms up meanwhile). Again: a no-op."""
     from grader import forkserver
 
     forkserver.start()
     import torch
 
-    import grader.engine  # noqa: F401
+    import grader.engine
+    from grader import pep8
     from grader.plugin import plugins
+
+    if "flake8.main.cli" not in sys.modules:
+        pep8.warm_up(grader.engine.FLAKE8_CONFIG)
 
     torch.set_num_threads(1)
     plugins()
@@ -542,7 +558,32 @@ def _prewarm(args: JudgeOptions) -> None:
         import matplotlib
 
         matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot  # noqa: F401
+        import matplotlib.font_manager  # noqa: F401
+        import PIL.ImageDraw  # noqa: F401
+
+        import grader.figures  # noqa: F401
+    # Every judge asks this one server for its workers: it must be ready
+    # before the first judge is forked (see ForkServer.wait_ready).
+    try:
+        forkserver.shared().wait_ready()
+    except forkserver.ForkServerError:
+        pass  # each judge reports it for its submission
+
+
+def _plan(args: JudgeOptions) -> Plan | None:
+    """The cases' plan every judge grades with, built once here (None
+    when the assignment is not known yet: each judge builds its own)."""
+    from grader.engine import build_plan, resolve_seed
+    from grader.rubric import RubricError, get_assignment
+
+    if not args.assignment:
+        return None
+    try:
+        assignment = get_assignment(args.assignment)
+    except RubricError:
+        return None
+    return build_plan(assignment, resolve_seed(args.seed)[0],
+                      args.public_only)
 
 
 def _row(entry: Entry, record: dict | None, why: str) -> dict:
@@ -597,7 +638,11 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
     try:
         if args.assignment:
             get_assignment(args.assignment)
-        found = discover(args.dir, args.assignment, exclude=(out, reports))
+        from grader.summary import summary_paths
+
+        # The batch's own outputs, the summary too, are never students.
+        found = discover(args.dir, args.assignment,
+                         exclude=(out, reports, *summary_paths(out)))
         _check_writable(out.parent if str(out.parent) else Path("."))
         _check_writable(reports)
         chosen = args.assignment or found.assignment
@@ -616,11 +661,13 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    """Grade every submission of ``args.dir``; return the exit status."""
+    """Grade every submission of ``args.dir`` (or those of ``--only``,
+    or one ``--shard``); return the exit status."""
     out = Path(args.out)
     reports = out.with_name(out.name + ".reports")
     found, args = _prepare(args, out, reports)
-    entries = found.entries
+    everyone = found.entries
+    entries, kept = _selected(args, everyone, out, reports)
     for note in found.notes:
         sys.stderr.write(f"{note}\n")
 
@@ -639,16 +686,16 @@ def run_batch(args: argparse.Namespace) -> int:
     todo = [e for e in entries if e.key not in rows]
     judges = JudgeOptions.from_args(args)
     _prewarm(judges)
-    write_csv(out, list(rows.values()))
+    write_csv(out, kept + list(rows.values()))
 
     def done(entry: Entry, row: dict, record: dict | None,
              seconds: float) -> None:
         rows[entry.key] = row
-        write_csv(out, list(rows.values()))
+        write_csv(out, kept + list(rows.values()))
         progress.update(row, seconds)
 
     stop = judge_all(todo, reports, judges, done)
-    write_csv(out, list(rows.values()))
+    write_csv(out, kept + list(rows.values()))
     errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
     if stop:
         sys.stderr.write(f"\ninterrupted: {len(rows)} of {len(entries)} "
@@ -660,7 +707,79 @@ def run_batch(args: argparse.Namespace) -> int:
     for row in sorted(errors, key=lambda r: r["student"]):
         sys.stdout.write(f"  not graded: {row['student']}: "
                          f"{one_line(row['errors'])}\n")
+    shard = getattr(args, "shard", None)
+    if shard:
+        from grader.shards import write_manifest
+
+        write_manifest(reports, shard, everyone, entries)
+        sys.stdout.write(f"shard {shard[0]}/{shard[1]}: 'python -m grader "
+                         f"merge' writes the class summary once every "
+                         f"shard is done\n")
+    else:
+        summarise(out, kept + list(rows.values()), reports)
     return 0 if not errors else 1
+
+
+def summarise(out: Path, rows: list[dict], reports: Path) -> None:
+    """Print the class summary and write it beside ``out``
+    (:func:`grader.summary.write_summary`); a summary that fails is a
+    warning: the grades are written already."""
+    from grader.summary import write_summary
+
+    try:
+        write_summary(out, rows, reports)
+    except Exception as exc:  # never lose a finished batch to a picture
+        sys.stderr.write(f"warning: no class summary ({type(exc).__name__}"
+                         f": {one_line(str(exc))}); run python -m grader "
+                         f"summary {out} to retry\n")
+
+
+def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
+              reports: Path) -> tuple[list[Entry], list[dict]]:
+    """The entries this run grades, and the rows it keeps as they are.
+
+    ``--only NAME...``: those students (by the CSV's name or the entry's
+    file name); every other row of an existing ``out`` is kept as it is,
+    and the chosen students' report folders are replaced. ``--shard I/N``:
+    the I-th of N deterministic parts of the class (see
+    :func:`grader.shards.shard_of`). Raises CliError for a name that is
+    no student of the class.
+    """
+    from grader.errors import CliError
+
+    entries = everyone
+    kept: list[dict] = []
+    if getattr(args, "shard", None):
+        from grader.shards import shard_of
+
+        entries = shard_of(entries, *args.shard)
+    only = getattr(args, "only", None)
+    if not only:
+        return entries, kept
+    if args.resume:
+        raise CliError("--only regrades the students it names: it cannot "
+                       "be combined with --resume")
+    names = {n: e for e in entries for n in (e.student, e.path.name, e.key)}
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise CliError(f"--only: no student named "
+                       f"{', '.join(label(n) for n in unknown[:5])} in "
+                       f"{label(str(args.dir))}")
+    chosen = list({names[n].key: names[n] for n in only}.values())
+    if out.is_file():
+        from grader.summary import SummaryError, read_rows
+
+        try:
+            previous = read_rows(out)
+        except SummaryError as exc:
+            raise CliError(str(exc)) from exc
+        students = {e.student for e in chosen}
+        kept = [row for row in previous if row["student"] not in students]
+    for entry in chosen:
+        folder = reports / entry.key
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+    return chosen, kept
 
 
 def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
@@ -676,6 +795,16 @@ def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
     when every submission was judged).
     """
     _prewarm(args)
+    plan = _plan(args)
+    if plan is not None:
+        from grader.checking import warm_up
+        from grader.rubric import get_assignment
+
+        warm_up(get_assignment(args.assignment).checks_dir)
+    # What the coordinator holds now (torch, the plan) is never freed:
+    # out of the garbage collector's sight, a judge neither walks it nor
+    # copies its pages by touching them.
+    gc.freeze()
     jobs = args.jobs or os.cpu_count() or 1
     queue = [(entry, 0) for entry in todo]
     running: list[_Running] = []
@@ -694,7 +823,7 @@ def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
             while queue and len(running) < jobs:
                 entry, attempt = queue.pop(0)
                 running.append(_start(entry, reports, args, attempt,
-                                      running))
+                                      running, plan))
             time.sleep(0.02)
             for job in list(running):
                 pid, status = os.waitpid(job.pid, os.WNOHANG)

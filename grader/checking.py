@@ -397,30 +397,70 @@ def _pytest_args(checks_dir: Path) -> list[str]:
                    str(checks_dir)]
 
 
-def run_checks(checks_dir: Path, context: dict[str, Any]
-               ) -> tuple[list[CheckOutcome], list[str]]:
+def _pytest_session(checks_dir: Path, context: dict[str, Any]
+                    ) -> tuple[list[CheckOutcome], list[str]]:
+    """One pytest session over the checks, in this process."""
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugin = ChecksPlugin(context)
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), \
+            contextlib.redirect_stderr(sink):
+        status = pytest.main(
+            _pytest_args(checks_dir),
+            plugins=[plugin, task_fixtures(
+                [task.id for task in context["assignment"].tasks],
+                context["runs"])])
+    errors = list(plugin.errors)
+    if int(status) not in (0, 1):
+        errors.append(f"pytest ended with status {int(status)}: "
+                      f"{sink.getvalue()[-2000:]}")
+    return list(plugin.outcomes), errors
+
+
+def warm_up(checks_dir: Path) -> None:
+    """Collect the checks once in this process (nothing runs): pytest's
+    plugins and the check modules, with their assertions rewritten, are
+    imported here, and a session in a process forked from this one
+    (a batch's judge) finds them imported. One assignment's checks per
+    process: two assignments' checks share module names."""
+    sink = io.StringIO()
+    environment = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        with contextlib.redirect_stdout(sink), \
+                contextlib.redirect_stderr(sink):
+            pytest.main(_pytest_args(checks_dir)[:-1] + [
+                "--collect-only", str(checks_dir)],
+                plugins=[ChecksPlugin({})])
+    finally:
+        if environment is None:
+            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+
+
+def run_checks(checks_dir: Path, context: dict[str, Any],
+               fork: bool = True) -> tuple[list[CheckOutcome], list[str]]:
     """Run every check in a forked child; return outcomes and errors.
 
     The child is a copy of this trusted process (no student code runs in
     it); forking keeps pytest's global state out of the caller.
+    ``fork=False`` runs them in this process, for a caller that is itself
+    a disposable copy (a batch's judge, which ends after one submission).
     """
+    if not fork:
+        # Through JSON as from a child, so that both ways give the same
+        # records (lists, never tuples).
+        try:
+            outcomes, errors = _pytest_session(checks_dir, context)
+        except Exception as exc:  # as a child that failed would say
+            return [], [f"the checks process failed "
+                        f"({type(exc).__name__}: {exc})"]
+        data = json.loads(json.dumps([asdict(o) for o in outcomes]))
+        return [CheckOutcome(**o) for o in data], errors
+
     def checks(write_fd: int) -> None:
-        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        plugin = ChecksPlugin(context)
-        sink = io.StringIO()
-        with contextlib.redirect_stdout(sink), \
-                contextlib.redirect_stderr(sink):
-            status = pytest.main(
-                _pytest_args(checks_dir),
-                plugins=[plugin, task_fixtures(
-                    [task.id for task in context["assignment"].tasks],
-                    context["runs"])])
-        errors = list(plugin.errors)
-        if int(status) not in (0, 1):
-            errors.append(f"pytest ended with status {int(status)}: "
-                          f"{sink.getvalue()[-2000:]}")
+        outcomes, errors = _pytest_session(checks_dir, context)
         payload = json.dumps({"outcomes": [asdict(o) for o in
-                                           plugin.outcomes],
+                                           outcomes],
                               "errors": errors}).encode()
         view = memoryview(payload)
         while view:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader.errors import CliError
+from grader.shards import parse_shard
 
 # Examples, per command (the top-level help shows them all).
 EXAMPLES = {
@@ -27,7 +28,14 @@ EXAMPLES = {
     "shapes": ("python -m grader shapes transformer_lm/MODULE.py",),
     "batch": ("python -m grader batch submissions/ --out grades.csv "
               "--jobs 2",
-              "python -m grader batch course/ --resume     # after Ctrl-C"),
+              "python -m grader batch course/ --resume     # after Ctrl-C",
+              "python -m grader batch submissions/ --only alice bob",
+              "python -m grader batch submissions/ --shard 2/8 "
+              "--out part-2.csv"),
+    "summary": ("python -m grader summary grades.csv",),
+    "merge": ("python -m grader merge grades.csv part-*.csv",),
+    "similarity": ("python -m grader similarity submissions/ "
+                   "--out similarity.html",),
     "nbgrader": ("python -m grader nbgrader ASSIGNMENT_ID   "
                  "# in an nbgrader course",
                  "python -m grader nbgrader hw3 --student alice bob"),
@@ -57,6 +65,19 @@ EXIT_STATUS = {
               "reports cannot be written, bad options"),
         ("130", "interrupted: the rows written so far are kept; run again "
                 "with --resume to grade the rest")),
+    "summary": (
+        ("0", "the summary was printed, summary.json and summary.png "
+              "written beside the CSV"),
+        ("2", "the CSV cannot be read or is no batch's")),
+    "merge": (
+        ("0", "every student of the class has a row in the merged CSV"),
+        ("1", "merged, but some students or shards are missing (named)"),
+        ("2", "refused: a student graded in two parts, an unreadable "
+              "part")),
+    "similarity": (
+        ("0", "the report was written"),
+        ("2", "DIR is no class folder, copydetect is not installed, the "
+              "report cannot be written")),
     "nbgrader": (
         ("0", "every submission was graded and recorded"),
         ("1", "some got 0 because they could not be graded, or a result "
@@ -230,7 +251,53 @@ def build_parser() -> argparse.ArgumentParser:
                             "grade only the submissions without one")
     batch.add_argument("--no-feedback", action="store_true",
                        help="write no feedback folders (faster)")
+    batch.add_argument("--only", nargs="+", metavar="STUDENT",
+                       help="regrade these students only (their CSV names "
+                            "or entry names): their rows and reports are "
+                            "replaced, every other row is kept as it is")
+    batch.add_argument("--shard", type=parse_shard, metavar="I/N",
+                       help="grade the I-th of N deterministic parts of "
+                            "the class (1 <= I <= N), for a cluster's "
+                            "array job; 'merge' joins the parts")
     _add_grading_options(batch)
+
+    summary = _command(
+        commands, "summary", "summarise a finished batch",
+        "Print the class summary of a finished batch (counts, totals, "
+        "each item's pass rate, the known mistakes, the slowest "
+        "submissions, integrity flags) from its CSV and its reports "
+        "folder, and write summary.json and summary.png beside the CSV.")
+    summary.add_argument("csv", type=Path, metavar="FILE.csv",
+                         help="the batch's CSV (its reports are in "
+                              "FILE.csv.reports/)")
+
+    merge = _command(
+        commands, "merge", "merge the CSVs of a sharded batch",
+        "Merge the CSVs (and report folders) of 'batch --shard' parts into "
+        "one CSV and write the class summary; refuses a student graded in "
+        "two parts and names the students no part graded.")
+    merge.add_argument("out", type=Path, metavar="FILE.csv",
+                       help="the merged CSV to write")
+    merge.add_argument("parts", type=Path, nargs="+", metavar="PART.csv",
+                       help="the shards' CSVs")
+
+    similar = _command(
+        commands, "similarity", "rank similar pairs of submissions",
+        "Compare the students' own code (their solutions, not the stub's "
+        "given code) across a class with copydetect and write an HTML "
+        "report of the most similar pairs and their shared lines. Short "
+        "solutions are similar by nature: a rank, not an accusation. "
+        "Needs the 'similarity' extra (pip install copydetect).")
+    similar.add_argument("dir", type=Path, metavar="DIR",
+                         help="the class folder, as for batch")
+    similar.add_argument("--out", type=Path,
+                         default=Path("similarity.html"), metavar="FILE",
+                         help="the HTML report (default: similarity.html)")
+    similar.add_argument("--assignment", metavar="ID",
+                         help="the assignment (default: as batch chooses)")
+    similar.add_argument("--pairs", type=_positive(int), default=20,
+                         metavar="N",
+                         help="the most similar pairs listed (default 20)")
 
     course = _command(
         commands, "nbgrader",
@@ -350,6 +417,31 @@ def _batch(args: argparse.Namespace) -> int:
     return run_batch(args)
 
 
+def _summary(args: argparse.Namespace) -> int:
+    from grader.summary import SummaryError, write_summary
+
+    try:
+        write_summary(args.csv)
+    except SummaryError as exc:
+        raise CliError(str(exc)) from exc
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from grader.shards import MergeError, merge
+
+    try:
+        return merge(args.out, args.parts)
+    except MergeError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _similarity(args: argparse.Namespace) -> int:
+    from grader.similarity import run_similarity
+
+    return run_similarity(args)
+
+
 def _nbgrader(args: argparse.Namespace) -> int:
     from grader.course import run_nbgrader
 
@@ -409,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     from grader.submission import SubmissionError
 
     handlers = {"grade": _grade, "shapes": _shapes, "batch": _batch,
+                "summary": _summary, "merge": _merge,
+                "similarity": _similarity,
                 "nbgrader": _nbgrader, "gradescope-bundle": _bundle,
                 "assignments": _assignments}
     try:

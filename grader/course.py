@@ -64,6 +64,7 @@ from typing import Any, Iterator
 from grader.batch import (RECORD, STATUS_ERROR, BatchError, Entry,
                           JudgeOptions, _check_writable, _keys, _prewarm,
                           _Progress, error_row, judge_all, row_from_report,
+                          summarise,
                           write_csv)
 from grader.files import write_atomic
 from grader.loading import load_source
@@ -1030,7 +1031,6 @@ def run_nbgrader(args: argparse.Namespace) -> int:
         unrecorded = nbgrader.close()
         shutil.rmtree(stage_root, ignore_errors=True)
     write_csv(out, list(run.rows.values()))
-    # (A class summary of ``run.rows`` belongs here, beside the CSV.)
     ran = [run.rows[s.student] for s in submissions
            if s.student in run.rows]
     errors = [r for r in ran if r["status"] == STATUS_ERROR]
@@ -1054,4 +1054,5 @@ def run_nbgrader(args: argparse.Namespace) -> int:
                              f"{warning}\n")
     for student, problem in unrecorded.items():
         sys.stdout.write(f"  not recorded: {clean(student)}: {problem}\n")
+    summarise(out, list(run.rows.values()), reports)
     return 0 if not (errors or unrecorded) else 1

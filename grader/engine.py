@@ -13,7 +13,6 @@ result. This module runs the stages in order.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +44,15 @@ class Options:
     seed: int | None = None      # None: $GRADER_SEED, else DEFAULT_SEED
     public_only: bool = False
     limits: Limits = field(default_factory=Limits)
+    # True in a batch's judge: a disposable process forked from a warm
+    # coordinator (flake8 run once there, see grader.batch): flake8 runs
+    # in forks of it, and the checks in it, without a process of their
+    # own (nothing of the judge outlives its one submission).
+    judge: bool = False
+    # The cases' plan, when the caller built it already with build_plan
+    # (a batch's coordinator, once for every judge); used only when it
+    # was built for this assignment, seed and public_only.
+    plan: Plan | None = None
 
 
 def resolve_seed(seed: int | None) -> tuple[int, str]:
@@ -59,6 +67,18 @@ def resolve_seed(seed: int | None) -> tuple[int, str]:
             return (int.from_bytes(secret.encode(), "big") % (2 ** 31),
                     f"secret (${SEED_ENV})")
     return DEFAULT_SEED, str(DEFAULT_SEED)
+
+
+def build_plan(assignment: Assignment, seed: int,
+               public_only: bool = False) -> Plan:
+    """The probes and cases of ``assignment`` under ``seed`` (a pure
+    function of its arguments: a batch builds it once)."""
+    plan: Plan = plugin.of(assignment).build_plan(
+        seed, public_only, assignment.size_sets)
+    if public_only:
+        plan.public_only()
+    plan.origin = (assignment.id, seed, public_only)
+    return plan
 
 
 def grade(path: Path, assignment: str | None = None,
@@ -80,23 +100,34 @@ def _unrunnable(task: Task, source: SourceFile, plan: Plan,
     return run
 
 
-class _Linter(threading.Thread):
-    """flake8 over each distinct source, while the workers run."""
+class _Linter:
+    """flake8 over each distinct source, in processes of their own that
+    run while the workers do (started by :meth:`start`, collected by
+    :meth:`join`). ``fork``: fork this warm process for each (a batch's
+    judge, see :attr:`Options.judge`) rather than start an interpreter."""
 
-    def __init__(self, sources: list[SourceFile]) -> None:
-        super().__init__(daemon=True)
+    def __init__(self, sources: list[SourceFile], fork: bool = False
+                 ) -> None:
         self.sources = sources
+        self.fork = fork
+        self.pending: dict[Path, pep8.PendingLint] = {}
         self.findings: dict[Path, list[pep8.Pep8Finding] | str] = {}
 
-    def run(self) -> None:
+    def start(self) -> None:
         for source in self.sources:
-            if source.path in self.findings:
+            if source.path not in self.pending:
+                self.pending[source.path] = pep8.start_flake8(
+                    source, FLAKE8_CONFIG, self.fork)
+
+    def join(self) -> None:
+        self.start()  # when no worker was started
+        for path, pending in self.pending.items():
+            if path in self.findings:
                 continue
             try:
-                self.findings[source.path] = pep8.run_flake8(
-                    source, FLAKE8_CONFIG)
+                self.findings[path] = pending.findings()
             except pep8.Flake8Error as exc:
-                self.findings[source.path] = str(exc)
+                self.findings[path] = str(exc)
 
 
 def grade_submission(submission: Submission,
@@ -106,10 +137,10 @@ def grade_submission(submission: Submission,
     torch.set_num_threads(1)
     assignment = submission.assignment
     seed, seed_label = resolve_seed(options.seed)
-    plan: Plan = plugin.of(assignment).build_plan(
-        seed, options.public_only, assignment.size_sets)
-    if options.public_only:
-        plan.public_only()
+    plan = options.plan
+    if plan is None or plan.origin != (assignment.id, seed,
+                                       options.public_only):
+        plan = build_plan(assignment, seed, options.public_only)
     analyses = {task.id: analyse(assignment, task,
                                  submission.sources[task.id])
                 for task in assignment.tasks}
@@ -135,7 +166,8 @@ def grade_submission(submission: Submission,
                         plan.probes.get(task.id, []),
                         statements=statements,
                         forbidden=assignment.forbidden))
-    linter = _Linter([submission.sources[t.id] for t in assignment.tasks])
+    linter = _Linter([submission.sources[t.id] for t in assignment.tasks],
+                     fork=options.judge)
     results = run_jobs(jobs, options.limits, after_fork=linter.start)
     linter.join()
     for job in jobs:
@@ -150,7 +182,7 @@ def grade_submission(submission: Submission,
                        statement_plans, maps)
     outcomes, check_errors = run_checks(assignment.checks_dir, {
         "runs": runs, "plan": plan, "public_only": options.public_only,
-        "assignment": assignment})
+        "assignment": assignment}, fork=not options.judge)
     report = score(assignment, submission, analyses, runs, outcomes,
                    linter.findings, codes)
     report.flags[:0] = submission.flags  # what locating refused or found

@@ -160,9 +160,36 @@ class ForkServer:
         server_end.close()
         self.socket = parent_end
         self.pid = self.process.pid
+        self.owner = os.getpid()            # the process that started it
         self._ready = False
         self._alive: dict[int, int] = {}   # client pid -> alive pipe read
         self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        """Whether the server still serves.
+
+        Only the process that started it can wait for it: in a process
+        forked from that one (a batch's judge), ``Popen.poll`` meets
+        ECHILD and calls a running server ended, and every judge would
+        start a server of its own. There, a server that ended is told by
+        its end of the socket, which hangs up.
+        """
+        if os.getpid() == self.owner:
+            return self.process.poll() is None
+        poller = select.poll()
+        poller.register(self.socket, select.POLLHUP)
+        return not any(events & (select.POLLHUP | select.POLLERR |
+                                 select.POLLNVAL)
+                       for _, events in poller.poll(0))
+
+    def wait_ready(self) -> None:
+        """Wait until the server has warmed up (at most START_SECONDS).
+
+        A process that forks clients (a batch's coordinator) waits first,
+        so that the server's one "ready" message is read by it and not
+        by one of its clients while the others wait for it.
+        """
+        self._wait_ready()
 
     def _wait_ready(self) -> None:
         if self._ready:
@@ -252,7 +279,7 @@ def shared() -> ForkServer:
     grading process does its own work.
     """
     global _SHARED
-    if _SHARED is None or _SHARED.process.poll() is not None:
+    if _SHARED is None or not _SHARED.alive():
         _SHARED = ForkServer()
     return _SHARED
 

@@ -27,11 +27,14 @@ itself defines (``get_ipython``, ``display``, ``In``, ...).
 """
 from __future__ import annotations
 
+import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,51 +103,262 @@ def _is_marker(line: str) -> bool:
     return line.strip() in NBGRADER_MARKERS
 
 
-def _flake8(data: bytes, config: Path) -> list[tuple[int, int, str, str]]:
-    """flake8's findings on ``data`` as (row, col, code, text)."""
+def _flake8_argv(config: Path, target: str) -> list[str]:
+    return ["--config", str(config), "--disable-noqa", "--jobs=1",
+            f"--format={_FORMAT}", target]
+
+
+def _vm_bytes() -> int:
+    """The address space this process maps now (0 when unknown)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def warm_up(config: Path) -> None:
+    """Import flake8 and its plugins into this process and run it once
+    (on a one-line file, output discarded), so that every lint started
+    with ``fork=True`` from this process, or from a process forked from
+    it (a batch's judges), starts warm: a fork instead of a new
+    interpreter that imports flake8 again."""
+    import contextlib
+
+    from flake8.main import cli
+
     with tempfile.TemporaryDirectory(prefix="pep8-") as directory:
-        target = Path(directory) / "submission.py"
-        target.write_bytes(data)
+        target = Path(directory) / "warm.py"
+        target.write_text("x = 1\n", encoding="utf-8")
+        sink = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        with contextlib.redirect_stdout(sink), \
+                contextlib.redirect_stderr(sink):
+            try:
+                cli.main(_flake8_argv(config, str(target)))
+            except SystemExit:
+                pass
+
+
+class Flake8Run:
+    """flake8 checking one text in a process of its own: started at once,
+    :meth:`rows` waits for it.
+
+    The process is a new interpreter (``python -c`` running flake8), or,
+    with ``fork=True``, a fork of this process, which costs a fraction
+    of that when flake8 is already imported here (:func:`warm_up`, as a
+    batch's coordinator does). Both get the same arguments, the same
+    limits (:data:`FLAKE8_MEMORY_MB` beyond what the process maps when it
+    starts, :data:`FLAKE8_TIMEOUT` seconds) and the same room on the
+    stack, and their output is read alike.
+    """
+
+    def __init__(self, data: bytes, config: Path, fork: bool = False
+                 ) -> None:
+        """Write ``data`` to a private folder and start flake8 on it."""
+        self.directory = tempfile.TemporaryDirectory(prefix="pep8-")
+        folder = Path(self.directory.name)
+        self.target = folder / "submission.py"
+        self.target.write_bytes(data)
+        self.out, self.err = folder / "flake8.out", folder / "flake8.err"
+        self.timeout = FLAKE8_TIMEOUT
+        self.started = time.monotonic()
+        self.popen: subprocess.Popen | None = None
+        self.pid = 0
+        argv = _flake8_argv(config, self.target.name)
+        if fork:
+            self.pid = self._fork(folder, argv)
+            return
         command = [sys.executable, "-c", _RUNNER,
-                   str(FLAKE8_MEMORY_MB * 1024 * 1024),
-                   "--config", str(config), "--disable-noqa", "--jobs=1",
-                   f"--format={_FORMAT}", target.name]
-        try:
-            completed = subprocess.run(
-                command, cwd=directory, capture_output=True,
-                encoding="utf-8", errors="replace", timeout=FLAKE8_TIMEOUT,
+                   str(FLAKE8_MEMORY_MB * 1024 * 1024), *argv]
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.popen = subprocess.Popen(
+                command, cwd=folder, stdout=out, stderr=err,
+                stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONIOENCODING": "utf-8"})
-        except subprocess.TimeoutExpired as exc:
-            raise Flake8Error(f"flake8 did not finish within "
-                              f"{FLAKE8_TIMEOUT} s") from exc
+
+    def _fork(self, folder: Path, argv: list[str]) -> int:
+        limit = _vm_bytes() + FLAKE8_MEMORY_MB * 1024 * 1024
+        # A new interpreter starts flake8 a few frames deep; so does the
+        # fork, whatever the depth of the caller (pyflakes gives up on
+        # deep expressions at the same point either way).
+        frames = sys.getrecursionlimit() + _stack_depth() - _RUNNER_DEPTH
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 70
+        try:
+            os.chdir(folder)
+            null = os.open(os.devnull, os.O_RDONLY)
+            out = os.open(self.out, os.O_WRONLY | os.O_CREAT, 0o600)
+            err = os.open(self.err, os.O_WRONLY | os.O_CREAT, 0o600)
+            for source, target in ((null, 0), (out, 1), (err, 2)):
+                os.dup2(source, target)
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+            sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+            import resource
+
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+            sys.setrecursionlimit(max(frames, 100))
+            from flake8.main import cli
+
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 1  # as an uncaught exception ends an interpreter
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+            os._exit(code)
+
+    def _wait(self) -> int:
+        """The exit status; raises Flake8Error at the deadline."""
+        left = self.timeout - (time.monotonic() - self.started)
+        if self.popen is not None:
+            try:
+                return self.popen.wait(timeout=max(left, 0))
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+                raise Flake8Error(f"flake8 did not finish within "
+                                  f"{self.timeout} s") from None
+        deadline = time.monotonic() + max(left, 0)
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(self.pid, 0)
+                raise Flake8Error(f"flake8 did not finish within "
+                                  f"{self.timeout} s")
+            time.sleep(0.005)
+
+    def rows(self) -> list[tuple[int, int, str, str]]:
+        """flake8's findings as (row, col, code, text); raises
+        :class:`Flake8Error` when flake8 could not check the text."""
+        try:
+            returncode = self._wait()
+            stdout = self.out.read_bytes().decode("utf-8", "replace")
+            stderr = self.err.read_bytes().decode("utf-8", "replace")
+        finally:
+            self.directory.cleanup()
+        return _parse(returncode, stdout, stderr, self.target.name)
+
+
+# A new interpreter runs flake8 this many frames deep (runpy's frames).
+_RUNNER_DEPTH = 5
+
+
+def _parse(returncode: int, stdout: str, stderr: str,
+           name: str) -> list[tuple[int, int, str, str]]:
+    """flake8's rows from its exit code and output, or Flake8Error."""
     # flake8 exits 1 both when it found something and when it crashed. Every
     # line of a finding starts with "row<TAB>col", so a crash is told by any
     # other line (its "failed during execution" banner), a traceback on
     # standard error, or an exit code 1 with no finding at all.
     # flake8's rows end with "\n" only; a message may quote a character
     # that str.splitlines would split at.
-    rows = [row for row in completed.stdout.split("\n") if row]
+    rows = [row for row in stdout.split("\n") if row]
     matches = [_LINE.match(row) for row in rows]
-    crashed = (completed.returncode not in (0, 1)
-               or (completed.returncode == 1 and not rows)
+    crashed = (returncode not in (0, 1)
+               or (returncode == 1 and not rows)
                or not all(matches)
-               or "Traceback (most recent call last)" in completed.stderr)
+               or "Traceback (most recent call last)" in stderr)
     if crashed:
-        detail = [line for line in (completed.stdout + "\n"
-                                    + completed.stderr).split("\n")
+        detail = [line for line in (stdout + "\n" + stderr).split("\n")
                   if line.strip() and "greater verbosity" not in line]
         why = next((line for line in detail if "failed during" in line
                     or "Error" in line), detail[-1] if detail else "")
-        why = why.replace(target.name + ": ", "").strip()
+        why = why.replace(name + ": ", "").strip()
         raise Flake8Error(f"flake8 failed: {why[:200]}" if why else
                           f"flake8 failed (exit code "
-                          f"{completed.returncode}) without a message")
+                          f"{returncode}) without a message")
     return [(int(m.group(1)), int(m.group(2)), m.group(3),
              m.group(4) if len(m.group(4)) <= 300
              else m.group(4)[:297] + "...") for m in matches if m]
 
 
-def run_flake8(source: SourceFile, config: Path) -> list[Pep8Finding]:
+class PendingLint:
+    """flake8 started over a source (:func:`start_flake8`);
+    :meth:`findings` waits for it."""
+
+    def __init__(self, source: SourceFile, config: Path,
+                 fork: bool = False) -> None:
+        """Start flake8 over ``source`` (see :class:`Flake8Run`)."""
+        self.source = source
+        lint = source.lint
+        self.text = lint.text if lint is not None else source.text
+        encoding = "utf-8" if lint is not None else source.encoding
+        self.problem = ""
+        self.run: Flake8Run | None = None
+        try:
+            data = encode_python(self.text, encoding)
+        except SourceError as exc:
+            self.problem = (f"the code cannot be handed to flake8 as it "
+                            f"reads: {exc}")
+            return
+        try:
+            self.run = Flake8Run(data, config, fork)
+        except OSError as exc:
+            self.problem = f"flake8 could not be started ({exc})"
+
+    def findings(self) -> list[Pep8Finding]:
+        """The findings (see :func:`run_flake8`); raises
+        :class:`Flake8Error` when flake8 could not check the code."""
+        if self.run is None:
+            raise Flake8Error(self.problem)
+        source, lint = self.source, self.source.lint
+        rows = sorted(self.run.rows())
+        lines = split_lines(self.text)
+        findings = []
+        for row, col, code, message in rows:
+            if (code == "E266" and 1 <= row <= len(lines)
+                    and _is_marker(lines[row - 1])):
+                continue
+            if lint is None:
+                findings.append(Pep8Finding(row, col, code, message,
+                                            f"line {row}"))
+                continue
+            finding = _notebook_finding(source, lint, row, col, code,
+                                        message)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+
+def start_flake8(source: SourceFile, config: Path,
+                 fork: bool = False) -> PendingLint:
+    """Start flake8 with ``config`` over ``source`` and return at once;
+    ``fork=True`` forks this (warm) process instead of starting a new
+    interpreter (:class:`Flake8Run`)."""
+    return PendingLint(source, config, fork)
+
+
+def run_flake8(source: SourceFile, config: Path,
+               fork: bool = False) -> list[Pep8Finding]:
     """Run flake8 with ``config`` over ``source``; return its findings.
 
     See the module docstring for what is linted. E266 on an nbgrader marker
@@ -153,29 +367,7 @@ def run_flake8(source: SourceFile, config: Path) -> list[Pep8Finding]:
     flake8 cannot check the code (warnings on its standard error are
     ignored).
     """
-    lint = source.lint
-    text = lint.text if lint is not None else source.text
-    encoding = "utf-8" if lint is not None else source.encoding
-    try:
-        data = encode_python(text, encoding)
-    except SourceError as exc:
-        raise Flake8Error(f"the code cannot be handed to flake8 as it "
-                          f"reads: {exc}") from exc
-    rows = sorted(_flake8(data, config))
-    lines = split_lines(text)
-    findings = []
-    for row, col, code, message in rows:
-        if (code == "E266" and 1 <= row <= len(lines)
-                and _is_marker(lines[row - 1])):
-            continue
-        if lint is None:
-            findings.append(Pep8Finding(row, col, code, message,
-                                        f"line {row}"))
-            continue
-        finding = _notebook_finding(source, lint, row, col, code, message)
-        if finding is not None:
-            findings.append(finding)
-    return findings
+    return start_flake8(source, config, fork).findings()
 
 
 def _notebook_finding(source: SourceFile, lint: LintText, row: int,

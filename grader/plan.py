@@ -114,6 +114,10 @@ class Plan:
 
     probes: dict[str, list[dict]] = field(default_factory=dict)
     info: dict[tuple[str, str], ProbeInfo] = field(default_factory=dict)
+    # What it was built for: (assignment id, seed, public_only), set by
+    # grader.engine.build_plan, so that a plan built ahead is used only
+    # for the grading it fits.
+    origin: tuple[str, int, bool] | None = None
 
     def add(self, task: str, entry: tuple[dict, ProbeInfo]) -> None:
         """Append a probe (as made by :func:`probe`) to ``task``."""
