@@ -846,19 +846,26 @@ def test_a_method_whose_last_line_holds_no_code_is_traced() -> None:
 def test_hostile_comments_are_read_in_bounded_time_and_space(
         comment: str) -> None:
     """Whatever a comment holds, reading and reporting it is linear, never
-    recursive, and the report stays short."""
+    recursive, and the report stays short. Time is a bound, not a
+    benchmark: 5 s, or 50 times the same work on a plain comment measured
+    in the same run when the machine is busy."""
     import time
 
-    text = ("class SelfAttention:\n    def forward(self, x):\n"
-            "        # YOUR CODE STARTS HERE\n"
-            f"        y = x + 1  # {comment}\n"
-            "        return y  # [bs, seq, input_size]\n")
-    source = SourceFile(text=text, path=Path("hostile_comment.py"))
-    started = time.perf_counter()
-    statements = collect_statements(source, SA, "forward")
-    runs = [(SET_1, {"0": [[[2, 5, 7]]], "1": [[[2, 5, 7]]]})]
-    findings = verify(statements, runs, DIMS)
-    report = format_findings(findings, source)
-    assert time.perf_counter() - started < 5
+    def judge(comment: str) -> tuple[list, str, float]:
+        text = ("class SelfAttention:\n    def forward(self, x):\n"
+                "        # YOUR CODE STARTS HERE\n"
+                f"        y = x + 1  # {comment}\n"
+                "        return y  # [bs, seq, input_size]\n")
+        source = SourceFile(text=text, path=Path("hostile_comment.py"))
+        started = time.perf_counter()
+        statements = collect_statements(source, SA, "forward")
+        runs = [(SET_1, {"0": [[[2, 5, 7]]], "1": [[[2, 5, 7]]]})]
+        findings = verify(statements, runs, DIMS)
+        report = format_findings(findings, source)
+        return findings, report, time.perf_counter() - started
+
+    *_, plain = judge("[bs, seq, input_size]")
+    findings, report, seconds = judge(comment)
+    assert seconds < max(5.0, 50 * plain), (seconds, plain)
     assert [f.line for f in findings] == [4]
     assert len(report) < 3000
