@@ -284,6 +284,19 @@ def shared() -> ForkServer:
     return _SHARED
 
 
+def spawn(job: bytes) -> WorkerHandle:
+    """Fork a worker from the shared server. A server that is gone (killed
+    from outside, or ended) is replaced once, here: a batch's judges share
+    the coordinator's server, and a student must not lose a grade because
+    something killed it."""
+    global _SHARED
+    try:
+        return shared().spawn(job)
+    except ForkServerError:
+        _SHARED = None
+        return shared().spawn(job)
+
+
 def start() -> None:
     """Start the shared fork server now (it warms up in the background)."""
     try:

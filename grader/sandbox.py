@@ -424,7 +424,7 @@ def _start(job: Job, limits: Limits) -> _Running:
             "memory_mb": limits.memory_mb, "scratch": str(scratch),
             "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
     data = json.dumps(plan, separators=(",", ":")).encode("utf-8")
-    handle = forkserver.shared().spawn(data)
+    handle = forkserver.spawn(data)
     return _Running(job, handle, key, magic, scratch, limits)
 
 

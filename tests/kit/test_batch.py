@@ -197,8 +197,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_judge_killed_from_outside_is_retried(tmp_path):
-    """A judge killed by SIGKILL is graded again; no row goes missing."""
+def _is_fork_server(pid: int) -> bool:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"grader.forkserver" in command
+
+
+@pytest.mark.parametrize("victim", ["judge", "fork server"])
+def test_a_process_killed_from_outside_loses_no_row(tmp_path, victim):
+    """A judge killed by SIGKILL is graded again; a fork server killed
+    from outside (the judges share the coordinator's) is replaced. No row
+    goes missing, no student gets an error row for it."""
     folder = tmp_path / "class"
     folder.mkdir()
     (folder / "slow.py").write_text(HANG)
@@ -212,9 +223,10 @@ def test_judge_killed_from_outside_is_retried(tmp_path):
     killed = None
     deadline = time.monotonic() + 60
     while killed is None and time.monotonic() < deadline:
-        judges = _children(process.pid)
-        if judges and out.is_file() and len(_rows(out)) >= 1:
-            killed = judges[0]
+        found = [pid for pid in _children(process.pid)
+                 if _is_fork_server(pid) == (victim == "fork server")]
+        if found and out.is_file() and len(_rows(out)) >= 1:
+            killed = found[0]
             os.kill(killed, signal.SIGKILL)
         time.sleep(0.05)
     _, stderr = process.communicate(timeout=120)
@@ -222,6 +234,7 @@ def test_judge_killed_from_outside_is_retried(tmp_path):
     assert process.returncode == 0, stderr
     rows = _rows(out)
     assert sorted(rows) == ["quick", "slow"]
+    assert [r["status"] for r in rows.values()] == ["graded", "graded"]
     assert float(rows["slow"]["task2.scores"]) == 3.0
 
 
