@@ -467,6 +467,13 @@ def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
 
 
 _PREPARED: dict[str, tuple[dict[int, str], list]] = {}
+# The kit's own packages: no tripwire is set in their modules (a worker
+# drops them from sys.modules before the submission runs).
+KIT_PACKAGES = ("grader", "solutions")
+# Where the values the tripwires replace are bound (see alias_sites):
+# built once in the fork server, inherited by every worker.
+_ALIASES: dict[str, object] = {}
+_ATEN: dict[str, list[str]] = {}
 
 
 def prepare(rules: dict) -> tuple[dict[int, str], list]:
@@ -477,7 +484,116 @@ def prepare(rules: dict) -> tuple[dict[int, str], list]:
     key = json.dumps(rules, sort_keys=True)
     if key not in _PREPARED:
         _PREPARED[key] = _forbidden_targets(rules)
+        if rules.get("aten"):
+            aten_names(rules["aten"])
     return _PREPARED[key]
+
+
+def aten_names(pattern: str) -> list[str]:
+    """The ATen operators whose qualified name ``pattern`` matches (once
+    per pattern: the fork server computes them for every assignment)."""
+    import re
+
+    import torch
+
+    if pattern not in _ATEN:
+        matcher = re.compile(pattern)
+        _ATEN[pattern] = sorted({
+            op.split("::", 1)[1].split(".")[0]
+            for op in torch._C._dispatch_get_all_op_names()
+            if op.startswith("aten::") and matcher.search(op)})
+    return list(_ATEN[pattern])
+
+
+def refused_values() -> list[tuple[object, str]]:
+    """The calls no submission may make (they end, signal or start a
+    process or thread without an audit event), with what each does."""
+    import _thread
+    import signal
+    import threading
+
+    values: list[tuple[object, str]] = [
+        (os._exit, "end the process (os._exit)"),
+        (os.abort, "abort the process (os.abort)"),
+        (_thread.start_new_thread, "start a thread")]
+    pidfd = getattr(signal, "pidfd_send_signal", None)
+    if pidfd is not None:
+        values.append((pidfd, "send a signal to a process"))
+    start = getattr(threading, "_start_new_thread", None)
+    if start is not None:
+        values.append((start, "start a thread"))
+    return values
+
+
+def _bindings(modules: list[tuple[str, object]], wanted: set[int],
+              skip: tuple[str, ...]) -> dict[int, list[tuple[str, str]]]:
+    """Every (module, attribute) of ``modules`` bound to a value whose id
+    is in ``wanted`` (modules whose top package is in ``skip`` left out)."""
+    found: dict[int, list[tuple[str, str]]] = {}
+    for name, module in modules:
+        if module is None or name.split(".")[0] in skip:
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is not dict:
+            continue
+        for attribute, value in list(namespace.items()):
+            if id(value) in wanted:
+                found.setdefault(id(value), []).append((name, attribute))
+    return found
+
+
+def index_aliases(skip: tuple[str, ...]) -> None:
+    """Index, once (the fork server, after :func:`prepare`), where every
+    value a tripwire may replace is bound in the loaded modules: a worker
+    then visits those places and scans only the modules loaded since
+    (:func:`alias_sites`), not the tens of thousands of names torch
+    brings. The values stay alive here, so their ids stay theirs."""
+    wanted = {id(value) for value, _ in refused_values()}
+    wanted |= {id(sys.gettrace), id(sys.getprofile)}
+    for functions, _ in _PREPARED.values():
+        wanted |= set(functions)
+    modules = list(sys.modules.items())
+    _ALIASES.clear()
+    _ALIASES.update(
+        wanted=wanted, skip=skip,
+        sites=_bindings(modules, wanted, skip),
+        scanned={name: id(getattr(module, "__dict__", None))
+                 for name, module in modules},
+        keep=[module for _, module in modules])
+
+
+def alias_sites(wanted: set[int], skip: tuple[str, ...]
+                ) -> list[tuple[str, str, int]]:
+    """Every (module, attribute, id) of the loaded modules bound to a
+    value whose id is in ``wanted``: what a scan of every module finds.
+
+    With the fork server's index (:func:`index_aliases`) covering
+    ``wanted``, the indexed places that still hold their value plus a
+    scan of the modules loaded (or replaced) since; otherwise a scan of
+    every module. Only kit code runs between the index and this call,
+    and it binds no such value in a module it did not load.
+    """
+    modules = list(sys.modules.items())
+    index = _ALIASES
+    if not index or index["skip"] != skip or not wanted <= index["wanted"]:
+        found = _bindings(modules, wanted, skip)
+        return [(name, attribute, ident) for ident in sorted(found)
+                for name, attribute in found[ident]]
+    scanned = index["scanned"]
+    sites = []
+    for ident in sorted(wanted):
+        for name, attribute in index["sites"].get(ident, []):
+            module = sys.modules.get(name)
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is dict and scanned.get(name) == id(
+                    namespace) and id(namespace.get(attribute)) == ident:
+                sites.append((name, attribute, ident))
+    fresh = [(name, module) for name, module in modules
+             if scanned.get(name) != id(getattr(module, "__dict__", None))]
+    found = _bindings(fresh, wanted, skip)
+    sites += [(name, attribute, ident) for ident in sorted(found)
+              for name, attribute in found[ident]]
+    return sites
 
 
 def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:
@@ -589,7 +705,7 @@ def _life(job: dict, result_fd: int) -> None:
                   confinement.as_plain(), kept)
     del job, probes, functions, classes
     for name in list(sys.modules):
-        if name.split(".")[0] in ("grader", "solutions"):
+        if name.split(".")[0] in KIT_PACKAGES:
             del sys.modules[name]
     _seal_module(globals())
     run()
@@ -709,7 +825,10 @@ def _sealed(job: dict, probes: list, result_fd: int,
     float32, int64, cpu = torch.float32, torch.int64, torch.device("cpu")
     no_torch_function = torch._C.DisableTorchFunction
     set_grad_enabled = torch._C._set_grad_enabled
-    manual_seed = torch.manual_seed
+    # The CPU generator alone: torch.manual_seed also queues a seeding of
+    # every accelerator, each with a formatted stack of the call (a fifth
+    # of a batch's time, in a worker that never uses one).
+    manual_seed = torch.default_generator.manual_seed
     Module = torch.nn.Module
     Linear = torch.nn.Linear
     Dropout = torch.nn.Dropout
@@ -734,7 +853,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
     hidden = b_tuple(realpath(p) for p in job.get("hidden", []))
     library_roots = b_tuple(realpath(p) for p in job.get("library_roots",
                                                          []))
-    kit_modules = ("grader", "solutions")
+    kit_modules = KIT_PACKAGES
     aten_pattern = job.get("forbidden", {}).get("aten")
     statements = job.get("statements", [])
     # Tracebacks and warnings show the submission's lines without reading
@@ -758,6 +877,8 @@ def _sealed(job: dict, probes: list, result_fd: int,
     # with the ids of their entries once the tripwires are in place.
     watched: list = []
     take_snapshot, lookup_dotted = _snapshot, _lookup
+    find_refused, find_sites, find_aten = refused_values, alias_sites, \
+        aten_names
 
     # -- state (cells, reachable only from these closures) ----------------
     kinds: dict = {}         # id(code) -> kind
@@ -1569,29 +1690,14 @@ def _sealed(job: dict, probes: list, result_fd: int,
         replacements = {}
         for ident, name in forbidden_functions.items():
             replacements[ident] = forbidden_call(name)
-        for value, what in ((os._exit, "end the process (os._exit)"),
-                            (os.abort, "abort the process (os.abort)"),
-                            (_thread.start_new_thread, "start a thread")):
+        for value, what in find_refused():
             replacements[b_id(value)] = refused_call(what)
-        for value in (getattr(signal, "pidfd_send_signal", None),):
-            if value is not None:
-                replacements[b_id(value)] = refused_call(
-                    "send a signal to a process")
-        start = getattr(threading, "_start_new_thread", None)
-        if start is not None:
-            replacements[b_id(start)] = refused_call("start a thread")
         replacements[b_id(sys.gettrace)] = no_trace
         replacements[b_id(sys.getprofile)] = no_trace
-        for name, module in list(sys_modules.items()):
-            if module is None or name.split(".")[0] in kit_modules:
-                continue
-            namespace = getattr(module, "__dict__", None)
-            if type(namespace) is not dict:
-                continue
-            for attribute, value in list(namespace.items()):
-                replacement = replacements.get(id(value))
-                if replacement is not None:
-                    namespace[attribute] = replacement
+        for name, attribute, ident in find_sites(b_set(replacements),
+                                                 kit_modules):
+            namespace = getattr(sys_modules[name], "__dict__")
+            namespace[attribute] = replacements[ident]
         for owner, name, writing in (
                 (torch._C, "PyTorchFileWriter", True),
                 (torch._C, "PyTorchFileReader", False),
@@ -1619,11 +1725,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
             except (TypeError, AttributeError):
                 pass
         if aten_pattern:
-            matcher = re.compile(aten_pattern)
-            names = sorted({
-                op.split("::", 1)[1].split(".")[0]
-                for op in torch._C._dispatch_get_all_op_names()
-                if op.startswith("aten::") and matcher.search(op)})
+            names = find_aten(aten_pattern)
             library = torch.library.Library("aten", "IMPL")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -381,7 +381,8 @@ def task_fixtures(task_ids: list[str], runs: dict[str, TaskRun]
 # pytest plugins the checks do not need. unraisableexception and
 # threadexception run gc.collect() several times per session, which costs
 # most of a second with torch's heap; a check's message comes from its
-# exception, so no traceback needs formatting (--tb=native is the cheapest).
+# exception, so no traceback needs formatting: --tb=no formats the
+# exception's last line only (native reads every frame's source lines).
 _UNUSED_PLUGINS = ("cacheprovider", "warnings", "logging",
                    "unraisableexception", "threadexception", "faulthandler",
                    "doctest", "junitxml", "pastebin", "stepwise",
@@ -392,14 +393,18 @@ def _pytest_args(checks_dir: Path) -> list[str]:
     args = []
     for name in _UNUSED_PLUGINS:
         args += ["-p", f"no:{name}"]
-    return args + ["-q", "--tb=native", "--import-mode=importlib",
+    return args + ["-q", "--tb=no", "--import-mode=importlib",
                    "-c", os.devnull, "--rootdir", str(checks_dir),
                    str(checks_dir)]
 
 
 def _pytest_session(checks_dir: Path, context: dict[str, Any]
                     ) -> tuple[list[CheckOutcome], list[str]]:
-    """One pytest session over the checks, in this process."""
+    """One pytest session over the checks, in this process (the one
+    prepared here by :func:`warm_up`, when it was)."""
+    prepared = _PREPARED.get(checks_dir)
+    if prepared is not None and prepared.unused():
+        return prepared.run(context)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     plugin = ChecksPlugin(context)
     sink = io.StringIO()
@@ -417,16 +422,86 @@ def _pytest_session(checks_dir: Path, context: dict[str, Any]
     return list(plugin.outcomes), errors
 
 
-def warm_up(checks_dir: Path) -> None:
-    """Collect the checks once in this process (nothing runs): pytest's
-    plugins and the check modules, with their assertions rewritten, are
-    imported here, and a session in a process forked from this one
-    (a batch's judge) finds them imported. One assignment's checks per
-    process: two assignments' checks share module names."""
-    sink = io.StringIO()
+class _PreparedSession:
+    """A pytest session over one assignment's checks, configured and
+    collected once, in a batch's coordinator; each judge (a fork of it)
+    fills in its submission's observations and runs the tests.
+
+    The same arguments and plug-ins as a plain session, plus
+    ``-p no:capture`` (a session left configured must not hold the
+    coordinator's stdout and stderr: the checks' own output goes to a
+    sink either way). The session's start and its collection are
+    pytest's own hooks; only their order is taken apart from
+    :func:`pytest.main`.
+    """
+
+    def __init__(self, checks_dir: Path, task_ids: list[str]) -> None:
+        from _pytest.config import _prepareconfig
+        from _pytest.main import Session
+
+        self.context: dict[str, Any] = {"runs": {}}
+        self.plugin = ChecksPlugin(self.context)
+        self.sink = io.StringIO()
+        with contextlib.redirect_stdout(self.sink), \
+                contextlib.redirect_stderr(self.sink):
+            self.config = _prepareconfig(
+                _pytest_args(checks_dir)[:-1] + ["-p", "no:capture",
+                                                 str(checks_dir)],
+                plugins=[self.plugin,
+                         task_fixtures(task_ids, self.context["runs"])])
+            self.config._do_configure()
+            self.session = Session.from_config(self.config)
+            self.config.hook.pytest_sessionstart(session=self.session)
+            self.config.hook.pytest_collection(session=self.session)
+        if self.session.testsfailed or not self.session.items:
+            raise RuntimeError("the checks were not collected: "
+                               + self.sink.getvalue()[-2000:])
+        self.ran_in: set[int] = set()
+
+    def unused(self) -> bool:
+        """True until this process ran it (each fork of the process that
+        prepared it may run it once)."""
+        return os.getpid() not in self.ran_in
+
+    def run(self, context: dict[str, Any]
+            ) -> tuple[list[CheckOutcome], list[str]]:
+        """Run every check on ``context`` (once: a judge runs one)."""
+        self.ran_in.add(os.getpid())
+        runs = self.context["runs"]
+        runs.clear()
+        runs.update(context["runs"])
+        self.context.update({k: v for k, v in context.items()
+                             if k != "runs"})
+        with contextlib.redirect_stdout(self.sink), \
+                contextlib.redirect_stderr(self.sink):
+            self.config.hook.pytest_runtestloop(session=self.session)
+        return list(self.plugin.outcomes), list(self.plugin.errors)
+
+
+# checks folder -> its prepared session (see warm_up)
+_PREPARED: dict[Path, _PreparedSession] = {}
+
+
+def warm_up(checks_dir: Path, task_ids: list[str] | None = None) -> None:
+    """Prepare, once, a session over the checks in this process (nothing
+    runs): pytest configured, its plug-ins and the check modules, with
+    their assertions rewritten, imported, the tests collected. A judge
+    forked from this process runs them (:func:`run_checks` with
+    ``fork=False``). One assignment's checks per process: two
+    assignments' checks share module names. Without ``task_ids``, or when
+    pytest cannot be prepared so, only the imports are done (each judge
+    then runs a whole session)."""
     environment = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
+        if task_ids is not None:
+            try:
+                _PREPARED[checks_dir] = _PreparedSession(checks_dir,
+                                                         task_ids)
+                return
+            except Exception:  # pytest internals moved: plain sessions
+                _PREPARED.pop(checks_dir, None)
+        sink = io.StringIO()
         with contextlib.redirect_stdout(sink), \
                 contextlib.redirect_stderr(sink):
             pytest.main(_pytest_args(checks_dir)[:-1] + [

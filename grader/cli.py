@@ -244,8 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the CSV to write (default: grades.csv); JSON "
                             "reports and feedback go to FILE.csv.reports/")
     batch.add_argument("--jobs", type=_positive(int), metavar="N",
-                       help="submissions graded at once (default: the "
-                            "number of cores)")
+                       help="submissions graded at once (default: one more "
+                            "than the usable cores, a cgroup's CPU quota "
+                            "counted)")
     batch.add_argument("--resume", action="store_true",
                        help="keep the rows of an interrupted batch and "
                             "grade only the submissions without one")
@@ -316,8 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="grade only these students (default: every "
                              "submission)")
     course.add_argument("--jobs", type=_positive(int), metavar="N",
-                        help="submissions graded at once (default: the "
-                             "number of cores)")
+                        help="submissions graded at once (default: one "
+                             "more than the usable cores, a cgroup's CPU "
+                             "quota counted)")
     course.add_argument("--course", type=Path, default=Path("."),
                         metavar="DIR",
                         help="the course root, where nbgrader_config.py "

@@ -115,7 +115,7 @@ def draw(figure: MapFigure, path: Path, group: int = 0) -> Path:
             x0 = _LEFT + head * (block_w + _GAP)
             data = maps[head]
             rgb = _colours(data, ~np.isfinite(data))
-            cells = np.kron(rgb, np.ones((cell, cell, 1), np.uint8))
+            cells = rgb.repeat(cell, axis=0).repeat(cell, axis=1)
             canvas.paste(Image.fromarray(cells, "RGB"), (x0, y0))
             pen.rectangle((x0 - 1, y0 - 1, x0 + block_w, y0 + block_h),
                           outline="black")

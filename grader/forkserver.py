@@ -416,6 +416,7 @@ def serve(fd: int) -> None:
 
     for assignment in assignments():
         agent.prepare(assignment.forbidden)
+    agent.index_aliases(agent.KIT_PACKAGES)
     sock = socket.socket(fileno=fd)
     from grader.confine import die_with_parent
 

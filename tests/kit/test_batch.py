@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from grader import batch
+
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 REFERENCE = ROOT / "solutions" / "modeling_attention.py"
 STUB = ROOT / "transformer_lm" / "modeling_attention.py"
 EXAMPLE = ROOT / "examples" / "submission"
@@ -169,10 +172,13 @@ def test_interrupted_batch_resumes(tmp_path):
          str(out), "--jobs", "1", "--no-feedback", "--public-only"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
+    records = out.with_name(out.name + ".reports")
     while time.monotonic() < deadline:
-        if out.is_file() and len(_rows(out)) >= 2:
+        # Each student's record is written when graded (the CSV only
+        # every few seconds and at the end).
+        if len(list(records.glob("*/record.json"))) >= 2:
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
@@ -290,3 +296,109 @@ def test_a_hundred_mixed_submissions_give_a_hundred_rows(tmp_path):
     for name, kind in names.items():
         assert float(rows[name]["score"]) == expected[kind], (name, kind)
     assert elapsed < 600
+
+
+# --------------------------------------------------------------------------
+# How many judges by default
+
+
+def _cgroup(tmp_path: Path, files: dict[str, str], own: str = "0::/\n"
+            ) -> tuple[Path, Path]:
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    root.mkdir(exist_ok=True)
+    own_file = tmp_path / "self_cgroup"
+    own_file.write_text(own)
+    return root, own_file
+
+
+@pytest.mark.parametrize("files, own, expected", [
+    ({"cpu.max": "200000 100000\n"}, "0::/\n", 2),        # --cpus=2
+    ({"cpu.max": "150000 100000\n"}, "0::/\n", 2),        # 1.5 rounds up
+    ({"cpu.max": "50000 100000\n"}, "0::/\n", 1),         # never 0
+    ({"cpu.max": "max 100000\n"}, "0::/\n", None),        # unlimited
+    ({"pod/cpu.max": "100000 100000\n", "cpu.max": "max 100000\n"},
+     "0::/pod\n", 1),                                     # its own cgroup
+    ({"cpu/cpu.cfs_quota_us": "300000\n",
+      "cpu/cpu.cfs_period_us": "100000\n"}, "", 3),        # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n",
+      "cpu/cpu.cfs_period_us": "100000\n"}, "", None),     # v1 unlimited
+    ({}, "", None),                                       # nothing known
+    ({"cpu.max": "garbage\n"}, "0::/\n", None),
+])
+def test_the_default_judges_count_a_cgroup_cpu_quota(tmp_path, files, own,
+                                                     expected):
+    """A container limited to N CPUs starts N + 1 judges, whatever the
+    host's cores (os.cpu_count() would say the host's)."""
+    root, own_file = _cgroup(tmp_path, files, own)
+    affinity = len(os.sched_getaffinity(0))
+    cores = batch.usable_cores(root, own_file)
+    assert cores == (affinity if expected is None
+                     else min(affinity, expected))
+    assert cores >= 1
+
+
+def test_the_default_is_one_judge_more_than_the_usable_cores():
+    assert batch.default_jobs() == batch.usable_cores() + 1
+
+
+# --------------------------------------------------------------------------
+# The checks' session prepared once in the coordinator
+
+_PREPARED_SCRIPT = r"""
+import json, os, sys
+from pathlib import Path
+from grader import checking
+from grader.engine import Options, grade
+from grader.rubric import get_assignment
+
+files = [Path(p) for p in sys.argv[1:]]
+def reports():
+    return [grade(f, "multi_head_attention", Options(seed=5)).as_json()
+            for f in files]
+plain = reports()
+assignment = get_assignment("multi_head_attention")
+checking.warm_up(assignment.checks_dir, [t.id for t in assignment.tasks])
+assert assignment.checks_dir in checking._PREPARED
+original = checking._PreparedSession.run
+def counted(self, context):
+    with open(os.environ["RUNS_LOG"], "a") as log:
+        log.write("run\n")
+    return original(self, context)
+checking._PreparedSession.run = counted
+os.write(1, b"fd 1 is still the terminal\n")
+os.write(2, b"fd 2 too\n")
+prepared = reports()
+for report in plain + prepared:
+    report.pop("grader", None)
+    report.get("output", {}).pop("seconds", None)
+print(json.dumps({"same": plain == prepared,
+                  "scores": [r["score"] for r in prepared]}))
+"""
+
+
+def test_a_prepared_session_gives_what_a_whole_session_gives(tmp_path):
+    """A batch's coordinator configures pytest and collects the checks
+    once; each judge (a fork) runs them. Reports must be the same as with
+    a whole session, for passing and failing checks alike, and the
+    coordinator's own stdout and stderr must stay its own (pytest's
+    output capture is not left running in it)."""
+    files = [ROOT / "solutions" / "modeling_attention.py",
+             HERE / "submissions" / "mistake_softmax_dim.py",
+             HERE / "submissions" / "mistake_mask_diagonal.py",
+             HERE / "submissions" / "partial_task2_stub.py"]
+    log = tmp_path / "runs.log"
+    result = subprocess.run([sys.executable, "-c", _PREPARED_SCRIPT,
+                             *map(str, files)], cwd=ROOT,
+                            env={**os.environ, "RUNS_LOG": str(log)},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text() == "run\n" * len(files)  # the prepared one ran
+    assert "fd 1 is still the terminal" in result.stdout
+    assert "fd 2 too" in result.stderr
+    verdict = json.loads(result.stdout.splitlines()[-1])
+    assert verdict["same"] is True
+    assert verdict["scores"][0] == 11.0
+    assert all(score < 11.0 for score in verdict["scores"][1:])

@@ -293,3 +293,75 @@ def test_a_batch_submission_sees_no_classmate_and_no_secret(
     scores = {item["id"]: item["score"] for item in bob["items"]}
     assert (scores["task1.init"], scores["task1.forward"]) == (1.0, 3.0)
     assert float(rows["carol_secretive"]["score"]) == 11.0
+
+
+# --------------------------------------------------------------------------
+# The tripwires' index finds every alias a full scan finds
+
+
+def test_the_alias_index_finds_what_a_full_scan_finds() -> None:
+    """The fork server indexes where the replaced calls are bound; a
+    worker visits those places and scans only modules loaded (or
+    replaced) since. Both ways must find the same places, including an
+    alias in a module loaded after the index, in a module put in place
+    of an indexed one, and a binding removed since."""
+    import os
+    import sys
+
+    import torch.nn.functional as functional
+
+    from grader.rubric import get_assignment
+
+    functions, _ = agent.prepare(
+        get_assignment("multi_head_attention").forbidden)
+    sdpa = functional.scaled_dot_product_attention
+    assert id(sdpa) in functions
+    saved = dict(agent._ALIASES)
+    late = types.ModuleType("kit_test_late_aliases")
+    late.leave, late.attend = os._exit, sdpa
+    swapped = types.ModuleType("kit_test_swapped")
+    swapped.kept = os.abort
+    gone = types.ModuleType("kit_test_gone")
+    gone.leave = os._exit
+    sys.modules[swapped.__name__] = swapped
+    sys.modules[gone.__name__] = gone
+    try:
+        agent.index_aliases(agent.KIT_PACKAGES)
+        sys.modules[late.__name__] = late
+        sys.modules[swapped.__name__] = types.ModuleType("kit_test_swapped")
+        sys.modules[swapped.__name__].stays = os.abort
+        del gone.leave
+        wanted = set(functions) | {id(v) for v, _ in agent.refused_values()}
+        wanted |= {id(sys.gettrace), id(sys.getprofile)}
+        indexed = sorted(agent.alias_sites(wanted, agent.KIT_PACKAGES))
+        agent._ALIASES.clear()
+        scanned = sorted(agent.alias_sites(wanted, agent.KIT_PACKAGES))
+        assert indexed == scanned
+        assert ("kit_test_late_aliases", "leave", id(os._exit)) in indexed
+        assert ("kit_test_late_aliases", "attend", id(sdpa)) in indexed
+        assert ("kit_test_swapped", "stays", id(os.abort)) in indexed
+        assert all(site[0] != "kit_test_gone" for site in indexed)
+        assert ("os", "_exit", id(os._exit)) in indexed
+        # An id the index never saw: the whole scan, same answer.
+        agent.index_aliases(agent.KIT_PACKAGES)
+        late.other = print
+        both = wanted | {id(print)}
+        assert sorted(agent.alias_sites(both, agent.KIT_PACKAGES)) == \
+            sorted(_full_scan(both))
+    finally:
+        for name in (late.__name__, swapped.__name__, gone.__name__):
+            sys.modules.pop(name, None)
+        agent._ALIASES.clear()
+        agent._ALIASES.update(saved)
+
+
+def _full_scan(wanted: set[int]) -> list[tuple[str, str, int]]:
+    import sys
+
+    return [(name, attribute, id(value))
+            for name, module in list(sys.modules.items())
+            if module is not None
+            and name.split(".")[0] not in agent.KIT_PACKAGES
+            and type(getattr(module, "__dict__", None)) is dict
+            for attribute, value in list(vars(module).items())
+            if id(value) in wanted]

@@ -58,6 +58,13 @@ def _items(report: dict) -> dict[str, float]:
     return {i["id"]: i["score"] for i in report["items"]}
 
 
+def _said(report: dict, path: Path) -> dict[str, tuple]:
+    """Each item's verdict in words: passed, message (the graded file's
+    path, which differs between routes, left out), diagnosis."""
+    return {i["id"]: (i["passed"], i["message"].replace(str(path), "FILE"),
+                      i["diagnosis"]) for i in report["items"]}
+
+
 def _flags(report: dict) -> list[str]:
     return sorted(f["kind"] for f in report.get("flags", []))
 
@@ -118,6 +125,10 @@ def test_batch_grades_like_the_file(by_file, tmp_path) -> None:
         record = record["report"]
         assert _items(record) == _items(report), student
         assert _flags(record) == _flags(report), student
+        # The batch's checks run in a session its coordinator prepared
+        # once; a grade runs a whole session: same words, same mistakes.
+        assert _said(record, folder / f"{student}.py") == \
+            _said(report, CLASS[student][0]), student
 
 
 @pytest.fixture(scope="module")
