@@ -128,6 +128,15 @@ def _autograde(course: Path, count: int) -> float:
                      ASSIGNMENT, "--create", "--force"], plain) / count
 
 
+def _judges() -> str:
+    """How many judges the batch ran at once (its default ``--jobs``)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from grader.batch import default_jobs; "
+                               "print(default_jobs())"],
+        cwd=ROOT, capture_output=True, text=True)
+    return result.stdout.strip() or "?"
+
+
 def machine() -> str:
     """One line about this machine."""
     model = platform.processor() or platform.machine()
@@ -227,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = batch * args.batch
     print(f"class of {args.batch}: CPU {cpu:7.1f} s in all, "
           f"{cpu / args.batch:.2f} s a submission, the {cores} cores "
-          f"{100 * cpu / (cores * wall):.0f}% busy (load average before: "
-          f"{LOAD:.2f})")
+          f"{100 * cpu / (cores * wall):.0f}% busy with {_judges()} judges "
+          f"(load average before: {LOAD:.2f})")
     if route is not None:
         print(f"grader nbgrader per notebook / grade "
               f"{route / single:5.2f}  (goal: at most 0.25)")

@@ -741,15 +741,11 @@ def _sealed(job: dict, probes: list, result_fd: int,
     """
     import _hashlib
     import _json
-    import _thread
     import binascii
     import builtins
     import linecache
     import math
-    import re
-    import signal
     import struct
-    import threading
     import time
     import types
     import warnings
