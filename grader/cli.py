@@ -364,11 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _grade(args: argparse.Namespace) -> int:
     from grader.submission import locate
 
-    # Locate first: a bad path is reported before torch is imported.
     submission = locate(args.path, args.assignment)
-    from grader import forkserver
-
-    forkserver.start()  # warms up while this process imports torch
     from grader.engine import Options, grade_submission
     from grader.sandbox import Limits
 
@@ -472,6 +468,8 @@ def _assignments(args: argparse.Namespace) -> int:
 
 #: The commands that need no sandbox (they run no submission).
 NO_SANDBOX = ("assignments", "gradescope-bundle")
+#: The commands that run submissions in workers of the fork server.
+WORKERS = ("grade", "shapes", "batch", "nbgrader")
 
 
 def platform_problem() -> str | None:
@@ -507,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
                 "similarity": _similarity,
                 "nbgrader": _nbgrader, "gradescope-bundle": _bundle,
                 "assignments": _assignments}
+    if args.command in WORKERS:
+        from grader import forkserver
+
+        # The fork server imports torch in a process of its own while
+        # this one loads the plug-ins (torch too): on two cores a grade
+        # waits for one import, not two in a row.
+        forkserver.start()
     try:
         # Start-up: every plug-in is loaded and validated first, so a
         # broken one stops every command with one line naming it.
