@@ -34,6 +34,8 @@ class ProbeResult:
     # submission's nor a library's: (file, name, line, how it was made).
     ran: tuple[tuple[str, int, str, str], ...] = ()
     foreign: tuple[tuple[str, str, int, str], ...] = ()
+    # A probe with a ``fit``: the parameters (by name) training left.
+    state: dict[str, Value] | None = None
 
     @property
     def ok(self) -> bool:
@@ -171,6 +173,9 @@ def _result_from_frame(info: ProbeInfo, message: dict,
     try:
         value = (decode_value(message["value"]) if "value" in message
                  else None)
+        state = message.get("state")
+        state = ({str(name): decode_value(item) for name, item in
+                  state.items()} if isinstance(state, dict) else None)
     except (ChannelError, ValueError, TypeError, OverflowError) as exc:
         return ProbeResult(info=info, seconds=seconds,
                            problem=f"its result could not be read ({exc})")
@@ -180,7 +185,7 @@ def _result_from_frame(info: ProbeInfo, message: dict,
                        describe=describe if isinstance(describe, dict)
                        else None,
                        trace=trace if isinstance(trace, dict) else None,
-                       ran=ran, foreign=foreign)
+                       ran=ran, foreign=foreign, state=state)
 
 
 def observe(task: str, source: SourceFile, plan: list[ProbeInfo],

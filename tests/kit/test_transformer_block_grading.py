@@ -5,7 +5,8 @@ module: correct variants (one with the student's own attention), each
 diagnosed mistake written three different ways, penalties, broken code and
 hostile code (a model that peeks at the next token through a module-level
 side channel, one that returns the grader's reference logits by importing
-it or by reading it from disk, losses faked by a constant). The table
+it or by reading it from disk, losses faked by a constant, training that
+memorises the text in a dict instead of moving the weights). The table
 gives, for each, the score of every item that does not earn full points,
 the diagnoses of the failing items and the total, as
 ``grader/assignments/transformer_block/rubric.toml`` and
@@ -144,6 +145,11 @@ CORPUS: dict[str, Expected] = {
         why="a constant has no gradient: the weights never move, and the "
             "grader computes the loss from the returned logits"),
     "hostile_constant_loss_graph": lost("task2.loss", "task2.training"),
+    "hostile_memorises_training": lost(
+        "task2.training",
+        why="its loss has no gradient and its forward replays pairs kept "
+            "in a dict: the grader runs its own model on the weights "
+            "training left, which never moved"),
     "hostile_imports_reference": lost(
         "task2.layers", *TASK2, diagnosis="forbidden_api",
         flags=("forbidden",)),
@@ -167,6 +173,7 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "mistake_loss_not_shifted_transpose": 8, "penalties": 8,
           "broken_syntax_error": 0, "broken_lm_forward_raises": 5,
           "hostile_constant_loss": 8, "hostile_constant_loss_graph": 8,
+          "hostile_memorises_training": 9,
           "hostile_imports_reference": 4,
           "hostile_reads_reference_file": 5}
 # Every diagnosis of the rubric, and the files written to trigger it.

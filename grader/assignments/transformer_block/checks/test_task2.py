@@ -6,8 +6,10 @@ earns task1.forward, and on models with no layer (embeddings and output
 projection alone) otherwise, so a mistake in task 1 is not paid twice.
 The loss item compares ``loss`` with the cross-entropy the grader computes
 from the student's own logits on the same weights; the training item
-computes the loss itself from the logits the trained model returns on
-fresh text. No number the submission reports is taken as it is.
+computes the loss itself on fresh text: with its own reference model on
+the weights training left when the student's forward passes task2.logits,
+else from the logits the trained model returns. No number the submission
+reports is taken as it is.
 """
 import pytest
 import torch
@@ -135,14 +137,58 @@ def test_loss_is_next_token_cross_entropy(task2: TaskRun,
                  f"{depth_words(depth)}.", *ids)
 
 
+def forward_matches(task2: TaskRun, depth: str) -> bool:
+    """True when TransformerLM.forward gives the reference's logits on
+    every logits probe at ``depth`` (what task2.logits judges)."""
+    probes = task2.probe_ids(f"logits:{depth}:")
+    for probe_id in probes:
+        result = task2.result(probe_id)
+        value = result.value if result.ok else None
+        case = task2.case(probe_id)
+        s = case.sizes
+        if value is None or value.kind != "tensor" or \
+                value.tensor is None or tuple(value.shape) != (
+                    s["batch_size"], s["seq_len"], s["vocab_size"]):
+            return False
+        _, w = case.float64()
+        if not close(value.tensor, reference.lm_logits(
+                case.x, w, s["num_heads"], s["num_layers"])):
+            return False
+    return bool(probes)
+
+
+def trained_logits(task2: TaskRun, depth: str, case: Case
+                   ) -> torch.Tensor:
+    """The reference model's logits on the fresh text, with the weights
+    training left (every parameter of the contract, by name and shape)."""
+    state = task2.result(f"trained:{depth}").state or {}
+    s = case.sizes
+    weights = {}
+    for name, shape in reference.lm_shapes(
+            s["vocab_size"], s["hidden"], s["fcn_hidden"], s["num_layers"],
+            s["max_seq_len"]).items():
+        weights[name] = tensor_of(
+            state.get(name), f"The trained parameter {name}", shape,
+            "its shape in the contract", case).double()
+    return reference.lm_logits(case.x, weights, s["num_heads"],
+                               s["num_layers"])
+
+
 @pytest.mark.item("task2.training")
 def test_training_lowers_the_loss(task2: TaskRun, depth: str) -> None:
     """Adam steps on loss() bring the loss on fresh text below the bound;
-    the grader computes that loss from the returned logits."""
+    the grader computes that loss itself. When forward passes task2.logits
+    it runs its own reference model on the weights training left (what an
+    honest forward gives too), so nothing the object keeps besides its
+    parameters can lower it; otherwise it uses the logits the trained
+    model returns."""
     what = "TransformerLM trained with its loss"
     require_ran(task2, [f"before:{depth}", f"trained:{depth}"], what)
     case, before = logits_of(task2, f"before:{depth}")
-    _, after = logits_of(task2, f"trained:{depth}")
+    if forward_matches(task2, depth):
+        after = trained_logits(task2, depth, case)
+    else:
+        _, after = logits_of(task2, f"trained:{depth}")
     start = float(reference.next_token_loss(before.double(), case.x))
     end = float(reference.next_token_loss(after.double(), case.x))
     if not end < TRAIN_BOUND:
