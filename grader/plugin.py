@@ -14,6 +14,7 @@ writing one.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from collections.abc import Callable
@@ -138,7 +139,25 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
         raise _fail(plugin_id, str(exc)) from exc
     if rubric.id != plugin_id:
         raise _fail(plugin_id, f"rubric.toml says id = {rubric.id!r}")
+    missing = _undefined_targets(plugin.stub_file,
+                                 [task.target for task in rubric.tasks])
+    if missing:
+        raise _fail(plugin_id, f"stub.py does not define "
+                               f"{', '.join(missing)} (the rubric's "
+                               f"task targets)")
     return plugin
+
+
+def _undefined_targets(stub: Path, targets: list[str]) -> list[str]:
+    """The ``targets`` that ``stub`` defines at module level as a class
+    or function (read, never run); all of them when it does not parse."""
+    try:
+        tree = ast.parse(stub.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return list(targets)
+    defined = {node.name for node in tree.body if isinstance(
+        node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    return [target for target in targets if target not in defined]
 
 
 @cache

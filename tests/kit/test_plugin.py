@@ -154,6 +154,24 @@ def test_a_missing_or_broken_file_is_one_line_naming_it(
     assert words in message
 
 
+@pytest.mark.parametrize("stub, words", [
+    ("class SelfAttention:\n    pass\n",
+     "stub.py does not define MultiHeadSelfAttention"),
+    ("SelfAttention = MultiHeadSelfAttention = None\n",
+     "does not define SelfAttention, MultiHeadSelfAttention"),
+    ("class SelfAttention(\n", "does not define SelfAttention"),
+])
+def test_a_stub_without_the_task_targets_names_them(
+        scratch, tmp_path, stub: str, words: str) -> None:
+    """The released stub must define every task's target (read, never
+    run): an untouched submission is recognised by comparing with it."""
+    package, make = scratch
+    plugin_id = make("broken")
+    (tmp_path / package / plugin_id / "stub.py").write_text(stub)
+    message = _error(package, plugin_id)
+    assert words in message
+
+
 def test_a_points_mismatch_in_the_rubric_names_the_plugin(scratch) -> None:
     package, make = scratch
     text = (REAL / "rubric.toml").read_text(encoding="utf-8").replace(
