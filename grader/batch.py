@@ -527,8 +527,12 @@ class _Progress:
 
 
 def _deadline(args: JudgeOptions) -> float:
-    """How long one judge may take: both tasks' limits plus slack."""
-    return 2 * args.timeout + 60.0
+    """How long one judge may take: two rounds of workers (the second
+    when the module-level code raised), each as long as a starved worker
+    may run (grader.sandbox.WALL_FACTOR), plus slack."""
+    from grader.sandbox import WALL_FACTOR
+
+    return 2 * WALL_FACTOR * args.timeout + 60.0
 
 
 def _collect(running: _Running) -> dict | None:

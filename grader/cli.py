@@ -169,7 +169,9 @@ def _command(commands, name: str, help: str, description: str
 def _add_limits(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--timeout", type=_positive(float), default=20.0, metavar="S",
-        help=f"wall-clock seconds {what} may run (default: 20)")
+        help=f"seconds {what} may run (default: 20): wall-clock time, "
+             f"or its own CPU time while a busy machine starves it (up to "
+             f"4 x S of wall-clock time, as long as it computes)")
     parser.add_argument(
         "--memory", type=_positive(int), default=2048, metavar="MB",
         help=f"memory {what} may allocate (default: 2048)")
