@@ -176,7 +176,6 @@ class _Running:
         self.status: int | None = None
         self.limits = limits
         self.checked = (self.started, 0.0)  # (when, CPU seconds then)
-        self.extended = False
 
     def starved_but_working(self, now: float) -> bool:
         """At the deadline: True when the worker has had less than
@@ -192,7 +191,6 @@ class _Running:
         if cpu < STARVED * elapsed and \
                 cpu - cpu_then >= PROGRESS * (now - since):
             self.checked = (now, cpu)
-            self.extended = True
             self.deadline = min(
                 now + max(self.limits.timeout - cpu, 0.25),
                 self.started + self.limits.timeout * WALL_FACTOR)
@@ -540,15 +538,11 @@ def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
         _reap(entry)
         entry.result.ended = "timeout"
         entry.result.seconds = time.monotonic() - entry.started
+        # The same words whether or not a busy machine extended the
+        # deadline: a report does not depend on the machine's load.
         entry.result.detail = (f"it did not finish within "
                                f"{entry.limits.timeout:g} seconds and was "
                                f"stopped")
-        if entry.extended:
-            entry.result.detail = (
-                f"it did not finish within {entry.limits.timeout:g} "
-                f"seconds of its own CPU time (a busy machine gave it "
-                f"{entry.result.seconds:.0f} s of wall-clock time) and "
-                f"was stopped")
         _drain(entry, selector)
         entry.result.detail += _phase(entry.result)
         return True

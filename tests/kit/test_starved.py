@@ -112,7 +112,6 @@ def test_code_that_waits_is_stopped_at_the_limit_on_a_starved_core(
     text = json.dumps(report)
     assert f"did not finish within {TIMEOUT:g} seconds and was stopped" \
         in text
-    assert "of its own CPU time" not in text
     assert report["score"] < 11.0
     # Both tasks' workers are stopped near the limit, not at
     # WALL_FACTOR times it (start-up on the shared core included).
