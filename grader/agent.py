@@ -526,19 +526,19 @@ def refused_values() -> list[tuple[object, str]]:
 
 
 def _bindings(modules: list[tuple[str, object]], wanted: set[int],
-              skip: tuple[str, ...]) -> dict[int, list[tuple[str, str]]]:
-    """Every (module, attribute) of ``modules`` bound to a value whose id
-    is in ``wanted`` (modules whose top package is in ``skip`` left out)."""
-    found: dict[int, list[tuple[str, str]]] = {}
+              skip: tuple[str, ...]) -> list[tuple[str, str, int]]:
+    """Every (module, attribute, id) of ``modules`` bound to a value
+    whose id is in ``wanted`` (modules whose top package is in ``skip``
+    left out)."""
+    found: list[tuple[str, str, int]] = []
     for name, module in modules:
         if module is None or name.split(".")[0] in skip:
             continue
         namespace = getattr(module, "__dict__", None)
         if type(namespace) is not dict:
             continue
-        for attribute, value in list(namespace.items()):
-            if id(value) in wanted:
-                found.setdefault(id(value), []).append((name, attribute))
+        found += [(name, attribute, id(value)) for attribute, value in
+                  list(namespace.items()) if id(value) in wanted]
     return found
 
 
@@ -555,8 +555,7 @@ def index_aliases(skip: tuple[str, ...]) -> None:
     modules = list(sys.modules.items())
     _ALIASES.clear()
     _ALIASES.update(
-        wanted=wanted, skip=skip,
-        sites=_bindings(modules, wanted, skip),
+        wanted=wanted, skip=skip, sites=_bindings(modules, wanted, skip),
         scanned={name: id(getattr(module, "__dict__", None))
                  for name, module in modules},
         keep=[module for _, module in modules])
@@ -576,24 +575,18 @@ def alias_sites(wanted: set[int], skip: tuple[str, ...]
     modules = list(sys.modules.items())
     index = _ALIASES
     if not index or index["skip"] != skip or not wanted <= index["wanted"]:
-        found = _bindings(modules, wanted, skip)
-        return [(name, attribute, ident) for ident in sorted(found)
-                for name, attribute in found[ident]]
+        return _bindings(modules, wanted, skip)
     scanned = index["scanned"]
     sites = []
-    for ident in sorted(wanted):
-        for name, attribute in index["sites"].get(ident, []):
-            module = sys.modules.get(name)
-            namespace = getattr(module, "__dict__", None)
-            if type(namespace) is dict and scanned.get(name) == id(
-                    namespace) and id(namespace.get(attribute)) == ident:
-                sites.append((name, attribute, ident))
+    for name, attribute, ident in index["sites"]:
+        namespace = getattr(sys.modules.get(name), "__dict__", None)
+        if ident in wanted and type(namespace) is dict and \
+                scanned.get(name) == id(namespace) and \
+                id(namespace.get(attribute)) == ident:
+            sites.append((name, attribute, ident))
     fresh = [(name, module) for name, module in modules
              if scanned.get(name) != id(getattr(module, "__dict__", None))]
-    found = _bindings(fresh, wanted, skip)
-    sites += [(name, attribute, ident) for ident in sorted(found)
-              for name, attribute in found[ident]]
-    return sites
+    return sites + _bindings(fresh, wanted, skip)
 
 
 def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:

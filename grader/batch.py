@@ -821,9 +821,7 @@ def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
         from grader.checking import warm_up
         from grader.rubric import get_assignment
 
-        assignment = get_assignment(args.assignment)
-        warm_up(assignment.checks_dir, [task.id for task in
-                                        assignment.tasks])
+        warm_up(get_assignment(args.assignment))
     # What the coordinator holds now (torch, the plan) is never freed:
     # out of the garbage collector's sight, a judge neither walks it nor
     # copies its pages by touching them.

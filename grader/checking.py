@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -35,6 +35,9 @@ import torch
 from grader.observe import TaskRun
 from grader.plan import Case
 from grader.proctree import fork_with_pipe
+
+if TYPE_CHECKING:
+    from grader.rubric import Assignment
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -482,25 +485,25 @@ class _PreparedSession:
 _PREPARED: dict[Path, _PreparedSession] = {}
 
 
-def warm_up(checks_dir: Path, task_ids: list[str] | None = None) -> None:
-    """Prepare, once, a session over the checks in this process (nothing
-    runs): pytest configured, its plug-ins and the check modules, with
-    their assertions rewritten, imported, the tests collected. A judge
-    forked from this process runs them (:func:`run_checks` with
-    ``fork=False``). One assignment's checks per process: two
-    assignments' checks share module names. Without ``task_ids``, or when
-    pytest cannot be prepared so, only the imports are done (each judge
-    then runs a whole session)."""
+def warm_up(assignment: Assignment) -> None:
+    """Prepare, once, a session over ``assignment``'s checks in this
+    process (nothing runs): pytest configured, its plug-ins and the check
+    modules, with their assertions rewritten, imported, the tests
+    collected. A judge forked from this process runs them
+    (:func:`run_checks` with ``fork=False``). One assignment's checks per
+    process: two assignments' checks share module names. When pytest
+    cannot be prepared so, only the imports are done (each judge then
+    runs a whole session)."""
+    checks_dir = assignment.checks_dir
     environment = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
-        if task_ids is not None:
-            try:
-                _PREPARED[checks_dir] = _PreparedSession(checks_dir,
-                                                         task_ids)
-                return
-            except Exception:  # pytest internals moved: plain sessions
-                _PREPARED.pop(checks_dir, None)
+        try:
+            _PREPARED[checks_dir] = _PreparedSession(
+                checks_dir, [task.id for task in assignment.tasks])
+            return
+        except Exception:  # pytest internals moved: plain sessions
+            _PREPARED.pop(checks_dir, None)
         sink = io.StringIO()
         with contextlib.redirect_stdout(sink), \
                 contextlib.redirect_stderr(sink):

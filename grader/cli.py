@@ -167,11 +167,14 @@ def _command(commands, name: str, help: str, description: str
 
 
 def _add_limits(parser: argparse.ArgumentParser, what: str) -> None:
+    from grader.sandbox import WALL_FACTOR
+
     parser.add_argument(
         "--timeout", type=_positive(float), default=20.0, metavar="S",
         help=f"seconds {what} may run (default: 20): wall-clock time, "
              f"or its own CPU time while a busy machine starves it (up to "
-             f"4 x S of wall-clock time, as long as it computes)")
+             f"{WALL_FACTOR:g} x S of wall-clock time, as long as it "
+             f"computes)")
     parser.add_argument(
         "--memory", type=_positive(int), default=2048, metavar="MB",
         help=f"memory {what} may allocate (default: 2048)")

@@ -360,7 +360,7 @@ def reports():
             for f in files]
 plain = reports()
 assignment = get_assignment("multi_head_attention")
-checking.warm_up(assignment.checks_dir, [t.id for t in assignment.tasks])
+checking.warm_up(assignment)
 assert assignment.checks_dir in checking._PREPARED
 original = checking._PreparedSession.run
 def counted(self, context):
