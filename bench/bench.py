@@ -131,7 +131,7 @@ def _autograde(course: Path, count: int) -> float:
 def _judges() -> str:
     """How many judges the batch ran at once (its default ``--jobs``)."""
     result = subprocess.run(
-        [sys.executable, "-c", "from grader.batch import default_jobs; "
+        [sys.executable, "-c", "from grader.run.cores import default_jobs; "
                                "print(default_jobs())"],
         cwd=ROOT, capture_output=True, text=True)
     return result.stdout.strip() or "?"

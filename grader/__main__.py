@@ -1,7 +1,7 @@
-"""``python -m grader``: see :mod:`grader.cli`."""
+"""``python -m grader``: see :mod:`grader.routes.cli`."""
 import sys
 
-from grader.cli import main
+from grader.routes.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

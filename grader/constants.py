@@ -6,10 +6,18 @@ the grader); they are re-exported here for the grader's modules.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from transformer_lm.notebook import END_MARKER, START_MARKER
 
-__all__ = ["DEFAULT_SEED", "END_MARKER", "NBGRADER_MARKERS", "SEED_ENV",
-           "START_MARKER", "TORCH_CPU_INDEX", "TORCH_VERSION"]
+__all__ = ["DEFAULT_SEED", "END_MARKER", "GRADER_DIR", "KIT_ROOT",
+           "NBGRADER_MARKERS", "SEED_ENV", "START_MARKER", "TORCH_CPU_INDEX",
+           "TORCH_VERSION"]
+
+#: The grader package (its subpackages lie below it) and the kit's root,
+#: the folder that holds it.
+GRADER_DIR = Path(__file__).resolve().parent
+KIT_ROOT = GRADER_DIR.parent
 
 #: The torch release the kit pins (README, .ci/run, the Gradescope zip,
 #: the student repository); the CPU build, from PyTorch's own index.

@@ -1,14 +1,14 @@
 """Grading one submission, start to finish.
 
-The data flow, one module per stage: :mod:`grader.submission` locates and
-reads the submission; :mod:`grader.analysis` reads it statically;
-:mod:`grader.sandbox` runs it in child processes on the probes of the
+The data flow, one module per stage: :mod:`grader.locate.submission` locates
+and reads the submission; :mod:`grader.analyse.static` reads it statically;
+:mod:`grader.run.sandbox` runs it in child processes on the probes of the
 assignment's cases (:mod:`grader.plan`), again on its loadable part
-(:mod:`grader.loadable`) when its module-level code raised;
-:mod:`grader.observe` decodes what they saw; :mod:`grader.checking` runs
-the pytest checks on those observations; :mod:`grader.scoring` turns
-outcomes into points as the rubric says; :mod:`grader.report` renders the
-result. This module runs the stages in order.
+(:mod:`grader.run.loadable`) when its module-level code raised;
+:mod:`grader.run.observe` decodes what they saw; :mod:`grader.judge.checking`
+runs the pytest checks on those observations; :mod:`grader.judge.scoring` turns
+outcomes into points as the rubric says; :mod:`grader.output.report` renders
+the result. This module runs the stages in order.
 """
 from __future__ import annotations
 
@@ -19,22 +19,24 @@ from pathlib import Path
 
 import torch
 
-from grader import attribution, loadable, pep8, plugin
-from grader.analysis import TaskAnalysis, analyse, count_statements, stub_of
-from grader.attribution import SourceMap, TaskCode
-from grader.constants import DEFAULT_SEED, SEED_ENV
-from grader.checking import run_checks
-from grader.observe import ProbeResult, TaskRun, format_error, observe
+from grader import plugin
+from grader.analyse.static import (TaskAnalysis, analyse, count_statements,
+                                   stub_of)
+from grader.constants import DEFAULT_SEED, GRADER_DIR, SEED_ENV
+from grader.judge import attribution, pep8
+from grader.judge.attribution import SourceMap, TaskCode
+from grader.judge.checking import run_checks
+from grader.judge.scoring import score
+from grader.locate.source import SourceFile
+from grader.locate.submission import Submission, locate
+from grader.output.report import Report
 from grader.plan import Plan
-from grader.report import Report
 from grader.rubric import Assignment, Task
-from grader.sandbox import Job, JobResult, Limits, run_jobs, sandbox_paths
-from grader.scoring import score
-from grader.source import SourceFile
-from grader.submission import Submission, locate
+from grader.run import loadable
+from grader.run.observe import ProbeResult, TaskRun, format_error, observe
+from grader.run.sandbox import Job, JobResult, Limits, run_jobs, sandbox_paths
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
-FLAKE8_CONFIG = Path(__file__).resolve().parent / "flake8.cfg"
+FLAKE8_CONFIG = GRADER_DIR / "flake8.cfg"
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Options:
     public_only: bool = False
     limits: Limits = field(default_factory=Limits)
     # True in a batch's judge: a disposable process forked from a warm
-    # coordinator (flake8 run once there, see grader.batch): flake8 runs
+    # coordinator (flake8 run once there, see grader.routes.batch): flake8 runs
     # in forks of it, and the checks in it, without a process of their
     # own (nothing of the judge outlives its one submission).
     judge: bool = False
@@ -238,7 +240,7 @@ def load_what_can_be_loaded(assignment: Assignment, submission: Submission,
                             limits: Limits
                             ) -> tuple[dict[Path, SourceFile], list[str]]:
     """Grade what can be loaded of a file whose module-level code raised
-    (:mod:`grader.loadable`).
+    (:mod:`grader.run.loadable`).
 
     For each source whose loading raised in the sandbox, the tasks run
     again on its loadable part (same lines, the rest blanked out); when
@@ -294,7 +296,7 @@ def task_codes(assignment: Assignment, submission: Submission,
                statement_plans: dict[Path, dict],
                maps: dict[Path, SourceMap]) -> dict[str, TaskCode]:
     """Per task, the code its penalty and bonus items judge: the graded
-    class as written and what ran for it (:mod:`grader.attribution`)."""
+    class as written and what ran for it (:mod:`grader.judge.attribution`)."""
     codes = {}
     for task in assignment.tasks:
         analysis = analyses[task.id]

@@ -18,3 +18,7 @@ class RubricError(Exception):
 class PluginError(RubricError):
     """An assignment plug-in that is missing a piece, has a piece of the
     wrong type or does not import; the message names the plug-in."""
+
+
+class BatchError(Exception):
+    """A batch that cannot start (bad folder, unwritable output)."""

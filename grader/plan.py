@@ -1,6 +1,6 @@
 """Probe plans: what the sandbox runs, and the trusted case behind it.
 
-A probe is plain data (see :mod:`grader.agent`): build ``target`` with
+A probe is plain data (see :mod:`grader.worker.agent`): build ``target`` with
 ``init``, load ``state`` into its parameters, set train or eval mode, seed
 torch, call it on ``call`` and send back the value (and, when asked, a
 description of the object or a shape trace). :class:`ProbeInfo` keeps, in

@@ -25,9 +25,9 @@ from types import ModuleType
 from typing import Any
 
 from grader.errors import PluginError
+from grader.output.text import one_line
 from grader.rubric import (ASSIGNMENTS_DIR, Assignment, RubricError,
                            load_assignment)
-from grader.text import one_line
 
 #: The attribute of an assignment package that holds its plug-in.
 EXPORT = "PLUGIN"

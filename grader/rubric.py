@@ -190,7 +190,7 @@ FORBIDDEN_KEYS = {"names": list, "callables": list, "classes": list,
 
 
 def _forbidden(raw: dict, path: Path) -> dict:
-    """The ``[forbidden]`` table, validated (see grader.agent)."""
+    """The ``[forbidden]`` table, validated (see grader.worker.agent)."""
     import re
 
     for key, value in raw.items():

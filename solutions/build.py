@@ -17,121 +17,19 @@ the notebooks. Generated files are committed; a test fails when one is stale.
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import json
 import random
-import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = ROOT / "solutions"
-PACKAGE = ROOT / "transformer_lm"
+from solutions.paths import PACKAGE, ROOT, SOLUTIONS, Generated
+from solutions.stubs import MAX_LINE, make_stub
+
 DATA_2022 = SOLUTIONS / "data" / "hw4_2022_test_values.json"
-PUBLIC_TESTS = ROOT / "tests" / "public"
-
-BEGIN = "### BEGIN SOLUTION"
-END = "### END SOLUTION"
-_TASK_HEADER = re.compile(r"#\s*(Task\s+\d+(?:\.\d+)?)\b")
-MAX_LINE = 79
-
-
-class BuildError(Exception):
-    """The single source is malformed (e.g. unbalanced solution markers)."""
-
-
-@dataclass(frozen=True)
-class Generated:
-    """A generated file: where it goes and how to produce its text."""
-
-    path: Path
-    produce: Callable[[], str]
-
-
-# --------------------------------------------------------------------------
-# Student stubs
-
-
-def _functions_by_line(tree: ast.Module) -> dict[int, str]:
-    """Map each line inside a function to its qualified name."""
-    names: dict[int, str] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if isinstance(child, ast.FunctionDef):
-                    for line in range(child.lineno, child.end_lineno + 1):
-                        names[line] = name
-                visit(child, name + ".")
-
-    visit(tree, "")
-    return names
-
-
-def _raise_lines(indent: str, label: str) -> list[str]:
-    line = f'{indent}raise NotImplementedError("{label}")'
-    if len(line) <= MAX_LINE:
-        return [line]
-    return [f"{indent}raise NotImplementedError(",
-            f'{indent}    "{label}")']
-
-
-def make_stub(text: str, name: str = "<reference>") -> str:
-    """Replace every solution block with ``raise NotImplementedError``.
-
-    The message names the task (from the nearest ``# Task N.M`` comment
-    above the block) and the function, e.g. ``"Task 1.2:
-    SelfAttention.forward"``.
-    """
-    functions = _functions_by_line(ast.parse(text))
-    out: list[str] = []
-    task = None
-    begin_line = None
-    for number, line in enumerate(text.split("\n"), start=1):
-        header = _TASK_HEADER.search(line)
-        if header and line.lstrip().startswith("#") and begin_line is None:
-            task = header.group(1)
-        if BEGIN in line:
-            if begin_line is not None:
-                raise BuildError(f"{name}:{number}: nested {BEGIN}")
-            begin_line = number
-            where = functions.get(number)
-            if where is None or task is None:
-                raise BuildError(f"{name}:{number}: a solution block must "
-                                 f"be inside a function, below a "
-                                 f"'# Task N.M' header")
-            indent = line[:len(line) - len(line.lstrip())]
-            out.extend(_raise_lines(indent, f"{task}: {where}"))
-        elif END in line:
-            if begin_line is None:
-                raise BuildError(f"{name}:{number}: {END} without {BEGIN}")
-            begin_line = None
-        elif begin_line is None:
-            out.append(line)
-    if begin_line is not None:
-        raise BuildError(f"{name}:{begin_line}: {BEGIN} without {END}")
-    return "\n".join(out)
-
-
-def solution_blocks(text: str) -> list[str]:
-    """The text of every solution block (used to check nothing leaks)."""
-    blocks, current = [], None
-    for line in text.split("\n"):
-        if BEGIN in line:
-            current = []
-        elif END in line and current is not None:
-            blocks.append("\n".join(current))
-            current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
 
 
 # --------------------------------------------------------------------------
@@ -348,30 +246,6 @@ def make_flake8_config() -> str:
 # --------------------------------------------------------------------------
 # The public tests a homework ships
 
-_NOT_SHIPPED = ("__pycache__", ".pytest_cache")
-
-
-def public_test_files(folder_name: str) -> dict[Path, bytes]:
-    """The public tests a homework ships, by path relative to the kit root.
-
-    The seam every assignment shares (the files directly in
-    ``tests/public/``: its conftest and adapters) and the assignment's own
-    folder ``tests/public/<folder_name>/``, never another assignment's, so
-    that ``python -m pytest tests/public`` in the homework runs its tests
-    only. ``folder_name`` is the rubric's ``public_tests`` ("" for none).
-    """
-    if not folder_name:
-        return {}
-    own = PUBLIC_TESTS / folder_name
-    if not own.is_dir():
-        raise BuildError(f"no public tests in {own.relative_to(ROOT)}/")
-    paths = [p for p in PUBLIC_TESTS.iterdir() if p.is_file()]
-    paths += [p for p in own.rglob("*") if p.is_file()]
-    return {path.relative_to(ROOT): path.read_bytes()
-            for path in sorted(paths)
-            if not any(part in _NOT_SHIPPED for part in path.parts)
-            and path.suffix not in (".pyc", ".pyo")}
-
 
 # --------------------------------------------------------------------------
 # The list of generated files
@@ -391,7 +265,7 @@ def _stub_targets() -> list[Generated]:
                                  produce))
         # The grader's own copy of the released stub: code outside the
         # YOUR CODE markers that matches it is the kit's given code (see
-        # grader.source.student_code), whatever the submission's folder
+        # grader.locate.source.student_code), whatever the submission's folder
         # holds as transformer_lm/.
         targets.append(Generated(
             ROOT / "grader" / "assignments" / assignment.id / "stub.py",

@@ -9,8 +9,8 @@ directive lines ``<!-- KIND key=value ... -->``:
   class or function ``NAME`` verbatim, solution markers included (nbgrader
   replaces the solution blocks in the release);
 * ``test item=ITEM``: an autograded test cell for rubric item ``ITEM``,
-  worth the item's points, filled in outside the kernel by ``python -m
-  grader nbgrader`` (:mod:`grader.course`); in a kernel its hidden part
+  worth the item's points, filled in outside the kernel by ``python -m grader
+  nbgrader`` (:mod:`grader.routes.nbgrader`); in a kernel its hidden part
   counts 0; nothing follows it in the template;
 * ``answer id=ID points=N``: a manually graded markdown answer cell whose
   text (the model answer) follows.
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from grader.locate.source import GRADING_CELL_MARK, node_span
 from grader.rubric import Assignment, assignments
-from grader.source import GRADING_CELL_MARK, node_span
-from solutions.build import (PACKAGE, ROOT, SOLUTIONS, Generated,
+from solutions.paths import (PACKAGE, ROOT, SOLUTIONS, Generated,
                              public_test_files)
 
 TEMPLATES = SOLUTIONS / "notebooks"
@@ -123,7 +123,7 @@ def _test_source(assignment: Assignment, item_id: str) -> str:
     run only if a kernel executes the cell (plain ``nbgrader
     autograde``), says where the points come from and counts 0. The
     points are filled in outside the kernel by ``python -m grader
-    nbgrader`` (:mod:`grader.course`)."""
+    nbgrader`` (:mod:`grader.routes.nbgrader`)."""
     item = assignment.item(item_id)
     return "\n".join([
         f"# Autograded: {item_id} ({item.points:g} point"

@@ -26,7 +26,7 @@ overwritten, others, such as ``.git``, are left alone):
 * ``.github/workflows/classroom.yml``: on every push it installs the
   pinned requirements, runs the public tests, grades the repository once
   and reports the rubric's points in GitHub Classroom's autograding format
-  (see :mod:`grader.classroom` for how penalties and the bonus are
+  (see :mod:`grader.routes.classroom` for how penalties and the bonus are
   represented).
 
 Nothing from ``solutions/`` is copied: only the generated release, the
@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
-from grader.bundle import (BundleError, generated_package, kit_files,
-                           pinned_requirements)
-from grader.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
-from grader.classroom import PUBLIC_TESTS_ENV, runners
 from grader.constants import TORCH_CPU_INDEX, TORCH_VERSION
+from grader.routes.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
+from grader.routes.classroom import PUBLIC_TESTS_ENV, runners
 from grader.rubric import Assignment, RubricError, get_assignment
-from solutions.build import ROOT, BuildError, public_test_files
+from solutions.paths import ROOT, BuildError, public_test_files
+from solutions.gradescope_bundle import (BundleError, generated_package,
+                                         kit_files, pinned_requirements)
 
 RELEASE = ROOT / "assignment"
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
@@ -89,7 +89,7 @@ ACTIONS = (CHECKOUT, SETUP_PYTHON, UPLOAD, COMMAND_GRADER, REPORTER)
 # up to less than the job's, which also covers setting up the job and the
 # post steps (the pip cache is saved after the last step). Inside a step,
 # the command stops itself before the step's limit: the public tests after
-# PUBLIC_TESTS_DEADLINE_S (their whole process tree, see grader.proctree),
+# PUBLIC_TESTS_DEADLINE_S (their whole process tree, see grader.run.proctree),
 # then the command grader's own timeout (SIGTERM to its shell) is the
 # backstop, then the step's; the grader after GRADE_DEADLINE_S.
 STEP_MINUTES = {"checkout": 2, "python": 4, "install": 10,
@@ -310,7 +310,7 @@ def classroom_workflow(assignment: Assignment) -> str:
         "# The public tests (0 points), then one grading step that writes "
         "one",
         "# result per task and per bonus for the reporter (see "
-        "grader/classroom.py).",
+        "grader/routes/classroom.py).",
         "# These points are a self-check: the instructor grades "
         "separately.",
         "name: Autograding Tests",

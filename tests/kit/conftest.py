@@ -23,7 +23,7 @@ torch.set_num_threads(1)
 def grade_path():
     """Grade a path in-process, with short limits; returns the Report."""
     from grader.engine import Options, grade
-    from grader.sandbox import Limits
+    from grader.run.sandbox import Limits
 
     def run(path: Path, *, public_only: bool = False, seed: int = 7,
             timeout: float = 10.0, memory_mb: int = 1024,

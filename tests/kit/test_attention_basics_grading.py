@@ -31,9 +31,9 @@ import torch
 import torch.nn as nn
 
 from grader.assignments.attention_basics import cases, reference
-from grader.report import Report
+from grader.locate.submission import locate
+from grader.output.report import Report
 from grader.rubric import get_assignment
-from grader.submission import locate
 
 KIT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions" / \

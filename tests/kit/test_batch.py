@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
+from grader.run import cores
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -208,7 +208,7 @@ def _is_fork_server(pid: int) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"grader.forkserver" in command
+    return b"grader.run.forkserver" in command
 
 
 @pytest.mark.parametrize("victim", ["judge", "fork server"])
@@ -246,7 +246,7 @@ def test_a_process_killed_from_outside_loses_no_row(tmp_path, victim):
 
 def test_progress_bar_on_a_terminal(monkeypatch):
     """A terminal gets one redrawn bar; a pipe gets plain lines."""
-    from grader.batch import _Progress
+    from grader.routes.batch import Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -254,7 +254,7 @@ def test_progress_bar_on_a_terminal(monkeypatch):
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    progress = _Progress(total=2, done=0)
+    progress = Progress(total=2, done=0)
     row = {"student": "a", "status": "graded", "score": 9.0,
            "max_score": 10.0}
     progress.update(row, 1.0)
@@ -263,7 +263,7 @@ def test_progress_bar_on_a_terminal(monkeypatch):
     assert text.startswith("\r[") and "2/2" in text and text.endswith("\n")
     pipe = io.StringIO()
     monkeypatch.setattr(sys, "stderr", pipe)
-    _Progress(total=1, done=0).update(row, 1.5)
+    Progress(total=1, done=0).update(row, 1.5)
     assert pipe.getvalue() == "[1/1] a: 9/10 (1.5 s)\n"
 
 
@@ -334,14 +334,14 @@ def test_the_default_judges_count_a_cgroup_cpu_quota(tmp_path, files, own,
     host's cores (os.cpu_count() would say the host's)."""
     root, own_file = _cgroup(tmp_path, files, own)
     affinity = len(os.sched_getaffinity(0))
-    cores = batch.usable_cores(root, own_file)
-    assert cores == (affinity if expected is None
-                     else min(affinity, expected))
-    assert cores >= 1
+    usable = cores.usable_cores(root, own_file)
+    assert usable == (affinity if expected is None
+                      else min(affinity, expected))
+    assert usable >= 1
 
 
 def test_the_default_is_one_judge_more_than_the_usable_cores():
-    assert batch.default_jobs() == batch.usable_cores() + 1
+    assert cores.default_jobs() == cores.usable_cores() + 1
 
 
 # --------------------------------------------------------------------------
@@ -350,7 +350,7 @@ def test_the_default_is_one_judge_more_than_the_usable_cores():
 _PREPARED_SCRIPT = r"""
 import json, os, sys
 from pathlib import Path
-from grader import checking
+from grader.judge import checking
 from grader.engine import Options, grade
 from grader.rubric import get_assignment
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from solutions import build
+from solutions import build, paths, stubs
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDENT_FOLDERS = (ROOT / "transformer_lm", ROOT / "assignment")
@@ -61,7 +61,7 @@ def _solution_only_lines() -> dict[str, list[str]]:
              for line in build.make_stub(reference.read_text()).split("\n")}
     found = {}
     for reference in references:
-        blocks = build.solution_blocks(reference.read_text())
+        blocks = stubs.solution_blocks(reference.read_text())
         lines = {line.strip() for block in blocks
                  for line in block.split("\n")}
         found[reference.name] = sorted(
@@ -130,7 +130,7 @@ def test_kit_is_flake8_clean():
 ])
 def test_malformed_markers_are_rejected(text, error):
     """Unbalanced or misplaced solution markers stop the build."""
-    with pytest.raises(build.BuildError, match=error):
+    with pytest.raises(paths.BuildError, match=error):
         build.make_stub(text)
 
 

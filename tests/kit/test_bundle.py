@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from grader import bundle, gradescope_driver
+from grader.routes import gradescope_driver
+from solutions import gradescope_bundle as bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "submission" / "transformer_lm" \
@@ -222,8 +223,8 @@ def test_zip_layout_scripts_and_pins(built, tmp_path):
         check = subprocess.run(["bash", "-n", str(tmp_path / script)],
                                capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
-    for needed in ("grader/engine.py", "grader/cli.py", "grader/bundle.py",
-                   "grader/gradescope_driver.py", "grader/flake8.cfg",
+    for needed in ("grader/engine.py", "grader/routes/cli.py",
+                   "grader/routes/gradescope_driver.py", "grader/flake8.cfg",
                    "grader/assignments/multi_head_attention/rubric.toml",
                    "grader/assignments/multi_head_attention/checks/"
                    "test_task1.py",
@@ -278,7 +279,7 @@ def test_zip_is_reproducible_and_bakes_the_seed_privately(built, tmp_path,
     with zipfile.ZipFile(built) as archive:
         assert archive.read(bundle.SEED_FILE).decode().strip() == str(SEED)
         archive.extractall(tmp_path / "source")
-    from grader.sandbox import sandbox_paths
+    from grader.run.sandbox import sandbox_paths
 
     # The seed file lies in a folder no sandboxed submission may read.
     seed_path = str((ROOT / bundle.SEED_FILE).resolve())

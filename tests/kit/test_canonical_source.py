@@ -1,4 +1,4 @@
-"""One canonical text for every stage (grader.source).
+"""One canonical text for every stage (grader.locate.source).
 
 The sandbox compiles, flake8 lints, the region finder and the shape
 checker read one text: the file decoded as Python decodes it (PEP 263),
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.analysis import analyse, stub_of
-from grader.pep8 import run_flake8
+from grader.analyse.static import analyse, stub_of
+from grader.judge.pep8 import run_flake8
+from grader.locate.source import (MAX_SOURCE_BYTES, SourceError, SourceFile,
+                                  decode_python, encode_python, find_class,
+                                  find_method, given_statements, load_python,
+                                  read_bytes, split_lines, student_code,
+                                  student_regions, untouched)
 from grader.rubric import get_assignment
-from grader.source import (MAX_SOURCE_BYTES, SourceError, SourceFile,
-                           decode_python, encode_python, find_class,
-                           find_method, given_statements, load_python,
-                           read_bytes, split_lines,
-                           student_code, student_regions, untouched)
 
 KIT = Path(__file__).resolve().parents[2]
 CONFIG = KIT / "grader" / "flake8.cfg"

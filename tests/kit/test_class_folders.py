@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.batch import (BatchError, Entry, class_assignment, discover,
-                          _keys)
-from grader.submission import label
-from grader.text import csv_cell
+from grader.locate.submission import label
+from grader.output.text import csv_cell
+from grader.errors import BatchError
+from grader.routes.classfolder import (Entry, class_assignment, discover,
+                                       entry_keys)
 
 KIT = Path(__file__).resolve().parents[2]
 REFERENCE = KIT / "solutions" / "modeling_attention.py"
@@ -104,13 +105,13 @@ def test_report_folder_names_are_safe_and_unique():
     names = ["alice.py", "alice.json.py", "ALICE.py", "-rf.py", ".x.py",
              "a b.py", "caf" + os.fsdecode(b"\xe9") + ".py",
              "evil\x1b[2J.py"]
-    keys = _keys(names)
+    keys = entry_keys(names)
     assert len({k.lower() for k in keys.values()}) == len(names)
     assert keys["alice.json.py"] == "alice.json.py"
     assert keys["a b.py"].startswith("a_b.py-")
     assert keys["alice.py"] != "alice.py"  # ALICE.py shares its form
-    assert _keys(["alice.py", "bob.py"]) == {"alice.py": "alice.py",
-                                             "bob.py": "bob.py"}
+    assert entry_keys(["alice.py", "bob.py"]) == {
+        "alice.py": "alice.py", "bob.py": "bob.py"}
     assert Entry("x", Path("/class/a b.py")).key == keys["a b.py"]
     for key in keys.values():
         assert key[0] not in ".-"

@@ -260,7 +260,7 @@ def test_similarity_ranks_a_renamed_copy_first(tmp_path):
 
 FORKED_JUDGES = '''
 import os, signal, sys
-from grader import forkserver
+from grader.run import forkserver
 
 server = forkserver.shared()
 server.wait_ready()

@@ -11,9 +11,9 @@ actions (``autograding-command-grader/`` and
 ``autograding-grading-reporter/`` at the pinned commits, with ``node``
 20), the same results go through their ``dist/main.js`` too.
 
-Also here: :mod:`grader.classroom`'s results on synthetic reports (the
+Also here: :mod:`grader.routes.classroom`'s results on synthetic reports (the
 clamp, hostile text, a grader that produced nothing) and
-:mod:`grader.proctree` (``python -m grader.classroom run``) on commands
+:mod:`grader.run.proctree` (``python -m grader.classroom run``) on commands
 that leave detached processes behind.
 """
 from __future__ import annotations
@@ -34,8 +34,9 @@ from classroom_runner import (NO_RESULT, PID_FILE, RUNNERS_ERROR,
                               ClassroomRunner, JobRun, ReporterRun,
                               actions_dir, reporter_verdict)
 
-from grader import classroom, proctree
+from grader.routes import classroom
 from grader.rubric import get_assignment
+from grader.run import proctree
 from solutions import build, student_repo
 
 ROOT = Path(__file__).resolve().parents[2]

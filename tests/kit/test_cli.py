@@ -302,8 +302,9 @@ def test_help_works_for_every_subcommand(args: tuple[str, ...]) -> None:
             assert option in run.stdout
 
 
-# The exit statuses each command returns (grader/cli.py, grader/batch.py,
-# grader/course.py, grader/classroom.py): its --help must explain each.
+# The exit statuses each command returns (grader/routes/cli.py,
+# grader/routes/batch.py, grader/routes/nbgrader.py,
+# grader/routes/classroom.py): its --help must explain each.
 EXIT_CODES = {
     ("grader", "grade"): ("0", "2"),
     ("grader", "shapes"): ("0", "1", "2"),
@@ -311,8 +312,8 @@ EXIT_CODES = {
     ("grader", "nbgrader"): ("0", "1", "2", "130"),
     ("grader", "gradescope-bundle"): ("0", "2"),
     ("grader", "assignments"): ("0",),
-    ("grader.classroom", "grade"): ("0", "1", "2"),
-    ("grader.classroom", "run"): ("124", "127", "128+S", "2"),
+    ("grader.routes.classroom", "grade"): ("0", "1", "2"),
+    ("grader.routes.classroom", "run"): ("124", "127", "128+S", "2"),
 }
 
 
@@ -333,7 +334,7 @@ def test_help_documents_every_argument_and_exit_status(
         assert code in codes, (code, block)
     import argparse
 
-    from grader import classroom, cli
+    from grader.routes import classroom, cli
 
     parser = (cli if module == "grader" else classroom).build_parser()
     (subparsers,) = [a for a in parser._actions

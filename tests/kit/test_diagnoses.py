@@ -32,9 +32,9 @@ import pytest
 
 from grader.assignments.attention_basics import cases as basics_cases
 from grader.assignments.multi_head_attention import cases
-from grader.checking import CheckOutcome, item_messages, share_bounds
+from grader.judge.checking import CheckOutcome, item_messages, share_bounds
+from grader.output.report import Report
 from grader.plan import derive_seed
-from grader.report import Report
 from grader.rubric import get_assignment
 
 KIT = Path(__file__).resolve().parents[2]

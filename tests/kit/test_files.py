@@ -1,4 +1,4 @@
-"""grader.files.write_atomic: whole files, readable as the user's files.
+"""grader.output.files.write_atomic: whole files, readable as the user's files.
 
 Report files, the grades CSV and Gradescope's results.json are written
 through it; their modes must follow the umask as the PNGs matplotlib
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.files import write_atomic
+from grader.output.files import write_atomic
 
 KIT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def _write_under(umask: int, path: Path, text: str) -> None:
     tests' own umask is left alone)."""
     subprocess.run(
         [sys.executable, "-c", "import sys; from pathlib import Path; "
-         "from grader.files import write_atomic; "
+         "from grader.output.files import write_atomic; "
          "write_atomic(Path(sys.argv[1]), sys.argv[2])", str(path), text],
         cwd=KIT, check=True, timeout=60, umask=umask)
 

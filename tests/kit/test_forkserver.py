@@ -1,7 +1,7 @@
 """The fork server: workers start clean, and nothing outlives its grader.
 
 Workers are forked by a separate, freshly started process that holds
-nothing of any grading (``grader/forkserver.py``). These tests check what a
+nothing of any grading (``grader/run/forkserver.py``). These tests check what a
 worker can see of its parent (no seed, no command line, no environment of
 the grading process), that a worker dies when the process that asked for it
 dies, and that the server itself ends with its client.
@@ -16,8 +16,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from grader.sandbox import Job, Limits, run_jobs
-from grader.wire import AuthenticatedReader, ChannelError, MAGIC_SIZE
+from grader.run.sandbox import Job, Limits, run_jobs
+from grader.wire import MAGIC_SIZE, AuthenticatedReader, ChannelError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,8 +62,8 @@ def test_a_worker_dies_with_the_process_that_asked_for_it(
     script = textwrap.dedent(f'''
         import json, os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from grader import forkserver
-        from grader.sandbox import Job, Limits, _start
+        from grader.run import forkserver
+        from grader.run.sandbox import Job, Limits, _start
         running = _start(Job("loop", "while True:\\n    pass\\n",
                              "/nowhere/loop.py", []), Limits(timeout=600))
         print(json.dumps({{"worker": running.pid,

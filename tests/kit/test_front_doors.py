@@ -1,6 +1,6 @@
 """Every front door finds the student's work and nothing else.
 
-Locating is the grader's first stage (``grader/submission.py``): what a
+Locating is the grader's first stage (``grader/locate/submission.py``): what a
 folder's candidates are, that a notebook is recognised by what it defines
 itself, that nothing is read through a link that leaves the submission or
 from a FIFO or a device, that the assignment comes from the route (a
@@ -30,11 +30,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import bundle, gradescope_driver
+from grader.locate.submission import (REFUSED_FILE, WRONG_ASSIGNMENT,
+                                      SubmissionError, assess, defined_names,
+                                      folder_candidates, locate)
+from grader.routes import gradescope_driver
 from grader.rubric import assignments, get_assignment
-from grader.submission import (REFUSED_FILE, WRONG_ASSIGNMENT,
-                               SubmissionError, assess, defined_names,
-                               folder_candidates, locate)
+from solutions import gradescope_bundle as bundle
 
 KIT = Path(__file__).resolve().parents[2]
 REFERENCE = KIT / "solutions" / "modeling_attention.py"
@@ -258,8 +259,8 @@ def test_a_region_of_one_line_is_the_students_code(tmp_path):
     and by the notebook's use_implemented alike."""
     import importlib.util
 
-    from grader.loading import load_source
-    from grader.submission import is_stub
+    from grader.locate.loading import load_source
+    from grader.locate.submission import is_stub
     from transformer_lm.notebook import is_untouched_stub
 
     path = tmp_path / "one_liners.py"
@@ -449,7 +450,7 @@ def test_padded_file_is_located_within_the_deadline(tmp_path):
 
 def test_locating_has_a_deadline(tmp_path, monkeypatch):
     """A read that hangs is stopped at the deadline with one line."""
-    import grader.submission as submission_module
+    import grader.locate.submission as submission_module
 
     def hang(path: Path):
         time.sleep(30)
@@ -686,12 +687,12 @@ def test_student_repo_ships_the_generated_stub(tampered_kit, tmp_path):
 
 def test_student_repo_workflow_grades_the_named_assignment():
     """Issue 18: the Classroom route names its assignment (the grade step
-    runs the grader through grader.classroom)."""
+    runs the grader through grader.routes.classroom)."""
     from solutions.student_repo import classroom_workflow
 
     for assignment in assignments():
         workflow = classroom_workflow(get_assignment(assignment.id))
         grading = [line for line in workflow.splitlines()
-                   if "grader.classroom grade ." in line]
+                   if "grader.routes.classroom grade ." in line]
         assert grading and all(f"--assignment {assignment.id} " in line
                                for line in grading), assignment.id

@@ -31,7 +31,7 @@ import torch
 from grader.assignments.multi_head_attention import reference
 from grader.engine import DEFAULT_SEED as DEFAULT_GRADER_SEED
 from grader.engine import SEED_ENV, resolve_seed
-from grader.report import Report
+from grader.output.report import Report
 
 KIT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"

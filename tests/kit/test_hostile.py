@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import confine
-from grader.report import Report
-from grader.sandbox import Job, Limits, check_frame, run_jobs
+from grader.output.report import Report
+from grader.run.sandbox import Job, Limits, check_frame, run_jobs
+from grader.worker import confine
 
 KIT = Path(__file__).resolve().parents[2]
 HOSTILE = Path(__file__).resolve().parent / "hostile"
@@ -89,7 +89,7 @@ CORPUS: dict[str, Expected] = {
     # ------------------------------------------------------ at import time
     # Module-level code that raises is not run again: the classes are
     # graded as the notebook loader grades them (issue 16,
-    # grader/loadable.py), and earn what their own code earns; the note
+    # grader/run/loadable.py), and earn what their own code earns; the note
     # says why the file could not be loaded as it is.
     "import_sys_exit": Expected(
         T1_FULL, T2_FULL, 11,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import agent
+from grader.worker import agent
 
 INTEGRITY = Path(__file__).resolve().parent / "hostile" / "integrity"
 ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
@@ -254,7 +254,7 @@ def test_a_batch_submission_sees_no_classmate_and_no_secret(
     import subprocess
     import sys
 
-    from grader.batch import RECORD
+    from grader.routes.rows import RECORD
 
     root = Path(__file__).resolve().parents[2]
     folder = tmp_path / "class"

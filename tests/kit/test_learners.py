@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.report import Report
+from grader.output.report import Report
 from grader.rubric import get_assignment
 
 LEARNERS = Path(__file__).resolve().parent / "submissions" / "learners"

@@ -1,4 +1,4 @@
-"""The loadable part of a module (grader/loadable.py), on small sources.
+"""The loadable part of a module (grader/run/loadable.py), on small sources.
 
 These run in the trusted process only: the module is parsed, never run,
 except where a test executes the reduced text it wrote itself to show what
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.loadable import (Reduction, explain_missing_name, importable,
-                             reduce_module)
-from grader.source import SourceFile
+from grader.locate.source import SourceFile
+from grader.run.loadable import (Reduction, explain_missing_name, importable,
+                                 reduce_module)
 
 MISSING = "no_such_module_for_the_kit_tests"
 

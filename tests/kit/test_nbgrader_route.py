@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader.notebook import grade_id, nbgrader_credits
+from grader.output.notebook import grade_id, nbgrader_credits
 from grader.rubric import get_assignment
 
 ROOT = Path(__file__).resolve().parents[2]

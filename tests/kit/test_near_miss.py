@@ -1,5 +1,6 @@
 """Near-miss names (issue 16): a missing graded name points at the
-definition that was most likely meant (grader/analysis.py). Scores stay 0:
+definition that was most likely meant (grader/analyse/static.py). Scores stay
+0:
 the contract's names are fixed. Graded end to end in test_learners.py."""
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.analysis import NearMiss, near_miss
+from grader.analyse.static import NearMiss, near_miss
+from grader.locate.source import SourceFile
 from grader.rubric import get_assignment
-from grader.source import SourceFile
 
 WARM_UP = get_assignment("attention_basics")
 TARGETS = {task.target for task in WARM_UP.tasks}

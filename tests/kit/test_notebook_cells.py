@@ -1,4 +1,4 @@
-"""Notebooks as the Jupyter kernel runs them (grader.cells).
+"""Notebooks as the Jupyter kernel runs them (grader.locate.cells).
 
 Cell magics whose body is Python in the notebook's namespace are graded,
 others are not; line magics and shell escapes become what IPython makes of
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-import grader.cells
-from grader.cells import _ipython_transformer, kernel_lines
-from grader.pep8 import attribute, run_flake8
-from grader.loading import load_notebook
-from grader.source import SourceError, find_class, node_span
+import grader.locate.cells
+from grader.judge.pep8 import attribute, run_flake8
+from grader.locate.cells import _ipython_transformer, kernel_lines
+from grader.locate.loading import load_notebook
+from grader.locate.source import SourceError, find_class, node_span
 
 KIT = Path(__file__).resolve().parents[2]
 CONFIG = KIT / "grader" / "flake8.cfg"
@@ -104,7 +104,7 @@ def test_ipython_leaves_strings_alone() -> None:
 
 
 def test_the_transform_budget_falls_back_to_the_rule(monkeypatch) -> None:
-    monkeypatch.setattr(grader.cells, "TRANSFORM_BUDGET", 10)
+    monkeypatch.setattr(grader.locate.cells, "TRANSFORM_BUDGET", 10)
     cell = "%ls\nx = 1\n"
     assert _lines(cell) == _lines(cell, None)
 
@@ -181,10 +181,10 @@ def test_bad_bytes_and_size_caps_are_refused(tmp_path: Path,
     with pytest.raises(SourceError, match="is not UTF-8 text"):
         load_notebook(path)
     big = _notebook(tmp_path / "big.ipynb", ["x = 1\n" * 100])
-    monkeypatch.setattr(grader.cells, "MAX_SOURCE_BYTES", 500)
+    monkeypatch.setattr(grader.locate.cells, "MAX_SOURCE_BYTES", 500)
     with pytest.raises(SourceError, match="more than the grader's limit"):
         load_notebook(big)
-    monkeypatch.setattr(grader.cells, "MAX_NOTEBOOK_BYTES", 100)
+    monkeypatch.setattr(grader.locate.cells, "MAX_NOTEBOOK_BYTES", 100)
     with pytest.raises(SourceError, match="larger than the grader's limit"):
         load_notebook(big)
 

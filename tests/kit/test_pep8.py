@@ -1,4 +1,5 @@
-"""Tests of the PEP-8 items (grader.pep8): flake8 with the kit's setup.cfg.
+"""Tests of the PEP-8 items (grader.judge.pep8): flake8 with the kit's
+setup.cfg.
 
 ``shape_cases/pep8_style.py`` has findings at module level (reported, never
 penalised) and inside each class; the reference solution has none once
@@ -11,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import grader.pep8
-from grader.pep8 import (Flake8Error, Pep8Finding, attribute, format_pep8,
-                         run_flake8)
-from grader.loading import load_notebook
-from grader.source import SourceFile, find_class, load_python, node_span
+import grader.judge.pep8
+from grader.judge.pep8 import (Flake8Error, Pep8Finding, attribute,
+                               format_pep8, run_flake8)
+from grader.locate.loading import load_notebook
+from grader.locate.source import SourceFile, find_class, load_python, node_span
 
 KIT = Path(__file__).resolve().parents[2]
 CONFIG = KIT / "setup.cfg"
@@ -135,7 +136,7 @@ def test_flake8_failure_raises(tmp_path: Path) -> None:
 
 
 def test_flake8_timeout_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grader.pep8, "FLAKE8_TIMEOUT", 0.001)
+    monkeypatch.setattr(grader.judge.pep8, "FLAKE8_TIMEOUT", 0.001)
     with pytest.raises(Flake8Error, match="did not finish"):
         run_flake8(load_python(STYLE_CASE), CONFIG)
 
@@ -152,8 +153,8 @@ def test_noqa_hides_nothing() -> None:
 def test_code_flake8_cannot_check_costs_the_pep8_point() -> None:
     """A 600-term sum makes pyflakes give up: flake8 checks nothing, and
     the item says so and costs its point."""
-    from grader.analysis import analyse
-    from grader.scoring import score_pep8_item
+    from grader.analyse.static import analyse
+    from grader.judge.scoring import score_pep8_item
     from grader.rubric import get_assignment
 
     text = REFERENCE.read_text() + "\nX = " + " + ".join(["1"] * 600) + "\n"
@@ -175,6 +176,6 @@ def test_code_flake8_cannot_check_costs_the_pep8_point() -> None:
 
 
 def test_flake8_has_a_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grader.pep8, "FLAKE8_MEMORY_MB", 16)
+    monkeypatch.setattr(grader.judge.pep8, "FLAKE8_MEMORY_MB", 16)
     with pytest.raises(Flake8Error, match="flake8 failed"):
         run_flake8(load_python(STYLE_CASE), CONFIG)

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, plugin
-from grader.checking import task_fixtures
+from grader import plugin
 from grader.errors import PluginError, RubricError
-from grader.observe import TaskRun
+from grader.judge.checking import task_fixtures
 from grader.plugin import Plugin
+from grader.routes import cli
+from grader.run.observe import TaskRun
 
 KIT = Path(__file__).resolve().parents[2]
 REAL = KIT / "grader" / "assignments" / "multi_head_attention"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader.rubric import assignments, get_assignment
-from solutions.build import PUBLIC_TESTS, public_test_files
+from solutions.paths import PUBLIC_TESTS, public_test_files
 from solutions.student_repo import write_student_repo
 
 ROOT = Path(__file__).resolve().parents[2]

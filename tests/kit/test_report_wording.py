@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.feedback import write_feedback
-from grader.notebook import cell_text
-from grader.report import Report
+from grader.output.feedback import write_feedback
+from grader.output.notebook import cell_text
+from grader.output.report import Report
 from grader.rubric import get_assignment
 
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import bundle
+from solutions import gradescope_bundle as bundle
 
 pytestmark = pytest.mark.slow
 

@@ -23,15 +23,15 @@ from types import ModuleType
 
 import pytest
 import torch
-
-from grader.shapes import (DimensionTable, Finding, ShapeEvalError,
-                           ShapeRecordError, Statement,
-                           collect_statements, format_findings,
-                           ignored_brackets, merge_records, parse_shapes,
-                           penalised, size_set_collisions, verify)
-from grader.loading import load_notebook
-from grader.source import SourceFile, load_python
 from tracing import Trace
+
+from grader.locate.loading import load_notebook
+from grader.locate.source import SourceFile, load_python
+from grader.shapes import (DimensionTable, Finding, ShapeEvalError,
+                           ShapeRecordError, Statement, collect_statements,
+                           format_findings, ignored_brackets, merge_records,
+                           parse_shapes, penalised, size_set_collisions,
+                           verify)
 
 KIT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "shape_cases"
@@ -743,7 +743,7 @@ def test_the_shapes_command_names_the_line_that_does_not_parse(
 
 
 # ---------------------------------------------------------------------------
-# Tensor statements decided statically (grader.tensor_facts)
+# Tensor statements decided statically (grader.shapes.tensor_facts)
 # ---------------------------------------------------------------------------
 
 FACTS_HEAD = '''import torch

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import sandbox
+from grader.run import sandbox
 
 pytestmark = pytest.mark.slow
 

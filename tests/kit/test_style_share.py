@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import classroom
-from grader.notebook import nbgrader_credits
+from grader.output.notebook import nbgrader_credits
+from grader.routes import classroom
 from grader.rubric import (ASSIGNMENTS_DIR, MAX_STYLE_SHARE, STYLE_KINDS,
                            RubricError, assignments, get_assignment,
                            load_assignment)
@@ -149,7 +149,7 @@ def test_classroom_shows_half_points(penalised: dict) -> None:
 def test_gradescope_shows_half_points(penalised: dict) -> None:
     """Gradescope: the penalty tests carry -0.5, the score is the
     grader's."""
-    from grader.report import ItemReport, Report
+    from grader.output.report import ItemReport, Report
 
     report = Report(assignment="attention_basics", title="t", path="p",
                     score=penalised["score"], max_score=10,

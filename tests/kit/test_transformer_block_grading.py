@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from grader.assignments.transformer_block import cases, reference
-from grader.report import Report
+from grader.output.report import Report
 from grader.rubric import get_assignment
 
 KIT = Path(__file__).resolve().parents[2]

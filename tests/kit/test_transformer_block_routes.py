@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import bundle
 from grader.rubric import get_assignment
+from solutions import gradescope_bundle as bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 HW = "transformer_block"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from grader import classroom
+from grader.routes import classroom
 from grader.rubric import get_assignment
 from solutions import build, student_repo
 
@@ -278,7 +278,7 @@ def test_student_repo_contents_and_no_solution(student):
                    "transformer_lm/modeling_attention.py",
                    "transformer_lm/test_values.py",
                    "transformer_lm/notebook.py", "tests/public/conftest.py",
-                   "grader/engine.py", "grader/classroom.py",
+                   "grader/engine.py", "grader/routes/classroom.py",
                    "grader/flake8.cfg", "README.md", "setup.cfg",
                    "pyproject.toml", "requirements.txt", "LICENSE",
                    "NOTICE", ".gitignore"):
@@ -345,7 +345,7 @@ def test_student_requirements_cover_the_notebook(student):
     for module in needed - set(sys.stdlib_module_names) - {"transformer_lm"}:
         names = {d.lower() for d in providers.get(module, [module])}
         assert names & set(pinned), f"{module} is not in requirements.txt"
-    from grader.bundle import pinned_requirements
+    from solutions.gradescope_bundle import pinned_requirements
 
     assert "notebook" not in pinned_requirements()
     assert "ipykernel" not in pinned_requirements()

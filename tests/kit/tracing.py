@@ -1,18 +1,18 @@
 """Run code under the sandbox agent's shape tracer, in this process.
 
-The kit's unit tests of shape comments use the very line tracer the
-sandbox agent runs (:func:`grader.agent.line_tracer`), with the same plan
-(:func:`grader.agent.plan_units`): :class:`Trace` installs it for the
-frames of one file's function, collects the records, and says whether
-every traced frame returned (``intact``). It needs no torch when the
-caller passes ``is_tensor`` (the tracer probe runs on other Pythons).
+The kit's unit tests of shape comments use the very line tracer the sandbox
+agent runs (:func:`grader.worker.agent.line_tracer`), with the same plan
+(:func:`grader.worker.agent.plan_units`): :class:`Trace` installs it for the
+frames of one file's function, collects the records, and says whether every
+traced frame returned (``intact``). It needs no torch when the caller passes
+``is_tensor`` (the tracer probe runs on other Pythons).
 """
 from __future__ import annotations
 
 import sys
 from typing import Any, Callable
 
-from grader.agent import MAX_EXECUTIONS, line_tracer, plan_units
+from grader.worker.agent import MAX_EXECUTIONS, line_tracer, plan_units
 
 
 class Trace:
@@ -81,7 +81,7 @@ class Trace:
         return [self._shape(value)]
 
     def _record(self, statement: dict, values: list) -> None:
-        # As the agent keeps them (grader.agent, record).
+        # As the agent keeps them (grader.worker.agent, record).
         executions = self.records.setdefault(str(statement["id"]), [])
         limit = MAX_EXECUTIONS
         if len(executions) >= limit and (values in executions

@@ -318,7 +318,7 @@ def dropout_case(seed: int, task: str) -> Case:
     num_tokens, so that a wrong head split or an unsliced mask (judged by
     the other item) does not cost the dropout point too. 24 sequences give
     504 causal weights per call, so the bounds of
-    :func:`grader.checking.share_bounds` (two calls per rate) separate
+    :func:`grader.judge.checking.share_bounds` (two calls per rate) separate
     p = 0.2 from p = 0.5.
     """
     rng = _rng(seed, "dropout", task)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from grader.assignments.attention_basics import mistakes, reference
-from grader.figures import MapFigure
-from grader.observe import TaskRun
+from grader.output.figures import MapFigure
+from grader.run.observe import TaskRun
 
 ITEMS = {"task4.causal": "task4", "task6.values": "task6"}
 PROBE = "dropout-off"

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import torch
 
-from grader.fitting import fit_log_scale
 from grader.assignments.attention_basics import reference
-from grader.checking import ATOL, RTOL
+from grader.judge.checking import ATOL, RTOL
+from grader.judge.fitting import fit_log_scale
 from grader.plan import Case
 
 NEG_INF = float("-inf")

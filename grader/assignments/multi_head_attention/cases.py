@@ -201,7 +201,7 @@ def dropout_case(seed: int) -> Case:
 
     Its sizes follow the hidden cases' rules (none equals a public size),
     with at least 4 * 2 * 10 * 10 = 800 probabilities per call, so the
-    bounds of :func:`grader.checking.share_bounds` separate p = 0.2 from
+    bounds of :func:`grader.judge.checking.share_bounds` separate p = 0.2 from
     p = 0.5.
     """
     rng = _rng(seed, "dropout")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from grader.assignments.multi_head_attention import reference
-from grader.figures import MapFigure
-from grader.observe import TaskRun
+from grader.output.figures import MapFigure
+from grader.run.observe import TaskRun
 
 ITEMS = {"task2.scores": ("probs:", False), "task2.causal": ("causal:", True)}
 

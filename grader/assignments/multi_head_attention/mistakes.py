@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from grader.assignments.multi_head_attention import reference
-from grader.checking import ATOL, RTOL, close
-from grader.fitting import fit_log_scale
+from grader.judge.checking import ATOL, RTOL, close
+from grader.judge.fitting import fit_log_scale
 from grader.plan import Case
 
 
@@ -301,7 +301,7 @@ def size_dependence(run: object, suffix: str,
     """``hardcoded_size`` when the code runs on a public case but raises
     or returns the wrong shape once a single size of it changes.
 
-    ``run`` is the task's :class:`~grader.observe.TaskRun`; its
+    ``run`` is the task's :class:`~grader.run.observe.TaskRun`; its
     ``size:<public case>:<dimension><suffix>`` probes are the public case
     ("same") and copies with one dimension changed; ``shapes`` gives the
     contract shapes of a case's return value.

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 
 from grader.assignments.transformer_block import reference
-from grader.checking import close, fail
-from grader.observe import TaskRun
+from grader.judge.checking import close, fail
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 LAYER_CALL = "TransformerEncoderLayer.forward"
 

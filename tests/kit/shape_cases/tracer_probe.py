@@ -97,8 +97,8 @@ def main(kit: str) -> None:
     sys.path.insert(0, str(Path(kit) / "tests" / "kit"))
     from tracing import Trace
 
+    from grader.locate.source import load_python
     from grader.shapes import collect_statements
-    from grader.source import load_python
 
     source = load_python(Path(__file__))
     filename = Probe.forward.__code__.co_filename

@@ -14,9 +14,9 @@ from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (compare,
                                                               described,
                                                               seeded)
-from grader.checking import fail
-from grader.observe import TaskRun
+from grader.judge.checking import fail
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 NAMES = ("W_query", "W_key", "W_value")
 

@@ -12,8 +12,8 @@ import torch
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, expect_projections, seeded)
-from grader.observe import TaskRun
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 
 def expected(case: Case) -> torch.Tensor:

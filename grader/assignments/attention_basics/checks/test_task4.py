@@ -17,8 +17,8 @@ from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, dropout, expect_mask_buffer, expect_projections,
     mask_not_sliced, optional_output, seeded)
-from grader.observe import TaskRun
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 
 def expected(case: Case) -> torch.Tensor:

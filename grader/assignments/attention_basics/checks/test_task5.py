@@ -16,11 +16,15 @@ import pytest
 import torch
 
 from grader.assignments.attention_basics import mistakes, reference
-from grader.assignments.attention_basics.observations import (
-    MEANINGS, described, name_of, optional_output, output_shape, seeded)
-from grader.checking import close, fail, max_error, tensor_of
-from grader.observe import TaskRun
+from grader.assignments.attention_basics.observations import (MEANINGS,
+                                                              described,
+                                                              name_of,
+                                                              optional_output,
+                                                              output_shape,
+                                                              seeded)
+from grader.judge.checking import close, fail, max_error, tensor_of
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 TARGET = "MultiHeadAttentionWrapper"
 

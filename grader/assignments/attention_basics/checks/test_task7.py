@@ -16,11 +16,14 @@ import pytest
 import torch
 
 from grader.assignments.attention_basics import mistakes, reference
-from grader.assignments.attention_basics.observations import (
-    compare, described, expect_linear, optional_output, seeded)
-from grader.checking import close
-from grader.observe import TaskRun
+from grader.assignments.attention_basics.observations import (compare,
+                                                              described,
+                                                              expect_linear,
+                                                              optional_output,
+                                                              seeded)
+from grader.judge.checking import close
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 TARGET = "QKVMultiheadAttention"
 

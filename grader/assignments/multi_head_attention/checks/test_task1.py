@@ -12,10 +12,10 @@ import torch
 
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import INIT_SIZES
-from grader.checking import (CheckFailed, close, explained, fail,
-                             max_error, require_ran, tensor_of)
-from grader.observe import TaskRun
+from grader.judge.checking import (CheckFailed, close, explained, fail,
+                                   max_error, require_ran, tensor_of)
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 OUT = "[batch_size, seq_len, hidden]"
 

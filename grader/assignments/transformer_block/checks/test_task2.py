@@ -15,13 +15,12 @@ import pytest
 import torch
 
 from grader.assignments.transformer_block import mistakes, reference
+from grader.assignments.transformer_block.cases import INIT_2, TRAIN_BOUND
 from grader.assignments.transformer_block.mistakes import check_parameters
-from grader.assignments.transformer_block.cases import (INIT_2,
-                                                        TRAIN_BOUND)
-from grader.checking import (close, fail, max_error, require_ran,
-                             tensor_of)
-from grader.observe import TaskRun
+from grader.judge.checking import (close, fail, max_error, require_ran,
+                                   tensor_of)
 from grader.plan import Case
+from grader.run.observe import TaskRun
 
 LOGITS = "[batch_size, seq_len, vocab_size]"
 

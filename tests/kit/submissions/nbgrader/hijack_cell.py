@@ -6,7 +6,7 @@
 import os
 import pathlib
 
-import grader.notebook as kit_notebook
+import grader.output.notebook as kit_notebook
 
 stolen = os.environ.get("GRADER_SEED", "")
 pathlib.Path("../../../stolen_seed.txt").write_text(stolen)

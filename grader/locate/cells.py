@@ -1,0 +1,513 @@
+"""Notebook code cells as the Jupyter kernel runs them (trusted side).
+
+A notebook is graded as the kernel would run it, not as raw cell text:
+
+* **Cell magics.** ``%%capture``, ``%%time``, ``%%prun`` and ``%%debug``
+  run their body as Python in the notebook's namespace, so the body is
+  graded (the magic line is not Python and is left out). Every other cell
+  magic (``%%bash``, ``%%writefile``, ``%%html``, ``%%timeit``, whose body
+  runs inside a timing function, an unknown one, ...) is not Python of the
+  notebook: the cell defines nothing and is not graded or linted.
+* **Line magics, shell escapes, help** (``%matplotlib inline``, ``!pip``,
+  ``x = !ls``, ``obj?``): rewritten by IPython's own input transformer
+  (``IPython.core.inputtransformer2``, installed with Jupyter and
+  nbgrader) into the Python the kernel runs, e.g.
+  ``get_ipython().run_line_magic('matplotlib', 'inline')``. Without
+  IPython, an equivalent rule rewrites a line that starts with ``%``,
+  ``!`` or ``NAME = %``/``NAME = !``, or ends with ``?``, the same way.
+  Rewritten lines are not the student's Python: flake8 findings on them
+  are dropped.
+* **Cleanup**, as IPython does before anything else: leading blank lines
+  are dropped, a cell indented as a whole is dedented, ``>>>`` and
+  ``In [1]:`` prompts are stripped.
+
+Every kernel line keeps the cell line it came from, so reports say
+``cell 7, line 3`` of the notebook as Jupyter shows it. Invalid text (not
+UTF-8, lone surrogates) is refused with one line; a cell Python cannot
+compile is reported as a cell error and left out.
+
+:func:`load_notebook` then builds two texts from the cells: the **module**
+the sandbox runs (every top-level import, the definitions, and the
+assignments they need; no experiment) and the **program** flake8 lints
+(:class:`LintText`: every Python cell in order, so a name imported in one
+cell and used in a later one is used).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import symtable
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.locate.source import (GRADING_CELL_MARK, MAX_NOTEBOOK_BYTES,
+                                  MAX_SOURCE_BYTES, SourceError, SourceFile,
+                                  canonical, node_span, read_bytes)
+
+#: Cell magics whose body is Python run in the notebook's own namespace.
+PYTHON_CELL_MAGICS = frozenset({"capture", "time", "prun", "debug"})
+#: How much cell text IPython's transformer may tokenize per notebook (it
+#: re-reads a cell once per magic it rewrites); beyond, the equivalent
+#: rule takes over.
+TRANSFORM_BUDGET = 512 * 1024
+
+# A line IPython's token transformers may rewrite: an escape at the start
+# of a line, a help '?' at its end, or '= %' / '= !' assignments.
+_SPECIAL = re.compile(r"^[ \t]*[%!?,;/]|\?[ \t]*$|=[ \t]*[%!]", re.MULTILINE)
+_INDENT = re.compile(r"^[ \t]+")
+_CLASSIC_FIRST = re.compile(r"^>>>( |$)")
+_CLASSIC = re.compile(r"^(>>>|\.\.\.)( |$)")
+_IPYTHON = re.compile(r"^(((\[nav\]|\[ins\])?\ )?In\ \[\d+\]:\ "
+                      r"|\s*\.{3,}:\ ?)")
+
+
+@dataclass(frozen=True)
+class KernelLine:
+    """One line of the Python the kernel runs for a cell.
+
+    ``line`` is the 1-based cell line it came from; ``rewritten`` is True
+    when IPython replaced it (a magic, a shell escape, help).
+    """
+
+    text: str
+    line: int
+    rewritten: bool = False
+
+
+@dataclass(frozen=True)
+class LintText:
+    """The notebook as one program, the text flake8 lints.
+
+    Every Python cell in notebook order, without its leading and trailing
+    blank lines, two blank lines between cells. ``origins`` maps each line
+    (index ``n - 1``) to its ``(cell, line)`` (None for separators);
+    ``kit`` holds the lines of the kit's own cells (nbgrader's locked,
+    non-solution cells and the grading cells) and ``rewritten`` the lines
+    IPython rewrote.
+    """
+
+    text: str
+    origins: tuple[tuple[int, int] | None, ...]
+    kit: frozenset[int]
+    rewritten: frozenset[int]
+
+    def where(self, line: int) -> str:
+        """``cell 7, line 3`` for line ``line`` of the program."""
+        if 1 <= line <= len(self.origins) and self.origins[line - 1]:
+            cell, cell_line = self.origins[line - 1]
+            return f"cell {cell}, line {cell_line}"
+        return f"line {line} of the notebook's code"
+
+
+# --------------------------------------------------------------------------
+# One cell as the kernel runs it
+
+
+def _numbered(text: str) -> list[KernelLine]:
+    parts = text.split("\n")
+    if parts and parts[-1] == "":
+        parts.pop()
+    return [KernelLine(part, number)
+            for number, part in enumerate(parts, start=1)]
+
+
+def _cleanup(lines: list[KernelLine]) -> list[KernelLine]:
+    """IPython's cleanup transforms: leading blank lines, a common indent
+    of the whole cell, ``>>>`` and ``In [n]:`` prompts."""
+    start = 0
+    while start < len(lines) and (lines[start].text == ""
+                                  or lines[start].text.isspace()):
+        start += 1
+    lines = lines[start:]
+    if not lines:
+        return lines
+    indent = _INDENT.match(lines[0].text)
+    if indent:
+        space = indent.group(0)
+        lines = [KernelLine(line.text[len(space):], line.line,
+                            line.rewritten)
+                 if line.text.startswith(space) else line for line in lines]
+    for first, prompt in ((_CLASSIC_FIRST, _CLASSIC),
+                          (_IPYTHON, _IPYTHON)):
+        if first.match(lines[0].text) or (
+                len(lines) > 1 and prompt.match(lines[1].text)):
+            lines = [KernelLine(prompt.sub("", line.text, count=1),
+                                line.line, line.rewritten)
+                     for line in lines]
+    return lines
+
+
+class _Budget:
+    """How much text IPython's transformer may still tokenize."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+
+def _ipython_transformer() -> Any:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except Exception:  # not installed, or broken: use the equivalent rule
+        return None
+    return TransformerManager()
+
+
+def _escape(line: str) -> str | None:
+    """The equivalent rule for one line without IPython (None: unchanged)."""
+    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    body = line[len(indent):].rstrip()
+    target = re.match(r"([\w.]+(?:\s*,\s*[\w.]+)*)\s*=\s*(?=[%!])", body)
+    prefix = ""
+    if target:
+        prefix = target.group(1) + " = "
+        body = body[target.end():]
+    if body.startswith("!") and prefix:
+        call = f"get_ipython().getoutput({body[1:]!r})"
+    elif body.startswith("!!"):
+        call = f"get_ipython().getoutput({body[2:]!r})"
+    elif body.startswith("!"):
+        call = f"get_ipython().system({body[1:]!r})"
+    elif body.startswith("%") and not body.startswith("%%"):
+        name, _, rest = body[1:].partition(" ")
+        call = f"get_ipython().run_line_magic({name!r}, {rest.strip()!r})"
+    elif not prefix and re.fullmatch(r"[\w.]+\?{1,2}", body):
+        name = body.rstrip("?")
+        kind = "pinfo2" if body.endswith("??") else "pinfo"
+        call = f"get_ipython().run_line_magic({kind!r}, {name!r})"
+    else:
+        return None
+    return indent + prefix + call
+
+
+def _equivalent_rule(lines: list[KernelLine]) -> list[KernelLine]:
+    out = []
+    for line in lines:
+        rewritten = _escape(line.text)
+        out.append(line if rewritten is None
+                   else KernelLine(rewritten, line.line, True))
+    return out
+
+
+def _token_transforms(lines: list[KernelLine], manager: Any,
+                      budget: _Budget) -> list[KernelLine]:
+    """IPython's token transforms, one at a time, keeping line origins."""
+    texts = [line.text + "\n" for line in lines]
+    size = sum(len(text) for text in texts)
+    for _ in range(500):  # IPython's own TRANSFORM_LOOP_LIMIT
+        if budget.left < size:
+            return _equivalent_rule(lines)
+        budget.left -= size
+        try:
+            changed, after = manager.do_one_token_transform(texts)
+        except Exception:  # IPython gave up on this text: so would the
+            return lines   # kernel's transform; Python reports the error
+        if not changed:
+            return lines
+        prefix = 0
+        while (prefix < min(len(texts), len(after))
+               and texts[prefix] == after[prefix]):
+            prefix += 1
+        suffix = 0
+        while (suffix < min(len(texts), len(after)) - prefix
+               and texts[-1 - suffix] == after[-1 - suffix]):
+            suffix += 1
+        old = lines[prefix:len(lines) - suffix]
+        new = after[prefix:len(after) - suffix]
+        replaced = [KernelLine(text.rstrip("\n"),
+                               old[min(i, len(old) - 1)].line if old
+                               else lines[max(prefix - 1, 0)].line, True)
+                    for i, text in enumerate(new)]
+        # A rewritten statement may span several lines ending in "\";
+        # IPython puts it on one: the result keeps whole lines only.
+        flat = [part for line in replaced
+                for part in _split_kernel_line(line)]
+        lines = lines[:prefix] + flat + lines[len(lines) - suffix:]
+        texts = [line.text + "\n" for line in lines]
+        size = sum(len(text) for text in texts)
+    return lines
+
+
+def _split_kernel_line(line: KernelLine) -> list[KernelLine]:
+    parts = line.text.split("\n")
+    return [KernelLine(part, line.line, line.rewritten) for part in parts]
+
+
+def kernel_lines(text: str, manager: Any = None,
+                 budget: _Budget | None = None) -> list[KernelLine] | None:
+    """The Python the kernel runs for a cell's ``text``, line by line.
+
+    Returns None when the cell is not Python run in the notebook (a cell
+    magic such as ``%%bash``; see :data:`PYTHON_CELL_MAGICS`). ``manager``
+    is IPython's ``TransformerManager`` (None: the equivalent rule).
+    """
+    budget = budget or _Budget(TRANSFORM_BUDGET)
+    return _kernel(_numbered(canonical(text)), manager, budget)
+
+
+def _kernel(lines: list[KernelLine], manager: Any,
+            budget: _Budget) -> list[KernelLine] | None:
+    lines = _cleanup(lines)
+    if lines and lines[0].text.startswith("%%") and not re.match(
+            r"%%\w+\?", lines[0].text):
+        name = lines[0].text[2:].rstrip().partition(" ")[0]
+        if name not in PYTHON_CELL_MAGICS:
+            return None
+        return _kernel(lines[1:], manager, budget)
+    if not _SPECIAL.search("\n".join(line.text for line in lines)):
+        return lines
+    if manager is None:
+        return _equivalent_rule(lines)
+    return _token_transforms(lines, manager, budget)
+
+
+# --------------------------------------------------------------------------
+# The notebook
+
+
+@dataclass(frozen=True)
+class _Cell:
+    number: int
+    lines: list[KernelLine] | None
+    kit: bool
+    grading: bool
+    tree: ast.Module | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        return [line.text for line in self.lines or []]
+
+
+def _cell_source(cell: dict, number: int, path: Path) -> str:
+    source = cell.get("source", "")
+    if isinstance(source, list) and all(isinstance(s, str) for s in source):
+        source = "".join(source)
+    if not isinstance(source, str):
+        raise SourceError(f"{path} is not a valid notebook: cell {number}'s "
+                          f"source is neither text nor a list of lines")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SourceError(
+            f"{path}: cell {number} is not valid text (a lone surrogate, "
+            f"\\u{ord(source[exc.start]):04x}, at character {exc.start}), "
+            f"so Jupyter cannot run it") from exc
+    return source
+
+
+def _is_kit_cell(cell: dict, source: str) -> bool:
+    """nbgrader's read-only cells of the release, and the grading cells."""
+    if GRADING_CELL_MARK in source:
+        return True
+    metadata = cell.get("metadata")
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) \
+        else None
+    return (isinstance(nbgrader, dict) and nbgrader.get("locked") is True
+            and nbgrader.get("solution") is not True)
+
+
+def _read_notebook(path: Path) -> dict:
+    data = read_bytes(path, MAX_NOTEBOOK_BYTES)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{path} is not UTF-8 text (byte {exc.start})"
+                          ) from exc
+    try:
+        notebook = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{path} is not a valid notebook: invalid JSON "
+                          f"at line {exc.lineno}: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise SourceError(f"{path} is not a valid notebook: its JSON is "
+                          f"nested too deeply") from exc
+    except MemoryError as exc:
+        raise SourceError(f"{path} is not a valid notebook: its JSON is "
+                          f"too large to read") from exc
+    if not isinstance(notebook, dict) or not isinstance(
+            notebook.get("cells"), list):
+        raise SourceError(f"{path} is not a valid notebook: it has no "
+                          f"list of cells")
+    return notebook
+
+
+def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
+    """The code cells as the kernel runs them, and the cell errors."""
+    notebook = _read_notebook(path)
+    raw = []
+    total = 0
+    for number, cell in enumerate(notebook["cells"], start=1):
+        if not (isinstance(cell, dict) and cell.get("cell_type") == "code"):
+            continue
+        source = _cell_source(cell, number, path)
+        total += len(source.encode("utf-8"))
+        if total > MAX_SOURCE_BYTES:
+            raise SourceError(f"{path}: its code cells hold more than the "
+                              f"grader's limit of "
+                              f"{MAX_SOURCE_BYTES // 1024} KB of Python")
+        raw.append((number, source, _is_kit_cell(cell, source)))
+    manager = (_ipython_transformer()
+               if any(_SPECIAL.search(s) for _, s, _ in raw) else None)
+    budget = _Budget(TRANSFORM_BUDGET)
+    cells, errors = [], []
+    for number, source, kit in raw:
+        lines = kernel_lines(source, manager, budget)
+        grading = GRADING_CELL_MARK in source
+        tree = None
+        if lines is not None:
+            text = "".join(line.text + "\n" for line in lines)
+            try:
+                tree = ast.parse(text)
+            except SyntaxError as exc:
+                row = exc.lineno or 0
+                where = (f", line {lines[row - 1].line}"
+                         if 1 <= row <= len(lines) else "")
+                if not grading:
+                    errors.append(f"cell {number}{where}: SyntaxError: "
+                                  f"{exc.msg}")
+            except (RecursionError, MemoryError, ValueError) as exc:
+                if not grading:
+                    why = ("it is nested too deeply for Python to compile"
+                           if isinstance(exc, RecursionError) else
+                           "Python cannot compile it"
+                           if isinstance(exc, MemoryError) else str(exc))
+                    errors.append(f"cell {number}: {why}")
+        cells.append(_Cell(number, lines, kit, grading, tree))
+    return cells, errors
+
+
+def _loaded_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def global_names(node: ast.stmt, cell_lines: list[str]) -> set[str]:
+    """Global names a definition reads (its locals excluded)."""
+    first, last = node_span(node, cell_lines)
+    text = textwrap.dedent("\n".join(cell_lines[first - 1:last]))
+    try:
+        table = symtable.symtable(text, "<definition>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _loaded_names(node)
+    names: set[str] = set()
+    pending = [table]
+    while pending:
+        scope = pending.pop()
+        names |= {symbol.get_name() for symbol in scope.get_symbols()
+                  if symbol.is_global() and symbol.is_referenced()}
+        pending += scope.get_children()
+    return names
+
+
+def _assigned_names(node: ast.stmt) -> list[str]:
+    targets = (node.targets if isinstance(node, ast.Assign)
+               else [node.target])
+    return [n.id for t in targets for n in ast.walk(t)
+            if isinstance(n, ast.Name)]
+
+
+def _program(cells: list[_Cell]) -> LintText:
+    """Every Python cell that compiles, in order, as one program."""
+    texts: list[str] = []
+    origins: list[tuple[int, int] | None] = []
+    kit: set[int] = set()
+    rewritten: set[int] = set()
+    for cell in cells:
+        if cell.tree is None or cell.lines is None:
+            continue
+        lines = list(cell.lines)
+        while lines and not lines[0].text.strip():
+            lines.pop(0)
+        while lines and not lines[-1].text.strip():
+            lines.pop()
+        if not lines:
+            continue
+        if texts:
+            texts += ["", ""]
+            origins += [None, None]
+        for line in lines:
+            texts.append(line.text)
+            origins.append((cell.number, line.line))
+            if cell.kit:
+                kit.add(len(texts))
+            if line.rewritten:
+                rewritten.add(len(texts))
+    return LintText("".join(text + "\n" for text in texts), tuple(origins),
+                    frozenset(kit), frozenset(rewritten))
+
+
+def load_notebook(path: Path) -> SourceFile:
+    """Assemble a module from a notebook's code cells, as the kernel runs
+    them (see the module docstring).
+
+    The module holds every top-level import of every code cell, the last
+    top-level assignment of each global name that a kept definition uses
+    (e.g. ``DEVICE = "cpu"``), and the last definition of each top-level
+    class and function, verbatim and in notebook order, separated by two
+    blank lines. Other statements (test calls, plots) are left out, so that
+    loading the module runs no experiment; the kit's grading cells are left
+    out too. Cells that do not compile are reported in ``cell_errors``.
+    Raises :class:`SourceError` (one line) for a file that is not a
+    notebook, not valid text, or over the size caps.
+    """
+    path = Path(path)
+    cells, errors = _cells(path)
+    Entry = tuple[int, ast.stmt, list[KernelLine]]
+    imports: list[Entry] = []
+    definitions: dict[str, Entry] = {}
+    assignments: dict[str, tuple[int, Entry]] = {}
+    order = 0
+    for cell in cells:
+        if cell.grading or cell.tree is None or cell.lines is None:
+            continue
+        for node in cell.tree.body:
+            order += 1
+            entry = (cell.number, node, cell.lines)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(entry)
+            elif isinstance(node, (ast.ClassDef, ast.FunctionDef,
+                                   ast.AsyncFunctionDef)):
+                definitions.pop(node.name, None)  # keep notebook order
+                definitions[node.name] = entry
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for name in _assigned_names(node):
+                    assignments[name] = (order, entry)
+
+    needed: dict[int, Entry] = {}
+    pending = list(set().union(*(global_names(e[1], [k.text for k in e[2]])
+                                 for e in definitions.values()))
+                   - set(definitions))
+    seen: set[str] = set(pending)
+    while pending:
+        name = pending.pop()
+        if name in assignments:
+            position, entry = assignments[name]
+            needed[position] = entry
+            value = entry[1].value
+            fresh = (_loaded_names(value) if value else set()) - seen
+            seen |= fresh
+            pending.extend(fresh)
+
+    text_lines: list[str] = []
+    origins: list[tuple[int, int] | None] = []
+
+    def append(number: int, node: ast.stmt, lines: list[KernelLine]) -> None:
+        first, last = node_span(node, [line.text for line in lines])
+        for line in lines[first - 1:last]:
+            text_lines.append(line.text)
+            origins.append((number, line.line))
+
+    for entry in imports:
+        append(*entry)
+    for position in sorted(needed):
+        append(*needed[position])
+    for entry in definitions.values():
+        if text_lines:
+            text_lines.extend(["", ""])
+            origins.extend([None, None])
+        append(*entry)
+    text = "\n".join(text_lines) + "\n" if text_lines else ""
+    return SourceFile(text=text, path=path, origins=tuple(origins),
+                      cell_errors=tuple(errors), lint=_program(cells))

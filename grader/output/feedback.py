@@ -1,0 +1,28 @@
+"""``grade --feedback DIR``: the report as files a student can open.
+
+Writes ``report.txt`` (the text report), ``report.json`` (the JSON
+contract) and, for each failing item that has a picture, a PNG named
+``<item id>__<n>.png`` (e.g. ``task2.causal__1.png``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.output.figures import draw
+from grader.output.files import write_atomic
+from grader.output.report import Report
+
+
+def write_feedback(report: Report, folder: Path) -> list[Path]:
+    """Write the feedback files into ``folder``; return their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / "report.txt", folder / "report.json"]
+    write_atomic(written[0], report.as_text())
+    write_atomic(written[1], report.to_json() + "\n")
+    counts: dict[str, int] = {}
+    for figure in report.figures:
+        counts[figure.item] = counts.get(figure.item, 0) + 1
+        path = folder / f"{figure.item}__{counts[figure.item]}.png"
+        written.append(draw(figure, path))
+    return written

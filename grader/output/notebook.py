@@ -1,0 +1,92 @@
+"""The autograded cells of the kit's notebooks, as nbgrader sees them.
+
+Each checks item and each bonus of the rubric has an autograded cell in
+the notebook's final "Grading" section (grade id: the item id with ``_``
+for ``.``, e.g. ``task1_forward``), worth the item's points. Those cells
+are filled in **outside the student's kernel** by ``python -m grader
+nbgrader`` (:mod:`grader.routes.nbgrader`): the grader grades the submitted
+notebook in its sandbox, and this module turns its report into what each
+cell shows and the credit nbgrader records. Inside a kernel (a plain
+``nbgrader autograde``, or a student running the source notebook) a graded
+cell only prints where its points come from and counts 0 (its hidden part,
+written by ``solutions/notebook_build.py``): a kernel runs the student's
+code, so nothing computed there can be trusted.
+
+nbgrader's partial credit must lie in [0, the cell's points], so the
+rubric's penalties (PEP-8, shape comments) are taken from the task's
+point-bearing cells, largest first and never below 0
+(:func:`nbgrader_credits`); each task's cells then add up to the task's
+clamped total, exactly as the grader computes it. The bonus is a cell of
+its own.
+"""
+from __future__ import annotations
+
+from grader.output.text import clean
+from grader.rubric import Assignment
+
+PENALTY_KINDS = ("pep8", "shapes")
+CELL_KINDS = ("checks", "bonus")
+
+
+def grade_id(item_id: str) -> str:
+    """nbgrader's grade id of an item's cell: ``task1.init`` ->
+    ``task1_init``."""
+    return item_id.replace(".", "_")
+
+
+def cell_items(assignment: Assignment) -> list[str]:
+    """The items that have an autograded cell, in rubric order."""
+    return [item.id for item in assignment.items
+            if item.kind in CELL_KINDS]
+
+
+def nbgrader_credits(report: dict, assignment: Assignment
+                     ) -> dict[str, float]:
+    """Each item's credit in nbgrader: penalties absorbed per task."""
+    scores = {item["id"]: float(item["score"]) for item in report["items"]}
+    credits = {}
+    for task in assignment.tasks:
+        items = assignment.items_of(task.id)
+        positive = [i for i in items if i.kind == "checks"]
+        penalty = -sum(scores.get(i.id, 0.0) for i in items
+                       if i.kind in PENALTY_KINDS)
+        for item in sorted(positive, key=lambda i: scores.get(i.id, 0.0),
+                           reverse=True):
+            earned = scores.get(item.id, 0.0)
+            taken = min(earned, penalty)
+            credits[item.id] = earned - taken
+            penalty -= taken
+        for item in items:
+            if item.kind == "bonus":
+                credits[item.id] = scores.get(item.id, 0.0)
+    return credits
+
+
+def cell_text(report: dict, assignment: Assignment, item_id: str) -> str:
+    """What an item's autograded cell says: its credit, the grader's
+    message and diagnoses, the penalties taken from it, the task's notes
+    and problems and the integrity flags on its task."""
+    items = {i["id"]: i for i in report["items"]}
+    item = items[item_id]
+    rubric = assignment.item(item_id)
+    credit = nbgrader_credits(report, assignment)[item_id]
+    lines = [f"{item_id}: {credit:g} / {rubric.points:g}  "
+             f"({rubric.title})", item["message"]]
+    for mistake in item["diagnosis"]:
+        lines.append(f"[{mistake}] {assignment.diagnoses.get(mistake, '')}")
+    if credit < float(item["score"]):
+        penalties = [f"{i['id']} {i['score']:+g}: {i['message']}"
+                     for i in report["items"]
+                     if i["id"].startswith(rubric.task + ".")
+                     and assignment.item(i["id"]).kind in PENALTY_KINDS
+                     and i["score"] < 0]
+        lines.append("Penalties of this task taken from this cell: "
+                     + "; ".join(penalties))
+    for task in report.get("tasks", []):
+        if task["id"] == rubric.task:
+            lines += [f"Note: {n}" for n in task.get("notes", [])]
+            lines += [f"Problem: {p}" for p in task["problems"]]
+    for flag in report.get("flags", []):
+        if flag.get("task") in (None, rubric.task):
+            lines.append(f"Integrity flag: {flag['message']}")
+    return clean("\n".join(line for line in lines if line))

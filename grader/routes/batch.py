@@ -1,0 +1,295 @@
+"""``python -m grader batch DIR``: grading a whole class, losing nothing.
+
+**The class folder.** DIR is one of:
+
+* an nbgrader course root (it holds ``nbgrader_config.py``) or its
+  ``submitted/`` folder: one student per ``submitted/<student>/``, graded
+  from ``submitted/<student>/<assignment>/``; nothing else of the course
+  (``gradebook.db``, ``autograded/``, ``feedback/``, ``source/``...) is a
+  student;
+* a flat folder: every visible entry is one student's (a folder, a ``.py``
+  file, a notebook), whatever its name (``submitted/`` or ``feedback/``
+  there are students' folders). An entry of another kind (a ``.zip``, a
+  FIFO, a symbolic link, which the batch never follows) still gets a row,
+  with the reason it was not graded.
+
+A folder that is one submission (``transformer_lm/<module>.py`` at its
+top, as in a student repository or the kit) or that holds nothing any
+assignment defines is refused before grading starts. Each student is
+graded only from their own entry: a notebook's "module beside it" is never
+looked up in a batch (the files beside an entry are classmates').
+
+**The assignment** is ``--assignment``, else the course's assignment id
+(nbgrader), else the one the class as a whole fits: every entry is
+assessed first (what it defines), and the assignment most entries fit best
+is graded for everyone; an entry that fits another better is graded as
+the class's and flagged ``wrong_assignment``.
+
+**Rows and reports.** A warm coordinator (torch and the grader imported
+once) forks one *judge* per submission, ``--jobs`` at a time; each judge
+grades its submission exactly like ``python -m grader grade``, writes the
+student's record and feedback into ``FILE.csv.reports/<key>/`` and hands
+the coordinator one row. ``<key>`` is a safe file name unique to the entry
+(``alice.py`` and ``alice.json.py`` are two students with two folders);
+the ``student`` column shows the entry's name with control characters and
+undecodable bytes escaped. The CSV is rewritten atomically after every
+submission, so it is always whole, and no cell starts with ``=``, ``+``,
+``-`` or ``@`` (:func:`grader.output.text.csv_cell`).
+
+Nothing is lost: a judge that dies (killed from outside, out of memory) is
+retried once and then recorded as an error row; one that hangs is stopped
+at a deadline; an interrupted batch keeps every finished report, and
+``--resume`` grades only the submissions without one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from grader.errors import BatchError
+from grader.locate.submission import label
+from grader.output.text import one_line
+from grader.routes.classfolder import (ClassFolder, Entry, class_assignment,
+                                       discover)
+from grader.routes.judges import (JudgeOptions, judge_all, prewarm, row_of,
+                                  save_error)
+from grader.routes.rows import (STATUS_ERROR, STATUS_GRADED, error_row,
+                                record_path, write_csv)
+
+
+# Seconds between two rewrites of a running batch's CSV (see run_batch).
+CSV_EVERY = 2.0
+
+
+def check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BatchError(f"cannot write to {folder}: "
+                         f"{exc.strerror or exc}") from exc
+
+
+# --------------------------------------------------------------------------
+# Rows
+
+
+# --------------------------------------------------------------------------
+# Judges
+
+
+class Progress:
+    """A progress bar on a terminal, plain lines otherwise (stderr)."""
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+        self.tty = sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.graded_here = 0
+
+    def update(self, row: dict, seconds: float) -> None:
+        self.done += 1
+        self.graded_here += 1
+        score = (f"{row['score']:g}/{row['max_score']:g}"
+                 if row["status"] == STATUS_GRADED else "ERROR")
+        if not self.tty:
+            sys.stderr.write(f"[{self.done}/{self.total}] {row['student']}:"
+                             f" {score} ({seconds:.1f} s)\n")
+            return
+        rate = (time.monotonic() - self.started) / self.graded_here
+        left = rate * (self.total - self.done)
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
+                         f"{self.done}/{self.total}  {rate:.2f} s each  "
+                         f"{int(left) // 60}:{int(left) % 60:02d} left  ")
+        if self.done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _resumed(entries: list[Entry], reports: Path) -> dict[str, dict]:
+    rows = {}
+    for entry in entries:
+        try:
+            record = json.loads(record_path(reports, entry).read_text(
+                encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get(
+                "status") == STATUS_GRADED and "report" in record:
+            row = row_of(entry, record, "")
+            if row["status"] == STATUS_GRADED:
+                rows[entry.key] = row
+    return rows
+
+
+def _prepare(args: argparse.Namespace, out: Path, reports: Path
+             ) -> tuple[ClassFolder, argparse.Namespace]:
+    """Everything checked before grading starts: the class folder, the
+    outputs, the assignment. Raises CliError (exit 2) with one line."""
+    from grader.errors import CliError
+    from grader.rubric import RubricError, get_assignment
+
+    try:
+        if args.assignment:
+            get_assignment(args.assignment)
+        from grader.routes.summary import summary_paths
+
+        # The batch's own outputs, the summary too, are never students.
+        found = discover(args.dir, args.assignment,
+                         exclude=(out, reports, *summary_paths(out)))
+        check_writable(out.parent if str(out.parent) else Path("."))
+        check_writable(reports)
+        chosen = args.assignment or found.assignment
+        if chosen:
+            how = ("--assignment" if args.assignment else
+                   "the nbgrader course's assignment id")
+            found.notes.append(f"assignment {chosen} ({how})")
+        else:
+            chosen, how = class_assignment(found.entries)
+            found.notes.append(how)
+    except (BatchError, RubricError) as exc:
+        raise CliError(str(exc)) from exc
+    args = argparse.Namespace(**vars(args))
+    args.assignment = chosen
+    return found, args
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """Grade every submission of ``args.dir`` (or those of ``--only``,
+    or one ``--shard``); return the exit status."""
+    out = Path(args.out)
+    reports = out.with_name(out.name + ".reports")
+    found, args = _prepare(args, out, reports)
+    everyone = found.entries
+    entries, kept = _selected(args, everyone, out, reports)
+    for note in found.notes:
+        sys.stderr.write(f"{note}\n")
+
+    rows: dict[str, dict] = _resumed(entries, reports) if args.resume \
+        else {}
+    if rows:
+        sys.stderr.write(f"resuming: {len(rows)} already graded, "
+                         f"{len(entries) - len(rows)} to go\n")
+    progress = Progress(len(entries), len(rows))
+    for entry in entries:
+        if entry.problem and entry.key not in rows:
+            rows[entry.key] = error_row(entry.student, entry.path,
+                                        f"not graded: {entry.problem}")
+            save_error(reports, entry, rows[entry.key])
+            progress.update(rows[entry.key], 0.0)
+    todo = [e for e in entries if e.key not in rows]
+    judges = JudgeOptions.from_args(args)
+    prewarm(judges)
+    write_csv(out, kept + list(rows.values()))
+
+    written = [time.monotonic()]
+
+    def done(entry: Entry, row: dict, record: dict | None,
+             seconds: float) -> None:
+        # The CSV is rewritten at most every CSV_EVERY seconds (and at the
+        # end): rewriting it after every student costs the coordinator
+        # time that grows with the class, while cores wait for a judge.
+        # Nothing is lost meanwhile: each judge's record is on disk, and
+        # --resume rebuilds the rows from them.
+        rows[entry.key] = row
+        if time.monotonic() - written[0] >= CSV_EVERY:
+            write_csv(out, kept + list(rows.values()))
+            written[0] = time.monotonic()
+        progress.update(row, seconds)
+
+    stop = judge_all(todo, reports, judges, done)
+    write_csv(out, kept + list(rows.values()))
+    errors = [r for r in rows.values() if r["status"] == STATUS_ERROR]
+    if stop:
+        sys.stderr.write(f"\ninterrupted: {len(rows)} of {len(entries)} "
+                         f"submissions graded and kept in {out}; run again "
+                         f"with --resume to grade the rest\n")
+        return 130
+    sys.stdout.write(f"graded {len(rows) - len(errors)} of {len(entries)} "
+                     f"submissions -> {out} (reports in {reports})\n")
+    for row in sorted(errors, key=lambda r: r["student"]):
+        sys.stdout.write(f"  not graded: {row['student']}: "
+                         f"{one_line(row['errors'])}\n")
+    shard = getattr(args, "shard", None)
+    if shard:
+        from grader.routes.shards import write_manifest
+
+        write_manifest(reports, shard, everyone, entries)
+        sys.stdout.write(f"shard {shard[0]}/{shard[1]}: 'python -m grader "
+                         f"merge' writes the class summary once every "
+                         f"shard is done\n")
+    else:
+        summarise(out, kept + list(rows.values()), reports)
+    return 0 if not errors else 1
+
+
+def summarise(out: Path, rows: list[dict], reports: Path) -> None:
+    """Print the class summary and write it beside ``out``
+    (:func:`grader.routes.summary.write_summary`); a summary that fails is a
+    warning: the grades are written already."""
+    from grader.routes.summary import write_summary
+
+    try:
+        write_summary(out, rows, reports)
+    except Exception as exc:  # never lose a finished batch to a picture
+        sys.stderr.write(f"warning: no class summary ({type(exc).__name__}"
+                         f": {one_line(str(exc))}); run python -m grader "
+                         f"summary {out} to retry\n")
+
+
+def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
+              reports: Path) -> tuple[list[Entry], list[dict]]:
+    """The entries this run grades, and the rows it keeps as they are.
+
+    ``--only NAME...``: those students (by the CSV's name or the entry's
+    file name); every other row of an existing ``out`` is kept as it is,
+    and the chosen students' report folders are replaced. ``--shard I/N``:
+    the I-th of N deterministic parts of the class (see
+    :func:`grader.routes.shards.shard_of`). Raises CliError for a name that is
+    no student of the class.
+    """
+    from grader.errors import CliError
+
+    entries = everyone
+    kept: list[dict] = []
+    if getattr(args, "shard", None):
+        from grader.routes.shards import shard_of
+
+        entries = shard_of(entries, *args.shard)
+    only = getattr(args, "only", None)
+    if not only:
+        return entries, kept
+    if args.resume:
+        raise CliError("--only regrades the students it names: it cannot "
+                       "be combined with --resume")
+    names = {n: e for e in entries for n in (e.student, e.path.name, e.key)}
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise CliError(f"--only: no student named "
+                       f"{', '.join(label(n) for n in unknown[:5])} in "
+                       f"{label(str(args.dir))}")
+    chosen = list({names[n].key: names[n] for n in only}.values())
+    if out.is_file():
+        from grader.routes.summary import SummaryError, read_rows
+
+        try:
+            previous = read_rows(out)
+        except SummaryError as exc:
+            raise CliError(str(exc)) from exc
+        students = {e.student for e in chosen}
+        kept = [row for row in previous if row["student"] not in students]
+    for entry in chosen:
+        folder = reports / entry.key
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+    return chosen, kept

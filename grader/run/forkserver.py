@@ -1,0 +1,484 @@
+"""Clean worker processes: a fork server that holds nothing of a grading.
+
+A sandbox worker must not inherit anything secret or private from the
+process that asks for it: the grading seed, other students' paths, rows or
+reports (in a batch), the grader's own objects. A worker forked from the
+grading process would inherit all of that, on its stack and in its heap.
+So workers are forked by a *fork server*: a separate, freshly started
+Python (``python -m grader.run.forkserver``) that imports torch and the
+sandbox agent once, with a clean environment and command line, and then
+only ever forks. It never sees a job: the grading process hands it the
+ends of the worker's pipes (over a Unix socket, as file descriptors), the
+server forks a child that reads its job from its own pipe, and the server
+tells the client the child's pid and, later, its exit status.
+
+Both sides are here. :class:`ForkServer` (the client, in the trusted
+grading process) starts the server once per grading command and is shared
+by the processes forked from it (a batch's judges). The server side is
+:func:`serve`, which defines no classes and keeps no grading data.
+
+The worker process is ``grader.worker.agent.main``; it isolates itself
+(session, descriptors, limits, Landlock, seccomp) before running any student
+code.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from grader.constants import KIT_ROOT
+
+# Modules the server imports once, so that every worker starts warm.
+PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine")
+# What the server's environment keeps (the grader's own, e.g. GRADER_SEED,
+# never reaches it).
+KEPT_ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TZ", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
+                    "PYTHONHASHSEED")
+_PID = struct.Struct(">q")
+_STATUS = struct.Struct(">i")
+_READY = b"ready"
+START_SECONDS = 120.0
+KILL_SIGNAL = signal.SIGKILL
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not be started or asked for a worker."""
+
+
+def kill_group(pid: int, sig: int = KILL_SIGNAL) -> None:
+    """Kill a process and its process group (a worker leads its own)."""
+    for target in (lambda: os.killpg(pid, sig), lambda: os.kill(pid, sig)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class WorkerHandle:
+    """A worker the server forked for this process: its pipes and pid."""
+
+    def __init__(self, pid: int, result_fd: int, output_fd: int,
+                 status_fd: int) -> None:
+        """Keep the worker's pid and the read ends of its pipes."""
+        self.pid = pid
+        self.result_fd = result_fd
+        self.output_fd = output_fd
+        self.status_fd = status_fd
+        self.status: int | None = None
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group."""
+        kill_group(self.pid)
+
+    def poll(self, timeout: float = 0.0) -> int | None:
+        """The worker's wait status once the server reaped it, else None."""
+        if self.status is not None:
+            return self.status
+        ready, _, _ = select.select([self.status_fd], [], [], timeout)
+        if not ready:
+            return None
+        data = _read_exactly(self.status_fd, _STATUS.size)
+        # No status (the server died): the worker died with it.
+        self.status = (_STATUS.unpack(data)[0] if data is not None
+                       else signal.SIGKILL)
+        os.close(self.status_fd)
+        self.status_fd = -1
+        return self.status
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the status (killing the worker when it takes too long)."""
+        status = self.poll(timeout)
+        if status is None:
+            self.kill()
+            status = self.poll(timeout)
+        return status if status is not None else signal.SIGKILL
+
+    def close(self) -> None:
+        """Close what is still open of the status pipe."""
+        if self.status_fd >= 0:
+            os.close(self.status_fd)
+            self.status_fd = -1
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        try:
+            chunk = os.read(fd, size - len(data))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class ForkServer:
+    """The client: start the server, ask it for workers.
+
+    One server per grading command (see :func:`shared`): processes forked
+    from the one that started it (a batch's judges) share it; each asks
+    over the same socket (one message per request, which a ``SEQPACKET``
+    socket never interleaves) and gets its answers on pipes of its own.
+    """
+
+    def __init__(self) -> None:
+        """Start the server process and wait until it is ready."""
+        parent_end, server_end = socket.socketpair(socket.AF_UNIX,
+                                                   socket.SOCK_SEQPACKET)
+        environment = {k: v for k, v in os.environ.items()
+                       if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [str(KIT_ROOT)]
+            + ([environment["PYTHONPATH"]] if environment.get("PYTHONPATH")
+               else []))
+        environment.setdefault("OMP_NUM_THREADS", "1")
+        environment.setdefault("MKL_NUM_THREADS", "1")
+        environment["MPLBACKEND"] = "Agg"
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "grader.run.forkserver",
+                 str(server_end.fileno())],
+                pass_fds=[server_end.fileno()], env=environment,
+                stdin=subprocess.DEVNULL, cwd="/", close_fds=True)
+        except OSError as exc:
+            raise ForkServerError(f"cannot start the fork server: "
+                                  f"{exc}") from exc
+        server_end.close()
+        self.socket = parent_end
+        self.pid = self.process.pid
+        self.owner = os.getpid()            # the process that started it
+        self._ready = False
+        self._alive: dict[int, int] = {}   # client pid -> alive pipe read
+        self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        """Whether the server still serves.
+
+        Only the process that started it can wait for it: in a process
+        forked from that one (a batch's judge), ``Popen.poll`` meets
+        ECHILD and calls a running server ended, and every judge would
+        start a server of its own. There, a server that ended is told by
+        its end of the socket, which hangs up.
+        """
+        if os.getpid() == self.owner:
+            return self.process.poll() is None
+        poller = select.poll()
+        poller.register(self.socket, select.POLLHUP)
+        return not any(events & (select.POLLHUP | select.POLLERR |
+                                 select.POLLNVAL)
+                       for _, events in poller.poll(0))
+
+    def wait_ready(self) -> None:
+        """Wait until the server has warmed up (at most START_SECONDS).
+
+        A process that forks clients (a batch's coordinator) waits first,
+        so that the server's one "ready" message is read by it and not
+        by one of its clients while the others wait for it.
+        """
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        if self._ready:
+            return
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.socket], [], [], max(left, 0))
+            if not ready:
+                raise ForkServerError("the fork server did not start within "
+                                      f"{START_SECONDS:g} s")
+            message = self.socket.recv(64)
+            if message == _READY:
+                self._ready = True
+                return
+            if not message:
+                raise ForkServerError("the fork server ended while "
+                                      "starting (is torch installed?)")
+
+    def _alive_fd(self) -> int:
+        """The read end of a pipe only this process writes: when this
+        process dies, the server kills the workers it asked for."""
+        pid = os.getpid()
+        if pid not in self._alive:
+            read_end, write_end = os.pipe()
+            self._alive[pid] = read_end
+            # The write end stays open for this process's lifetime.
+            self._alive_write = write_end
+        return self._alive[pid]
+
+    def spawn(self, job: bytes) -> WorkerHandle:
+        """Fork a worker that reads ``job``; return its handle."""
+        with self._lock:
+            self._wait_ready()
+            job_r, job_w = os.pipe()
+            result_r, result_w = os.pipe()
+            output_r, output_w = os.pipe()
+            status_r, status_w = os.pipe()
+            fds = [job_r, result_w, output_w, status_w, self._alive_fd()]
+            try:
+                socket.send_fds(self.socket, [b"spawn"], fds)
+            except OSError as exc:
+                for fd in (job_r, job_w, result_r, result_w, output_r,
+                           output_w, status_r, status_w):
+                    os.close(fd)
+                raise ForkServerError(f"the fork server is gone: "
+                                      f"{exc}") from exc
+            for fd in (job_r, result_w, output_w, status_w):
+                os.close(fd)
+            data = _read_exactly(status_r, _PID.size)
+            if data is None:
+                for fd in (job_w, result_r, output_r, status_r):
+                    os.close(fd)
+                raise ForkServerError("the fork server could not fork a "
+                                      "worker")
+            pid = _PID.unpack(data)[0]
+        try:
+            _write_all(job_w, struct.pack(">I", len(job)) + job)
+        except OSError:
+            pass  # the worker died before reading: its status says how
+        finally:
+            os.close(job_w)
+        for fd in (result_r, output_r):
+            os.set_blocking(fd, False)
+        return WorkerHandle(pid, result_r, output_r, status_r)
+
+    def close(self) -> None:
+        """Stop the server (its workers are killed with it)."""
+        try:
+            self.socket.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+_SHARED: ForkServer | None = None
+
+
+def shared() -> ForkServer:
+    """The fork server of this grading command, started on first use.
+
+    Start it early (:func:`start`) so that it imports torch while the
+    grading process does its own work.
+    """
+    global _SHARED
+    if _SHARED is None or not _SHARED.alive():
+        _SHARED = ForkServer()
+    return _SHARED
+
+
+def spawn(job: bytes) -> WorkerHandle:
+    """Fork a worker from the shared server. A server that is gone (killed
+    from outside, or ended) is replaced once, here: a batch's judges share
+    the coordinator's server, and a student must not lose a grade because
+    something killed it."""
+    global _SHARED
+    try:
+        return shared().spawn(job)
+    except ForkServerError:
+        _SHARED = None
+        return shared().spawn(job)
+
+
+def start() -> None:
+    """Start the shared fork server now (it warms up in the background)."""
+    try:
+        shared()
+    except ForkServerError:
+        pass  # reported when a worker is asked for
+
+
+# --------------------------------------------------------------------------
+# The server process (no classes, no grading data)
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]] | None:
+    try:
+        message, fds, _, _ = socket.recv_fds(sock, 64, 8)
+    except InterruptedError:
+        return b"", []
+    if not message and not fds:
+        return None
+    return message, list(fds)
+
+
+def _spawn(sock: socket.socket, fds: list[int],
+           children: dict[int, tuple[int, int]], private: list[int]) -> None:
+    """Fork one worker on the received descriptors.
+
+    ``children`` maps each worker's pid to its status pipe and its client's
+    alive pipe; ``private`` lists the server's own descriptors, which a
+    worker closes at once.
+    """
+    if len(fds) != 5:
+        for fd in fds:
+            os.close(fd)
+        return
+    job_r, result_w, output_w, status_w, alive_r = fds
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in [sock.fileno(), status_w, alive_r, *private,
+                       *(fd for entry in children.values() for fd in entry)]:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            from grader.worker import agent
+
+            agent.main(job_r, result_w, output_w, os.getppid())
+        finally:
+            os._exit(70)
+    for fd in (job_r, result_w, output_w):
+        os.close(fd)
+    try:
+        _write_all(status_w, _PID.pack(pid))
+    except OSError:
+        pass
+    children[pid] = (status_w, alive_r)
+
+
+def _reap(children: dict[int, tuple[int, int]]) -> None:
+    """Collect ended workers; send each client its worker's status."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        entry = children.pop(pid, None)
+        if entry is None:
+            continue
+        status_w, alive_r = entry
+        try:
+            _write_all(status_w, _STATUS.pack(status))
+        except OSError:
+            pass
+        os.close(status_w)
+        os.close(alive_r)
+
+
+def _warm_up() -> None:
+    """Run torch's usual operations once, so that what they initialise
+    lazily (CPU detection, kernels, matplotlib's fonts) is done here, not
+    in a confined worker that may not read /proc or the font cache."""
+    import torch
+
+    torch.set_num_threads(1)
+    x = torch.randn(2, 3, 4)
+    layer = torch.nn.Linear(4, 4)
+    scores = layer(x) @ x.transpose(1, 2) / 2.0
+    mask = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)
+    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    torch.nn.functional.dropout(probs, 0.5, training=True)
+    torch.nn.functional.cross_entropy(torch.randn(4, 5),
+                                      torch.tensor([0, 1, 2, 3]))
+    probs.view(-1).reshape(2, 9).permute(1, 0).contiguous().sum().item()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+
+        figure = pyplot.figure()
+        pyplot.close(figure)
+    except Exception:  # matplotlib is optional for workers
+        pass
+
+
+def serve(fd: int) -> None:
+    """The server's loop: fork on request, report statuses, clean up."""
+    for name in PRELOAD:
+        __import__(name)
+    _warm_up()
+    from grader.rubric import assignments
+    from grader.worker import agent
+
+    for assignment in assignments():
+        agent.prepare(assignment.forbidden)
+    agent.index_aliases(agent.KIT_PACKAGES)
+    sock = socket.socket(fileno=fd)
+    from grader.worker.confine import die_with_parent
+
+    die_with_parent(os.getppid())
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: dict[int, tuple[int, int]] = {}
+    sock.send(_READY)
+    while True:
+        alive = {entry[1]: pid for pid, entry in children.items()}
+        try:
+            ready, _, _ = select.select([sock.fileno(), wake_r, *alive], [],
+                                        [], 1.0)
+        except InterruptedError:
+            ready = []
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        _reap(children)
+        for alive_r, pid in alive.items():
+            if alive_r not in ready or pid not in children:
+                continue
+            try:
+                gone = os.read(alive_r, 1) == b""
+            except OSError:
+                gone = True
+            if gone:  # the client died: its worker goes with it
+                kill_group(pid)
+        if sock.fileno() in ready:
+            received = _receive(sock)
+            if received is None:  # every client is gone
+                break
+            message, fds = received
+            if message == b"spawn":
+                _spawn(sock, fds, children, [wake_r, wake_w])
+            else:
+                for extra in fds:
+                    os.close(extra)
+    for pid in list(children):
+        kill_group(pid)
+    deadline = time.monotonic() + 5
+    while children and time.monotonic() < deadline:
+        _reap(children)
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    try:
+        serve(int(sys.argv[1]))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+    finally:
+        sys.stdout.flush()
+        os._exit(0)

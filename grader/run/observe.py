@@ -1,0 +1,267 @@
+"""What the sandbox observed, decoded and explained, in the trusted process.
+
+:func:`observe` turns a worker's raw frames into a :class:`TaskRun`: one
+:class:`ProbeResult` per planned probe, each either a value or a sentence
+saying why there is none (the code raised, the import failed, the process
+hung or died). The checks read observations only through these classes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.locate.source import SourceFile
+from grader.output.text import one_line, quote
+from grader.plan import Case, ProbeInfo
+from grader.run.sandbox import JobResult
+from grader.wire import ChannelError, Value, decode_value
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The outcome of one probe."""
+
+    info: ProbeInfo
+    value: Value | None = None
+    describe: dict | None = None
+    trace: dict | None = None
+    problem: str | None = None       # why there is no usable result
+    error: dict | None = None        # the exception, if the code raised
+    seconds: float = 0.0
+    # The submission's code that ran during the probe: (fingerprint, first
+    # line, name, stage) of each code object, stage "build" (constructing
+    # the object) or "call"; and code that ran but is neither the
+    # submission's nor a library's: (file, name, line, how it was made).
+    ran: tuple[tuple[str, int, str, str], ...] = ()
+    foreign: tuple[tuple[str, str, int, str], ...] = ()
+    # A probe with a ``fit``: the parameters (by name) training left.
+    state: dict[str, Value] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the probe ran to the end."""
+        return self.problem is None
+
+
+def format_error(error: dict, source: SourceFile) -> str:
+    """One sentence about an exception raised in student code.
+
+    The exception's type name, its message and the line of code are the
+    submission's: they are cleaned of control characters and folded to
+    one line, and the message is quoted, so that nothing it says can pass
+    for a line of the grader's report.
+    """
+    if not isinstance(error, dict):
+        error = {}
+    kind = one_line(str(error.get("type", "Exception")), 80)
+    if not kind.isidentifier():
+        kind = quote(kind, 80)
+    message = str(error.get("message", ""))
+    text = f"{kind}: {quote(message)}" if message else kind
+    line = error.get("line")
+    if isinstance(line, int):
+        where = source.where(line)
+        code = error.get("code")
+        text += f" (at {where}" + (f": `{one_line(str(code), 200)}`"
+                                   if code else "") + ")"
+    return text
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the code tried that the sandbox refused or noticed.
+
+    ``kind``: refused (a process, a write, a read outside the allowed
+    files), forbidden (a forbidden API, the kit's reference or grader),
+    tampered (the grader's frames, tracer, objects) or patched (a library
+    function or class replaced). ``verb`` and ``object`` are separate so
+    that reports can group attempts ("tried to overwrite a, b, c and 14
+    more"); ``line`` is the submission's line, when the act was its own.
+    """
+
+    kind: str
+    verb: str
+    object: str = ""
+    line: int | None = None
+    phase: str = ""
+
+    @property
+    def sentence(self) -> str:
+        """'overwrite /kit/x.py (line 45)'."""
+        text = self.verb + (f" {self.object}" if self.object else "")
+        return text + (f" (line {self.line})" if isinstance(self.line, int)
+                       else "")
+
+
+@dataclass
+class TaskRun:
+    """Everything observed while running one task's probes."""
+
+    task: str
+    source: SourceFile
+    results: dict[str, ProbeResult] = field(default_factory=dict)
+    import_error: str | None = None
+    ended: str = "finished"
+    detail: str = ""
+    output: str = ""
+    output_truncated: bool = False
+    refused: list[str] = field(default_factory=list)
+    forbidden: list[str] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    channel_error: str | None = None
+    seconds: float = 0.0
+    foreign_bytes: int = 0
+    forged_frames: int = 0
+    import_ran: tuple[tuple[str, int, str, str], ...] = ()
+    import_foreign: tuple[tuple[str, str, int, str], ...] = ()
+
+    def result(self, probe_id: str) -> ProbeResult:
+        """The result of one probe (KeyError for an unplanned id)."""
+        return self.results[probe_id]
+
+    def case(self, probe_id: str) -> Case:
+        """The trusted case behind a probe."""
+        case = self.results[probe_id].info.case
+        if case is None:
+            raise KeyError(f"probe {probe_id} has no case")
+        return case
+
+    def probe_ids(self, prefix: str) -> list[str]:
+        """Ids of the probes whose id starts with ``prefix``, in order."""
+        return [p for p in self.results if p.startswith(prefix)]
+
+    @property
+    def problems(self) -> list[str]:
+        """Sentences about the whole run (import, death, refusals)."""
+        found = []
+        if self.import_error:
+            found.append(self.import_error)
+        if self.ended != "finished":
+            found.append(f"While running {self.task}, {self.detail}.")
+        if self.channel_error:
+            found.append(f"The grader's channel from the {self.task} "
+                         f"process was corrupted ({self.channel_error}); "
+                         f"results after that point were discarded.")
+        for what in self.refused:
+            found.append(f"The sandbox refused to let the code {what}.")
+        for what in self.tampered:
+            found.append(f"The sandbox refused to let the code {what}.")
+        return found
+
+
+def coverage_of(message: dict) -> tuple[tuple, tuple]:
+    """The (ran, foreign) code of an import or probe frame."""
+    coverage = message.get("coverage") or {}
+    ran = tuple((str(r[0]), int(r[1]), str(r[2]), str(r[3]))
+                for r in coverage.get("ran", []))
+    foreign = tuple((str(f[0]), str(f[1]), int(f[2]), str(f[3]))
+                    for f in coverage.get("foreign", []))
+    return ran, foreign
+
+
+def _result_from_frame(info: ProbeInfo, message: dict,
+                       source: SourceFile) -> ProbeResult:
+    seconds = float(message.get("seconds", 0.0) or 0.0)
+    ran, foreign = coverage_of(message)
+    if not message.get("ok"):
+        error = message.get("error") or {}
+        return ProbeResult(info=info, error=error, seconds=seconds,
+                           problem=format_error(error, source), ran=ran,
+                           foreign=foreign)
+    try:
+        value = (decode_value(message["value"]) if "value" in message
+                 else None)
+        state = message.get("state")
+        state = ({str(name): decode_value(item) for name, item in
+                  state.items()} if isinstance(state, dict) else None)
+    except (ChannelError, ValueError, TypeError, OverflowError) as exc:
+        return ProbeResult(info=info, seconds=seconds,
+                           problem=f"its result could not be read ({exc})")
+    describe = message.get("describe")
+    trace = message.get("trace")
+    return ProbeResult(info=info, value=value, seconds=seconds,
+                       describe=describe if isinstance(describe, dict)
+                       else None,
+                       trace=trace if isinstance(trace, dict) else None,
+                       ran=ran, foreign=foreign, state=state)
+
+
+def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
+            job: JobResult) -> TaskRun:
+    """Decode a worker's frames against the task's plan."""
+    run = TaskRun(task=task, source=source, ended=job.ended,
+                  detail=job.detail, output=job.output,
+                  output_truncated=job.output_truncated,
+                  channel_error=job.channel_error, seconds=job.seconds,
+                  foreign_bytes=job.foreign_bytes,
+                  forged_frames=job.forged_frames)
+    by_id: dict[str, dict] = {}
+    started: str | None = None
+    events = {"refused": run.refused, "forbidden": run.forbidden,
+              "tampered": run.tampered, "patched": run.patched}
+    for message in job.frames:
+        kind = message.get("type")
+        if kind == "import":
+            run.import_ran, run.import_foreign = coverage_of(message)
+        if kind == "import" and not message.get("ok"):
+            error = message.get("error") or {}
+            run.import_error = ("The submission could not be loaded: "
+                                + format_error(error, source) + ".")
+        elif kind == "event" and message.get("kind") in events:
+            event = Event(kind=str(message["kind"]),
+                          verb=str(message.get("verb", ""))[:200],
+                          object=str(message.get("object", ""))[:300],
+                          line=message.get("line"),
+                          phase=str(message.get("phase", ""))[:100])
+            if event not in run.events:
+                run.events.append(event)
+            listed = events[event.kind]
+            # A forbidden API counts against a task when its probes use
+            # it; at import or after the plan it is only reported.
+            counts = event.kind != "forbidden" or event.phase not in (
+                "import", "end", "setup")
+            text = event.sentence
+            if event.kind == "forbidden" and event.verb == "use":
+                text = event.sentence[len("use "):]
+            if counts and text not in listed:
+                listed.append(text)
+        elif kind == "patched":
+            for what in message.get("what", []):
+                if str(what) not in run.patched:
+                    run.patched.append(str(what)[:200])
+        elif kind == "start":
+            started = str(message.get("id"))
+        elif (kind == "probe" and isinstance(message.get("id"), str)
+              and message["id"] == started):
+            # Only the answer to the probe just started counts: a frame
+            # forged before (e.g. at import) is ignored.
+            by_id.setdefault(message["id"], message)
+    for info in plan:
+        if info.id in by_id:
+            run.results[info.id] = _result_from_frame(info, by_id[info.id],
+                                                      source)
+            continue
+        if run.import_error:
+            problem = run.import_error
+        elif info.id == started and job.ended != "finished":
+            problem = f"while running it, {job.detail}"
+        elif job.ended != "finished":
+            problem = (f"it never ran: the process had already stopped "
+                       f"({job.detail})")
+        elif job.channel_error:
+            problem = "its result was lost on a corrupted channel"
+        else:
+            problem = "no result was reported"
+        run.results[info.id] = ProbeResult(info=info, problem=problem)
+    return run
+
+
+def tensor_items(value: Value | None) -> list[Any]:
+    """The tensors inside a returned value (the value itself or a tuple)."""
+    if value is None:
+        return []
+    if value.kind == "tensor":
+        return [value]
+    return [v for v in value.items if v.kind == "tensor"]

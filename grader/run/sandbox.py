@@ -1,0 +1,613 @@
+"""Running student code in sandboxed child processes (the parent's side).
+
+:func:`run_jobs` asks the fork server (:mod:`grader.run.forkserver`) for one
+worker per job (normally one per task), all at once, and collects their
+authenticated result frames and captured output until each has finished,
+died or run out of time. The parent never imports student code; a
+worker's death, hang or garbage costs only that worker's job.
+
+Workers are forked by the fork server, a warm process that holds nothing
+of any grading, so a submission finds nothing of the grader, its seed or
+other students in its worker. What a worker may read is an allow-list
+(:func:`sandbox_paths`): the interpreter, the libraries and the
+student-facing package, never the kit's grader, reference or tests.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from grader.constants import GRADER_DIR, KIT_ROOT
+from grader.run import forkserver
+from grader.wire import AuthenticatedReader, ChannelError
+
+_READ = 65536
+# What one worker may send on its result channel in all (a whole plan's
+# honest frames take a few megabytes); beyond, the channel is "corrupted".
+MAX_CHANNEL_BYTES = 96 * 1024 * 1024
+# Bytes the submission writes to the channel cost the grading process
+# nothing to skip (they are never kept), but not forever.
+MAX_FOREIGN_BYTES = 1024 * 1024 * 1024
+MAX_FRAMES = 20000
+DRAIN_SECONDS = 2.0
+# Files outside the library trees that the interpreter and torch read.
+SYSTEM_READABLE = ("/usr/lib", "/usr/lib64", "/lib", "/lib64",
+                   "/usr/share/zoneinfo", "/usr/share/fonts",
+                   "/etc/ld.so.cache", "/etc/localtime", "/dev/urandom",
+                   "/dev/null", "/dev/zero")
+
+
+# A worker that a busy machine starves (it got less than STARVED of a core)
+# may run past its timeout until its own CPU time reaches it, within
+# WALL_FACTOR times the timeout of wall-clock time, as long as it keeps
+# computing (PROGRESS of a core at least): a batch runs more workers than
+# cores, and a slow but honest submission must not time out there when a
+# lone grade would not. Code that waits (sleeps, blocks) is stopped at
+# the timeout as before.
+STARVED = 0.8
+PROGRESS = 0.02
+WALL_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one worker may use."""
+
+    # Seconds for the whole job: wall-clock, or the worker's own CPU time
+    # when the machine starves it (STARVED, WALL_FACTOR).
+    timeout: float = 20.0
+    memory_mb: int = 2048           # address space beyond the parent's
+    output_bytes: int = 32 * 1024   # captured stdout + stderr kept
+
+
+@dataclass(frozen=True)
+class Job:
+    """A submission's source and the probes to run on it.
+
+    ``statements`` is the shape-trace plan (every statement of the
+    submission that may need a shape comment); ``forbidden`` the rubric's
+    forbidden APIs (see ``grader.worker.agent``).
+    """
+
+    name: str
+    source: str
+    filename: str
+    probes: list[dict]
+    statements: list[dict] = field(default_factory=list)
+    forbidden: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    """Everything a worker reported, and how it ended."""
+
+    name: str
+    frames: list[dict] = field(default_factory=list)
+    output: str = ""
+    output_truncated: bool = False
+    ended: str = "finished"         # finished | exited | signalled | timeout
+    detail: str = ""
+    seconds: float = 0.0
+    channel_error: str | None = None
+    foreign_bytes: int = 0          # bytes on the channel the agent never sent
+    forged_frames: int = 0          # frames with a wrong authentication code
+
+    @property
+    def finished(self) -> bool:
+        """True when the worker ran its whole plan and said so."""
+        return self.ended == "finished"
+
+    def last_started(self) -> str | None:
+        """The id of the last probe the worker started, if any."""
+        for message in reversed(self.frames):
+            if message.get("type") == "start":
+                return str(message.get("id"))
+        return None
+
+
+@cache
+def sandbox_paths() -> dict[str, list[str]]:
+    """What a worker may read: ``readable`` trees minus ``hidden`` ones,
+    and the ``library_roots`` whose code counts as library code.
+
+    Readable: the interpreter's standard library and site-packages, the
+    system's shared libraries, and the student-facing package
+    (``transformer_lm``). Hidden: the grader itself, the kit's reference,
+    tests, examples and history, wherever they are installed.
+    """
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib",
+                                "platlib") if k in paths}
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        roots.add(os.path.join(prefix, "lib"))
+    import site
+
+    roots |= set(site.getsitepackages())
+    roots = {os.path.realpath(r) for r in roots if os.path.isdir(r)}
+    readable = set(roots) | {p for p in SYSTEM_READABLE
+                             if os.path.exists(p)}
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformer_lm")
+    if spec is not None and spec.submodule_search_locations:
+        package = {os.path.realpath(p)
+                   for p in spec.submodule_search_locations}
+        readable |= package
+        roots |= package  # the student-facing package is library code
+    hidden = {str(GRADER_DIR)}
+    for name in ("solutions", "tests", "examples", "bench", "docs", ".git",
+                 "assignment"):
+        hidden.add(str(KIT_ROOT / name))
+    return {"readable": sorted(readable), "hidden": sorted(hidden),
+            "library_roots": sorted(roots)}
+
+
+class _Running:
+    """A worker being watched."""
+
+    def __init__(self, job: Job, handle: forkserver.WorkerHandle,
+                 key: bytes, magic: bytes, scratch: Path,
+                 limits: Limits) -> None:
+        self.job = job
+        self.handle = handle
+        self.pid = handle.pid
+        self.result = JobResult(job.name)
+        self.reader = AuthenticatedReader(key, magic)
+        self.result_fd = handle.result_fd
+        self.output_fd = handle.output_fd
+        self.open_fds = {self.result_fd, self.output_fd}
+        self.output = bytearray()
+        self.scratch = scratch
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.timeout
+        self.status: int | None = None
+        self.limits = limits
+        self.checked = (self.started, 0.0)  # (when, CPU seconds then)
+
+    def starved_but_working(self, now: float) -> bool:
+        """At the deadline: True when the worker has had less than
+        STARVED of a core, is still computing, and has used less CPU time
+        than its timeout; the deadline then moves to the earliest moment
+        it could have used it all (see WALL_FACTOR)."""
+        cpu = _cpu_seconds(self.pid)
+        elapsed = now - self.started
+        if cpu is None or cpu >= self.limits.timeout or \
+                elapsed >= self.limits.timeout * WALL_FACTOR:
+            return False
+        since, cpu_then = self.checked
+        if cpu < STARVED * elapsed and \
+                cpu - cpu_then >= PROGRESS * (now - since):
+            self.checked = (now, cpu)
+            self.deadline = min(
+                now + max(self.limits.timeout - cpu, 0.25),
+                self.started + self.limits.timeout * WALL_FACTOR)
+            return True
+        return False
+
+    def on_data(self, fd: int, data: bytes) -> None:
+        if fd == self.result_fd:
+            if self.result.channel_error is not None:
+                return  # keep draining the pipe, discard what comes
+            try:
+                messages = self.reader.feed(data)
+                if self.reader.authentic_bytes > MAX_CHANNEL_BYTES:
+                    raise ChannelError(f"the worker sent more than "
+                                       f"{MAX_CHANNEL_BYTES >> 20} MB")
+                if self.reader.foreign_bytes > MAX_FOREIGN_BYTES:
+                    raise ChannelError(f"the code wrote more than "
+                                       f"{MAX_FOREIGN_BYTES >> 20} MB to "
+                                       f"the channel")
+                for message in messages:
+                    problem = check_frame(message)
+                    if problem:
+                        raise ChannelError(f"a frame is malformed: "
+                                           f"{problem}")
+                    if len(self.result.frames) >= MAX_FRAMES:
+                        raise ChannelError(f"the worker sent more than "
+                                           f"{MAX_FRAMES} frames")
+                    self.result.frames.append(message)
+            except Exception as exc:  # any bytes may arrive: never crash
+                self.result.channel_error = (
+                    str(exc) if isinstance(exc, ChannelError) else
+                    f"a frame could not be decoded "
+                    f"({type(exc).__name__})")
+            self.result.foreign_bytes = self.reader.foreign_bytes
+            self.result.forged_frames = self.reader.forged_frames
+        else:
+            room = self.limits.output_bytes - len(self.output)
+            if room > 0:
+                self.output.extend(data[:room])
+            if len(data) > max(room, 0):
+                self.result.output_truncated = True
+
+    def kill(self) -> None:
+        self.handle.kill()
+
+
+# --------------------------------------------------------------------------
+# The frames a worker may send: checked here, at the boundary, so that a
+# forged or garbled frame (the student's process can write to the channel)
+# never reaches the stages after this one in an unexpected form.
+
+_MAX_TEXT = 4096
+_MAX_INT = 2 ** 31
+_KINDS = ("tensor", "tuple", "list", "none", "number", "object")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= _MAX_TEXT
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value < _MAX_INT
+
+
+def _number(value: Any) -> bool:
+    return (type(value) is float or (type(value) is int
+                                     and abs(value) < _MAX_INT))
+
+
+def _error(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "an error is not an object"
+    if not (_text(value.get("type")) and _text(value.get("message"))):
+        return "an error has no type or message"
+    if "line" in value and not _count(value["line"]):
+        return "an error's line is not a line number"
+    if not all(_text(value[key]) for key in ("code", "function")
+               if key in value):
+        return "an error's code is not text"
+    return None
+
+
+def _tensor(value: dict) -> str | None:
+    shape = value.get("shape")
+    if not (isinstance(shape, list) and len(shape) <= 8
+            and all(_count(size) for size in shape)):
+        return "a tensor's shape is not a list of sizes"
+    if not _text(value.get("dtype")):
+        return "a tensor has no dtype"
+    data = value.get("data")
+    if data is None:
+        return None
+    itemsize = {"float32": 4, "int64": 8}.get(value.get("encoding"))
+    if itemsize is None or not isinstance(data, str):
+        return "a tensor has an unknown encoding"
+    elements = 1
+    for size in shape:
+        elements *= size
+    decoded = len(data) // 4 * 3 - len(data[-2:]) + len(
+        data[-2:].rstrip("="))
+    if len(data) % 4 or decoded != elements * itemsize:
+        return "a tensor's data does not fit its shape"
+    return None
+
+
+def _value(value: Any, depth: int = 0) -> str | None:
+    if not isinstance(value, dict) or value.get("kind") not in _KINDS:
+        return "a value has no known kind"
+    kind = value["kind"]
+    if kind == "tensor":
+        return _tensor(value)
+    if kind in ("tuple", "list"):
+        items = value.get("items")
+        if depth >= 3 or not isinstance(items, list) or len(items) > 8 \
+                or not _count(value.get("length")):
+            return "a sequence is malformed"
+        return next(filter(None, (_value(v, depth + 1) for v in items)),
+                    None)
+    if kind == "number" and not _number(value.get("value")):
+        return "a number is not a number"
+    if kind == "object" and not _text(value.get("type")):
+        return "an object has no type name"
+    return None
+
+
+def _shape_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        _text(k) and isinstance(v, list) and all(_count(s) for s in v)
+        for k, v in value.items())
+
+
+def _describe(value: Any) -> str | None:
+    if not isinstance(value, dict) or not _text(value.get("type")) \
+            or not isinstance(value.get("is_module"), bool):
+        return "a description is malformed"
+    children = value.get("children", {})
+    if not isinstance(children, dict):
+        return "a description's children are malformed"
+    for name, child in children.items():
+        if not (_text(name) and isinstance(child, dict)
+                and _text(child.get("type"))
+                and isinstance(child.get("is_linear"), bool)
+                and all(_count(child.get(k)) for k in ("in_features",
+                                                       "out_features")
+                        if k in child or child["is_linear"])
+                and isinstance(child.get("bias", False), bool)
+                and _number(child.get("p", 0.0))):
+            return "the description of a child layer is malformed"
+    if not all(_shape_map(value.get(key, {})) for key in ("parameters",
+                                                          "buffers")):
+        return "a description's parameters are malformed"
+    return None
+
+
+def _trace(value: Any) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("intact"),
+                                                     bool):
+        return "a trace is malformed"
+    records = value.get("records")
+    if not isinstance(records, dict):
+        return "trace records are not an object"
+    for key, executions in records.items():
+        if not (_text(key) and isinstance(executions, list) and all(
+                isinstance(execution, list) and all(
+                    shape is None or (isinstance(shape, list) and all(
+                        _count(size) for size in shape))
+                    for shape in execution)
+                for execution in executions)):
+            return "trace records are not shapes"
+    return None
+
+
+def _coverage(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "coverage is not an object"
+    ran, foreign = value.get("ran", []), value.get("foreign", [])
+    if not (isinstance(ran, list) and len(ran) <= 100_000 and all(
+            isinstance(r, list) and len(r) == 4 and _text(r[0])
+            and _count(r[1]) and _text(r[2]) and _text(r[3])
+            for r in ran)):
+        return "coverage of the submission's code is malformed"
+    if not (isinstance(foreign, list) and len(foreign) <= 1000 and all(
+            isinstance(f, list) and len(f) == 4 and _text(f[0])
+            and _text(f[1]) and _count(f[2]) and _text(f[3])
+            for f in foreign)):
+        return "coverage of foreign code is malformed"
+    return None
+
+
+def check_frame(message: dict) -> str | None:
+    """Why a frame from a worker is malformed, or None when it is fine.
+
+    The frames are documented in :mod:`grader.worker.agent`; a frame of an
+    unknown type is malformed too.
+    """
+    kind = message.get("type")
+    if kind in ("done", "hello"):
+        return None
+    if kind == "event":
+        line = message.get("line")
+        return None if (_text(message.get("verb"))
+                        and _text(message.get("kind"))
+                        and _text(message.get("object", ""))
+                        and (line is None or _count(line))) \
+            else "an event is malformed"
+    if kind == "patched":
+        what = message.get("what")
+        return None if isinstance(what, list) and len(what) <= 64 and all(
+            _text(w) for w in what) else "a patched list is malformed"
+    if kind == "start":
+        return None if _text(message.get("id")) else "a start has no id"
+    if "seconds" in message and not _number(message["seconds"]):
+        return "seconds is not a number"
+    if not isinstance(message.get("ok"), bool):
+        return f"a {kind!r} frame has no outcome"
+    if "coverage" in message:
+        problem = _coverage(message["coverage"])
+        if problem:
+            return problem
+    if kind == "import":
+        return None if message["ok"] else _error(message.get("error"))
+    if kind != "probe":
+        return f"unknown frame type {str(kind)[:40]!r}"
+    if not _text(message.get("id")):
+        return "a probe result has no id"
+    if not message["ok"]:
+        return _error(message.get("error"))
+    for key, check in (("value", _value), ("describe", _describe),
+                       ("trace", _trace)):
+        if key in message:
+            problem = check(message[key])
+            if problem:
+                return problem
+    return None
+
+
+def _describe_status(status: int) -> tuple[str, str]:
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        return "exited", f"the process exited with code {code}"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        name = signal.Signals(number).name if number in \
+            signal.Signals._value2member_map_ else str(number)
+        reason = {"SIGXCPU": "it used up its CPU-time limit",
+                  "SIGKILL": "it was killed (SIGKILL): by the system "
+                             "for exhausting memory, or for running past "
+                             "its CPU-time limit",
+                  "SIGSEGV": "it crashed (segmentation fault)",
+                  "SIGABRT": "it aborted",
+                  "SIGXFSZ": "it wrote a file over the size limit"}.get(
+                      name, f"it was killed by {name}")
+        return "signalled", f"the process ended because {reason}"
+    return "exited", "the process ended"
+
+
+def _start(job: Job, limits: Limits) -> _Running:
+    """Ask the fork server for a worker and hand it the job."""
+    import json
+
+    key, magic = secrets.token_bytes(32), secrets.token_bytes(16)
+    scratch = Path(tempfile.mkdtemp(prefix="grader-scratch-"))
+    plan = {"source": job.source, "filename": job.filename,
+            "probes": job.probes, "statements": job.statements,
+            "forbidden": job.forbidden, "timeout": limits.timeout,
+            "memory_mb": limits.memory_mb, "scratch": str(scratch),
+            "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
+    data = json.dumps(plan, separators=(",", ":")).encode("utf-8")
+    handle = forkserver.spawn(data)
+    return _Running(job, handle, key, magic, scratch, limits)
+
+
+def run_jobs(jobs: list[Job], limits: Limits = Limits(),
+             after_fork: Callable[[], None] | None = None
+             ) -> dict[str, JobResult]:
+    """Run every job in its own worker, all at once; wait for all.
+
+    ``after_fork`` runs once every worker has been started (the place to
+    start work of the grading process's own, such as flake8).
+    """
+    running: list[_Running] = []
+    try:
+        for job in jobs:
+            running.append(_start(job, limits))
+    except BaseException:
+        for entry in running:
+            entry.kill()
+        raise
+    if after_fork is not None:
+        after_fork()
+    selector = selectors.DefaultSelector()
+    for entry in running:
+        for fd in entry.open_fds:
+            selector.register(fd, selectors.EVENT_READ, entry)
+    active = list(running)
+    try:
+        while active:
+            now = time.monotonic()
+            wait = max(0.0, min(e.deadline for e in active) - now)
+            for key, _ in selector.select(timeout=min(wait, 0.05)):
+                entry: _Running = key.data
+                try:
+                    data = os.read(key.fd, _READ)
+                except BlockingIOError:
+                    continue
+                if data:
+                    entry.on_data(key.fd, data)
+                else:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    entry.open_fds.discard(key.fd)
+            for entry in list(active):
+                if _poll(entry, selector):
+                    active.remove(entry)
+    finally:
+        for entry in running:
+            if entry.status is None:
+                entry.kill()
+                _reap(entry)
+            for fd in list(entry.open_fds):
+                selector.unregister(fd)
+                os.close(fd)
+            entry.open_fds.clear()
+            entry.handle.close()
+            shutil.rmtree(entry.scratch, ignore_errors=True)
+        selector.close()
+    return {entry.job.name: _finish(entry) for entry in running}
+
+
+def _reap(entry: _Running) -> None:
+    entry.status = entry.handle.wait(5.0)
+
+
+def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
+    """Update one worker; True when it is done (ended and drained)."""
+    if entry.status is None:
+        status = entry.handle.poll()
+        if status is not None:
+            entry.status = status
+            entry.result.seconds = time.monotonic() - entry.started
+    now = time.monotonic()
+    if entry.status is None and now >= entry.deadline and \
+            not entry.starved_but_working(now):
+        entry.kill()
+        _reap(entry)
+        entry.result.ended = "timeout"
+        entry.result.seconds = time.monotonic() - entry.started
+        # The same words whether or not a busy machine extended the
+        # deadline: a report does not depend on the machine's load.
+        entry.result.detail = (f"it did not finish within "
+                               f"{entry.limits.timeout:g} seconds and was "
+                               f"stopped")
+        _drain(entry, selector)
+        entry.result.detail += _phase(entry.result)
+        return True
+    if entry.status is not None:
+        _drain(entry, selector)
+        return True
+    return False
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system, every thread) process ``pid`` has
+    used so far, from /proc; None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf(
+            "SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _drain(entry: _Running, selector: selectors.BaseSelector) -> None:
+    """Read what is left in a dead worker's pipes, then close them.
+
+    Bounded in time: a process the worker left behind (which the kernel
+    layers forbid, but they may be missing) could keep a pipe open and
+    write forever.
+    """
+    until = time.monotonic() + DRAIN_SECONDS
+    for fd in list(entry.open_fds):
+        while time.monotonic() < until:
+            try:
+                data = os.read(fd, _READ)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                break
+            entry.on_data(fd, data)
+        selector.unregister(fd)
+        os.close(fd)
+        entry.open_fds.discard(fd)
+
+
+def _phase(result: JobResult) -> str:
+    """Where the worker was when it stopped, when it matters: loading."""
+    if any(m.get("type") == "import" for m in result.frames):
+        return ""
+    return " while loading the submission (its module-level code)"
+
+
+def _finish(entry: _Running) -> JobResult:
+    """How the worker ended. Only the exit status is trusted: the frames
+    (a "done" among them) may have been written by the student's code."""
+    result = entry.result
+    result.output = entry.output.decode("utf-8", errors="replace")
+    if result.ended == "timeout":
+        return result
+    if entry.reader.leftover and result.channel_error is None:
+        result.channel_error = "the channel ended in the middle of a frame"
+    said_done = any(m.get("type") == "done" for m in result.frames)
+    status = entry.status or 0
+    clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    if clean and (said_done or result.channel_error is not None):
+        # It ran to the end; on a corrupted channel its "done" was lost.
+        result.ended = "finished"
+        return result
+    result.ended, result.detail = _describe_status(status)
+    result.detail += _phase(result)
+    return result

@@ -1,0 +1,331 @@
+"""Shape comments, part 2: the statements that need one (trusted grader
+process).
+
+:func:`collect_statements` finds the statements of a method's student regions,
+what to watch after each one runs and the comment that belongs to it;
+:meth:`Statement.to_plain` is the plan handed to the sandbox, whose line tracer
+(:func:`grader.worker.agent.line_tracer`, the only part that runs beside a
+submission) records real shapes as plain data; :func:`merge_records` merges
+those records.
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from grader.constants import END_MARKER, NBGRADER_MARKERS, START_MARKER
+
+if TYPE_CHECKING:
+    from grader.locate.source import SourceFile
+
+#: The watch entry that stands for the value a ``return`` statement returns.
+RETURN_VALUE = "<return>"
+
+_MARKERS = (START_MARKER, END_MARKER) + NBGRADER_MARKERS
+
+
+# ---------------------------------------------------------------------------
+# Statements and their comments
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement of a student region, what to record, and its comment.
+
+    ``watch`` lists the values to record after each execution: a name, an
+    attribute chain such as ``("self", "cache")``, or ``(RETURN_VALUE,)``.
+    ``comment`` is the text of the comment that belongs to the statement
+    (without the ``#`` marks, one line per comment line), ``comment_where``
+    says whether it was the ``"trailing"`` comment or the block ``"below"``.
+    ``below``, ``above`` and ``detached`` (a block below, after blank lines)
+    keep the neighbouring comment blocks for hints.
+    ``traceable`` is False when the statement shares its first line with a
+    compound-statement header (``if c: x = f(x)``): line events cannot tell
+    whether it ran. ``tensor`` says whether the source alone shows that the
+    statement produces a tensor, and ``operands`` the names that make it
+    one when they hold tensors (:mod:`grader.shapes.tensor_facts`), for
+    statements that never ran.
+    """
+
+    id: int
+    kind: str
+    first_line: int
+    last_line: int
+    text: str
+    watch: tuple[tuple[str, ...], ...]
+    comment: str | None
+    comment_where: str | None
+    below: str | None
+    above: str | None
+    detached: str | None
+    traceable: bool
+    tensor: bool = False
+    operands: tuple[str, ...] = ()
+
+    def to_plain(self) -> dict[str, Any]:
+        """The statement as JSON-able data: the plan the tracer receives."""
+        return {"id": self.id, "kind": self.kind,
+                "first_line": self.first_line, "last_line": self.last_line,
+                "watch": [list(chain) for chain in self.watch],
+                "traceable": self.traceable}
+
+
+def _chain(node: ast.expr) -> tuple[str, ...] | None:
+    """``x`` -> ("x",), ``self.a.b`` -> ("self", "a", "b"), else None."""
+    attributes: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return (node.id, *reversed(attributes))
+
+
+def _target_chains(target: ast.expr) -> list[tuple[str, ...]]:
+    """The values an assignment target writes, read back after it runs."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [chain for element in target.elts
+                for chain in _target_chains(element)]
+    if isinstance(target, ast.Starred):
+        return _target_chains(target.value)
+    while isinstance(target, ast.Subscript):  # x[mask] = v changes x
+        target = target.value
+    chain = _chain(target)
+    return [] if chain is None else [chain]
+
+
+def _receiver(call: ast.expr) -> tuple[str, ...] | None:
+    """The object a method call works on: ``scores`` in ``scores.fill_()``.
+
+    Method chains and subscripts are followed down to their root, so
+    ``x[mask].fill_(0).add_(1)`` watches ``x``.
+    """
+    if not (isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)):
+        return None
+    node = call.func.value
+    while True:
+        chain = _chain(node)
+        if chain is not None:
+            return chain
+        if isinstance(node, ast.Call) and isinstance(node.func,
+                                                     ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+        else:
+            return None
+
+
+def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
+    """The kind of a statement and the values to record, or None to skip."""
+    chains: list[tuple[str, ...]]
+    if isinstance(node, ast.Assign):
+        kind = "assign"
+        chains = [c for target in node.targets for c in _target_chains(target)]
+    elif isinstance(node, ast.AnnAssign):
+        if node.value is None:
+            return None
+        kind, chains = "annassign", _target_chains(node.target)
+    elif isinstance(node, ast.AugAssign):
+        kind, chains = "augassign", _target_chains(node.target)
+    elif isinstance(node, ast.Return):
+        kind, chains = "return", [(RETURN_VALUE,)]
+    elif isinstance(node, ast.Expr):
+        if isinstance(node.value, ast.Constant):
+            return None  # a docstring-like string or ``...``
+        receiver = _receiver(node.value)
+        kind, chains = "expr", [] if receiver is None else [receiver]
+    else:
+        return None
+    unique: list[tuple[str, ...]] = []
+    for chain in chains:
+        if chain not in unique:
+            unique.append(chain)
+    return kind, tuple(unique)
+
+
+@dataclass(frozen=True)
+class _Comments:
+    """The comments of a source text, by line."""
+
+    text: dict[int, str]
+    whole_line: frozenset[int]
+    markers: frozenset[int]
+
+    @classmethod
+    def scan(cls, source: SourceFile) -> _Comments:
+        """The comment tokens of ``source`` (see SourceFile.comments)."""
+        text: dict[int, str] = {}
+        whole: set[int] = set()
+        markers: set[int] = set()
+        for row, comment in source.comments.items():
+            text[row] = comment.text.lstrip("#").strip()
+            if comment.whole_line:
+                whole.add(row)
+                if any(marker in comment.text for marker in _MARKERS):
+                    markers.add(row)
+        return cls(text, frozenset(whole), frozenset(markers))
+
+    def block(self, lines: Iterable[int]) -> list[int]:
+        """The run of whole-line, non-marker comments along ``lines``."""
+        found = []
+        for number in lines:
+            if number not in self.whole_line or number in self.markers:
+                break
+            found.append(number)
+        return found
+
+    def join(self, numbers: list[int]) -> str | None:
+        return "\n".join(self.text[n] for n in numbers) if numbers else None
+
+
+def _units(nodes: list[ast.stmt]) -> list[list[ast.stmt]]:
+    """Group statements that share a line (``a = 1; b = 2``)."""
+    units: list[list[ast.stmt]] = []
+    for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
+        if units and node.lineno <= units[-1][-1].end_lineno:
+            units[-1].append(node)
+        else:
+            units.append([node])
+    return units
+
+
+def _has_prefix(lines: list[str], node: ast.stmt) -> bool:
+    """True when code precedes ``node`` on its first line."""
+    line = lines[node.lineno - 1].encode("utf-8")
+    return line[:node.col_offset].strip() != b""
+
+
+def _segment(lines: list[str], node: ast.stmt) -> str | None:
+    """The source of ``node``, its first line padded to its column (as
+    ``ast.get_source_segment(..., padded=True)``, which splits the whole
+    text on every call)."""
+    first, last = node.lineno, node.end_lineno
+    if last is None or not 1 <= first <= last <= len(lines):
+        return None
+    start = lines[first - 1].encode("utf-8")
+    head = start[:node.col_offset].decode("utf-8", "replace")
+    if first == last:
+        body = [start[node.col_offset:node.end_col_offset]
+                .decode("utf-8", "replace")]
+    else:
+        end = lines[last - 1].encode("utf-8")
+        body = ([start[node.col_offset:].decode("utf-8", "replace")]
+                + lines[first:last - 1]
+                + [end[:node.end_col_offset].decode("utf-8", "replace")])
+    if len(body) > 1:
+        body[0] = " " * len(head) + body[0]
+    return "\n".join(body)
+
+
+def collect_statements(source: SourceFile, class_name: str | None,
+                       method: str,
+                       given: tuple[str, ...] | None = None
+                       ) -> list[Statement]:
+    """The statements of ``class_name.method`` that may need a comment.
+
+    With ``class_name`` None, ``method`` is a module-level function.
+
+    Every assignment (plain, annotated, augmented, tuple unpacking, chained),
+    ``return`` and expression statement of the student's code
+    (:func:`grader.locate.source.student_code`: a student region, or code
+    outside the regions that is not the stub's ``given`` code; with ``given``
+    None, the regions only), at any depth of if/for/while/with/try, in source
+    order; statements with nothing to watch (``print(x)``, an assignment to
+    ``f().attr``) are left out. Returns [] when the class or the method is
+    missing; raises ``SyntaxError`` when the source does not parse.
+    """
+    from grader.locate.source import find_class, find_function, find_method
+
+    tree = source.parse()
+    cls = None
+    if class_name is None:
+        func = find_function(tree, method)
+    else:
+        cls = find_class(tree, class_name)
+        func = find_method(cls, method) if cls is not None else None
+    if func is None:
+        return []
+    return function_statements(source, func, given=given, tree=tree,
+                               cls=cls)
+
+
+def function_statements(source: SourceFile,
+                        func: ast.FunctionDef | ast.AsyncFunctionDef,
+                        first_id: int = 0,
+                        given: tuple[str, ...] | None = None,
+                        tree: ast.Module | None = None,
+                        cls: ast.ClassDef | None = None) -> list[Statement]:
+    """The statements of one function node that may need a comment (see
+    :func:`collect_statements`), numbered from ``first_id``. ``cls`` is
+    the class the function is a method of, if any (``tree`` and ``cls``
+    are found when not given)."""
+    from grader.locate.source import simple_statements, student_code
+    from grader.shapes.tensor_facts import NEVER, TensorFacts
+
+    if tree is None:
+        tree = source.parse()
+        cls = next((node for node in ast.walk(tree)
+                    if isinstance(node, ast.ClassDef)
+                    and func in node.body), None)
+    lines = source.lines
+    code = student_code(source, func, given)
+    comments = _Comments.scan(source)
+    try:
+        facts: TensorFacts | None = TensorFacts(tree, func, cls)
+    except (RecursionError, MemoryError):
+        facts = None
+    everything = list(simple_statements(func.body))
+    untraceable = {id(node) for unit in _units(everything)
+                   if _has_prefix(lines, unit[0]) for node in unit}
+    statements = []
+    for node in sorted(everything, key=lambda n: (n.lineno, n.col_offset)):
+        if not code.owns(node):
+            continue
+        watched = _watch(node)
+        if watched is None or not watched[1]:
+            continue  # nothing it computes can be a tensor we can read
+        kind, watch = watched
+        verdict = facts.resolved(facts.statement(node)) if facts else NEVER
+        first, last = node.lineno, node.end_lineno
+        inside = [n for n in range(first, last + 1) if n in comments.text]
+        below = comments.block(range(last + 1, len(lines) + 1))
+        gap = last + 1
+        while gap <= len(lines) and lines[gap - 1].strip() == "":
+            gap += 1
+        detached = comments.block(range(gap, len(lines) + 1)) \
+            if gap > last + 1 else []
+        above = comments.block(range(first - 1, 0, -1))[::-1]
+        comment, where = comments.join(inside), "trailing"
+        if comment is None:
+            comment, where = comments.join(below), "below"
+        if comment is None:
+            where = None
+        segment = _segment(lines, node)
+        statements.append(Statement(
+            id=first_id + len(statements), kind=kind, first_line=first,
+            last_line=last,
+            text=textwrap.dedent(segment or lines[first - 1]).strip(),
+            watch=watch, comment=comment, comment_where=where,
+            below=comments.join(below) if where == "trailing" else None,
+            above=comments.join(above), detached=comments.join(detached),
+            traceable=id(node) not in untraceable,
+            tensor=verdict.always, operands=tuple(sorted(verdict.names))))
+    return statements
+
+
+# ---------------------------------------------------------------------------
+# Tracing happens inside the sandbox (grader.worker.agent.line_tracer); its
+# records come back as plain data.
+# ---------------------------------------------------------------------------
+
+def merge_records(*records: dict[str, list]) -> dict[str, list]:
+    """Concatenate the executions of several tracers' records."""
+    merged: dict[str, list] = {}
+    for one in records:
+        for key, executions in one.items():
+            merged.setdefault(str(key), []).extend(executions)
+    return merged

@@ -1,0 +1,533 @@
+"""Shape comments, part 3: verification (trusted grader process).
+
+:func:`verify` compares each statement's claims with the shapes the
+sandbox's tracer recorded under every size set and returns
+:class:`Finding` records; :func:`format_findings` turns them into a report
+a student can act on; :func:`size_set_collisions` checks that a rubric's
+size sets can tell every dimension apart.
+"""
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, replace
+from itertools import combinations_with_replacement
+from typing import TYPE_CHECKING, Any, Iterable
+
+from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
+                                   ShapeEvalError, ShapeSyntaxError, brief,
+                                   ignored_brackets, is_index, is_tuple,
+                                   notation_of, parse_shapes, shape_groups)
+from grader.shapes.statements import Statement
+
+if TYPE_CHECKING:
+    from grader.locate.source import SourceFile
+
+#: Finding kinds that cost the task's point.
+PENALISED_KINDS = ("missing", "no_shape", "unknown_name", "wrong_shape")
+#: Finding kinds that are reported as notes and cost nothing.
+NOTE_KINDS = ("never_ran", "not_traced")
+
+_ABOVE_HINT = ("a comment above a statement belongs to the statement before "
+               "it; put each shape on the same line as its statement or "
+               "directly below it")
+
+
+# ---------------------------------------------------------------------------
+# Verification (trusted grader process; pure functions)
+# ---------------------------------------------------------------------------
+
+class ShapeRecordError(ValueError):
+    """Tracer records that are not the documented plain data."""
+
+
+Shape = tuple[int, ...]
+Execution = tuple[Shape | None, ...]
+
+
+def _executions(records: Any, statement_id: int) -> list[Execution]:
+    """The validated executions of one statement in one run's records."""
+    if not isinstance(records, dict):
+        raise ShapeRecordError("records must be a dict")
+    raw = records.get(str(statement_id), records.get(statement_id, []))
+    if not isinstance(raw, list):
+        raise ShapeRecordError(f"records of statement {statement_id} "
+                               f"must be a list")
+    executions = []
+    for execution in raw:
+        if not isinstance(execution, list):
+            raise ShapeRecordError("an execution must be a list")
+        values = []
+        for value in execution:
+            if value is None:
+                values.append(None)
+            elif (isinstance(value, list) and all(
+                    type(size) is int and size >= 0 for size in value)):
+                values.append(tuple(value))
+            else:
+                raise ShapeRecordError(f"not a shape: {value!r}")
+        executions.append(tuple(values))
+    return executions
+
+
+@dataclass(frozen=True)
+class RealShapes:
+    """What one statement did under one size set.
+
+    ``shapes`` are the distinct tensor shapes of its executions, formatted
+    (a tuple of tensors as ``[2, 5, 33] and [6, 5, 5]``); ``expected`` is
+    what the claim means under these sizes (or why it has no value);
+    ``wrong`` counts the executions that disagree with the claim.
+    """
+
+    index: int
+    sizes: dict[str, int]
+    shapes: tuple[str, ...]
+    expected: str | None
+    executions: int
+    wrong: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or note) about one statement's shape comment."""
+
+    line: int
+    statement: str
+    kind: str
+    claimed: str | None
+    real: tuple[RealShapes, ...]
+    message: str
+    hint: str | None = None
+
+    @property
+    def penalised(self) -> bool:
+        """True when this finding costs the task's point."""
+        return self.kind in PENALISED_KINDS
+
+
+def penalised(findings: Iterable[Finding]) -> bool:
+    """True when any finding costs the task's point (notes do not)."""
+    return any(finding.penalised for finding in findings)
+
+
+def _show(shape: Iterable[int]) -> str:
+    return brief("[" + ", ".join(str(size) for size in shape) + "]")
+
+
+def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
+                  sizes: dict[str, int], table: DimensionTable) -> bool:
+    """Whether an execution's tensors agree with the comment's claims.
+
+    One claim (the last shape) is enough when every tensor has it; tensors
+    of different shapes are matched in order to the last ``len(tensors)``
+    shapes of the comment.
+    """
+    def value(claim: ShapeClaim) -> Shape | None:
+        try:
+            return claim.evaluate(sizes, table)
+        except ShapeEvalError:
+            return None
+
+    last = value(claims[-1])
+    if last is not None and all(shape == last for shape in tensors):
+        return True
+    if len(tensors) < 2 or len(claims) < len(tensors):
+        return False
+    wanted = [value(claim) for claim in claims[-len(tensors):]]
+    return all(w is not None and w == t for w, t in zip(wanted, tensors))
+
+
+def _tensors(execution: Execution) -> list[Shape]:
+    return [value for value in execution if value is not None]
+
+
+def _expected(claims: list[ShapeClaim], count: int, sizes: dict[str, int],
+              table: DimensionTable) -> str:
+    used = claims[-count:] if 1 < count <= len(claims) else claims[-1:]
+    shown = []
+    for claim in used:
+        try:
+            shown.append(_show(claim.evaluate(sizes, table)))
+        except ShapeEvalError as exc:
+            shown.append(f"no value ({exc})")
+    return " and ".join(shown)
+
+
+def _real(index: int, sizes: dict[str, int], executions: list[Execution],
+          claims: list[ShapeClaim], table: DimensionTable) -> RealShapes:
+    seen: list[str] = []
+    wrong = 0
+    count = 1
+    for execution in executions:
+        tensors = _tensors(execution)
+        if not tensors:
+            continue
+        count = max(count, len(tensors))
+        shown = " and ".join(_show(shape) for shape in tensors)
+        if shown not in seen:
+            seen.append(shown)
+        if claims and not _claims_match(tensors, claims, sizes, table):
+            wrong += 1
+    expected = _expected(claims, count, sizes, table) if claims else None
+    return RealShapes(index=index, sizes=dict(sizes), shapes=tuple(seen),
+                      expected=expected, executions=len(executions),
+                      wrong=wrong)
+
+
+def _unknown_finding(statement: Statement, claim: ShapeClaim,
+                     unknown: list[str], table: DimensionTable,
+                     real: tuple[RealShapes, ...] = ()) -> Finding:
+    names = brief(", ".join(unknown))
+    plural = "s" if len(unknown) > 1 else ""
+    return Finding(
+        line=statement.first_line, statement=statement.text,
+        kind="unknown_name", claimed=claim.text, real=real,
+        message=f"unknown dimension name{plural} {names} in {claim.text}",
+        hint=f"known names (aliases): {table.describe()}; integers and "
+             f"products or quotients of them (*, /, //) are allowed too")
+
+
+def _fits(comment: str | None,
+          runs: list[tuple[dict[str, int], list[Execution]]],
+          table: DimensionTable) -> bool:
+    """Whether ``comment``'s claim holds for every tensor execution."""
+    claims = parse_shapes(comment or "", table)
+    checked = [(sizes, _tensors(e)) for sizes, executions in runs
+               for e in executions if _tensors(e)]
+    return bool(claims and checked) and all(
+        _claims_match(tensors, claims, sizes, table)
+        for sizes, tensors in checked)
+
+
+_BRACKET_FIX = re.compile(r"\(([^()\[\]]*,[^()\[\]]*)\)")
+_SELF = re.compile(r"\bself\s*\.\s*")
+
+
+def _parses(text: str) -> bool:
+    try:
+        return bool(DimParser(text).shape())
+    except ShapeSyntaxError:
+        return False
+
+
+def shape_fix(comment: str | None,
+              table: DimensionTable | None = None) -> str | None:
+    """What to change in a comment whose shape is not understood.
+
+    ``# (bs, seq, hidden)`` -> "use square brackets: [bs, seq, hidden]"
+    (and, when the notation reads round brackets after a label, "or write
+    Shape: (bs, seq, hidden)"); ``# [bs * self.num_heads, seq]`` -> "write
+    num_heads, not self.num_heads: [bs * num_heads, seq]"; ``# Shape:
+    (num_tokens)`` -> a one-dimensional tuple needs its comma. None when
+    none applies.
+    """
+    if not comment:
+        return None
+    notation = notation_of(table)
+    for start, end, inside, _ in shape_groups(comment, notation):
+        if _SELF.search(inside) and _parses(_SELF.sub("", inside)):
+            names = sorted(set(re.findall(r"\bself\s*\.\s*(\w+)",
+                                          inside)))
+            fixed = brief(" ".join(_SELF.sub(
+                "", comment[start:end]).split()))
+            return (brief(f"write {', '.join(names)}, not "
+                          f"{', '.join('self.' + n for n in names)}")
+                    + f": {fixed}")
+    read = {(start, end)
+            for start, end, _, _ in shape_groups(comment, notation)}
+    labelled = next((rule.label for rule in notation
+                     if rule.brackets == "()" and rule.label), None)
+    for match in _BRACKET_FIX.finditer(comment):
+        before = comment[match.start() - 1] if match.start() else " "
+        if before.isalnum() or before == "_":
+            continue  # a call, f(x, y), not a shape
+        if (match.start(), match.end()) in read:
+            continue  # read as the notation says, and still no shape
+        inside = _SELF.sub("", match.group(1))
+        if _parses(inside):
+            fixed = brief("[" + " ".join(inside.split()) + "]")
+            if labelled:
+                return (f"use square brackets: {fixed}, or write "
+                        f"{labelled} before the round brackets: "
+                        f"{labelled} ({' '.join(inside.split())})")
+            return f"use square brackets: {fixed}"
+    if labelled:
+        for start, end, inside, rule in shape_groups(comment, notation):
+            if (rule.brackets == "()" and not is_tuple(inside)
+                    and not is_index(comment, start) and _parses(inside)):
+                shown = " ".join(inside.split())
+                return (f"a shape in round brackets is a tuple: write "
+                        f"({shown},) or [{shown}]")
+    return None
+
+
+def observed_tensors(statements: list[Statement],
+                     per_statement: list[list[tuple[dict[str, int],
+                                                    list[Execution]]]]
+                     ) -> frozenset[str]:
+    """Names the grader saw hold a tensor every time it read them.
+
+    A plain name watched by a statement that ran, whose recorded value was
+    a tensor in every execution of every statement that watches it.
+    """
+    tensor: set[str] = set()
+    other: set[str] = set()
+    for statement, runs in zip(statements, per_statement):
+        if statement.kind == "return":
+            continue
+        for index, chain in enumerate(statement.watch):
+            if len(chain) != 1:
+                continue
+            for _, executions in runs:
+                for execution in executions:
+                    if index >= len(execution):
+                        continue
+                    (tensor if execution[index] is not None
+                     else other).add(chain[0])
+    return frozenset(tensor - other)
+
+
+def _unverified(statement: Statement, claims: list[ShapeClaim],
+                table: DimensionTable, tensors: frozenset[str]
+                ) -> Finding | None:
+    """The finding for a statement that never ran (or cannot be told to
+    have run): its names are checked, and a tensor statement without a
+    shape in its comment is penalised all the same."""
+    if claims and claims[-1].unknown_names(table):
+        finding = _unknown_finding(statement, claims[-1],
+                                   claims[-1].unknown_names(table), table)
+        return replace(finding, message=finding.message + " (this "
+                       "statement never ran, but its names are checked "
+                       "all the same)")
+    if statement.traceable:
+        why = "never ran under the grader's cases"
+    else:
+        why = ("shares its line with an if/for/while/with header, so the "
+               "grader cannot tell whether it ran")
+    hint = None if statement.traceable else "put the statement on its own line"
+    is_tensor = statement.tensor or bool(set(statement.operands) & tensors)
+    base = dict(line=statement.first_line, statement=statement.text, real=())
+    if is_tensor and statement.comment is None:
+        return Finding(kind="missing", claimed=None,
+                       message=f"this statement produces a tensor but has "
+                               f"no shape comment (it {why}; a tensor "
+                               f"statement needs its comment all the same)",
+                       hint=hint, **base)
+    if is_tensor and not claims:
+        fix = shape_fix(statement.comment, table)
+        return Finding(kind="no_shape", claimed=None,
+                       message=f"this statement produces a tensor but its "
+                               f"comment has no shape such as "
+                               f"{table.example} (it {why})",
+                       hint=fix or hint, **base)
+    kind = "never_ran" if statement.traceable else "not_traced"
+    return Finding(kind=kind, claimed=claims[-1].text if claims else None,
+                   message=f"{why}, so its comment could not be checked",
+                   hint=hint, **base)
+
+
+def _verify_statement(statement: Statement,
+                      runs: list[tuple[dict[str, int], list[Execution]]],
+                      following: list[tuple[dict[str, int], list[Execution]]],
+                      table: DimensionTable,
+                      tensors: frozenset[str] = frozenset()
+                      ) -> Finding | None:
+    """The finding for one statement; ``following`` is the next one's;
+    ``tensors`` the names seen to hold tensors (for statements that never
+    ran)."""
+    claims = parse_shapes(statement.comment or "", table)
+    ran = any(executions for _, executions in runs)
+    if not ran:
+        return _unverified(statement, claims, table, tensors)
+    if not any(_tensors(execution) for _, executions in runs
+               for execution in executions):
+        return None  # ran and produced no tensor: nothing to claim
+    real = tuple(_real(index, sizes, executions, claims, table)
+                 for index, (sizes, executions) in enumerate(runs, 1))
+    base = dict(line=statement.first_line, statement=statement.text,
+                real=real)
+    if statement.comment is None:
+        hint = None
+        if _fits(statement.above, runs, table):
+            hint = ("the comment above fits this statement, but "
+                    + _ABOVE_HINT)
+        elif _fits(statement.detached, runs, table):
+            hint = ("a blank line separates this statement from the comment "
+                    "below it; remove the blank line")
+        return Finding(kind="missing", claimed=None,
+                       message="this statement produces a tensor but has "
+                               "no shape comment", hint=hint, **base)
+    if not claims:
+        fix = shape_fix(statement.comment, table)
+        ignored = ignored_brackets(statement.comment, table)
+        if fix:
+            message = f"the comment's shape is not understood: {fix}"
+        else:
+            message = (f"the comment has no bracketed shape such as "
+                       f"{table.example}")
+            if ignored:
+                message += "; not a shape: " + ", ".join(ignored)
+        hint = None
+        if statement.below and parse_shapes(statement.below, table):
+            hint = ("the comment below is not used because this statement "
+                    "has a trailing comment; put the shape in the trailing "
+                    "comment")
+        return Finding(kind="no_shape", claimed=None, message=message,
+                       hint=hint, **base)
+    unknown = claims[-1].unknown_names(table)
+    if unknown:
+        return _unknown_finding(statement, claims[-1], unknown, table, real)
+    if not any(one.wrong for one in real):
+        return None
+    count = max((len(_tensors(e)) for _, executions in runs
+                 for e in executions), default=1)
+    used = claims[-count:] if 1 < count <= len(claims) else claims[-1:]
+    claimed = ", ".join(claim.text for claim in used)
+    executions = sum(one.executions for one in real)
+    wrong = sum(one.wrong for one in real)
+    message = f"the comment claims {claimed}, the real shape differs"
+    if wrong < executions:
+        message += (f" (wrong in {wrong} of the {executions} times this "
+                    f"line ran, right in the others)")
+    hint = None
+    if statement.comment_where == "below" and _fits(statement.comment,
+                                                    following, table):
+        hint = ("this comment fits the next statement: " + _ABOVE_HINT)
+    return Finding(kind="wrong_shape", claimed=claimed, message=message,
+                   hint=hint, **base)
+
+
+def verify(statements: list[Statement],
+           runs: list[tuple[dict[str, int], dict[str, Any]]],
+           dims: DimensionTable) -> list[Finding]:
+    """Compare every statement's claimed shape with what really ran.
+
+    ``runs`` holds one ``(sizes, records)`` pair per size set: ``sizes`` maps
+    canonical dimension names to ints, ``records`` is the merged
+    :attr:`ShapeTracer.records` of every forward call made with those sizes. A
+    statement needs a comment when any execution produced a tensor; its claim
+    must hold under every size set and every execution. A statement that never
+    ran gives a note, unless it is a tensor statement (decided statically,
+    completed by the names the trace saw hold tensors; see
+    :mod:`grader.shapes.tensor_facts`) without a shape comment, or its comment
+    names an unknown dimension: those are findings. Raises
+    :class:`ShapeRecordError` for records that are not the documented plain
+    data.
+    """
+    per_statement = [[(sizes, _executions(records, statement.id))
+                      for sizes, records in runs]
+                     for statement in statements]
+    tensors = observed_tensors(statements, per_statement)
+    findings = []
+    for index, statement in enumerate(statements):
+        following = (per_statement[index + 1]
+                     if index + 1 < len(statements) else [])
+        finding = _verify_statement(statement, per_statement[index],
+                                    following, dims, tensors)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+_TITLES = {
+    "missing": "missing shape comment",
+    "no_shape": "comment without a shape",
+    "unknown_name": "unknown dimension name",
+    "wrong_shape": "wrong shape",
+    "never_ran": "note: never ran",
+    "not_traced": "note: not checked",
+}
+
+
+def _wrap(text: str, first: str) -> str:
+    return textwrap.fill(text, width=79, initial_indent=first,
+                         subsequent_indent=" " * len(first),
+                         break_on_hyphens=False)
+
+
+def _sizes_text(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{name}={size}" for name, size in sizes.items())
+
+
+def format_findings(findings: list[Finding], source: SourceFile) -> str:
+    """A report with one block per finding, problems first, then notes.
+
+    The size sets are listed once at the top. Each block gives where the
+    statement is (``line 12`` or ``cell 7, line 3``), the statement, what is
+    wrong, the claimed and the real shape under each size set, and a hint
+    when one applies.
+    """
+    if not findings:
+        return "Shape comments: no problems found."
+    problems = [f for f in findings if f.penalised]
+    notes = [f for f in findings if not f.penalised]
+    counts = []
+    if problems:
+        counts.append(f"{len(problems)} problem"
+                      f"{'s' if len(problems) > 1 else ''}")
+    if notes:
+        counts.append(f"{len(notes)} note{'s' if len(notes) > 1 else ''}")
+    header = [f"Shape comments: {', '.join(counts)}."]
+    size_sets = {one.index: one.sizes for f in findings for one in f.real}
+    if size_sets:
+        header.append("Your forward ran under these sizes:")
+        header += [_wrap(_sizes_text(sizes), f"  size set {index}: ")
+                   for index, sizes in sorted(size_sets.items())]
+    blocks = ["\n".join(header)]
+    for finding in problems + notes:
+        shown = finding.statement.split("\n")
+        if len(shown) > 12 or len(finding.statement) > 1200:
+            shown = [brief(line, 200) for line in shown[:12]] + ["..."]
+        statement = textwrap.indent("\n".join(shown), "    ")
+        lines = [f"{source.where(finding.line)}: {_TITLES[finding.kind]}",
+                 statement, _wrap(finding.message, "  ")]
+        for one in finding.real:
+            real = ", ".join(one.shapes) or "no tensor"
+            if not one.executions:
+                shown = "did not run"
+            elif finding.kind == "wrong_shape":
+                shown = f"claimed {one.expected}, real {real}"
+                if not one.wrong:
+                    shown += " (right under these sizes)"
+            else:
+                shown = f"real {real}"
+            lines.append(_wrap(shown, f"  size set {one.index}: "))
+        if finding.hint:
+            lines.append(_wrap(finding.hint, "  hint: "))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+# ---------------------------------------------------------------------------
+# Size sets
+# ---------------------------------------------------------------------------
+
+def size_set_collisions(sizes: dict[str, int],
+                        identities: Iterable[tuple[str, str, str]] = ()
+                        ) -> list[str]:
+    """Equal values among the dimensions and products of two dimensions.
+
+    A size set can only catch a comment that names the wrong dimension if
+    every dimension and every product of two (squares included) has its
+    own value. ``identities`` lists the equalities that hold by definition,
+    as ``(name, a, b)`` for ``name = a * b`` (e.g. ``("hidden",
+    "num_heads", "head_size")``). Returns one description per collision;
+    an empty list means the size set is good.
+    """
+    by_value: dict[int, list[tuple[str, ...]]] = {}
+    for name in sizes:
+        by_value.setdefault(sizes[name], []).append((name,))
+    for a, b in combinations_with_replacement(sorted(sizes), 2):
+        by_value.setdefault(sizes[a] * sizes[b], []).append((a, b))
+    allowed = {frozenset([(name,), tuple(sorted((a, b)))])
+               for name, a, b in identities}
+    collisions = []
+    for value, expressions in sorted(by_value.items()):
+        for i, first in enumerate(expressions):
+            for second in expressions[i + 1:]:
+                if frozenset([first, second]) in allowed:
+                    continue
+                collisions.append(f"{' * '.join(first)} = "
+                                  f"{' * '.join(second)} = {value}")
+    return collisions

@@ -1,0 +1,1788 @@
+"""The sandbox agent: the grader's only code that runs beside a submission.
+
+A worker is a child of the fork server (:mod:`grader.run.forkserver`), born
+with nothing of any grading in it. :func:`main` reads its job from a pipe,
+isolates the process (session, descriptors, environment, limits,
+:mod:`grader.worker.confine`'s Landlock and seccomp) and then runs the
+submission's module and the probes of its plan, reporting observations to
+the grading process as authenticated frames.
+
+Everything the agent does after the submission's first line runs is done
+by closures built in :func:`_sealed`:
+
+* they hold every reference they use (torch's functions, ``os.write``,
+  builtins) in closure cells, taken before the submission ran, and look up
+  no global name (a kit test checks their bytecode), so a submission that
+  replaces ``json.dumps``, ``builtins.len`` or ``torch.Tensor.numpy``
+  changes nothing the agent does;
+* no class of the agent exists (``object.__subclasses__()`` finds none),
+  the grader's modules are removed from ``sys.modules`` and this module's
+  namespace is emptied, so the tripwires a submission can reach (they
+  replace library functions) lead to nothing of the runtime;
+* the audit hook refuses, to the submission, every route to the agent's
+  frames and objects (``sys._getframe``, traceback and generator frames,
+  ``gc``, trace and profile hooks, new threads) except the frame look-ups
+  of a few standard-library functions that use them internally; it reports
+  every refusal at once, on the channel, before the code can go on;
+* every frame carries an HMAC under a key that only the audit hook holds
+  (the rest of the agent sends through it, with a token): bytes the
+  submission writes to the channel are recognised as foreign;
+* a trace function records which code runs during each probe (so that the
+  grading process judges the code that runs, wherever it came from) and
+  the shapes of the planned statements (shape comments).
+
+What stays possible, and is documented in ``docs/threat-model.md``: code
+that reads or writes raw process memory (a crafted ``__array_interface__``,
+a native library written to disk) could in principle find the key; the
+kernel layers still confine it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+MAGIC_SIZE = 16
+MAC_SIZE = 32
+# The result channel is moved to this descriptor, far from the ones a
+# submission's own files get.
+RESULT_FD = 1019
+MAX_EXECUTIONS = 64
+MAX_FOREIGN = 32
+OPEN_FILES = 256
+# Audit events the hook looks at; every other event passes untouched.
+PROCESS_EVENTS = {
+    "os.system": "run a shell command",
+    "os.exec": "replace the process (exec)",
+    "os.posix_spawn": "start a process",
+    "os.spawn": "start a process",
+    "os.fork": "fork a process",
+    "os.forkpty": "fork a process",
+    "subprocess.Popen": "start a subprocess",
+    "pty.spawn": "start a process",
+    "os.kill": "send a signal to a process",
+    "os.killpg": "send a signal to a process group",
+    "signal.pthread_kill": "send a signal to a thread",
+    "socket.__new__": "open a network socket",
+    "socket.connect": "connect to the network",
+    "socket.bind": "open a network port",
+    "socket.getaddrinfo": "look up a network address",
+    "urllib.Request": "open a URL",
+    "ctypes.dlopen": "load a native library (ctypes)",
+    "ctypes.dlsym": "call into a native library (ctypes)",
+    "ctypes.cdata": "read raw memory (ctypes)",
+    "ctypes.call_function": "call a native function (ctypes)",
+    "ctypes.addressof": "read raw memory (ctypes)",
+    "ctypes.string_at": "read raw memory (ctypes)",
+    "ctypes.wstring_at": "read raw memory (ctypes)",
+    "resource.setrlimit": "change the sandbox's resource limits",
+    "resource.prlimit": "change the sandbox's resource limits",
+    "os.setuid": "change the user id",
+    "os.chroot": "change the root folder",
+    "os.symlink": "create a symbolic link",
+    "os.link": "create a hard link",
+    "mmap.__new__": "map memory from a file",
+}
+INTROSPECTION_EVENTS = {
+    "sys._getframe": "inspect the grader's stack frames",
+    "sys._current_frames": "inspect the grader's stack frames",
+    "sys.settrace": "replace the grader's trace function",
+    "sys.setprofile": "install a profiler over the grader",
+    "gc.get_objects": "inspect the grader's objects (gc)",
+    "gc.get_referrers": "inspect the grader's objects (gc)",
+    "gc.get_referents": "inspect the grader's objects (gc)",
+    "sys._debugmallocstats": "inspect the interpreter's memory",
+}
+# Attributes whose reading CPython audits and that lead to frames.
+FRAME_ATTRIBUTES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
+# File-system events: the index of their path argument(s) and the verb.
+PATH_EVENTS = {
+    "os.remove": ((0,), "delete"), "os.rmdir": ((0,), "delete"),
+    "os.mkdir": ((0,), "create a folder"),
+    "os.rename": ((0, 1), "rename"), "os.replace": ((0, 1), "replace"),
+    "os.chmod": ((0,), "change the permissions of"),
+    "os.chown": ((0,), "change the owner of"),
+    "os.truncate": ((0,), "truncate"), "os.utime": ((0,), "touch"),
+    "os.setxattr": ((0,), "change attributes of"),
+    "os.removexattr": ((0,), "change attributes of"),
+    "shutil.rmtree": ((0,), "delete"), "shutil.move": ((0, 1), "move"),
+    "shutil.copyfile": ((1,), "overwrite"),
+    "shutil.copytree": ((1,), "overwrite"),
+    "shutil.chown": ((0,), "change the owner of"),
+}
+CODE_EVENTS = ("exec", "function.__new__", "object.__setattr__",
+               "object.__getattr__")
+# Standard-library functions that take a frame to read their caller's
+# module name (and never hand it on): their frame look-ups are allowed.
+FRAME_USERS = (("collections", "namedtuple"), ("typing", "_caller"),
+               ("logging", "currentframe"), ("logging", "Logger.findCaller"),
+               ("enum", "EnumType._create_"), ("warnings", "warn"),
+               # These turn frames into text (file, line, function name):
+               # torch records where a lazy CUDA call came from with them,
+               # and printing a traceback needs them.
+               ("traceback", "extract_stack"), ("traceback", "format_stack"),
+               ("traceback", "print_stack"),
+               ("traceback", "_walk_tb_with_full_positions"))
+# Public entry points that generate code (exec) for the caller: the code
+# they make is the library's (namedtuple's __new__, a dataclass's
+# __init__), not code the submission smuggled in.
+GENERATORS = (("collections", "namedtuple"), ("dataclasses", "dataclass"),
+              ("dataclasses", "make_dataclass"),
+              ("typing", "NamedTupleMeta.__new__"),
+              ("typing", "NamedTuple"))
+# Namespaces whose entries are remembered before the submission runs, so
+# that a replaced function (nn.Module.__call__, json.dumps) is reported.
+WATCHED_NAMESPACES = (
+    "builtins", "sys", "json", "pickle", "logging", "math", "torch",
+    "torch.nn.functional", "torch.nn.init", "torch.nn.Module",
+    "torch.nn.Linear", "torch.nn.Dropout", "torch.Tensor",
+    "torch.nn.modules.module")
+
+
+# ---------------------------------------------------------------------------
+# Pieces shared with the trusted side (pure functions)
+# ---------------------------------------------------------------------------
+
+def make_fingerprint(sha256: Any = None, code_type: Any = None
+                     ) -> Callable[[Any], str]:
+    """Return ``fingerprint(code) -> str``: a digest of a code object.
+
+    The digest covers what the code does and where it claims to come from
+    (bytecode, constants, nested code, names, line table, file, name and
+    first line), and nothing that differs between processes (object
+    identities, the order of sets of strings), so the grading process,
+    compiling the submission's source itself, gets the digest the agent
+    computes for the code it saw running. Its arguments exist so that the
+    agent can bind them before a submission runs.
+    """
+    if sha256 is None:
+        import hashlib
+
+        sha256 = hashlib.sha256
+    if code_type is None:
+        code_type = type(make_fingerprint.__code__)
+    b_type, b_repr, b_sorted = type, repr, sorted
+    b_tuple, b_frozenset, b_str = tuple, frozenset, str
+
+    def constant(value: object) -> str:
+        kind = b_type(value)
+        if kind is code_type:
+            return "code:" + fingerprint(value)
+        if kind is b_tuple:
+            return "(" + ",".join(constant(v) for v in value) + ")"
+        if kind is b_frozenset:
+            return "{" + ",".join(b_sorted(constant(v) for v in value)) + "}"
+        return b_str(kind.__name__) + ":" + b_repr(value)
+
+    def fingerprint(code: object) -> str:
+        parts = [code.co_filename, code.co_name, code.co_qualname,
+                 b_repr(code.co_firstlineno), b_repr(code.co_flags),
+                 b_repr(code.co_argcount), b_repr(code.co_posonlyargcount),
+                 b_repr(code.co_kwonlyargcount), code.co_code.hex(),
+                 code.co_linetable.hex(), code.co_exceptiontable.hex(),
+                 ",".join(code.co_names), ",".join(code.co_varnames),
+                 ",".join(code.co_freevars), ",".join(code.co_cellvars),
+                 constant(code.co_consts)]
+        return sha256("\x1f".join(parts).encode("utf-8",
+                                                "surrogatepass")).hexdigest()
+
+    return fingerprint
+
+
+def compile_submission(source: str, filename: str) -> object:
+    """Compile a submission exactly as the agent does (no inherited flags,
+    no optimisation), so that both sides see the same code objects."""
+    return compile(source, filename, "exec", dont_inherit=True, optimize=0)
+
+
+def plan_units(statements: list[dict]) -> tuple[list, dict]:
+    """The shape tracer's plan: statements grouped into units (statements
+    that share a line), and each line's unit.
+
+    ``statements`` are :meth:`grader.shapes.Statement.to_plain` dicts;
+    untraceable ones (sharing a line with a compound statement's header)
+    are left out.
+    """
+    units: list = []
+    line_unit: dict = {}
+    for statement in sorted((s for s in statements
+                             if s.get("traceable", True)),
+                            key=lambda s: (s["first_line"], s["last_line"])):
+        span = range(statement["first_line"], statement["last_line"] + 1)
+        shared = {line_unit[n] for n in span if n in line_unit}
+        if shared:
+            unit = min(shared)
+            units[unit].append(statement)
+        else:
+            unit = len(units)
+            units.append([statement])
+        for number in span:
+            line_unit[number] = unit
+    return units, line_unit
+
+
+def line_tracer(units: list, line_unit: dict, record: Callable,
+                shape_of: Callable, read_chain: Callable, expand: Callable,
+                counters: dict) -> Callable[[], Callable]:
+    """Return a factory of local trace functions, one per traced frame.
+
+    A unit of statements completes when a line event belongs to another
+    unit (or to no planned statement), or when the frame returns; then
+    ``record(statement, values)`` receives the shapes of what each of its
+    statements wrote (``read_chain`` finds a value, ``shape_of`` its shape);
+    a ``return`` statement records the returned value (``expand``: one shape
+    per element of a tuple). A unit that raised records nothing.
+    ``counters["returns"]`` counts the traced frames that returned.
+
+    The closures look up no global name (the sandbox agent empties this
+    module's namespace before a submission runs).
+    """
+    def local_tracer():
+        state = {"pending": None, "returning": None}
+
+        def finish(frame):
+            pending = state["pending"]
+            if pending is None:
+                return
+            state["pending"] = None
+            local_values = frame.f_locals
+            global_values = frame.f_globals
+            for statement in units[pending]:
+                if statement["kind"] == "return":
+                    continue
+                record(statement, [shape_of(read_chain(
+                    chain, local_values, global_values))
+                    for chain in statement["watch"]])
+
+        def trace(frame, event, arg):
+            if event == "line":
+                unit = line_unit.get(frame.f_lineno)
+                if unit != state["pending"]:
+                    finish(frame)
+                    state["pending"] = unit
+                    if unit is not None:
+                        for statement in units[unit]:
+                            if statement["kind"] == "return":
+                                state["returning"] = statement
+            elif event == "exception":
+                state["pending"] = None
+                state["returning"] = None
+            elif event == "return":
+                counters["returns"] += 1
+                finish(frame)
+                if state["returning"] is not None:
+                    record(state["returning"], expand(arg))
+                    state["returning"] = None
+            return trace
+        return trace
+    return local_tracer
+
+
+# ---------------------------------------------------------------------------
+# The worker's life (set-up runs as ordinary code, before the submission)
+# ---------------------------------------------------------------------------
+
+def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
+    """The worker's whole life; called in the child the fork server made.
+
+    Never returns: the process ends with ``os._exit``.
+    """
+    # Locals only from here on: _life clears this module's globals before
+    # the submission runs (see _seal_module).
+    exit_now = os._exit
+    standard = sys
+    import traceback
+
+    print_exception = traceback.print_exc
+    code = 0
+    try:
+        os.setsid()
+        from grader.worker.confine import die_with_parent
+
+        die_with_parent(parent)
+        job = _read_job(job_fd)
+        result_fd = _isolate(result_fd, output_fd)
+        _life(job, result_fd)
+    except BaseException:  # nothing may escape a forked child
+        code = 70
+        try:
+            print_exception()
+        except BaseException:
+            pass
+    finally:
+        try:
+            standard.stdout.flush()
+            standard.stderr.flush()
+        except BaseException:
+            pass
+        exit_now(code)
+
+
+def _read_job(fd: int) -> dict:
+    import json
+    import struct
+
+    def exactly(size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            chunk = os.read(fd, min(size - len(data), 1 << 20))
+            if not chunk:
+                raise EOFError("the job ended early")
+            data.extend(chunk)
+        return bytes(data)
+
+    (size,) = struct.unpack(">I", exactly(4))
+    job = json.loads(exactly(size))
+    os.close(fd)
+    return job
+
+
+def _isolate(result_fd: int, output_fd: int) -> int:
+    """Keep stdin (/dev/null), stdout and stderr (the output pipe) and the
+    result pipe (moved to RESULT_FD); close every other descriptor."""
+    os.dup2(result_fd, RESULT_FD)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    os.closerange(3, RESULT_FD)
+    os.closerange(RESULT_FD + 1, max(RESULT_FD + 2,
+                                     os.sysconf("SC_OPEN_MAX")))
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    import faulthandler
+
+    faulthandler.enable(sys.stderr)
+    return RESULT_FD
+
+
+def _scrub_environment(scratch: str) -> None:
+    keep = ("PATH", "LANG", "LANGUAGE", "TZ", "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS")
+    for name in list(os.environ):
+        if name not in keep and not name.startswith("LC_"):
+            del os.environ[name]
+    for name in ("HOME", "TMPDIR", "MPLCONFIGDIR"):
+        os.environ[name] = scratch
+    os.environ["MPLBACKEND"] = "Agg"
+    import tempfile
+
+    tempfile.tempdir = scratch
+
+
+def _limit(kind: int, soft: int, hard: int | None = None) -> None:
+    import resource
+
+    try:
+        resource.setrlimit(kind, (soft, soft if hard is None else hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _vm_bytes() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _apply_limits(timeout: float, memory_mb: int) -> None:
+    """CPU seconds, address space (beyond what is mapped now), files."""
+    import resource
+
+    _limit(resource.RLIMIT_CPU, int(timeout) + 1, int(timeout) + 2)
+    if memory_mb > 0:
+        _limit(resource.RLIMIT_AS, _vm_bytes() + memory_mb * 1024 * 1024)
+    _limit(resource.RLIMIT_FSIZE, 64 * 1024 * 1024)
+    _limit(resource.RLIMIT_CORE, 0)
+    _limit(resource.RLIMIT_NOFILE, OPEN_FILES)
+
+
+def _lookup(dotted: str) -> object:
+    """``module.attr.attr`` -> the object (None when it does not exist)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except Exception:
+            continue
+        try:
+            for name in parts[cut:]:
+                value = getattr(value, name)
+        except AttributeError:
+            return None
+        return value
+    return None
+
+
+def _code_objects(root: object) -> list:
+    """Every code object of a function, class or module, nested included."""
+    import types
+
+    found, pending, seen = [], [root], set()
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, types.CodeType):
+            found.append(value)
+            pending += [c for c in value.co_consts
+                        if isinstance(c, types.CodeType)]
+        elif isinstance(value, (types.FunctionType, types.MethodType)):
+            pending.append(getattr(value, "__func__", value).__code__)
+        elif isinstance(value, (staticmethod, classmethod)):
+            pending.append(value.__func__)
+        elif isinstance(value, property):
+            pending += [f for f in (value.fget, value.fset, value.fdel) if f]
+        elif isinstance(value, type):
+            pending += list(vars(value).values())
+        elif isinstance(value, types.ModuleType):
+            name = value.__name__
+            pending += [v for v in vars(value).values()
+                        if getattr(v, "__module__", None) == name]
+    return found
+
+
+def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
+    """The code objects of ``(module, qualified name)`` pairs, by id."""
+    import importlib
+
+    codes: dict[int, object] = {}
+    for module_name, qualname in pairs:
+        try:
+            value: object = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                value = getattr(value, part)
+        except (ImportError, AttributeError):
+            continue
+        codes.update((id(code), code) for code in _code_objects(value))
+    return codes
+
+
+_PREPARED: dict[str, tuple[dict[int, str], list]] = {}
+# The kit's own packages: no tripwire is set in their modules (a worker
+# drops them from sys.modules before the submission runs).
+KIT_PACKAGES = ("grader", "solutions")
+# Where the values the tripwires replace are bound (see alias_sites):
+# built once in the fork server, inherited by every worker.
+_ALIASES: dict[str, object] = {}
+_ATEN: dict[str, list[str]] = {}
+
+
+def prepare(rules: dict) -> tuple[dict[int, str], list]:
+    """:func:`_forbidden_targets`, computed once per set of rules (the fork
+    server prepares every assignment's, so workers start with them)."""
+    import json
+
+    key = json.dumps(rules, sort_keys=True)
+    if key not in _PREPARED:
+        _PREPARED[key] = _forbidden_targets(rules)
+        if rules.get("aten"):
+            aten_names(rules["aten"])
+    return _PREPARED[key]
+
+
+def aten_names(pattern: str) -> list[str]:
+    """The ATen operators whose qualified name ``pattern`` matches (once
+    per pattern: the fork server computes them for every assignment)."""
+    import re
+
+    import torch
+
+    if pattern not in _ATEN:
+        matcher = re.compile(pattern)
+        _ATEN[pattern] = sorted({
+            op.split("::", 1)[1].split(".")[0]
+            for op in torch._C._dispatch_get_all_op_names()
+            if op.startswith("aten::") and matcher.search(op)})
+    return list(_ATEN[pattern])
+
+
+def refused_values() -> list[tuple[object, str]]:
+    """The calls no submission may make (they end, signal or start a
+    process or thread without an audit event), with what each does."""
+    import _thread
+    import signal
+    import threading
+
+    values: list[tuple[object, str]] = [
+        (os._exit, "end the process (os._exit)"),
+        (os.abort, "abort the process (os.abort)"),
+        (_thread.start_new_thread, "start a thread")]
+    pidfd = getattr(signal, "pidfd_send_signal", None)
+    if pidfd is not None:
+        values.append((pidfd, "send a signal to a process"))
+    start = getattr(threading, "_start_new_thread", None)
+    if start is not None:
+        values.append((start, "start a thread"))
+    return values
+
+
+def _bindings(modules: list[tuple[str, object]], wanted: set[int],
+              skip: tuple[str, ...]) -> list[tuple[str, str, int]]:
+    """Every (module, attribute, id) of ``modules`` bound to a value
+    whose id is in ``wanted`` (modules whose top package is in ``skip``
+    left out)."""
+    found: list[tuple[str, str, int]] = []
+    for name, module in modules:
+        if module is None or name.split(".")[0] in skip:
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is not dict:
+            continue
+        found += [(name, attribute, id(value)) for attribute, value in
+                  list(namespace.items()) if id(value) in wanted]
+    return found
+
+
+def index_aliases(skip: tuple[str, ...]) -> None:
+    """Index, once (the fork server, after :func:`prepare`), where every
+    value a tripwire may replace is bound in the loaded modules: a worker
+    then visits those places and scans only the modules loaded since
+    (:func:`alias_sites`), not the tens of thousands of names torch
+    brings. The values stay alive here, so their ids stay theirs."""
+    wanted = {id(value) for value, _ in refused_values()}
+    wanted |= {id(sys.gettrace), id(sys.getprofile)}
+    for functions, _ in _PREPARED.values():
+        wanted |= set(functions)
+    modules = list(sys.modules.items())
+    _ALIASES.clear()
+    _ALIASES.update(
+        wanted=wanted, skip=skip, sites=_bindings(modules, wanted, skip),
+        scanned={name: id(getattr(module, "__dict__", None))
+                 for name, module in modules},
+        keep=[module for _, module in modules])
+
+
+def alias_sites(wanted: set[int], skip: tuple[str, ...]
+                ) -> list[tuple[str, str, int]]:
+    """Every (module, attribute, id) of the loaded modules bound to a
+    value whose id is in ``wanted``: what a scan of every module finds.
+
+    With the fork server's index (:func:`index_aliases`) covering
+    ``wanted``, the indexed places that still hold their value plus a
+    scan of the modules loaded (or replaced) since; otherwise a scan of
+    every module. Only kit code runs between the index and this call,
+    and it binds no such value in a module it did not load.
+    """
+    modules = list(sys.modules.items())
+    index = _ALIASES
+    if not index or index["skip"] != skip or not wanted <= index["wanted"]:
+        return _bindings(modules, wanted, skip)
+    scanned = index["scanned"]
+    sites = []
+    for name, attribute, ident in index["sites"]:
+        namespace = getattr(sys.modules.get(name), "__dict__", None)
+        if ident in wanted and type(namespace) is dict and \
+                scanned.get(name) == id(namespace) and \
+                id(namespace.get(attribute)) == ident:
+            sites.append((name, attribute, ident))
+    fresh = [(name, module) for name, module in modules
+             if scanned.get(name) != id(getattr(module, "__dict__", None))]
+    return sites + _bindings(fresh, wanted, skip)
+
+
+def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:
+    """The forbidden functions (id -> name) and classes of the job's rules.
+
+    ``rules`` (from the rubric): ``callables`` and ``classes`` (dotted
+    names) and ``name_pattern``, a regular expression on attribute names
+    searched in every loaded module of the ``packages`` listed, which
+    catches variants (``torch.ao``'s quantizable attention, private
+    helpers) that no list names.
+    """
+    import re
+    import types
+
+    functions: dict[int, str] = {}
+    classes: list = []
+    for dotted in rules.get("callables", []):
+        value = _lookup(dotted)
+        if value is not None and not isinstance(value, type):
+            functions.setdefault(id(value), dotted)
+    for dotted in rules.get("classes", []):
+        value = _lookup(dotted)
+        if isinstance(value, type):
+            classes.append((dotted, value))
+    pattern = rules.get("name_pattern")
+    if pattern:
+        for dotted in rules.get("modules", []):
+            _lookup(dotted)  # import it, so its names are found
+        matcher = re.compile(pattern)
+        packages = tuple(rules.get("packages", ["torch"]))
+        for module_name, module in list(sys.modules.items()):
+            if module is None or not module_name.startswith(packages):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if not matcher.search(name) or isinstance(
+                        value, types.ModuleType):
+                    continue
+                label = f"{module_name}.{name}"
+                if isinstance(value, type):
+                    if all(value is not c for _, c in classes):
+                        classes.append((label, value))
+                elif callable(value):
+                    functions.setdefault(id(value), label)
+    return functions, classes
+
+
+def _snapshot() -> dict[str, dict[str, int]]:
+    """The ids of the entries of the watched namespaces."""
+    taken: dict[str, dict[str, int]] = {}
+    for dotted in WATCHED_NAMESPACES:
+        value = _lookup(dotted)
+        namespace = getattr(value, "__dict__", None)
+        if namespace is None:
+            continue
+        taken[dotted] = {str(k): id(v) for k, v in list(namespace.items())}
+    return taken
+
+
+def _life(job: dict, result_fd: int) -> None:
+    scratch = job["scratch"]
+    os.chdir(scratch)
+    _scrub_environment(scratch)
+    import torch
+
+    torch.set_num_threads(1)
+    import grader.worker.confine as confine
+    from grader.wire import decode_tensor
+
+    # Tensors of the plan, decoded now (ordinary code, before the
+    # submission runs); the sealed runtime only clones them.
+    probes = job["probes"]
+    for probe in probes:
+        for holder, key in ((probe.get("init") or {}, "args"),
+                            (probe.get("call") or {}, "args")):
+            if key in holder:
+                holder[key] = [decode_tensor(a) if isinstance(a, dict)
+                               else a for a in holder[key]]
+        if probe.get("state"):
+            probe["state"] = {k: decode_tensor(v)
+                              for k, v in probe["state"].items()}
+        if probe.get("fit"):
+            probe["fit"]["batches"] = [decode_tensor(b) for b in
+                                       probe["fit"].get("batches", [])]
+    functions, classes = prepare(job.get("forbidden", {}))
+    # Ids of code objects stand for them only while they live: the agent's
+    # are kept alive (this module's namespace is emptied before the
+    # submission runs), so no code of the submission can take their ids.
+    kept = _code_objects(sys.modules[__name__])
+    agent_codes = {id(c) for c in kept}
+    frame_users = _named_codes(FRAME_USERS)
+    generators = _named_codes(GENERATORS)
+    import_codes = {id(c): c for name in ("importlib._bootstrap",
+                                          "importlib._bootstrap_external",
+                                          "_frozen_importlib",
+                                          "_frozen_importlib_external",
+                                          "importlib")
+                    if name in sys.modules
+                    for c in _code_objects(sys.modules[name])}
+    for found in (frame_users, generators, import_codes):
+        kept += list(found.values())
+    _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
+    confinement = confine.confine(scratch, job.get("readable", ["/"]),
+                                  job.get("hidden", []))
+    run = _sealed(job, probes, result_fd, functions, classes, agent_codes,
+                  set(frame_users), set(generators), set(import_codes),
+                  confinement.as_plain(), kept)
+    del job, probes, functions, classes
+    for name in list(sys.modules):
+        if name.split(".")[0] in KIT_PACKAGES:
+            del sys.modules[name]
+    _seal_module(globals())
+    run()
+
+
+def _seal_module(namespace: dict) -> None:
+    """Empty this module's globals, once the runtime is built.
+
+    The tripwires the agent installs are reachable by the submission (they
+    replace library functions), and through their ``__globals__`` this
+    module's namespace: emptied, it offers no way to build a second
+    runtime or call the set-up functions. Nothing that runs from now on
+    looks a global up (a kit test checks the bytecode).
+    """
+    namespace.clear()
+
+
+# ---------------------------------------------------------------------------
+# The sealed runtime
+# ---------------------------------------------------------------------------
+
+def _sealed(job: dict, probes: list, result_fd: int,
+            forbidden_functions: dict[int, str], forbidden_classes: list,
+            agent_codes: set[int], frame_users: set[int],
+            generators: set[int], import_codes: set[int],
+            confinement: dict, kept: list) -> Callable[[], None]:
+    """Build the runtime's closures; return ``run``, which installs the
+    audit hook and the trace function and runs the whole plan.
+
+    Every name the closures use is a local of this function (a cell),
+    bound here before the submission's first line runs; a kit test checks
+    that no closure that can run after that looks up a global name.
+    """
+    import _hashlib
+    import _json
+    import binascii
+    import builtins
+    import linecache
+    import math
+    import struct
+    import time
+    import types
+    import warnings
+
+    import torch
+
+    # -- references, taken now -------------------------------------------
+    b_len, b_type, b_str, b_int, b_float = len, type, str, int, float
+    b_bool, b_id, b_list, b_tuple, b_open = bool, id, list, tuple, open
+    b_repr = repr
+    b_dict, b_range, b_sorted, b_set = dict, range, sorted, set
+    b_isinstance, b_memoryview, b_bytes = isinstance, memoryview, bytes
+    b_any, b_enumerate, b_getattr, b_zip = any, enumerate, getattr, zip
+    b_BaseException, b_SystemExit = BaseException, SystemExit
+    b_MemoryError, b_PermissionError = MemoryError, PermissionError
+    b_RuntimeError, b_LookupError = RuntimeError, LookupError
+    b_TypeError, b_Exception = TypeError, Exception
+    b_ImportError, b_SyntaxError = ImportError, SyntaxError
+    b_compile, b_exec = compile, exec
+    type_name = type.__dict__["__name__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    module_dict = types.ModuleType.__dict__["__dict__"].__get__
+    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
+    list_len, list_item = list.__len__, list.__getitem__
+    int_repr, float_repr = int.__repr__, float.__repr__
+    infinity = math.inf
+    encode_string = _json.encode_basestring_ascii
+    hmac_digest = _hashlib.hmac_digest
+    sha256 = _hashlib.openssl_sha256
+    to_base64 = binascii.b2a_base64
+    pack_length = struct.Struct(">I").pack
+    write = os.write
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+    file_exists = os.path.isfile
+    path_sep, devnull = os.sep, os.devnull
+    write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
+                   | os.O_TRUNC)
+    my_pid = os.getpid()
+    exit_now = os._exit
+    getframe = sys._getframe
+    sys_audit = sys.audit
+    settrace = sys.settrace
+    add_audit_hook = sys.addaudithook
+    clock = time.perf_counter
+    CodeType, ModuleType = types.CodeType, types.ModuleType
+    sys_modules = sys.modules
+    fingerprint = make_fingerprint(sha256, CodeType)
+    process_events = dict(PROCESS_EVENTS)
+    introspection_events = dict(INTROSPECTION_EVENTS)
+    path_events = dict(PATH_EVENTS)
+    frame_attributes = frozenset(FRAME_ATTRIBUTES)
+    watched_events = frozenset(
+        list(PROCESS_EVENTS) + list(INTROSPECTION_EVENTS)
+        + list(PATH_EVENTS) + ["open", "import", "exec", "function.__new__",
+                               "object.__setattr__", "object.__getattr__",
+                               "sys.addaudithook", "grader.frame",
+                               "grader.event", "grader.open"])
+    max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
+
+    Tensor = torch.Tensor
+    TensorBase = torch._C.TensorBase
+    t_size = TensorBase.size
+    t_detach = TensorBase.detach
+    t_to = TensorBase.to
+    t_contiguous = TensorBase.contiguous
+    t_numpy = TensorBase.numpy
+    t_clone = TensorBase.clone
+    t_is_floating = TensorBase.is_floating_point
+    t_is_complex = TensorBase.is_complex
+    t_dtype = TensorBase.__dict__["dtype"].__get__
+    t_set_data = TensorBase.__dict__["data"].__set__
+    float32, int64, cpu = torch.float32, torch.int64, torch.device("cpu")
+    no_torch_function = torch._C.DisableTorchFunction
+    set_grad_enabled = torch._C._set_grad_enabled
+    # The CPU generator alone: torch.manual_seed also queues a seeding of
+    # every accelerator, each with a formatted stack of the call (a fifth
+    # of a batch's time, in a worker that never uses one).
+    manual_seed = torch.default_generator.manual_seed
+    Module = torch.nn.Module
+    Linear = torch.nn.Linear
+    Dropout = torch.nn.Dropout
+    module_instance_dict = Module.__dict__["__dict__"].__get__ \
+        if "__dict__" in Module.__dict__ else None
+    module_named_parameters = Module.named_parameters
+    module_train = Module.train
+    module_parameters = Module.parameters
+    autograd_grad = torch.autograd.grad
+    t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
+    linear_forward = Linear.forward
+    ndarray_tobytes = type(t_numpy(torch.zeros(1))).tobytes
+
+    key = b_bytes.fromhex(job["key"])
+    magic = b_bytes.fromhex(job["magic"])
+    source = job["source"]
+    filename = job["filename"]
+    lines = source.split("\n")
+    memory_mb = b_int(job["memory_mb"])
+    scratch = realpath(job["scratch"])
+    readable = b_tuple(realpath(p) for p in job.get("readable", ["/"]))
+    hidden = b_tuple(realpath(p) for p in job.get("hidden", []))
+    library_roots = b_tuple(realpath(p) for p in job.get("library_roots",
+                                                         []))
+    kit_modules = KIT_PACKAGES
+    aten_pattern = job.get("forbidden", {}).get("aten")
+    statements = job.get("statements", [])
+    # Tracebacks and warnings show the submission's lines without reading
+    # its file (which the sandbox does not let anyone read).
+    linecache.cache[filename] = (b_len(source), None,
+                                 [line + "\n" for line in lines], filename)
+    # The agent's own files are not readable either: a traceback printed
+    # by the submission (or by torch) shows their lines from memory.
+    for module in b_list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if getattr(module, "__name__", "").startswith("grader") and path:
+            try:
+                linecache.updatecache(path)
+            except OSError:
+                pass
+
+    # Shape-trace plan: lines -> units of statements sharing lines.
+    units, line_unit = plan_units(statements)
+
+    # The watched namespaces, as objects (their dicts are read directly),
+    # with the ids of their entries once the tripwires are in place.
+    watched: list = []
+    take_snapshot, lookup_dotted = _snapshot, _lookup
+    find_refused, find_sites, find_aten = refused_values, alias_sites, \
+        aten_names
+
+    # -- state (cells, reachable only from these closures) ----------------
+    kinds: dict = {}         # id(code) -> kind
+    alive: dict = {}         # id(code) -> code (keeps the ids valid)
+    synthetic: dict = {}     # id(code) -> how it was made
+    prints: dict = {}        # id(code) -> fingerprint
+    in_hook = [False]
+    tracer_busy = [False]
+    phase = {"name": "setup", "stage": "import", "ran": b_set(),
+             "foreign": [], "records": None, "tracing": False,
+             "returns": 0, "calls": 0}
+    reported: dict = {}
+    library_checked: dict = {}
+    holder: list = []
+    token = object()
+
+    # -- the channel --------------------------------------------------------
+
+    def dump(value, depth=0):
+        kind = b_type(value)
+        if kind is b_str:
+            return encode_string(value)
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        if kind is b_int:
+            return int_repr(value)
+        if kind is b_float:
+            if value != value:
+                return "NaN"
+            if value == infinity:
+                return "Infinity"
+            if value == -infinity:
+                return "-Infinity"
+            return float_repr(value)
+        if depth > 48:
+            return "null"
+        if kind is b_dict:
+            return "{" + ",".join(
+                encode_string(b_str(k)) + ":" + dump(v, depth + 1)
+                for k, v in value.items()) + "}"
+        if kind is b_list or kind is b_tuple:
+            return "[" + ",".join(dump(v, depth + 1) for v in value) + "]"
+        return "null"
+
+    def send(message):
+        """Write one authenticated frame. Only the audit hook calls this
+        (the key is reachable from nothing else); a channel that fails
+        ends the worker rather than raise into the submission."""
+        body = dump(message).encode("ascii")
+        header = pack_length(b_len(body))
+        data = magic + header + body + hmac_digest(key, header + body,
+                                                   "sha256")
+        view = b_memoryview(data)
+        try:
+            while view:
+                view = view[write(result_fd, view):]
+        except b_BaseException:
+            exit_now(75)
+
+    def emit(message):
+        """Send a frame through the audit hook (the only key holder), with
+        the token that only this function and the hook hold."""
+        sys_audit("grader.frame", token, message)
+
+    def note(kind, verb, what=""):
+        """Report an event through the audit hook; the line is that of
+        the code that called the function calling this."""
+        sys_audit("grader.event", kind, verb, what)
+
+    def report(kind, verb, what="", frame=None):
+        """Tell the grading process at once what the code tried (kind:
+        refused, forbidden, tampered, patched); each distinct attempt
+        once, at most 64 of them."""
+        label = kind + ":" + verb + ":" + what
+        count = reported.get(label, 0)
+        reported[label] = count + 1
+        if count == 0 and b_len(reported) <= 64:
+            send({"type": "event", "kind": kind, "verb": verb[:200],
+                  "object": what[:300], "line": line_of(frame),
+                  "phase": phase["name"]})
+
+    # -- who asked ----------------------------------------------------------
+
+    def classify(code):
+        code_id = b_id(code)
+        kind = kinds.get(code_id)
+        if kind is not None:
+            return kind
+        if code_id in agent_codes:
+            kind = "agent"
+        elif code_id in synthetic:
+            kind = "synthetic"
+        elif code.co_filename == filename:
+            kind = "submission"
+        else:
+            kind = "library"
+        kinds[code_id] = kind
+        alive[code_id] = code
+        return kind
+
+    def actor(frame):
+        """Who asked: ('student', the submission's frame), ('library',
+        None) for a library module being imported, or ('agent', None).
+
+        Walking down from the top, the first frame of the submission (or
+        of code it made) decides "student"; a library module's top level
+        decides "library" (above the agent's own frames: below them lie
+        the fork server's). The agent's own frames decide nothing: its
+        code counts only when no submission frame lies below it, so agent
+        functions a submission can reach (its tripwires) act for the
+        submission when it calls them.
+        """
+        agent_seen = False
+        while frame is not None:
+            code = frame.f_code
+            kind = classify(code)
+            if kind == "agent":
+                agent_seen = True
+            elif kind == "library" and code.co_name == "<module>" and \
+                    not agent_seen:
+                return "library", None
+            elif kind == "submission" or kind == "synthetic":
+                return "student", frame
+            frame = frame.f_back
+        return "agent", None
+
+    def line_of(frame):
+        if frame is not None and frame.f_code.co_filename == filename:
+            return frame.f_lineno
+        return None
+
+    def refuse(kind, verb, what, frame, error=None):
+        report(kind, verb, what, frame)
+        raise (error or b_PermissionError)(
+            "the grader's sandbox refuses to " + verb
+            + (" " + what if what else ""))
+
+    # -- paths -------------------------------------------------------------
+
+    def real(path):
+        if b_type(path) is not b_str and b_type(path) is not b_bytes:
+            return None
+        try:
+            return realpath(fsdecode(path))
+        except b_Exception:
+            return None
+
+    def inside(path, roots):
+        for root in roots:
+            if root == path_sep or path == root or \
+                    path.startswith(root + path_sep):
+                return True
+        return False
+
+    def readable_path(path):
+        return (inside(path, readable) and not inside(path, hidden)) or \
+            inside(path, (scratch, devnull))
+
+    def show(path):
+        text = b_str(path)
+        return text if b_len(text) <= 200 else text[:200] + "..."
+
+    # -- code made at run time ---------------------------------------------
+
+    def mark(code, how):
+        pending = [code]
+        while pending:
+            item = pending.pop()
+            if b_type(item) is not CodeType or b_id(item) in synthetic:
+                continue
+            synthetic[b_id(item)] = how
+            alive[b_id(item)] = item
+            kinds.pop(b_id(item), None)
+            pending.extend(item.co_consts)
+
+    def library_file_code(code):
+        """True when ``code`` is what compiling its library file gives: a
+        module imported at the submission's request, not code passed off
+        under a library file's name."""
+        name = code.co_filename
+        path = real(name)
+        if path is None or not inside(path, library_roots) or \
+                inside(path, hidden) or not file_exists(path):
+            return False
+        wanted = library_checked.get(path)
+        if wanted is None:
+            try:
+                with b_open(path, "rb") as stream:
+                    text = stream.read()
+                wanted = fingerprint(b_compile(text, name, "exec",
+                                               dont_inherit=True,
+                                               optimize=0))
+            except b_BaseException:
+                wanted = ""
+            library_checked[path] = wanted
+        return wanted == fingerprint(code)
+
+    def generated_by_library(frame):
+        """True when the library frames above the submission's frame went
+        through a public code generator (namedtuple, dataclass)."""
+        through = False
+        while frame is not None:
+            code = frame.f_code
+            if classify(code) != "library":
+                return through
+            if b_id(code) in generators:
+                through = True
+            frame = frame.f_back
+        return through
+
+    def made_code(code, how, frame):
+        if b_type(code) is not CodeType:
+            return
+        if how == "exec" and library_file_code(code):
+            return
+        if generated_by_library(frame):
+            return
+        mark(code, how)
+
+    # -- the audit hook ------------------------------------------------------
+
+    def hook(event, args):
+        if tracer_busy[0] or in_hook[0] or event not in watched_events:
+            return
+        if event == "object.__getattr__" and (
+                b_len(args) < 2 or args[1] not in frame_attributes):
+            return
+        in_hook[0] = True
+        try:
+            caller = getframe(1)
+            if event.startswith("grader."):
+                relay(event, args, caller)
+            else:
+                decide(event, args, caller)
+        finally:
+            in_hook[0] = False
+
+    def relay(event, args, caller):
+        """The agent's own frames and events, accepted only from the
+        agent's code (frames: with the agent's token); anyone else asking
+        is tampering."""
+        if b_id(caller.f_code) not in agent_codes or (
+                event == "grader.frame" and (
+                    b_len(args) != 2 or args[0] is not token)):
+            who, student = actor(caller)
+            report("tampered", "send frames through the grader's channel",
+                   "", student)
+            return
+        if event == "grader.frame" and b_len(args) == 2 and \
+                args[0] is token:
+            send(args[1])
+        elif event == "grader.event" and b_len(args) >= 3:
+            below = caller.f_back
+            while below is not None and b_id(below.f_code) in agent_codes:
+                below = below.f_back
+            report(args[0], args[1], args[2], below)
+        elif event == "grader.open" and b_len(args) >= 2:
+            below = caller.f_back
+            who, student = actor(below)
+            if who != "agent":
+                opened([args[0], args[1], None], student, who == "library",
+                       below)
+
+    def decide(event, args, caller):
+        who, student = actor(caller)
+        if who == "agent":
+            return
+        by_library = who == "library"
+        if event == "exec" or event == "function.__new__":
+            if args and not by_library:
+                made_code(args[0], "exec" if event == "exec" else
+                          "a function made from a code object", caller)
+            return
+        if event == "object.__setattr__":
+            if b_len(args) >= 3 and args[1] == "__code__" and \
+                    not by_library:
+                made_code(args[2], "a replaced __code__", caller)
+            elif b_len(args) >= 3 and args[1] == "__bases__" and \
+                    not by_library:
+                report("patched", "change the base classes of",
+                       type_name(args[0]) if b_isinstance(args[0], b_type)
+                       else "a class", student)
+            return
+        if event == "import":
+            name = args[0] if args else ""
+            if b_type(name) is b_str and name.split(".")[0] in kit_modules:
+                refuse("forbidden", "import", name, student, b_ImportError)
+            path = args[1] if b_len(args) > 1 else None
+            if path is not None:
+                # A native extension module being loaded: only libraries'.
+                full = real(path)
+                if full is None or not inside(full, library_roots) or \
+                        inside(full, hidden):
+                    refuse("refused", "load native code from", show(path),
+                           student, b_ImportError)
+            return
+        if event in process_events:
+            what = process_events[event]
+            if by_library:
+                raise b_PermissionError("the grader's sandbox refuses to "
+                                        + what)
+            refuse("refused", what, "", student)
+        if (event == "sys._getframe" or event == "object.__getattr__") and \
+                b_id(caller.f_code) in frame_users:
+            return
+        if event in introspection_events or event == "object.__getattr__" \
+                or event == "sys.addaudithook":
+            if by_library and event == "sys._getframe":
+                return  # a library module's own import-time bookkeeping
+            what = introspection_events.get(
+                event, "inspect the grader's stack frames"
+                if event == "object.__getattr__" else "install an audit hook")
+            if by_library:
+                raise b_PermissionError("the grader's sandbox refuses to "
+                                        + what)
+            refuse("tampered", what, "", student)
+        if event == "open":
+            opened(args, student, by_library, caller)
+            return
+        if event in path_events:
+            positions, verb = path_events[event]
+            for index in positions:
+                if index < b_len(args):
+                    full = real(args[index])
+                    if full is None or not inside(full, (scratch,)):
+                        if by_library:
+                            raise b_PermissionError(
+                                "the grader's sandbox refuses changes "
+                                "outside its scratch folder")
+                        refuse("refused", verb, show(args[index]), student)
+
+    def importing(frame, student):
+        """True when the import system stands between ``frame`` and the
+        submission's frame (the file is opened to import a module)."""
+        while frame is not None and frame is not student:
+            if b_id(frame.f_code) in import_codes:
+                return True
+            frame = frame.f_back
+        return False
+
+    def module_name(path):
+        """``/kit/solutions/x.py`` -> ``solutions.x`` (for a report)."""
+        for root in hidden:
+            if path.startswith(root + path_sep):
+                base = root.rsplit(path_sep, 1)[-1]
+                rest = path[b_len(root) + 1:].split(path_sep)
+                rest = [p for p in rest if p != "__pycache__"]
+                if rest:
+                    rest[-1] = rest[-1].split(".")[0]
+                    if rest[-1] == "__init__":
+                        rest.pop()
+                return ".".join([base] + rest)
+        return path
+
+    def opened(args, student, by_library, caller):
+        path, mode, flags = (b_list(args) + [None, None, None])[:3]
+        if b_type(path) is b_int:
+            return
+        writing = (b_type(mode) is b_str and b_any(
+            c in mode for c in "wax+")) or (
+                b_type(flags) is b_int and (flags & write_flags) != 0)
+        full = real(path)
+        if full is None:
+            if by_library:
+                raise b_PermissionError("the grader's sandbox refuses to "
+                                        "open this file")
+            refuse("refused", "open a file named by a",
+                   type_name(b_type(path)), student)
+        if writing and not inside(full, (scratch, devnull)):
+            if by_library:
+                raise b_PermissionError("the grader's sandbox refuses "
+                                        "writes outside its scratch folder")
+            verb = "overwrite" if file_exists(full) else "create"
+            refuse("refused", verb, show(path), student)
+        if not writing and not readable_path(full):
+            if by_library:
+                raise b_PermissionError("the grader's sandbox refuses to "
+                                        "read " + show(path))
+            if inside(full, hidden) and importing(caller, student):
+                refuse("forbidden", "import", module_name(full), student,
+                       b_ImportError)
+            refuse("refused", "read", show(path), student)
+
+    # -- the trace function --------------------------------------------------
+
+    def is_tensor(value):
+        return TensorBase in type_mro(b_type(value))
+
+    def shape_of(value):
+        if not is_tensor(value):
+            return None
+        with no_torch_function():
+            return [b_int(s) for s in t_size(value)]
+
+    def instance_dict(obj):
+        """A module's own attribute dict, read without running its code."""
+        if module_instance_dict is None or \
+                Module not in type_mro(b_type(obj)):
+            return {}
+        try:
+            namespace = module_instance_dict(obj)
+        except b_BaseException:
+            return {}
+        return namespace if b_type(namespace) is b_dict else {}
+
+    def read_chain(chain, local_values, global_values):
+        name = chain[0]
+        if name in local_values:
+            value = local_values[name]
+        elif name in global_values:
+            value = global_values[name]
+        else:
+            return None
+        for attribute in chain[1:]:
+            namespace = instance_dict(value)
+            found = namespace.get(attribute)
+            if found is None:
+                for holder_name in ("_parameters", "_buffers", "_modules"):
+                    inner = namespace.get(holder_name)
+                    if b_type(inner) is b_dict and attribute in inner:
+                        found = inner[attribute]
+                        break
+            if found is None:
+                return None
+            value = found
+        return value
+
+    def record(statement, values):
+        records = phase["records"]
+        if records is None:
+            return
+        key_id = b_str(statement["id"])
+        executions = records.get(key_id)
+        if executions is None:
+            executions = records[key_id] = []
+        # Every execution up to max_executions (so a report can say "wrong
+        # in 3 of the 8 times this line ran"), then only shapes not seen
+        # yet, up to twice that: a loop cannot flood the channel.
+        count = b_len(executions)
+        if count >= max_executions and (values in executions
+                                        or count >= 2 * max_executions):
+            return
+        executions.append(values)
+
+    def expand(value):
+        kind = b_type(value)
+        if b_tuple in type_mro(kind):
+            return [shape_of(tuple_item(value, i))
+                    for i in b_range(tuple_len(value))]
+        if b_list in type_mro(kind):
+            return [shape_of(list_item(value, i))
+                    for i in b_range(list_len(value))]
+        return [shape_of(value)]
+
+    local_tracer = line_tracer(units, line_unit, record, shape_of,
+                               read_chain, expand, phase)
+
+    def global_tracer(frame, event, arg):
+        tracer_busy[0] = True
+        try:
+            code = frame.f_code
+        finally:
+            tracer_busy[0] = False
+        kind = classify(code)
+        if kind == "library" or kind == "agent":
+            return None
+        if kind == "submission":
+            phase["ran"].add((b_id(code), phase["stage"]))
+        else:
+            foreign = phase["foreign"]
+            if b_len(foreign) < max_foreign:
+                entry = [code.co_filename[:200], code.co_name[:80],
+                         code.co_firstlineno, synthetic.get(b_id(code), "")]
+                if entry not in foreign:
+                    foreign.append(entry)
+            return None
+        if not phase["tracing"]:
+            return None
+        phase["calls"] += 1
+        return local_tracer()
+
+    # -- values ---------------------------------------------------------------
+
+    def encode(value, depth=0):
+        kind = b_type(value)
+        if kind is Tensor:
+            with no_torch_function():
+                tensor = t_detach(value)
+                dtype = b_str(t_dtype(tensor)).replace("torch.", "")
+                shape = [b_int(s) for s in t_size(tensor)]
+                if t_is_floating(tensor):
+                    data = t_contiguous(t_to(tensor, cpu, float32))
+                    encoding = "float32"
+                elif t_is_complex(tensor):
+                    return {"kind": "tensor", "dtype": dtype,
+                            "shape": shape, "data": None}
+                else:
+                    data = t_contiguous(t_to(tensor, cpu, int64))
+                    encoding = "int64"
+                raw = ndarray_tobytes(t_numpy(data))
+            return {"kind": "tensor", "dtype": dtype, "shape": shape,
+                    "encoding": encoding,
+                    "data": to_base64(raw, newline=False).decode("ascii")}
+        if (kind is b_tuple or kind is b_list) and depth < 2:
+            return {"kind": type_name(kind),
+                    "items": [encode(v, depth + 1) for v in value[:8]],
+                    "length": b_len(value)}
+        if value is None:
+            return {"kind": "none"}
+        if kind is b_bool or kind is b_int or kind is b_float:
+            return {"kind": "number", "value": value}
+        bases = [type_name(b)[:80] for b in type_mro(kind)[1:-1]][:8]
+        return {"kind": "object", "type": type_name(kind)[:80],
+                "module": "", "bases": bases}
+
+    def message_of(exception):
+        if b_isinstance(exception, b_SystemExit):
+            try:
+                code = b_repr(exception.code)[:40]
+            except b_BaseException:
+                code = "..."
+            return "the code called sys.exit(" + code + ")"
+        if b_isinstance(exception, b_MemoryError):
+            return ("the code ran out of memory (the sandbox allows "
+                    + b_str(memory_mb) + " MB)")
+        try:
+            text = b_str(exception)
+            if b_type(text) is not b_str:
+                text = "<an unprintable message>"
+        except b_BaseException:
+            text = "<an unprintable message>"
+        return text if b_len(text) <= 400 else text[:400] + "..."
+
+    def describe_error(exception):
+        try:
+            info = {"type": type_name(b_type(exception))[:80],
+                    "message": message_of(exception)}
+            line = None
+            function = None
+            if b_isinstance(exception, b_SyntaxError) and \
+                    exception.filename == filename:
+                line = exception.lineno
+            tb = exception.__traceback__
+            while tb is not None:
+                code = tb.tb_frame.f_code
+                if code.co_filename == filename:
+                    line = tb.tb_lineno
+                    function = code.co_name
+                tb = tb.tb_next
+            if b_type(line) is b_int:
+                info["line"] = line
+                if 1 <= line <= b_len(lines):
+                    info["code"] = lines[line - 1].strip()[:200]
+            if function is not None:
+                info["function"] = b_str(function)[:80]
+            return info
+        except b_BaseException:
+            return {"type": "Exception",
+                    "message": "an exception that could not be described"}
+
+    # -- building and calling -------------------------------------------------
+
+    def is_module(value):
+        return Module in type_mro(b_type(value))
+
+    def lookup(cls, name):
+        for base in type_mro(cls):
+            namespace = type_dict(base)
+            if name in namespace:
+                return namespace[name]
+        return None
+
+    def parameters_of(obj):
+        return b_list(module_named_parameters(obj))
+
+    def describe(obj):
+        kind = b_type(obj)
+        info = {"type": type_name(kind)[:80], "is_module": is_module(obj)}
+        if not info["is_module"]:
+            return info
+        children = {}
+        modules = instance_dict(obj).get("_modules")
+        modules = modules if b_type(modules) is b_dict else {}
+        for name, child in b_list(modules.items())[:32]:
+            child_kind = b_type(child)
+            entry = {"type": type_name(child_kind)[:80], "is_linear": False}
+            if Linear in type_mro(child_kind) and \
+                    lookup(child_kind, "forward") is linear_forward:
+                params = instance_dict(child).get("_parameters") or {}
+                weight = params.get("weight")
+                size = shape_of(weight)
+                if size is not None and b_len(size) == 2:
+                    entry["is_linear"] = True
+                    entry["in_features"] = size[1]
+                    entry["out_features"] = size[0]
+                    entry["bias"] = params.get("bias") is not None
+            if Dropout in type_mro(child_kind):
+                p = instance_dict(child).get("p")
+                if b_type(p) is b_float or b_type(p) is b_int:
+                    entry["p"] = b_float(p)
+            children[b_str(name)[:80]] = entry
+        info["children"] = children
+        info["parameters"] = {b_str(n)[:80]: shape_of(p) or []
+                              for n, p in parameters_of(obj)[:64]}
+        buffers = {}
+        for prefix, holder_module in [("", obj)] + [
+                (b_str(n) + ".", c) for n, c in b_list(modules.items())]:
+            held = instance_dict(holder_module).get("_buffers")
+            if b_type(held) is b_dict:
+                for buffer_name, value in b_list(held.items()):
+                    size = shape_of(value)
+                    if size is not None:
+                        buffers[(prefix + b_str(buffer_name))[:80]] = size
+        info["buffers"] = buffers
+        return info
+
+    def build(namespace, probe):
+        target = namespace.get(probe["target"])
+        if target is None:
+            raise b_LookupError(probe["target"] + " is not defined in the "
+                                "submission")
+        init = probe.get("init")
+        if init is None:
+            return target
+        args = [t_clone(a) if is_tensor(a) else a
+                for a in init.get("args", [])]
+        obj = target(*args, **init.get("kwargs", {}))
+        for base in type_mro(b_type(obj)):
+            for label, forbidden_class in forbidden_classes:
+                if base is forbidden_class:
+                    note("forbidden", "use", label)
+                    raise b_RuntimeError(label + " is not allowed in this "
+                                         "homework: write it yourself")
+        state = probe.get("state") or {}
+        if state:
+            if not is_module(obj):
+                raise b_TypeError(probe["target"] + "(...) did not build an "
+                                  "nn.Module, so its weights cannot be set")
+            parameters = b_dict(parameters_of(obj))
+            for name, data in state.items():
+                if name not in parameters:
+                    known = ", ".join(b_sorted(parameters)) or "none"
+                    raise b_LookupError(
+                        probe["target"] + " has no parameter " + name
+                        + " (its parameters: " + known + ")")
+                t_set_data(parameters[name], t_clone(data))
+        if is_module(obj):
+            module_train(obj, b_bool(probe.get("train", False)))
+        return obj
+
+    def run_probe(namespace, probe):
+        phase["stage"] = "build"
+        obj = build(namespace, probe)
+        phase["stage"] = "call"
+        result = {}
+        if probe.get("describe"):
+            result["describe"] = describe(obj)
+        call = probe.get("call")
+        if probe.get("fit"):
+            manual_seed(b_int(probe.get("seed", 0)))
+            fit(obj, probe["fit"])
+            module_train(obj, b_bool(probe.get("train", False)))
+            # The trained weights, as training left them: the grader can
+            # judge them with its own model, whatever else the object kept.
+            with no_torch_function():
+                result["state"] = {
+                    b_str(name)[:200]: encode(t_detach(value))
+                    for name, value in parameters_of(obj)[:256]}
+        if call is None:
+            return result
+        args = [t_clone(a) if is_tensor(a) else a
+                for a in call.get("args", [])]
+        kwargs = b_dict(call.get("kwargs", {}))
+        method = call.get("method")
+        if method is not None:
+            obj = b_getattr(obj, b_str(method))
+        manual_seed(b_int(probe.get("seed", 0)))
+        tracing = b_bool(probe.get("trace"))
+        if tracing:
+            phase["records"] = {}
+            phase["calls"] = phase["returns"] = 0
+        phase["tracing"] = tracing
+        try:
+            value = obj(*args, **kwargs)
+        finally:
+            phase["tracing"] = False
+        if tracing:
+            result["trace"] = {"records": phase["records"],
+                               "intact": phase["calls"] == phase["returns"]}
+            phase["records"] = None
+        result["value"] = encode(value)
+        return result
+
+    def fit(obj, spec):
+        # Adam steps (the usual betas and eps) on the object's own loss
+        # method (a probe's "fit": method, lr, batches), in train mode with
+        # gradients on. What they achieved is judged by the grader on the
+        # values the probe's call returns afterwards, never on a loss the
+        # code reports.
+        if not is_module(obj):
+            raise b_TypeError("the object to train is not an nn.Module")
+        module_train(obj, True)
+        params = b_list(module_parameters(obj))
+        if not params:
+            raise b_TypeError("the object to train has no parameters")
+        lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
+        moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
+        step = b_getattr(obj, b_str(spec["method"]))
+        for number, batch in b_enumerate(spec["batches"]):
+            set_grad_enabled(True)
+            try:
+                loss = step(t_clone(batch))
+                if not is_tensor(loss):
+                    raise b_TypeError(b_str(spec["method"]) + " did not "
+                                      "return a tensor")
+                grads = autograd_grad(loss, params, allow_unused=True)
+            finally:
+                set_grad_enabled(False)
+            done = number + 1
+            for p, g, (m, v) in b_zip(params, grads, moments):
+                if g is None:
+                    continue
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                m_hat = m / (1 - beta1 ** done)
+                v_hat = v / (1 - beta2 ** done)
+                p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+
+    def coverage():
+        ran = []
+        for code_id, stage in phase["ran"]:
+            code = alive.get(code_id)
+            if code is None:
+                continue
+            digest = prints.get(code_id)
+            if digest is None:
+                digest = prints[code_id] = fingerprint(code)
+            ran.append([digest, code.co_firstlineno, code.co_name[:80],
+                        stage])
+        return {"ran": ran, "foreign": phase["foreign"]}
+
+    def start_phase(name, stage="build"):
+        phase["name"] = name
+        phase["stage"] = stage
+        phase["ran"] = b_set()
+        phase["foreign"] = []
+
+    def patched():
+        """Entries of the watched namespaces that now hold another
+        function or class than before the submission ran."""
+        changed = []
+        for dotted, value, before in watched:
+            namespace = (module_dict(value) if b_type(value) is ModuleType
+                         else type_dict(value))
+            for name, item in b_list(namespace.items()):
+                name = b_str(name)
+                old = before.get(name)
+                if old == b_id(item):
+                    continue
+                if old is None and b_type(value) is ModuleType and \
+                        b_type(item) is ModuleType:
+                    continue  # a submodule imported later
+                if old is None and b_type(value) is ModuleType and \
+                        not (b_type(item) is types.FunctionType
+                             or b_isinstance(item, b_type)):
+                    continue
+                changed.append(dotted + "." + name)
+        return b_sorted(changed)[:32]
+
+    # -- tripwires ------------------------------------------------------------
+
+    def forbidden_call(name):
+        def tripped(*args, **kwargs):
+            note("forbidden", "use", name)
+            raise b_RuntimeError(name + " is not allowed in this homework: "
+                                 "write it yourself")
+        return tripped
+
+    def refused_call(what):
+        def refused(*args, **kwargs):
+            note("refused", what, "")
+            raise b_PermissionError("the grader's sandbox refuses to "
+                                    + what)
+        return refused
+
+    def no_trace():
+        return None
+
+    def guarded_file(original, writing):
+        """torch opens these files in C++, where no audit event is raised:
+        check their paths as the audit hook checks ``open``."""
+        mode = "wb" if writing else "rb"
+
+        def call(*args, **kwargs):
+            path = args[0] if args else kwargs.get(
+                "filename", kwargs.get("name"))
+            if b_type(path) is b_str or b_type(path) is b_bytes:
+                sys_audit("grader.open", path, mode)
+            return original(*args, **kwargs)
+        return call
+
+    def subclass_tripwire(label):
+        def subclassed(*args, **kwargs):
+            note("forbidden", "subclass", label)
+        return subclassed
+
+    def tripwires():
+        """Replace the forbidden calls (every alias, by identity) and the
+        unaudited calls that end, start or signal a process or thread.
+        Runs before the submission."""
+        replacements = {}
+        for ident, name in forbidden_functions.items():
+            replacements[ident] = forbidden_call(name)
+        for value, what in find_refused():
+            replacements[b_id(value)] = refused_call(what)
+        replacements[b_id(sys.gettrace)] = no_trace
+        replacements[b_id(sys.getprofile)] = no_trace
+        for name, attribute, ident in find_sites(b_set(replacements),
+                                                 kit_modules):
+            namespace = getattr(sys_modules[name], "__dict__")
+            namespace[attribute] = replacements[ident]
+        for owner, name, writing in (
+                (torch._C, "PyTorchFileWriter", True),
+                (torch._C, "PyTorchFileReader", False),
+                (torch, "from_file", False),
+                (torch.UntypedStorage, "from_file", False)):
+            original = getattr(owner, name, None)
+            if original is not None:
+                try:
+                    setattr(owner, name, guarded_file(original, writing))
+                except (TypeError, AttributeError):
+                    pass
+        for label, cls in forbidden_classes:
+            tripped = forbidden_call(label)
+            for attribute, value in list(vars(cls).items()):
+                if isinstance(value, (types.FunctionType, staticmethod,
+                                      classmethod)) or \
+                        attribute in ("__init__", "forward", "__call__"):
+                    try:
+                        setattr(cls, attribute, tripped)
+                    except (TypeError, AttributeError):
+                        pass
+            try:
+                cls.__init_subclass__ = classmethod(
+                    subclass_tripwire(label))
+            except (TypeError, AttributeError):
+                pass
+        if aten_pattern:
+            names = find_aten(aten_pattern)
+            library = torch.library.Library("aten", "IMPL")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for name in names:
+                    tripped = forbidden_call("torch.ops.aten." + name)
+                    for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
+                        try:
+                            library.impl(name, tripped, dispatch_key)
+                        except (RuntimeError, ValueError):
+                            pass
+            holder.append(library)
+        for dotted, before in take_snapshot().items():
+            value = lookup_dotted(dotted)
+            if value is not None:
+                watched.append((dotted, value, before))
+
+    # -- the run --------------------------------------------------------------
+
+    def run():
+        holder.append(kept)  # the agent's code objects stay alive
+        add_audit_hook(hook)
+        emit({"type": "hello", "pid": my_pid, "confinement": confinement})
+        set_grad_enabled(False)
+        settrace(global_tracer)
+        module = ModuleType("submission")
+        module.__file__ = filename
+        namespace = module_dict(module)
+        namespace["__builtins__"] = builtins
+        sys_modules["submission"] = module
+        start_phase("import", "import")
+        started = clock()
+        try:
+            code = b_compile(source, filename, "exec", dont_inherit=True,
+                             optimize=0)
+            b_exec(code, namespace)
+        except b_BaseException as exception:
+            emit({"type": "import", "ok": False,
+                  "error": describe_error(exception),
+                  "seconds": clock() - started, "coverage": coverage()})
+            emit({"type": "patched", "what": patched()})
+            emit({"type": "done"})
+            return
+        emit({"type": "import", "ok": True, "seconds": clock() - started,
+              "coverage": coverage()})
+        emit({"type": "patched", "what": patched()})
+        for number, probe in b_enumerate(probes):
+            emit({"type": "start", "id": probe["id"]})
+            start_phase(probe["id"])
+            started = clock()
+            try:
+                result = run_probe(namespace, probe)
+                message = {"type": "probe", "id": probe["id"], "ok": True}
+                message.update(result)
+            except b_BaseException as exception:
+                message = {"type": "probe", "id": probe["id"], "ok": False,
+                           "error": describe_error(exception)}
+            message["seconds"] = clock() - started
+            message["coverage"] = coverage()
+            emit(message)
+        start_phase("end", "end")
+        emit({"type": "patched", "what": patched()})
+        emit({"type": "done"})
+
+    tripwires()
+    return run
