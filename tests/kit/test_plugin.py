@@ -227,3 +227,64 @@ def test_without_fork_the_grader_says_what_to_do_instead(
     assert err.count("\n") == 1
     assert cli.main(["assignments"]) == 0
     assert "multi_head_attention" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------
+# The declared API: a plug-in imports the grader through grader.api only
+
+
+def grader_imports_outside_api(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of ``path`` that reaches the grader
+    other than through :mod:`grader.api` or the assignments' own
+    packages (anywhere in the file, inside functions too)."""
+    import ast
+
+    found = []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 \
+                and node.module:
+            names = [node.module] if node.module != "grader" else [
+                f"grader.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if (name == "grader" or name.startswith("grader.")) and not (
+                    name == "grader.api"
+                    or name.startswith("grader.assignments")):
+                found.append((node.lineno, name))
+    return found
+
+
+def test_plugins_import_the_grader_through_its_api_only() -> None:
+    folder = KIT / "grader" / "assignments"
+    files = sorted(folder.rglob("*.py"))
+    assert len(files) > 20
+    outside = {str(p.relative_to(folder)): grader_imports_outside_api(p)
+               for p in files}
+    assert {k: v for k, v in outside.items() if v} == {}
+
+
+@pytest.mark.parametrize("line", [
+    "from grader.run.observe import TaskRun\n",
+    "import grader.judge.checking\n",
+    "from grader import wire\n",
+    "def later():\n    from grader.routes import cli\n    return cli\n",
+])
+def test_a_planted_import_outside_the_api_is_found(tmp_path: Path,
+                                                   line: str) -> None:
+    planted = tmp_path / "cases.py"
+    planted.write_text("from grader.api import Case\n" + line,
+                       encoding="utf-8")
+    assert len(grader_imports_outside_api(planted)) == 1
+
+
+def test_the_api_exports_what_it_declares() -> None:
+    from grader import api
+
+    assert sorted(api.__all__) == sorted(
+        name for name in vars(api) if not name.startswith("_")
+        and name != "annotations")
+    assert api.Plugin is Plugin and api.TaskRun is TaskRun

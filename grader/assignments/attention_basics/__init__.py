@@ -9,9 +9,9 @@ checks and the stub are the files ``rubric.toml``, ``checks/`` and
 """
 from __future__ import annotations
 
+from grader.api import Plugin
 from grader.assignments.attention_basics import (cases, figures, mistakes,
                                                  reference)
-from grader.plugin import Plugin
 
 PLUGIN = Plugin(id="attention_basics", build_plan=cases.build,
                 reference=reference, mistakes=mistakes,

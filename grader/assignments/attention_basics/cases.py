@@ -62,9 +62,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from grader.api import Case, Plan, derive_seed, encode_tensor, probe
 from grader.assignments.attention_basics import reference
-from grader.plan import Case, Plan, derive_seed, probe
-from grader.wire import encode_tensor
 
 HIDDEN_CASES = 3
 # Dropout is judged at two rates, each under two random seeds: the masks
@@ -425,7 +424,7 @@ def _traces(plan: Plan, task: str,
     """forward traced under every size set (with and without a mask), on
     random non-zero inputs drawn from a stream derived one-way from the
     seed."""
-    from grader.plan import derive_seed
+    from grader.api import derive_seed
 
     for index, sizes in enumerate(size_sets):
         generator = torch.Generator().manual_seed(

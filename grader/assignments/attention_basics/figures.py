@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from grader.api import MapFigure, TaskRun
+from grader.assignments.attention import MAP_LABELS
 from grader.assignments.attention_basics import mistakes, reference
-from grader.output.figures import MapFigure
-from grader.run.observe import TaskRun
 
 ITEMS = {"task4.causal": "task4", "task6.values": "task6"}
 PROBE = "dropout-off"
@@ -45,11 +45,6 @@ def student_weights(run: TaskRun) -> torch.Tensor | None:
     return weights.reshape(-1, s["num_tokens"], s["num_tokens"]).float()
 
 
-#: What the maps are, in the figure's words.
-LABELS = {"panel_label": "head", "value_label": "attention probability",
-          "column_label": "key position j", "row_label": "query position i"}
-
-
 def figures(failed: set[str], runs: dict[str, TaskRun]
             ) -> list[MapFigure]:
     """One figure per failing item whose weights could be read back."""
@@ -65,7 +60,7 @@ def figures(failed: set[str], runs: dict[str, TaskRun]
         x, weights = case.float64()
         expected = reference.causal_weights(x, weights)
         found.append(MapFigure(
-            item=item_id, case=case.describe(), panels=1, **LABELS,
+            item=item_id, case=case.describe(), panels=1, **MAP_LABELS,
             student=student, expected=expected.float(),
             title=("sequence 0: your attention weights, read back from "
                    "your output (top), and the expected ones (bottom)")))

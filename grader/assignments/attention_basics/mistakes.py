@@ -17,10 +17,9 @@ from collections.abc import Callable
 
 import torch
 
+from grader.api import ATOL, RTOL, Case, fit_log_scale
+from grader.assignments import attention
 from grader.assignments.attention_basics import reference
-from grader.judge.checking import ATOL, RTOL
-from grader.judge.fitting import fit_log_scale
-from grader.plan import Case
 
 NEG_INF = float("-inf")
 
@@ -197,30 +196,26 @@ def fit_scale(variant: Callable[[float], torch.Tensor],
         return None
 
 
-def name_scale(value: float, sizes: dict[str, int]) -> str:
-    """Describe a scale constant by the size expression it equals."""
+def scale_candidates(sizes: dict[str, int]) -> dict[str, float]:
+    """The size expressions a scale constant may equal, by name."""
     candidates = {}
     for key in ("head_dim", "d_out", "d_in", "num_tokens", "num_heads"):
         if key in sizes:
             candidates[f"sqrt({key})"] = math.sqrt(sizes[key])
             candidates[key] = float(sizes[key])
     candidates["1"] = 1.0
-    for label, candidate in candidates.items():
-        if abs(value - candidate) <= 1e-3 * max(1.0, candidate):
-            return f"{value:.4g} = {label}"
-    return f"{value:.4g}"
+    return candidates
+
+
+def name_scale(value: float, sizes: dict[str, int]) -> str:
+    """Describe a scale constant by the size expression it equals."""
+    return attention.name_scale(value, scale_candidates(sizes))
 
 
 def scale_diagnosis(c: float | None, expected: float,
                     sizes: dict[str, int]) -> tuple[list[str], str]:
     """Ids and words for a recovered scale constant."""
-    if c is None or abs(c - expected) <= 1e-3 * expected:
-        return [], ""
-    if abs(c - 1.0) <= 1e-3:
-        return ["no_scaling"], "The scores are not scaled at all."
-    return ["wrong_scale"], (f"The scores are divided by "
-                             f"{name_scale(c, sizes)}; expected "
-                             f"{name_scale(expected, sizes)}.")
+    return attention.scale_diagnosis(c, expected, scale_candidates(sizes))
 
 
 # --------------------------------------------------------------------------

@@ -13,17 +13,14 @@ from collections.abc import Callable
 
 import torch
 
+from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
+                        max_error, require_ran, share_bounds, tensor_of)
 from grader.assignments.attention_basics import mistakes
 from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS,
                                                        DROPOUT_RATES,
                                                        LONG_CONTEXT, SEEDED,
                                                        TARGETS, has_bias,
                                                        init_of)
-from grader.judge.checking import (close, fail, fail_probes, failure_of,
-                                   max_error, require_ran, share_bounds,
-                                   tensor_of)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 MEANINGS = {
     "task1": "[num_tokens, d_in]",

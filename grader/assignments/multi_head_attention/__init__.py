@@ -8,9 +8,9 @@ are the files ``rubric.toml``, ``checks/`` and ``stub.py`` beside this one.
 """
 from __future__ import annotations
 
-from grader.assignments.multi_head_attention import (cases, figures,
-                                                     mistakes, reference)
-from grader.plugin import Plugin
+from grader.api import Plugin
+from grader.assignments.multi_head_attention import (cases, figures, mistakes,
+                                                     reference)
 
 
 def public_values() -> dict[str, str]:

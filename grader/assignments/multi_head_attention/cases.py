@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from grader.plan import Case, Plan, derive_seed, probe
+from grader.api import Case, Plan, derive_seed, probe
 
 LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
@@ -357,7 +357,7 @@ def trace_inputs(seed: int, index: int, sizes: dict[str, int]
     """The inputs ``forward`` is traced on under size set ``index``: zeros,
     and N(0, 1) values drawn from a stream derived one-way from the seed
     (so a trace input is no sign of a trace, and gives no seed away)."""
-    from grader.plan import derive_seed
+    from grader.api import derive_seed
 
     shape = (sizes["batch_size"], sizes["seq_len"], sizes["input_size"])
     generator = torch.Generator().manual_seed(

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from grader.api import MapFigure, TaskRun
+from grader.assignments.attention import MAP_LABELS
 from grader.assignments.multi_head_attention import reference
-from grader.output.figures import MapFigure
-from grader.run.observe import TaskRun
 
 ITEMS = {"task2.scores": ("probs:", False), "task2.causal": ("causal:", True)}
 
@@ -27,11 +27,6 @@ def _student_probs(value, case) -> torch.Tensor | None:
         return None
     return probs.reshape(s["batch_size"] * s["num_heads"], s["seq_len"],
                          s["seq_len"])
-
-
-#: What the maps are, in the figure's words.
-LABELS = {"panel_label": "head", "value_label": "attention probability",
-          "column_label": "key position j", "row_label": "query position i"}
 
 
 def figures(failed: set[str], runs: dict[str, TaskRun]
@@ -53,7 +48,7 @@ def figures(failed: set[str], runs: dict[str, TaskRun]
                 x, weights, case.sizes["num_heads"], causal)
             found.append(MapFigure(
                 item=item_id, case=case.describe(),
-                panels=case.sizes["num_heads"], **LABELS, student=student,
+                panels=case.sizes["num_heads"], **MAP_LABELS, student=student,
                 expected=expected.float(),
                 title=(f"causal={causal}, sequence 0: your attention "
                        f"probabilities (top) and the expected ones "

@@ -24,10 +24,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from grader.api import ATOL, RTOL, Case, close, fit_log_scale
+from grader.assignments import attention
 from grader.assignments.multi_head_attention import reference
-from grader.judge.checking import ATOL, RTOL, close
-from grader.judge.fitting import fit_log_scale
-from grader.plan import Case
 
 
 def _heads(case: Case, merge_transpose: bool = True,
@@ -105,8 +104,8 @@ def matching(student: torch.Tensor,
     return found
 
 
-def name_scale(value: float, sizes: dict[str, int]) -> str:
-    """Describe a scale constant by the size expression it equals."""
+def scale_candidates(sizes: dict[str, int]) -> dict[str, float]:
+    """The size expressions a scale constant may equal, by name."""
     candidates = {"1": 1.0}
     for key in ("hidden", "input_size", "seq_len"):
         if key in sizes:
@@ -117,10 +116,12 @@ def name_scale(value: float, sizes: dict[str, int]) -> str:
         candidates["head_size"] = float(head_size)
         candidates["sqrt(head_size)"] = math.sqrt(head_size)
         candidates["num_heads"] = float(sizes["num_heads"])
-    for label, candidate in candidates.items():
-        if abs(value - candidate) <= 1e-3 * max(1.0, candidate):
-            return f"{value:.4g} = {label}"
-    return f"{value:.4g}"
+    return candidates
+
+
+def name_scale(value: float, sizes: dict[str, int]) -> str:
+    """Describe a scale constant by the size expression it equals."""
+    return attention.name_scale(value, scale_candidates(sizes))
 
 
 def softmax_scale(scores: torch.Tensor, student: torch.Tensor
@@ -362,10 +363,4 @@ def fit_scale_output(case: Case, student: torch.Tensor) -> float | None:
 def scale_diagnosis(c: float | None, expected: float,
                     sizes: dict[str, int]) -> tuple[list[str], str]:
     """Ids and words for a recovered scale constant."""
-    if c is None or abs(c - expected) <= 1e-3 * expected:
-        return [], ""
-    if abs(c - 1.0) <= 1e-3:
-        return ["no_scaling"], "The scores are not scaled at all."
-    return ["wrong_scale"], (f"The scores are divided by "
-                             f"{name_scale(c, sizes)}; expected "
-                             f"{name_scale(expected, sizes)}.")
+    return attention.scale_diagnosis(c, expected, scale_candidates(sizes))

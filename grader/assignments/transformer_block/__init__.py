@@ -9,8 +9,8 @@ checks and the stub are the files ``rubric.toml``, ``checks/`` and
 """
 from __future__ import annotations
 
+from grader.api import Plugin
 from grader.assignments.transformer_block import cases, mistakes, reference
-from grader.plugin import Plugin
 
 PLUGIN = Plugin(id="transformer_block", build_plan=cases.build,
                 reference=reference, mistakes=mistakes)

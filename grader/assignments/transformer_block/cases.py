@@ -35,10 +35,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from grader.api import Case, Plan, ProbeInfo, derive_seed, encode_tensor, probe
 from grader.assignments.transformer_block.reference import (layer_shapes,
                                                             lm_shapes)
-from grader.plan import Case, Plan, ProbeInfo, derive_seed, probe
-from grader.wire import encode_tensor
 
 LABEL = "transformer_block"
 HIDDEN_CASES = 3

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from grader.api import Case, TaskRun, close, fail
 from grader.assignments.transformer_block import reference
-from grader.judge.checking import close, fail
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 LAYER_CALL = "TransformerEncoderLayer.forward"
 

@@ -6,10 +6,9 @@ Judged on the lecture's inputs and on hidden random sequences
 import pytest
 import torch
 
+from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import compare
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 
 def expected(case: Case) -> torch.Tensor:

@@ -10,13 +10,11 @@ lecture's inputs (the lecture's numbers).
 import pytest
 import torch
 
+from grader.api import Case, TaskRun, fail
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (compare,
                                                               described,
                                                               seeded)
-from grader.judge.checking import fail
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 NAMES = ("W_query", "W_key", "W_value")
 

@@ -9,11 +9,10 @@ without qkv_bias), the output with the case's weights loaded, and
 import pytest
 import torch
 
+from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, expect_projections, seeded)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 
 def expected(case: Case) -> torch.Tensor:

@@ -13,12 +13,11 @@ attention weights, read back from the output (see
 import pytest
 import torch
 
+from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, dropout, expect_mask_buffer, expect_projections,
     mask_not_sliced, optional_output, seeded)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 
 def expected(case: Case) -> torch.Tensor:

@@ -15,6 +15,7 @@ CausalAttention's output for each head's weights, side by side (the
 import pytest
 import torch
 
+from grader.api import Case, TaskRun, close, fail, max_error, tensor_of
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (MEANINGS,
                                                               described,
@@ -22,9 +23,6 @@ from grader.assignments.attention_basics.observations import (MEANINGS,
                                                               optional_output,
                                                               output_shape,
                                                               seeded)
-from grader.judge.checking import close, fail, max_error, tensor_of
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 TARGET = "MultiHeadAttentionWrapper"
 

@@ -14,12 +14,11 @@ head split or a missing out_proj does not cost this point too.
 import pytest
 import torch
 
+from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, dropout, expect_linear, expect_projections,
     mask_not_sliced, seeded)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 
 def expected(case: Case) -> torch.Tensor:

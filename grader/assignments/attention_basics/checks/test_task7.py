@@ -15,15 +15,13 @@ whatever the scale, split or merge).
 import pytest
 import torch
 
+from grader.api import Case, TaskRun, close
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (compare,
                                                               described,
                                                               expect_linear,
                                                               optional_output,
                                                               seeded)
-from grader.judge.checking import close
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 TARGET = "QKVMultiheadAttention"
 

@@ -10,12 +10,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+from grader.api import (Case, CheckFailed, TaskRun, close, explained, fail,
+                        max_error, require_ran, tensor_of)
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import INIT_SIZES
-from grader.judge.checking import (CheckFailed, close, explained, fail,
-                                   max_error, require_ran, tensor_of)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 OUT = "[batch_size, seq_len, hidden]"
 

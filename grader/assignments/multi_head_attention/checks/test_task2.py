@@ -18,14 +18,12 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+from grader.api import (ATOL, RTOL, Case, TaskRun, close, explained, fail,
+                        max_error, require_ran, returned, share_bounds,
+                        tensor_of)
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import (DROPOUT_DRAWS,
                                                            DROPOUT_RATES)
-from grader.judge.checking import (ATOL, RTOL, close, explained, fail,
-                                   max_error, require_ran, returned,
-                                   share_bounds, tensor_of)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 OUT = "[batch_size, seq_len, hidden]"
 PROBS = "[batch_size * num_heads, seq_len, seq_len]"

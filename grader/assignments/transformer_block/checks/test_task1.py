@@ -8,12 +8,10 @@ mode; a pre-norm layer or a missing residual is diagnosed.
 """
 import pytest
 
+from grader.api import TaskRun, close, fail, max_error, require_ran, tensor_of
 from grader.assignments.transformer_block import mistakes, reference
 from grader.assignments.transformer_block.cases import INIT_1
 from grader.assignments.transformer_block.mistakes import check_parameters
-from grader.judge.checking import (close, fail, max_error, require_ran,
-                                   tensor_of)
-from grader.run.observe import TaskRun
 
 OUT = "[batch_size, seq_len, hidden]"
 CALL = mistakes.LAYER_CALL

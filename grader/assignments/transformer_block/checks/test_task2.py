@@ -14,13 +14,11 @@ reports is taken as it is.
 import pytest
 import torch
 
+from grader.api import (Case, TaskRun, close, fail, max_error, require_ran,
+                        tensor_of)
 from grader.assignments.transformer_block import mistakes, reference
 from grader.assignments.transformer_block.cases import INIT_2, TRAIN_BOUND
 from grader.assignments.transformer_block.mistakes import check_parameters
-from grader.judge.checking import (close, fail, max_error, require_ran,
-                                   tensor_of)
-from grader.plan import Case
-from grader.run.observe import TaskRun
 
 LOGITS = "[batch_size, seq_len, vocab_size]"
 
