@@ -1,17 +1,20 @@
-"""The grader's own errors, in a module that imports nothing of the kit.
-
-``cli``, ``batch``, ``bundle`` and ``course`` raise and catch these; keeping
-them here (not in ``cli``) means no library module imports the command
-line, and no import cycle runs through it.
-"""
+"""The grader's own errors: one base, :class:`GraderError`, and the ones
+every route shares. This module imports nothing of the kit, so that no
+library module needs the command line to raise or catch them
+(docs/architecture.md, "Imports")."""
 from __future__ import annotations
 
 
-class CliError(Exception):
+class GraderError(Exception):
+    """The base of every error the kit raises on purpose: catching it
+    catches a refusal the kit explains in one line, never a bug."""
+
+
+class CliError(GraderError):
     """A problem with the command line or its input: one line, exit 2."""
 
 
-class RubricError(Exception):
+class RubricError(GraderError):
     """A rubric table that is inconsistent or incomplete."""
 
 
@@ -20,5 +23,5 @@ class PluginError(RubricError):
     wrong type or does not import; the message names the plug-in."""
 
 
-class BatchError(Exception):
+class BatchError(GraderError):
     """A batch that cannot start (bad folder, unwritable output)."""

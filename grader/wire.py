@@ -28,6 +28,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from grader.errors import GraderError
+
 MAX_FRAME = 16 * 1024 * 1024
 MAX_CONTAINERS = 200_000
 MAGIC_SIZE = 16
@@ -35,7 +37,7 @@ MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
 
 
-class ChannelError(Exception):
+class ChannelError(GraderError):
     """A frame that is malformed or too large (a corrupted channel)."""
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from grader.errors import GraderError
 from grader.locate.source import GRADING_CELL_MARK, node_span
 from grader.rubric import Assignment, assignments
 from solutions.paths import (PACKAGE, ROOT, SOLUTIONS, Generated,
@@ -57,7 +58,7 @@ def package_extras(assignment_id: str) -> tuple[str, ...]:
     return tuple(make()) if make is not None else ()
 
 
-class TemplateError(Exception):
+class TemplateError(GraderError):
     """A template that cannot be turned into a notebook."""
 
 

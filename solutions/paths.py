@@ -6,13 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.errors import GraderError
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 PACKAGE = ROOT / "transformer_lm"
 PUBLIC_TESTS = ROOT / "tests" / "public"
 
 
-class BuildError(Exception):
+class BuildError(GraderError):
     """The single source is malformed (e.g. unbalanced solution markers)."""
 
 

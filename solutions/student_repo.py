@@ -42,12 +42,13 @@ from pathlib import Path
 
 from grader import __version__
 from grader.constants import TORCH_CPU_INDEX, TORCH_VERSION
+from grader.errors import GraderError
 from grader.routes.classroom import PUBLIC_TESTS as PUBLIC_RUNNER
 from grader.routes.classroom import PUBLIC_TESTS_ENV, runners
 from grader.rubric import Assignment, RubricError, get_assignment
-from solutions.paths import ROOT, BuildError, public_test_files
 from solutions.gradescope_bundle import (BundleError, generated_package,
                                          kit_files, pinned_requirements)
+from solutions.paths import ROOT, BuildError, public_test_files
 
 RELEASE = ROOT / "assignment"
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
@@ -108,7 +109,7 @@ _SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".ipynb_checkpoints")
 NOTEBOOK_PACKAGES = ("notebook", "ipykernel")
 
 
-class StudentRepoError(Exception):
+class StudentRepoError(GraderError):
     """The student repository cannot be generated."""
 
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 # many leading '#' for block comment"), but they belong to nbgrader, not to
 # the student.
 from grader.constants import NBGRADER_MARKERS
+from grader.errors import GraderError
 from grader.locate.source import SourceError, encode_python, split_lines
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ _RUNNER = ("import resource, runpy, sys\n"
            "runpy.run_module('flake8', run_name='__main__', alter_sys=True)\n")
 
 
-class Flake8Error(RuntimeError):
+class Flake8Error(GraderError, RuntimeError):
     """flake8 could not check the code: it crashed, timed out, ran out of
     memory, or printed something unexpected."""
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from grader.constants import END_MARKER, START_MARKER
+from grader.errors import GraderError
 
 if TYPE_CHECKING:
     from grader.locate.cells import LintText
@@ -62,11 +63,11 @@ MAX_SOURCE_BYTES = 256 * 1024
 MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024
 
 
-class SourceError(Exception):
+class SourceError(GraderError):
     """A submission file that cannot be read as Python or as a notebook."""
 
 
-class UncompilableError(SyntaxError):
+class UncompilableError(GraderError, SyntaxError):
     """Source that Python's parser gives up on (too deep, out of memory).
 
     A :class:`SyntaxError`, so that every caller that handles code that

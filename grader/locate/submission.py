@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.errors import GraderError
 from grader.locate.loading import load_source
 from grader.locate.source import (SourceError, SourceFile, find_class,
                                   find_function)
@@ -85,7 +86,7 @@ _DEFINITION = re.compile(
 _TOP_ASSIGNMENT = re.compile(r"(\w+)[ \t\f]*(?::[^=\n]*)?=(?!=)")
 
 
-class SubmissionError(Exception):
+class SubmissionError(GraderError):
     """The path cannot be graded (missing, unreadable, nothing in it)."""
 
 

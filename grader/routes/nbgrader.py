@@ -61,13 +61,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from grader.errors import BatchError, GraderError
 from grader.locate.loading import load_source
 from grader.locate.source import SourceError
 from grader.output.files import write_atomic
 from grader.output.notebook import (cell_items, cell_text, grade_id,
                                     nbgrader_credits)
 from grader.output.text import clean, listing, one_line
-from grader.errors import BatchError
 from grader.routes.batch import Progress, check_writable, summarise
 from grader.routes.classfolder import Entry, entry_keys
 from grader.routes.judges import JudgeOptions, judge_all, prewarm
@@ -80,7 +80,7 @@ MAX_FILE_BYTES = 50 * 1024 * 1024
 REPORT_INTRO = "The grader's report on this submission:"
 
 
-class CourseError(Exception):
+class CourseError(GraderError):
     """A course or assignment that cannot be graded: one line, exit 2."""
 
 

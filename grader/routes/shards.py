@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import listing, one_line
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 MANIFEST = "shard.json"
 
 
-class MergeError(Exception):
+class MergeError(GraderError):
     """Shards that cannot be merged (one line, exit status 2)."""
 
 

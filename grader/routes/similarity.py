@@ -37,6 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import clean
 
@@ -44,7 +45,7 @@ NOISE = 25       # copydetect's k: shorter shared runs are noise
 GUARANTEE = 25   # runs this long are always found (winnowing window 1)
 
 
-class SimilarityError(Exception):
+class SimilarityError(GraderError):
     """The comparison cannot start (one line, exit status 2)."""
 
 
@@ -293,9 +294,8 @@ def report_html(found: list[Pair], compared: int, students: int,
 
 def run_similarity(args: argparse.Namespace) -> int:
     """``python -m grader similarity``: write the report; exit status."""
-    from grader.errors import CliError
+    from grader.errors import BatchError, CliError
     from grader.locate.submission import SubmissionError, locate
-    from grader.errors import BatchError
     from grader.routes.classfolder import class_assignment, discover
     from grader.rubric import RubricError, get_assignment
 

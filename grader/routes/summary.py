@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import clean, one_line
 
@@ -41,7 +42,7 @@ SLOWEST = 5          # the slowest submissions listed
 MISTAKES_DRAWN = 10  # the most frequent mistakes drawn
 
 
-class SummaryError(Exception):
+class SummaryError(GraderError):
     """A CSV that is no batch's (one line, for the command line)."""
 
 

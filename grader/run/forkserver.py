@@ -35,6 +35,7 @@ import threading
 import time
 
 from grader.constants import KIT_ROOT
+from grader.errors import GraderError
 
 # Modules the server imports once, so that every worker starts warm.
 PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine")
@@ -50,7 +51,7 @@ START_SECONDS = 120.0
 KILL_SIGNAL = signal.SIGKILL
 
 
-class ForkServerError(RuntimeError):
+class ForkServerError(GraderError, RuntimeError):
     """The fork server could not be started or asked for a worker."""
 
 

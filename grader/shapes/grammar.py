@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from grader.errors import GraderError
 from grader.rubric import DEFAULT_NOTATION, DEFAULT_SHAPE_EXAMPLE, Notation
 
 if TYPE_CHECKING:
@@ -87,11 +88,11 @@ class DimensionTable:
 # The shape grammar
 # ---------------------------------------------------------------------------
 
-class ShapeSyntaxError(ValueError):
+class ShapeSyntaxError(GraderError, ValueError):
     """Bracketed text that is not a shape (an index, prose, a typo)."""
 
 
-class ShapeEvalError(ValueError):
+class ShapeEvalError(GraderError, ValueError):
     """A claimed shape that has no value under a size set."""
 
 

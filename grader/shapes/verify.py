@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations_with_replacement
 from typing import TYPE_CHECKING, Any, Iterable
 
+from grader.errors import GraderError
 from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
                                    ShapeEvalError, ShapeSyntaxError, brief,
                                    ignored_brackets, is_index, is_tuple,
@@ -37,7 +38,7 @@ _ABOVE_HINT = ("a comment above a statement belongs to the statement before "
 # Verification (trusted grader process; pure functions)
 # ---------------------------------------------------------------------------
 
-class ShapeRecordError(ValueError):
+class ShapeRecordError(GraderError, ValueError):
     """Tracer records that are not the documented plain data."""
 
 

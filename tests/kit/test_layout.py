@@ -50,6 +50,8 @@ HEAVY = {
     "sqlalchemy": "nbgrader's gradebook only",
     "flake8": "the lint server only: a fresh flake8 per process",
     "copydetect": "`similarity` only (an optional extra)",
+    "_pytest": "pytest's session, prepared once in the checks' warm-up",
+    "IPython": "notebook cells only: IPython's input transformer (magics)",
 }
 
 
@@ -303,3 +305,38 @@ def test_every_command_keeps_its_name(command: list[str]) -> None:
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.startswith("usage: ")
+
+
+# --------------------------------------------------------------------------
+# Errors
+
+
+def defined_exceptions(path: Path) -> list[tuple[str, list[str]]]:
+    """(class, base names) for every class of ``path`` whose name ends in
+    ``Error`` (the kit's naming for what it raises on purpose)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [(node.name, [ast.unparse(base) for base in node.bases])
+            for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+            and node.name.endswith("Error")]
+
+
+def test_every_kit_error_derives_from_grader_error() -> None:
+    """One base: an error class either derives from GraderError directly
+    or from another error of the kit that does."""
+    from grader.errors import GraderError
+
+    classes = {}
+    for name, path in kit_modules().items():
+        for cls, _ in defined_exceptions(path):
+            module = __import__(name, fromlist=["_"])
+            classes[f"{name}.{cls}"] = getattr(module, cls)
+    assert len(classes) > 15
+    outside = sorted(n for n, c in classes.items()
+                     if not issubclass(c, GraderError))
+    assert outside == []
+
+
+def test_the_error_scan_sees_a_planted_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.py"
+    path.write_text("class OopsError(ValueError):\n    pass\n")
+    assert defined_exceptions(path) == [("OopsError", ["ValueError"])]
