@@ -687,12 +687,12 @@ def test_student_repo_ships_the_generated_stub(tampered_kit, tmp_path):
 
 def test_student_repo_workflow_grades_the_named_assignment():
     """Issue 18: the Classroom route names its assignment (the grade step
-    runs the grader through grader.routes.classroom)."""
+    runs the grader through grader.classroom)."""
     from solutions.student_repo import classroom_workflow
 
     for assignment in assignments():
         workflow = classroom_workflow(get_assignment(assignment.id))
         grading = [line for line in workflow.splitlines()
-                   if "grader.routes.classroom grade ." in line]
+                   if "grader.classroom grade ." in line]
         assert grading and all(f"--assignment {assignment.id} " in line
                                for line in grading), assignment.id

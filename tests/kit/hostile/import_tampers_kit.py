@@ -24,7 +24,7 @@ KIT = Path(__file__).resolve().parents[3]
 
 VALUES = Path(transformer_lm.test_values.__file__)
 MARK = "\n# tampered by a submission\n"
-CHECKING = KIT / "grader" / "checking.py"
+CHECKING = KIT / "grader" / "judge" / "checking.py"
 MISSING = KIT / "grader" / "no-such-file.py"
 
 
