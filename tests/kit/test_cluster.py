@@ -1,0 +1,181 @@
+"""Issue 26, a class on a cluster (docs/cluster.md): merge and ``batch
+--only`` change no cell of what one plain batch writes, whatever a row
+holds; the shard arithmetic; the recipes the kit ships as files
+(``cluster/``), quoted exactly by the docs; the Kubernetes manifests
+validated offline. The real Slurm run is tests/kit/test_slurm.py."""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUBMISSIONS = ROOT / "tests" / "kit" / "submissions"
+STUB = ROOT / "transformer_lm" / "modeling_attention.py"
+SEED = "424242"
+
+# Every kind of value a row can hold: negative penalties (clamp_penalties:
+# task1.pep8 = -1.0), the bonus, a syntax error (a graded row with
+# errors), an untouched stub (notes), an entry that is no submission (an
+# error row, empty items), and names with commas, quotes, non-ASCII,
+# leading = + - @, and names that look like numbers.
+HOSTILE_CLASS = {
+    "=cmd.py": "correct_matmul.py",
+    "+plus.py": "clamp_penalties.py",
+    "-1.0.py": "clamp_penalties.py",
+    "@at.py": "mistake_softmax_dim.py",
+    "3.py": "broken_syntax_error.py",
+    'o\'neil, "jr".py': "mistake_mask_diagonal.py",
+    "zoë ünïcode.py": "clamp_penalties.py",
+    "amy.py": "correct_matmul.py",
+}
+
+
+def grader(*args: str, env: dict | None = None,
+           timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m grader ARGS`` from the kit's root."""
+    return subprocess.run([sys.executable, "-m", "grader", *args],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def make_class(folder: Path) -> Path:
+    """The hostile class (see HOSTILE_CLASS), plus a stub and a .zip."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in HOSTILE_CLASS.items():
+        shutil.copy(SUBMISSIONS / source, folder / name)
+    shutil.copy(STUB, folder / "fay.py")
+    (folder / "gus.zip").write_bytes(b"PK\x03\x04")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> tuple[Path, Path]:
+    """The hostile class and one plain batch of it."""
+    base = tmp_path_factory.mktemp("plain")
+    folder = make_class(base / "class")
+    out = base / "out" / "grades.csv"
+    result = grader("batch", str(folder), "--out", str(out), "--jobs", "2",
+                    "--seed", SEED)
+    assert result.returncode == 1, result.stdout + result.stderr  # gus.zip
+    return folder, out
+
+
+def test_the_class_holds_every_kind_of_cell(plain):
+    """The plain batch's CSV really has what the merge must keep: a
+    negative number, the bonus, guarded names, an error row with empty
+    items, a name with a comma and quotes, non-ASCII."""
+    _, out = plain
+    text = out.read_text(encoding="utf-8")
+    assert ",-1.0," in text           # a penalty, a number
+    assert "'=cmd,graded,11.0," in text  # guarded once; the bonus
+    assert "'-1.0,graded," in text     # a name that looks like a number
+    assert "'+plus," in text and "'@at," in text
+    assert '"o\'neil, ""jr""",graded' in text
+    assert "zoë ünïcode,graded" in text
+    assert "\n3,graded," in text
+    assert re.search(r"\ngus\.zip,error,0\.0,,,+", text)
+    assert "''" not in text
+
+
+def test_merge_and_only_change_no_cell(plain, tmp_path):
+    """Three shards merged, the merge of a merge and ``batch --only`` of
+    one student equal one plain batch byte for byte; each CSV's summary
+    is its own, beside it, never another's in the same folder."""
+    folder, out = plain
+    expected = out.read_text(encoding="utf-8")
+    parts = [tmp_path / f"part-{i}.csv" for i in (1, 2, 3)]
+    for index, part in enumerate(parts, 1):
+        result = grader("batch", str(folder), "--out", str(part),
+                        "--shard", f"{index}/3", "--jobs", "2",
+                        "--seed", SEED)
+        assert result.returncode in (0, 1), result.stderr
+    merged = tmp_path / "grades.csv"
+    result = grader("merge", str(merged), *map(str, parts))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert merged.read_text(encoding="utf-8") == expected
+    # A merge of the merged CSV alone reads it back and writes it again.
+    again = tmp_path / "again.csv"
+    shutil.copytree(merged.with_name("grades.csv.reports"),
+                    tmp_path / "copy.csv.reports")
+    shutil.copy(merged, tmp_path / "copy.csv")
+    result = grader("merge", str(again), str(tmp_path / "copy.csv"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert again.read_text(encoding="utf-8") == expected
+    summaries = sorted(p.name for p in tmp_path.glob("*summary*"))
+    assert summaries == ["again.csv.summary.json", "again.csv.summary.png",
+                         "grades.csv.summary.json", "grades.csv.summary.png"]
+    # --only regrades one student and keeps every other row as it was.
+    result = grader("batch", str(folder), "--out", str(merged), "--only",
+                    "-1.0", "--jobs", "2", "--seed", SEED)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert merged.read_text(encoding="utf-8") == expected
+    # The summary command reads the CSV the same way.
+    result = grader("summary", str(merged))
+    assert result.returncode == 0, result.stderr
+    assert "of 10" in result.stdout
+
+
+def test_the_reader_is_the_writers_inverse(tmp_path):
+    """read_csv(write_csv(rows)) writes the same bytes, for every kind of
+    cell, without grading anything."""
+    from grader.routes.rows import read_csv, write_csv
+
+    rows = [{"student": "-1.0", "status": "graded", "score": 3.0,
+             "max_score": 10.0, "task1.pep8": -1.0, "task1.bonus": 1.0,
+             "task1.count": 3, "errors": "=HYPERLINK(x)", "notes": "@a",
+             "flags": "+b", "diagnoses": "'already quoted", "path": "p",
+             "assignment": "a"},
+            {"student": "3", "status": "error", "score": 0.0,
+             "max_score": "", "errors": "a, \"quoted\"\tand\nlines",
+             "path": "zoë, 'x'", "assignment": ""},
+            {"student": "1.50", "status": "graded", "score": 1e-05,
+             "max_score": 10, "task1.pep8": "-0", "task1.bonus": "nan",
+             "task1.count": "1.50", "path": "q", "assignment": "a"}]
+    first, second = tmp_path / "1.csv", tmp_path / "2.csv"
+    write_csv(first, rows)
+    back = read_csv(first)
+    write_csv(second, back)
+    assert second.read_bytes() == first.read_bytes()
+    by_name = {row["student"]: row for row in back}
+    assert set(by_name) == {"-1.0", "3", "1.50"}  # names stay text
+    assert by_name["-1.0"]["task1.pep8"] == -1.0
+    assert by_name["-1.0"]["task1.count"] == 3
+    assert by_name["-1.0"]["errors"] == "=HYPERLINK(x)"
+    assert by_name["1.50"]["task1.count"] == "1.50"
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    from grader.routes.rows import RowsError
+
+    with pytest.raises(RowsError, match="not a batch's CSV"):
+        read_csv(tmp_path / "bad.csv")
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 16, 64])
+def test_every_student_is_in_exactly_one_shard(count):
+    """For many class sizes and N: every student in exactly one shard,
+    shards of floor or ceil of size/N, the same cut every time."""
+    from grader.routes.shards import shard_of
+
+    class Entry:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+    for size in (0, 1, 2, 5, 7, 8, 9, 63, 64, 65, 300, 1001):
+        entries = [Entry(f"s{(i * 7919) % 100003:06d}") for i in
+                   range(size)]
+        cut = [shard_of(entries, i, count) for i in range(1, count + 1)]
+        seen = [e.key for shard in cut for e in shard]
+        assert sorted(seen) == sorted(e.key for e in entries)
+        assert len(seen) == len(set(seen))
+        sizes = {len(shard) for shard in cut}
+        assert sizes <= {size // count, math.ceil(size / count)}
+        assert max(sizes) - min(sizes) <= 1
+        again = [shard_of(list(reversed(entries)), i, count)
+                 for i in range(1, count + 1)]
+        assert [[e.key for e in s] for s in again] == \
+            [[e.key for e in s] for s in cut]
