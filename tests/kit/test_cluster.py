@@ -2,14 +2,17 @@
 --only`` change no cell of what one plain batch writes, whatever a row
 holds; the shard arithmetic; the recipes the kit ships as files
 (``cluster/``), quoted exactly by the docs; the Kubernetes manifests
-validated offline. The real Slurm run is tests/kit/test_slurm.py."""
+validated offline; and the kit's own sbatch files run on a real
+one-node Slurm cluster (skipped where Slurm is not installed)."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = ROOT / "tests" / "kit" / "submissions"
 STUB = ROOT / "transformer_lm" / "modeling_attention.py"
-SEED = "424242"
+# Distinctive, so that finding it in a file or a log means it leaked.
+SEED = "5550123987"
+SLURM = ROOT / "cluster" / "slurm"
 
 # Every kind of value a row can hold: negative penalties (clamp_penalties:
 # task1.pep8 = -1.0), the bonus, a syntax error (a graded row with
@@ -44,6 +49,11 @@ def grader(*args: str, env: dict | None = None,
                           timeout=timeout, env=env)
 
 
+def seeded() -> dict[str, str]:
+    """This process's environment with the secret seed in it."""
+    return {**os.environ, "GRADER_SEED": SEED}
+
+
 def make_class(folder: Path) -> Path:
     """The hostile class (see HOSTILE_CLASS), plus a stub and a .zip."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -61,7 +71,7 @@ def plain(tmp_path_factory) -> tuple[Path, Path]:
     folder = make_class(base / "class")
     out = base / "out" / "grades.csv"
     result = grader("batch", str(folder), "--out", str(out), "--jobs", "2",
-                    "--seed", SEED)
+                    env=seeded())
     assert result.returncode == 1, result.stdout + result.stderr  # gus.zip
     return folder, out
 
@@ -93,7 +103,7 @@ def test_merge_and_only_change_no_cell(plain, tmp_path):
     for index, part in enumerate(parts, 1):
         result = grader("batch", str(folder), "--out", str(part),
                         "--shard", f"{index}/3", "--jobs", "2",
-                        "--seed", SEED)
+                        env=seeded())
         assert result.returncode in (0, 1), result.stderr
     merged = tmp_path / "grades.csv"
     result = grader("merge", str(merged), *map(str, parts))
@@ -112,7 +122,7 @@ def test_merge_and_only_change_no_cell(plain, tmp_path):
                          "grades.csv.summary.json", "grades.csv.summary.png"]
     # --only regrades one student and keeps every other row as it was.
     result = grader("batch", str(folder), "--out", str(merged), "--only",
-                    "-1.0", "--jobs", "2", "--seed", SEED)
+                    "-1.0", "--jobs", "2", env=seeded())
     assert result.returncode == 0, result.stdout + result.stderr
     assert merged.read_text(encoding="utf-8") == expected
     # The summary command reads the CSV the same way.
@@ -179,3 +189,110 @@ def test_every_student_is_in_exactly_one_shard(count):
                  for i in range(1, count + 1)]
         assert [[e.key for e in s] for s in again] == \
             [[e.key for e in s] for s in cut]
+
+
+# --------------------------------------------------------------------------
+# A real one-node Slurm cluster
+
+
+def _run(*command: str, env: dict | None = None, cwd: Path | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
+def _one_node() -> None:
+    """Start the kit's one-node cluster, or skip with one line."""
+    if not shutil.which("sbatch") or not Path("/usr/sbin/slurmd").exists():
+        pytest.skip("Slurm is not installed (apt-get install slurm-wlm "
+                    "munge; .ci/run does)")
+    if os.geteuid() != 0:
+        pytest.skip("starting a one-node Slurm cluster needs root")
+    started = _run(str(SLURM / "one-node.sh"), timeout=120)
+    if started.returncode == 3:  # a Slurm of the machine's own
+        pytest.skip(started.stderr.strip().splitlines()[-1])
+    assert started.returncode == 0, started.stdout + started.stderr
+
+
+def _job_ids(submitted: subprocess.CompletedProcess) -> tuple[str, str]:
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    found = re.search(r"shards: job (\d+) .*; merge: job (\d+)",
+                      submitted.stdout)
+    assert found, submitted.stdout
+    return found.group(1), found.group(2)
+
+
+def _wait(*jobs: str, timeout: float = 300) -> None:
+    """Until no job of ``jobs`` (nor a task of their arrays) is queued."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queued = _run("squeue", "--noheader", "--jobs", ",".join(jobs))
+        if queued.returncode == 0 and not queued.stdout.strip():
+            return
+        time.sleep(1)
+    _run("scancel", *jobs)
+    pytest.fail(f"Slurm jobs {jobs} still queued after {timeout} s")
+
+
+def _exit_code(job: str) -> str:
+    shown = _run("scontrol", "show", "job", job).stdout
+    found = re.search(r"\bExitCode=(\d+:\d+)", shown)
+    assert found, shown
+    return found.group(1)
+
+
+def test_the_kits_sbatch_files_on_a_real_slurm_cluster(plain, tmp_path):
+    """submit.sh puts an array of 3 shards (grade.sbatch) and the merge
+    (merge.sbatch, afterany) on a one-node cluster; shard 2 is cancelled,
+    the merge names it (exit 1), ``ARRAY=2 submit.sh`` reruns it and
+    merges again: the CSV equals one plain batch byte for byte. The kit
+    runs from a virtual environment (no container); the seed reaches the
+    jobs through the environment only and is in no file and no log."""
+    _one_node()
+    folder, out = plain
+    venv = tmp_path / "venv"  # on the "shared file system": this machine
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                    "--system-site-packages", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "grading-kit.pth").write_text(f"{ROOT}\n")  # as pip install -e
+    python = venv / "bin" / "python"
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    found = _run(str(python), "-c", "import grader; print(grader.__file__)",
+                 env=env, cwd=tmp_path)
+    assert found.stdout.strip() == str(ROOT / "grader" / "__init__.py")
+    work = tmp_path / "work"
+    env.update(CLASS=str(folder), WORK=str(work), SHARDS="3",
+               ASSIGNMENT="multi_head_attention", PYTHON=str(python),
+               GRADER_SEED=SEED)
+    submit = str(SLURM / "submit.sh")
+    # One CPU a shard so that two run at once on a 2-core machine; held,
+    # so that shard 2 is cancelled before it starts.
+    array, merge = _job_ids(_run(submit, "--cpus-per-task=1", "--hold",
+                                 env=env, cwd=tmp_path))
+    assert _run("scancel", f"{array}_2").returncode == 0
+    assert _run("scontrol", "release", array, merge).returncode == 0
+    _wait(array, merge)
+    assert _exit_code(merge) == "1:0"
+    first_merge = (work / "logs" / f"merge-{merge}.out").read_text()
+    assert "missing shards: 2 of 3" in first_merge
+    assert not (work / "parts" / "part-2.csv").exists()
+    rerun, again = _job_ids(_run(submit, "--cpus-per-task=1",
+                                 env={**env, "ARRAY": "2"}, cwd=tmp_path))
+    _wait(rerun, again)
+    assert _exit_code(again) == "0:0", \
+        (work / "logs" / f"merge-{again}.out").read_text()
+    assert (work / "grades.csv").read_bytes() == out.read_bytes()
+    logs = sorted(p.name for p in (work / "logs").iterdir())
+    assert logs == sorted([f"grade-{array}_1.out", f"grade-{array}_3.out",
+                           f"grade-{rerun}_2.out", f"merge-{merge}.out",
+                           f"merge-{again}.out"])
+    # The seed: in no file the jobs wrote, no log, no recipe, nothing
+    # Slurm shows of the jobs.
+    places = [work, *SLURM.iterdir(), *Path("/var/log/slurm").glob("*")]
+    leaked = [str(path) for place in places
+              for path in ([place] if place.is_file() else place.rglob("*"))
+              if path.is_file() and SEED.encode() in path.read_bytes()]
+    assert leaked == []
+    shown = _run("scontrol", "show", "job", array, merge, rerun, again)
+    assert SEED not in shown.stdout
