@@ -6,6 +6,7 @@ validated offline; and the kit's own sbatch files run on a real
 one-node Slurm cluster (skipped where Slurm is not installed)."""
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -189,6 +190,153 @@ def test_every_student_is_in_exactly_one_shard(count):
                  for i in range(1, count + 1)]
         assert [[e.key for e in s] for s in again] == \
             [[e.key for e in s] for s in cut]
+        # The docs' wall times count the largest shard as the bench does.
+        assert bench().shard_wall(size, count, 0.0, 1.0) == \
+            max(len(shard) for shard in cut)
+
+
+def bench():
+    """bench/bench.py, imported (its scale model)."""
+    spec = importlib.util.spec_from_file_location(
+        "kit_bench", ROOT / "bench" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------
+# The recipes as files, and the docs that quote them
+
+DOCS = ROOT / "docs" / "cluster.md"
+K8S = ROOT / "cluster" / "k8s"
+QUOTE = re.compile(r"<!-- quote: (\S+) -->\n```[a-z]*\n(.*?)```\n", re.S)
+
+
+def test_the_docs_quote_the_recipe_files_exactly():
+    """Every quote of a recipe in docs/cluster.md is the file, byte for
+    byte; every recipe file is named there; no other code block holds a
+    copy of one (a batch script, a manifest, a Dockerfile)."""
+    text = DOCS.read_text(encoding="utf-8")
+    quoted = QUOTE.findall(text)
+    assert {path for path, _ in quoted} >= {
+        "cluster/slurm/grade.sbatch", "cluster/k8s/grade-job.yaml",
+        "cluster/Dockerfile"}
+    for path, body in quoted:
+        assert body == (ROOT / path).read_text(encoding="utf-8"), path
+    files = [p.relative_to(ROOT).as_posix() for p in
+             (ROOT / "cluster").rglob("*") if p.is_file()]
+    assert len(files) >= 10
+    for name in files + [".dockerignore"]:
+        assert f"`{name}`" in text or f"`{Path(name).name}`" in text, name
+    rest = QUOTE.sub("", text)
+    for block in re.findall(r"```[a-z]*\n(.*?)```", rest, re.S):
+        for copied in ("#SBATCH", "apiVersion:", "FROM ", "kind: Job"):
+            assert copied not in block, block
+
+
+def _manifests() -> list[tuple[str, dict]]:
+    yaml = pytest.importorskip("yaml")
+    return [(path.name, doc) for path in sorted(K8S.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))]
+
+
+def test_the_kubernetes_manifests_validate_offline():
+    """The Job, the merge Job, the volumes, the Secret and the
+    NetworkPolicy validate (strict: no unknown field) against the
+    Kubernetes 1.29 and 1.37 schemas that kubernetes-validate ships
+    (offline); 1.27's rejects backoffLimitPerIndex, as the docs say; a
+    planted mistake is caught; the names that tie them together agree."""
+    validator = pytest.importorskip(
+        "kubernetes_validate", reason="kubernetes-validate is not installed "
+        "(pip install -e .[dev])")
+    manifests = _manifests()
+    assert sorted(doc["kind"] for _, doc in manifests) == [
+        "Job", "Job", "NetworkPolicy", "PersistentVolumeClaim",
+        "PersistentVolumeClaim", "Secret"]
+    for version in ("1.29.0", "1.37.0"):
+        for name, doc in manifests:
+            validator.validate(doc, version, strict=True)
+    by_name = {doc["metadata"]["name"]: doc for _, doc in manifests}
+    job = by_name["grade-hw3"]
+    with pytest.raises(validator.ValidationError,
+                       match="backoffLimitPerIndex"):
+        validator.validate(job, "1.27.0", strict=True)
+    planted = {**job, "spec": {**job["spec"], "completion": 8}}
+    with pytest.raises(validator.ValidationError):
+        validator.validate(planted, "1.37.0", strict=True)
+    # What ties them together.
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    shards = spec["completions"]
+    assert spec["parallelism"] == shards and spec["completionMode"] == \
+        "Indexed" and pod["restartPolicy"] == "Never"
+    assert f"/{shards} " in container["args"][0]
+    assert "--resume" in container["args"][0]
+    claims = {v["persistentVolumeClaim"]["claimName"]
+              for _, doc in manifests if doc["kind"] == "Job"
+              for v in doc["spec"]["template"]["spec"]["volumes"]}
+    volumes = {n for n, d in by_name.items()
+               if d["kind"] == "PersistentVolumeClaim"}
+    assert claims == volumes
+    for claim in volumes:
+        assert by_name[claim]["spec"]["accessModes"] == ["ReadWriteMany"]
+    secret = container["env"][0]["valueFrom"]["secretKeyRef"]
+    assert by_name[secret["name"]]["stringData"] == {
+        secret["key"]: "${GRADER_SEED}"}  # filled from the shell only
+    policy = by_name["grader-no-network"]["spec"]
+    for _, doc in manifests:
+        if doc["kind"] == "Job":
+            labels = doc["spec"]["template"]["metadata"]["labels"]
+            assert policy["podSelector"]["matchLabels"].items() <= \
+                labels.items()
+    assert policy["egress"] == [] and "Egress" in policy["policyTypes"]
+
+
+def _docker_pattern(pattern: str) -> re.Pattern:
+    """A .dockerignore pattern as a regular expression (Go's
+    filepath.Match, plus ``**`` for any number of folders); a path is
+    left out when it or a folder above it matches."""
+    parts = []
+    for piece in pattern.strip("/").split("/"):
+        if piece == "**":
+            parts.append("(?:[^/]+/)*")
+            continue
+        body = re.escape(piece).replace(r"\*", "[^/]*").replace(
+            r"\?", "[^/]")
+        body = re.sub(r"\\\[(.*?)\\\]", r"[\1]", body)
+        parts.append(body + "/")
+    return re.compile("".join(parts).rstrip("/") + "(?:/.*)?$")
+
+
+def test_the_dockerignore_keeps_course_data_out_and_the_kit_in():
+    """Course data (.git, nbgrader's folders and database, grade CSVs, their
+    reports and summaries, a cluster run's parts and logs) is left out of
+    the image; every file of the kit is kept."""
+    lines = (ROOT / ".dockerignore").read_text(encoding="utf-8")
+    patterns = [_docker_pattern(line) for line in lines.splitlines()
+                if line.strip() and not line.startswith("#")]
+
+    def ignored(path: str) -> bool:
+        return any(p.match(path) for p in patterns)
+
+    for path in (".git/config", "submitted/ann/hw3/hw3.ipynb",
+                 "course/autograded/ann/hw3/hw3.ipynb", "feedback/ann/x",
+                 "gradebook.db", "course/gradebook.db", "release/hw3/a",
+                 "source/hw3/hw3.ipynb", "grades.csv",
+                 "grades.csv.reports/ann/record.json",
+                 "grades.csv.summary.json", "grades.csv.summary.png",
+                 "grader_results/hw3.csv", "hw3/grading/parts/part-1.csv",
+                 "hw3/grading/logs/grade-1_1.out", ".nbgrader.log"):
+        assert ignored(path), path
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT,
+                            capture_output=True, text=True)
+    kit = listed.stdout.split() if listed.returncode == 0 else [
+        p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+        if p.is_file() and ".git" not in p.parts]
+    assert len(kit) > 100
+    kept_out = [path for path in kit if ignored(path)]
+    assert kept_out == []
 
 
 # --------------------------------------------------------------------------
