@@ -95,15 +95,16 @@ def test_the_class_holds_every_kind_of_cell(plain):
 
 
 def test_merge_and_only_change_no_cell(plain, tmp_path):
-    """Three shards merged, the merge of a merge and ``batch --only`` of
-    one student equal one plain batch byte for byte; each CSV's summary
-    is its own, beside it, never another's in the same folder."""
+    """Two shards merged (three in the Slurm test), the merge of a merge
+    and ``batch --only`` of one student equal one plain batch byte for
+    byte; each CSV's summary is its own, beside it, never another's in
+    the same folder."""
     folder, out = plain
     expected = out.read_text(encoding="utf-8")
-    parts = [tmp_path / f"part-{i}.csv" for i in (1, 2, 3)]
+    parts = [tmp_path / f"part-{i}.csv" for i in (1, 2)]
     for index, part in enumerate(parts, 1):
         result = grader("batch", str(folder), "--out", str(part),
-                        "--shard", f"{index}/3", "--jobs", "2",
+                        "--shard", f"{index}/2", "--jobs", "2",
                         env=seeded())
         assert result.returncode in (0, 1), result.stderr
     merged = tmp_path / "grades.csv"
@@ -126,10 +127,6 @@ def test_merge_and_only_change_no_cell(plain, tmp_path):
                     "-1.0", "--jobs", "2", env=seeded())
     assert result.returncode == 0, result.stdout + result.stderr
     assert merged.read_text(encoding="utf-8") == expected
-    # The summary command reads the CSV the same way.
-    result = grader("summary", str(merged))
-    assert result.returncode == 0, result.stderr
-    assert "of 10" in result.stdout
 
 
 def test_the_reader_is_the_writers_inverse(tmp_path):
