@@ -17,7 +17,12 @@ Measured side by side, in one run, on the same machine:
   wall time per notebook: the route a course follows (grading outside the
   kernel and recording in the gradebook and autograded/);
 * ``nbgrader autograde`` of ``--autograde`` of those notebooks, per
-  notebook (a kernel per notebook; its graded cells count 0 there).
+  notebook (a kernel per notebook; its graded cells count 0 there);
+* ``python -m grader batch`` of a class of one: with the class of
+  ``--class``, the batch's warm-up (what a run pays once: torch, flake8,
+  the fork server, the checks) and its cost per submission (the slope),
+  from which it prints the wall time of a class of 300, 3,000 and 30,000
+  cut into N shards on nodes like this one (docs/cluster.md).
 
 The first four are measured in rounds (``--repeat`` of them), interleaved
 so that a change in the machine's load touches them alike; medians.
@@ -154,6 +159,36 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}")
 
 
+SIZES = (300, 3_000, 30_000)
+SHARDS = (1, 4, 16, 64, 256)
+
+
+def shard_wall(students: int, shards: int, warm_up: float,
+               each: float) -> float:
+    """Seconds until the last of ``shards`` shards of a class of
+    ``students`` is done, every shard on a node of its own: its warm-up,
+    then its students (the largest shard has ceil(students / shards))."""
+    return warm_up + -(-students // shards) * each
+
+
+def scale(one: float, whole: float, size: int) -> None:
+    """Print the batch's warm-up and cost per submission (from a class of
+    one, ``one`` s, and of ``size``, ``whole`` s) and the wall time of the
+    classes of SIZES in N shards on nodes like this one."""
+    each = (whole - one) / max(size - 1, 1)
+    warm_up = max(one - each, 0.0)
+    print(f"batch warm-up {warm_up:.2f} s, then {each:.3f} s a submission "
+          f"(a class of 1: {one:.2f} s; of {size}: {whole:.2f} s)")
+    print("wall time, N shards, a node like this one each (minutes:seconds)")
+    print(f"{'students':>9} " + " ".join(f"{f'N={n}':>8}" for n in SHARDS))
+    for students in SIZES:
+        cells = []
+        for shards in SHARDS:
+            wall = round(shard_wall(students, shards, warm_up, each))
+            cells.append(f"{wall // 60:>5}:{wall % 60:02d}")
+        print(f"{students:>9} " + " ".join(cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every measurement and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -179,11 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     # The measurements are interleaved, round after round, so that a
     # change in the machine's load affects them all alike; medians.
     times: dict[str, list[float]] = {"floor": [], "single": [], "batch": [],
-                                     "route": []}
+                                     "route": [], "one": []}
     with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
         folder = Path(tmp) / "class"
         folder.mkdir()
         _class(folder, args.batch)
+        alone = Path(tmp) / "alone"
+        alone.mkdir()
+        _class(alone, 1)
         course = Path(tmp) / "course"
         if args.notebooks:
             course.mkdir()
@@ -196,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             times["batch"].append(_run([python, "-m", "grader", "batch",
                                         str(folder), "--out", str(out)],
                                        name="batch") / args.batch)
+            times["one"].append(_run([python, "-m", "grader", "batch",
+                                      str(alone), "--out",
+                                      str(Path(tmp) / "one.csv")]))
             if args.notebooks:
                 times["route"].append(_run(
                     [python, "-m", "grader", "nbgrader", ASSIGNMENT],
@@ -238,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{cpu / args.batch:.2f} s a submission, the {cores} cores "
           f"{100 * cpu / (cores * wall):.0f}% busy with {_judges()} judges "
           f"(load average before: {LOAD:.2f})")
+    scale(statistics.median(times["one"]), batch * args.batch, args.batch)
     if route is not None:
         print(f"grader nbgrader per notebook / grade "
               f"{route / single:5.2f}  (goal: at most 0.25)")

@@ -280,11 +280,11 @@ def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
                        f"{label(str(args.dir))}")
     chosen = list({names[n].key: names[n] for n in only}.values())
     if out.is_file():
-        from grader.routes.summary import SummaryError, read_rows
+        from grader.routes.rows import RowsError, read_csv
 
         try:
-            previous = read_rows(out)
-        except SummaryError as exc:
+            previous = read_csv(out)
+        except RowsError as exc:
             raise CliError(str(exc)) from exc
         students = {e.student for e in chosen}
         kept = [row for row in previous if row["student"] not in students]

@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Print the class summary of a finished batch (counts, totals, "
         "each item's pass rate, the known mistakes, the slowest "
         "submissions, integrity flags) from its CSV and its reports "
-        "folder, and write summary.json and summary.png beside the CSV.")
+        "folder, and write FILE.csv.summary.json and FILE.csv.summary.png "
+        "beside it.")
     summary.add_argument("csv", type=Path, metavar="FILE.csv",
                          help="the batch's CSV (its reports are in "
                               "FILE.csv.reports/)")
@@ -361,11 +362,12 @@ def _batch(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from grader.routes.summary import SummaryError, write_summary
+    from grader.routes.rows import RowsError
+    from grader.routes.summary import write_summary
 
     try:
         write_summary(args.csv)
-    except SummaryError as exc:
+    except RowsError as exc:
         raise CliError(str(exc)) from exc
     return 0
 

@@ -29,8 +29,8 @@ EXIT_STATUS = {
         ("130", "interrupted: the rows written so far are kept; run again "
                 "with --resume to grade the rest")),
     "summary": (
-        ("0", "the summary was printed, summary.json and summary.png "
-              "written beside the CSV"),
+        ("0", "the summary was printed, FILE.csv.summary.json and "
+              "FILE.csv.summary.png written beside the CSV"),
         ("2", "the CSV cannot be read or is no batch's")),
     "merge": (
         ("0", "every student of the class has a row in the merged CSV"),

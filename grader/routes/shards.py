@@ -86,8 +86,9 @@ def merge(out: Path, parts: list[Path], stream=None) -> int:
     docstring); return the exit status: 0 when every student of the
     class has a row, 1 when some are missing (named). Raises
     :class:`MergeError` for duplicates or unreadable parts."""
-    from grader.routes.rows import STATUS_ERROR, write_csv
-    from grader.routes.summary import SummaryError, read_rows, write_summary
+    from grader.routes.rows import (STATUS_ERROR, RowsError, read_csv,
+                                    write_csv)
+    from grader.routes.summary import write_summary
 
     stream = stream or sys.stdout
     out = Path(out)
@@ -102,8 +103,8 @@ def merge(out: Path, parts: list[Path], stream=None) -> int:
     counts: set[int] = set()
     for part in parts:
         try:
-            part_rows = read_rows(part)
-        except SummaryError as exc:
+            part_rows = read_csv(part)
+        except RowsError as exc:
             raise MergeError(str(exc)) from exc
         duplicates = sorted(r["student"] for r in part_rows
                             if r["student"] in owner)

@@ -16,7 +16,8 @@ process and from the grader's own records only:
 * the integrity flags by kind, with who.
 
 :func:`write_summary` prints it as a short table, writes it as
-``summary.json`` beside the CSV and draws it as ``summary.png``
+``FILE.csv.summary.json`` beside the CSV and draws it as
+``FILE.csv.summary.png``
 (matplotlib, Agg): a histogram of the totals, the items' pass rates and
 the most frequent mistakes. ``python -m grader summary grades.csv`` does
 the same from a finished batch. Every name a submission controls (a
@@ -24,47 +25,30 @@ student's name, a flag's message) goes through :mod:`grader.output.text`.
 """
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import clean, one_line
+from grader.routes.rows import read_csv
 
-SUMMARY_JSON = "summary.json"
-SUMMARY_PNG = "summary.png"
+SUMMARY_JSON = ".summary.json"  # after the CSV's name
+SUMMARY_PNG = ".summary.png"
 RECORD = "record.json"
 SLOWEST = 5          # the slowest submissions listed
 MISTAKES_DRAWN = 10  # the most frequent mistakes drawn
 
 
-class SummaryError(GraderError):
-    """A CSV that is no batch's (one line, for the command line)."""
-
-
 def summary_paths(csv_path: Path) -> tuple[Path, Path]:
-    """``summary.json`` and ``summary.png``, beside ``csv_path``."""
-    folder = Path(csv_path).parent
-    return folder / SUMMARY_JSON, folder / SUMMARY_PNG
-
-
-def read_rows(csv_path: Path) -> list[dict[str, str]]:
-    """The rows of a batch's CSV (raises :class:`SummaryError`)."""
-    try:
-        with Path(csv_path).open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
-            rows = list(reader)
-            fields = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise SummaryError(f"cannot read {csv_path}: {exc}") from exc
-    if not {"student", "status", "score"} <= set(fields):
-        raise SummaryError(f"{csv_path} is not a batch's CSV (it has no "
-                           f"student, status and score columns)")
-    return rows
+    """``FILE.csv.summary.json`` and ``FILE.csv.summary.png``, beside
+    ``FILE.csv`` and named after it: two CSVs in one folder (a batch and
+    a merge, two assignments' results) never share a summary."""
+    csv_path = Path(csv_path)
+    return (csv_path.with_name(csv_path.name + SUMMARY_JSON),
+            csv_path.with_name(csv_path.name + SUMMARY_PNG))
 
 
 def read_records(reports: Path) -> dict[str, dict]:
@@ -262,10 +246,10 @@ def write_summary(csv_path: Path, rows: list[dict] | None = None,
     """Summarise the batch whose CSV is ``csv_path`` (its ``rows``, read
     from the CSV when not given; its reports folder, ``FILE.csv.reports``
     unless given), print the table on ``stream`` (standard output), write
-    ``summary.json`` and draw ``summary.png`` beside the CSV."""
+    ``FILE.csv.summary.json`` and draw ``FILE.csv.summary.png`` beside it."""
     csv_path = Path(csv_path)
     if rows is None:
-        rows = read_rows(csv_path)
+        rows = read_csv(csv_path)
     if reports is None:
         reports = csv_path.with_name(csv_path.name + ".reports")
     summary = summarise(rows, reports)

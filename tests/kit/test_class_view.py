@@ -60,12 +60,13 @@ def graded(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
 
 
 def test_summary_json_matches_the_csv(graded):
-    """summary.json beside the CSV: counts, totals, the diagnoses and who
-    made them, as the CSV says; item pass rates as the records say."""
+    """grades.csv.summary.json beside the CSV: counts, totals, the
+    diagnoses and who made them, as the CSV says; item pass rates as the
+    records say."""
     _, out, result = graded
     assert result.returncode == 1, result.stderr  # gus.zip: an error row
     rows = _rows(out)
-    summary = json.loads((out.parent / "summary.json").read_text())
+    summary = json.loads(Path(f"{out}.summary.json").read_text())
     graded_rows = [r for r in rows.values() if r["status"] == "graded"]
     totals = sorted(float(r["score"]) for r in graded_rows)
     assert summary["students"] == len(rows) == 7
@@ -116,11 +117,12 @@ def test_summary_json_matches_the_csv(graded):
 
 
 def test_summary_table_and_png(graded):
-    """The batch prints the short table; summary.png is a real PNG."""
+    """The batch prints the short table; grades.csv.summary.png is a real
+    PNG."""
     _, out, result = graded
     assert "Class summary: 6 graded, 1 not graded, of 7" in result.stdout
     assert "softmax_dim: 1" in result.stdout
-    png = (out.parent / "summary.png").read_bytes()
+    png = (out.parent / "grades.csv.summary.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
 
 
@@ -134,9 +136,9 @@ def test_summary_command_redraws_from_a_finished_batch(graded, tmp_path):
                     tmp_path / "grades.csv.reports")
     result = _grader("summary", str(copy))
     assert result.returncode == 0, result.stderr
-    assert json.loads((tmp_path / "summary.json").read_text()) == \
-        json.loads((out.parent / "summary.json").read_text())
-    assert (tmp_path / "summary.png").read_bytes().startswith(PNG_MAGIC)
+    assert json.loads(Path(f"{copy}.summary.json").read_text()) == \
+        json.loads(Path(f"{out}.summary.json").read_text())
+    assert Path(f"{copy}.summary.png").read_bytes().startswith(PNG_MAGIC)
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     refused = _grader("summary", str(tmp_path / "other.csv"))
     assert refused.returncode == 2
@@ -171,7 +173,7 @@ def test_only_replaces_those_rows_and_keeps_the_others(graded, tmp_path):
     record = json.loads((tmp_path / "grades.csv.reports" / "fay.py" /
                          "record.json").read_text())
     assert record["report"]["score"] == 11.0
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((tmp_path / "grades.csv.summary.json").read_text())
     assert summary["students"] == 7 and summary["graded"] == 6
     unknown = _grader("batch", str(klass), "--out", str(copy),
                       "--only", "zed")
@@ -189,7 +191,7 @@ def test_two_shards_merged_equal_one_batch(graded, tmp_path):
         result = _grader("batch", str(folder), "--out", str(part),
                          "--shard", f"{index}/2", "--jobs", "2")
         assert result.returncode in (0, 1), result.stderr
-        assert not (tmp_path / "summary.json").exists()
+        assert not list(tmp_path.glob("*summary*"))
     first, second = (set(_rows(p)) for p in parts)
     assert first and second and not first & second
     assert first | second == set(_rows(out))
@@ -198,8 +200,8 @@ def test_two_shards_merged_equal_one_batch(graded, tmp_path):
     result = _grader("merge", str(merged), *map(str, parts))
     assert result.returncode == 0, result.stdout + result.stderr
     assert merged.read_text() == out.read_text()
-    mine = json.loads((merged.parent / "summary.json").read_text())
-    plain = json.loads((out.parent / "summary.json").read_text())
+    mine = json.loads(Path(f"{merged}.summary.json").read_text())
+    plain = json.loads(Path(f"{out}.summary.json").read_text())
     for summary in (mine, plain):
         del summary["slowest"]
     assert mine == plain

@@ -411,12 +411,12 @@ def test_student_option_regrades_only_them(course, tmp_path):
     assert float(rows["carol"]["score"]) == 11.0
     assert rows["eve"]["status"] == "error"
     # The class summary at the end covers the whole class, kept rows too.
-    summary = json.loads((copy / "grader_results" / "summary.json")
+    summary = json.loads((copy / "grader_results" / f"{HW}.csv.summary.json")
                          .read_text())
     assert summary["students"] == len(rows)
     assert summary["errors"] == sum(r["status"] == "error"
                                     for r in rows.values())
-    assert (copy / "grader_results" / "summary.png").is_file()
+    assert (copy / "grader_results" / f"{HW}.csv.summary.png").is_file()
 
 
 @pytest.mark.parametrize("args, message", [
