@@ -14,6 +14,7 @@ import csv
 import io
 from pathlib import Path
 
+from grader.errors import GraderError
 from grader.locate.submission import label
 from grader.output.files import write_atomic
 from grader.output.text import csv_cell
@@ -63,7 +64,7 @@ TEXT = ("student", "status", *TAIL)
 GUARDED = ("'=", "'+", "'-", "'@")
 
 
-class RowsError(Exception):
+class RowsError(GraderError):
     """A CSV that is no batch's (one line, for the command line)."""
 
 
