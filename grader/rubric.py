@@ -132,13 +132,6 @@ class Assignment:
         """The items of one task, in rubric order."""
         return [item for item in self.items if item.task == task_id]
 
-    def task_of_target(self, target: str) -> Task | None:
-        """The task that grades the class or function named ``target``."""
-        for task in self.tasks:
-            if task.target == target:
-                return task
-        return None
-
 
 def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
     try:

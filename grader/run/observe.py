@@ -8,7 +8,6 @@ hung or died). The checks read observations only through these classes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
@@ -256,12 +255,3 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             problem = "no result was reported"
         run.results[info.id] = ProbeResult(info=info, problem=problem)
     return run
-
-
-def tensor_items(value: Value | None) -> list[Any]:
-    """The tensors inside a returned value (the value itself or a tuple)."""
-    if value is None:
-        return []
-    if value.kind == "tensor":
-        return [value]
-    return [v for v in value.items if v.kind == "tensor"]

@@ -42,8 +42,6 @@ import os
 import sys
 from typing import Any, Callable
 
-MAGIC_SIZE = 16
-MAC_SIZE = 32
 # The result channel is moved to this descriptor, far from the ones a
 # submission's own files get.
 RESULT_FD = 1019
@@ -299,8 +297,11 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
         os.setsid()
         from grader.worker.confine import die_with_parent
 
+        from grader.wire import read_job
+
         die_with_parent(parent)
-        job = _read_job(job_fd)
+        job = read_job(job_fd)
+        os.close(job_fd)
         result_fd = _isolate(result_fd, output_fd)
         _life(job, result_fd)
     except BaseException:  # nothing may escape a forked child
@@ -316,25 +317,6 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
         except BaseException:
             pass
         exit_now(code)
-
-
-def _read_job(fd: int) -> dict:
-    import json
-    import struct
-
-    def exactly(size: int) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            chunk = os.read(fd, min(size - len(data), 1 << 20))
-            if not chunk:
-                raise EOFError("the job ended early")
-            data.extend(chunk)
-        return bytes(data)
-
-    (size,) = struct.unpack(">I", exactly(4))
-    job = json.loads(exactly(size))
-    os.close(fd)
-    return job
 
 
 def _isolate(result_fd: int, output_fd: int) -> int:
@@ -733,24 +715,22 @@ def _sealed(job: dict, probes: list, result_fd: int,
     that no closure that can run after that looks up a global name.
     """
     import _hashlib
-    import _json
-    import binascii
     import builtins
     import linecache
-    import math
-    import struct
     import time
     import types
     import warnings
 
     import torch
 
+    from grader.wire import result_writer, value_encoder
+
     # -- references, taken now -------------------------------------------
     b_len, b_type, b_str, b_int, b_float = len, type, str, int, float
     b_bool, b_id, b_list, b_tuple, b_open = bool, id, list, tuple, open
     b_repr = repr
     b_dict, b_range, b_sorted, b_set = dict, range, sorted, set
-    b_isinstance, b_memoryview, b_bytes = isinstance, memoryview, bytes
+    b_isinstance, b_bytes = isinstance, bytes
     b_any, b_enumerate, b_getattr, b_zip = any, enumerate, getattr, zip
     b_BaseException, b_SystemExit = BaseException, SystemExit
     b_MemoryError, b_PermissionError = MemoryError, PermissionError
@@ -764,14 +744,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
     module_dict = types.ModuleType.__dict__["__dict__"].__get__
     tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
     list_len, list_item = list.__len__, list.__getitem__
-    int_repr, float_repr = int.__repr__, float.__repr__
-    infinity = math.inf
-    encode_string = _json.encode_basestring_ascii
-    hmac_digest = _hashlib.hmac_digest
     sha256 = _hashlib.openssl_sha256
-    to_base64 = binascii.b2a_base64
-    pack_length = struct.Struct(">I").pack
-    write = os.write
     realpath, fsdecode = os.path.realpath, os.fsdecode
     file_exists = os.path.isfile
     path_sep, devnull = os.sep, os.devnull
@@ -799,19 +772,11 @@ def _sealed(job: dict, probes: list, result_fd: int,
                                "grader.event", "grader.open"])
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
 
-    Tensor = torch.Tensor
     TensorBase = torch._C.TensorBase
     t_size = TensorBase.size
     t_detach = TensorBase.detach
-    t_to = TensorBase.to
-    t_contiguous = TensorBase.contiguous
-    t_numpy = TensorBase.numpy
     t_clone = TensorBase.clone
-    t_is_floating = TensorBase.is_floating_point
-    t_is_complex = TensorBase.is_complex
-    t_dtype = TensorBase.__dict__["dtype"].__get__
     t_set_data = TensorBase.__dict__["data"].__set__
-    float32, int64, cpu = torch.float32, torch.int64, torch.device("cpu")
     no_torch_function = torch._C.DisableTorchFunction
     set_grad_enabled = torch._C._set_grad_enabled
     # The CPU generator alone: torch.manual_seed also queues a seeding of
@@ -829,7 +794,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
     autograd_grad = torch.autograd.grad
     t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
     linear_forward = Linear.forward
-    ndarray_tobytes = type(t_numpy(torch.zeros(1))).tobytes
 
     key = b_bytes.fromhex(job["key"])
     magic = b_bytes.fromhex(job["magic"])
@@ -886,50 +850,9 @@ def _sealed(job: dict, probes: list, result_fd: int,
 
     # -- the channel --------------------------------------------------------
 
-    def dump(value, depth=0):
-        kind = b_type(value)
-        if kind is b_str:
-            return encode_string(value)
-        if value is None:
-            return "null"
-        if value is True:
-            return "true"
-        if value is False:
-            return "false"
-        if kind is b_int:
-            return int_repr(value)
-        if kind is b_float:
-            if value != value:
-                return "NaN"
-            if value == infinity:
-                return "Infinity"
-            if value == -infinity:
-                return "-Infinity"
-            return float_repr(value)
-        if depth > 48:
-            return "null"
-        if kind is b_dict:
-            return "{" + ",".join(
-                encode_string(b_str(k)) + ":" + dump(v, depth + 1)
-                for k, v in value.items()) + "}"
-        if kind is b_list or kind is b_tuple:
-            return "[" + ",".join(dump(v, depth + 1) for v in value) + "]"
-        return "null"
-
-    def send(message):
-        """Write one authenticated frame. Only the audit hook calls this
-        (the key is reachable from nothing else); a channel that fails
-        ends the worker rather than raise into the submission."""
-        body = dump(message).encode("ascii")
-        header = pack_length(b_len(body))
-        data = magic + header + body + hmac_digest(key, header + body,
-                                                   "sha256")
-        view = b_memoryview(data)
-        try:
-            while view:
-                view = view[write(result_fd, view):]
-        except b_BaseException:
-            exit_now(75)
+    # Only the audit hook calls send (the key is reachable from nothing
+    # else); a channel that fails ends the worker.
+    send = result_writer(key, magic, result_fd, exit_now)
 
     def emit(message):
         """Send a frame through the audit hook (the only key holder), with
@@ -1328,6 +1251,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
 
     local_tracer = line_tracer(units, line_unit, record, shape_of,
                                read_chain, expand, phase)
+    encode = value_encoder(torch)
 
     def global_tracer(frame, event, arg):
         tracer_busy[0] = True
@@ -1354,38 +1278,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
         return local_tracer()
 
     # -- values ---------------------------------------------------------------
-
-    def encode(value, depth=0):
-        kind = b_type(value)
-        if kind is Tensor:
-            with no_torch_function():
-                tensor = t_detach(value)
-                dtype = b_str(t_dtype(tensor)).replace("torch.", "")
-                shape = [b_int(s) for s in t_size(tensor)]
-                if t_is_floating(tensor):
-                    data = t_contiguous(t_to(tensor, cpu, float32))
-                    encoding = "float32"
-                elif t_is_complex(tensor):
-                    return {"kind": "tensor", "dtype": dtype,
-                            "shape": shape, "data": None}
-                else:
-                    data = t_contiguous(t_to(tensor, cpu, int64))
-                    encoding = "int64"
-                raw = ndarray_tobytes(t_numpy(data))
-            return {"kind": "tensor", "dtype": dtype, "shape": shape,
-                    "encoding": encoding,
-                    "data": to_base64(raw, newline=False).decode("ascii")}
-        if (kind is b_tuple or kind is b_list) and depth < 2:
-            return {"kind": type_name(kind),
-                    "items": [encode(v, depth + 1) for v in value[:8]],
-                    "length": b_len(value)}
-        if value is None:
-            return {"kind": "none"}
-        if kind is b_bool or kind is b_int or kind is b_float:
-            return {"kind": "number", "value": value}
-        bases = [type_name(b)[:80] for b in type_mro(kind)[1:-1]][:8]
-        return {"kind": "object", "type": type_name(kind)[:80],
-                "module": "", "bases": bases}
 
     def message_of(exception):
         if b_isinstance(exception, b_SystemExit):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import wire
 from grader.worker import agent
 
 INTEGRITY = Path(__file__).resolve().parent / "hostile" / "integrity"
@@ -210,7 +211,9 @@ def _runtime_codes() -> list[types.CodeType]:
     runs: all but the set-up closures' own bodies."""
     found = []
     pending = (list(agent._sealed.__code__.co_consts)
-               + list(agent.line_tracer.__code__.co_consts))
+               + list(agent.line_tracer.__code__.co_consts)
+               + list(wire.result_writer.__code__.co_consts)
+               + list(wire.value_encoder.__code__.co_consts))
     while pending:
         const = pending.pop()
         if not isinstance(const, types.CodeType):
