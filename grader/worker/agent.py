@@ -8,7 +8,8 @@ submission's module and the probes of its plan, reporting observations to
 the grading process as authenticated frames.
 
 Everything the agent does after the submission's first line runs is done
-by closures built in :func:`_sealed`:
+by closures, made before it by the module-level factories of
+:data:`FACTORIES` (and the wire's), each over its own arguments:
 
 * they hold every reference they use (torch's functions, ``os.write``,
   builtins) in closure cells, taken before the submission ran, and look up
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import os
 import sys
+from operator import itemgetter
 from typing import Any, Callable
 
 # The result channel is moved to this descriptor, far from the ones a
@@ -205,7 +207,7 @@ def plan_units(statements: list[dict]) -> tuple[list, dict]:
     line_unit: dict = {}
     for statement in sorted((s for s in statements
                              if s.get("traceable", True)),
-                            key=lambda s: (s["first_line"], s["last_line"])):
+                            key=itemgetter("first_line", "last_line")):
         span = range(statement["first_line"], statement["last_line"] + 1)
         shared = {line_unit[n] for n in span if n in line_unit}
         if shared:
@@ -618,10 +620,10 @@ def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:
     return functions, classes
 
 
-def _snapshot() -> dict[str, dict[str, int]]:
-    """The ids of the entries of the watched namespaces."""
+def _snapshot(extra: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+    """The ids of the entries of the watched namespaces (and ``extra``)."""
     taken: dict[str, dict[str, int]] = {}
-    for dotted in WATCHED_NAMESPACES:
+    for dotted in WATCHED_NAMESPACES + tuple(extra):
         value = _lookup(dotted)
         namespace = getattr(value, "__dict__", None)
         if namespace is None:
@@ -637,6 +639,7 @@ def _life(job: dict, result_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import grader.wire as wire
     import grader.worker.confine as confine
     from grader.wire import decode_tensor
 
@@ -659,7 +662,7 @@ def _life(job: dict, result_fd: int) -> None:
     # Ids of code objects stand for them only while they live: the agent's
     # are kept alive (this module's namespace is emptied before the
     # submission runs), so no code of the submission can take their ids.
-    kept = _code_objects(sys.modules[__name__])
+    kept = _code_objects(sys.modules[__name__]) + _code_objects(wire)
     agent_codes = {id(c) for c in kept}
     frame_users = _named_codes(FRAME_USERS)
     generators = _named_codes(GENERATORS)
@@ -675,19 +678,22 @@ def _life(job: dict, result_fd: int) -> None:
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []))
-    run = _sealed(job, probes, result_fd, functions, classes, agent_codes,
-                  set(frame_users), set(generators), set(import_codes),
-                  confinement.as_plain(), kept)
-    del job, probes, functions, classes
+    codes = {"agent": agent_codes, "frame_users": set(frame_users),
+             "generators": set(generators), "import": set(import_codes)}
+    run = _assemble(job, probes, result_fd, (functions, classes), codes,
+                    confinement.as_plain(), kept)
+    del job, probes, functions, classes, codes
     for name in list(sys.modules):
         if name.split(".")[0] in KIT_PACKAGES:
             del sys.modules[name]
+    _seal_module(vars(wire))
     _seal_module(globals())
     run()
 
 
 def _seal_module(namespace: dict) -> None:
-    """Empty this module's globals, once the runtime is built.
+    """Empty a module's globals (this one's and the wire's), once the
+    runtime is built.
 
     The tripwires the agent installs are reachable by the submission (they
     replace library functions), and through their ``__globals__`` this
@@ -699,175 +705,48 @@ def _seal_module(namespace: dict) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The sealed runtime
+# The runtime: factories of closures
+#
+# Each factory below runs before the submission's first line (set-up, where
+# global names may be looked up) and returns closures over its own
+# arguments and the references it binds; the closures look up no global
+# name (tests/kit/test_integrity.py walks every factory of FACTORIES and
+# fails on a function that makes closures and is not listed). A closure
+# holds only the cells it uses, so the tripwires a submission can reach
+# (they replace library functions) lead to ``note`` and the replaced
+# function, never to the key, the channel or the plan.
 # ---------------------------------------------------------------------------
 
-def _sealed(job: dict, probes: list, result_fd: int,
-            forbidden_functions: dict[int, str], forbidden_classes: list,
-            agent_codes: set[int], frame_users: set[int],
-            generators: set[int], import_codes: set[int],
-            confinement: dict, kept: list) -> Callable[[], None]:
-    """Build the runtime's closures; return ``run``, which installs the
-    audit hook and the trace function and runs the whole plan.
-
-    Every name the closures use is a local of this function (a cell),
-    bound here before the submission's first line runs; a kit test checks
-    that no closure that can run after that looks up a global name.
-    """
-    import _hashlib
-    import builtins
-    import linecache
-    import time
-    import types
-    import warnings
-
-    import torch
-
-    from grader.wire import result_writer, value_encoder
-
-    # -- references, taken now -------------------------------------------
-    b_len, b_type, b_str, b_int, b_float = len, type, str, int, float
-    b_bool, b_id, b_list, b_tuple, b_open = bool, id, list, tuple, open
-    b_repr = repr
-    b_dict, b_range, b_sorted, b_set = dict, range, sorted, set
-    b_isinstance, b_bytes = isinstance, bytes
-    b_any, b_enumerate, b_getattr, b_zip = any, enumerate, getattr, zip
-    b_BaseException, b_SystemExit = BaseException, SystemExit
-    b_MemoryError, b_PermissionError = MemoryError, PermissionError
-    b_RuntimeError, b_LookupError = RuntimeError, LookupError
-    b_TypeError, b_Exception = TypeError, Exception
-    b_ImportError, b_SyntaxError = ImportError, SyntaxError
-    b_compile, b_exec = compile, exec
-    type_name = type.__dict__["__name__"].__get__
-    type_mro = type.__dict__["__mro__"].__get__
-    type_dict = type.__dict__["__dict__"].__get__
-    module_dict = types.ModuleType.__dict__["__dict__"].__get__
-    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
-    list_len, list_item = list.__len__, list.__getitem__
-    sha256 = _hashlib.openssl_sha256
-    realpath, fsdecode = os.path.realpath, os.fsdecode
-    file_exists = os.path.isfile
-    path_sep, devnull = os.sep, os.devnull
-    write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
-                   | os.O_TRUNC)
-    my_pid = os.getpid()
-    exit_now = os._exit
-    getframe = sys._getframe
-    sys_audit = sys.audit
-    settrace = sys.settrace
-    add_audit_hook = sys.addaudithook
-    clock = time.perf_counter
-    CodeType, ModuleType = types.CodeType, types.ModuleType
-    sys_modules = sys.modules
-    fingerprint = make_fingerprint(sha256, CodeType)
-    process_events = dict(PROCESS_EVENTS)
-    introspection_events = dict(INTROSPECTION_EVENTS)
-    path_events = dict(PATH_EVENTS)
-    frame_attributes = frozenset(FRAME_ATTRIBUTES)
-    watched_events = frozenset(
-        list(PROCESS_EVENTS) + list(INTROSPECTION_EVENTS)
-        + list(PATH_EVENTS) + ["open", "import", "exec", "function.__new__",
-                               "object.__setattr__", "object.__getattr__",
-                               "sys.addaudithook", "grader.frame",
-                               "grader.event", "grader.open"])
-    max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
-
-    TensorBase = torch._C.TensorBase
-    t_size = TensorBase.size
-    t_detach = TensorBase.detach
-    t_clone = TensorBase.clone
-    t_set_data = TensorBase.__dict__["data"].__set__
-    no_torch_function = torch._C.DisableTorchFunction
-    set_grad_enabled = torch._C._set_grad_enabled
-    # The CPU generator alone: torch.manual_seed also queues a seeding of
-    # every accelerator, each with a formatted stack of the call (a fifth
-    # of a batch's time, in a worker that never uses one).
-    manual_seed = torch.default_generator.manual_seed
-    Module = torch.nn.Module
-    Linear = torch.nn.Linear
-    Dropout = torch.nn.Dropout
-    module_instance_dict = Module.__dict__["__dict__"].__get__ \
-        if "__dict__" in Module.__dict__ else None
-    module_named_parameters = Module.named_parameters
-    module_train = Module.train
-    module_parameters = Module.parameters
-    autograd_grad = torch.autograd.grad
-    t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
-    linear_forward = Linear.forward
-
-    key = b_bytes.fromhex(job["key"])
-    magic = b_bytes.fromhex(job["magic"])
-    source = job["source"]
-    filename = job["filename"]
-    lines = source.split("\n")
-    memory_mb = b_int(job["memory_mb"])
-    scratch = realpath(job["scratch"])
-    readable = b_tuple(realpath(p) for p in job.get("readable", ["/"]))
-    hidden = b_tuple(realpath(p) for p in job.get("hidden", []))
-    library_roots = b_tuple(realpath(p) for p in job.get("library_roots",
-                                                         []))
-    kit_modules = KIT_PACKAGES
-    aten_pattern = job.get("forbidden", {}).get("aten")
-    statements = job.get("statements", [])
-    # Tracebacks and warnings show the submission's lines without reading
-    # its file (which the sandbox does not let anyone read).
-    linecache.cache[filename] = (b_len(source), None,
-                                 [line + "\n" for line in lines], filename)
-    # The agent's own files are not readable either: a traceback printed
-    # by the submission (or by torch) shows their lines from memory.
-    for module in b_list(sys.modules.values()):
-        path = getattr(module, "__file__", None) or ""
-        if getattr(module, "__name__", "").startswith("grader") and path:
-            try:
-                linecache.updatecache(path)
-            except OSError:
-                pass
-
-    # Shape-trace plan: lines -> units of statements sharing lines.
-    units, line_unit = plan_units(statements)
-
-    # The watched namespaces, as objects (their dicts are read directly),
-    # with the ids of their entries once the tripwires are in place.
-    watched: list = []
-    take_snapshot, lookup_dotted = _snapshot, _lookup
-    find_refused, find_sites, find_aten = refused_values, alias_sites, \
-        aten_names
-
-    # -- state (cells, reachable only from these closures) ----------------
-    kinds: dict = {}         # id(code) -> kind
-    alive: dict = {}         # id(code) -> code (keeps the ids valid)
-    synthetic: dict = {}     # id(code) -> how it was made
-    prints: dict = {}        # id(code) -> fingerprint
-    in_hook = [False]
-    tracer_busy = [False]
-    phase = {"name": "setup", "stage": "import", "ran": b_set(),
-             "foreign": [], "records": None, "tracing": False,
-             "returns": 0, "calls": 0}
-    reported: dict = {}
-    library_checked: dict = {}
-    holder: list = []
-    token = object()
-
-    # -- the channel --------------------------------------------------------
-
-    # Only the audit hook calls send (the key is reachable from nothing
-    # else); a channel that fails ends the worker.
-    send = result_writer(key, magic, result_fd, exit_now)
-
+def messenger(sys_audit: Callable, token: object) -> tuple[Callable, ...]:
+    """Return ``emit(message)`` and ``note(kind, verb, what)``: a frame and
+    an event, sent through the audit hook (the only key holder); frames
+    carry the token only ``emit`` and the hook hold."""
     def emit(message):
-        """Send a frame through the audit hook (the only key holder), with
-        the token that only this function and the hook hold."""
         sys_audit("grader.frame", token, message)
 
     def note(kind, verb, what=""):
-        """Report an event through the audit hook; the line is that of
-        the code that called the function calling this."""
+        """The line is that of the code that called the function calling
+        this."""
         sys_audit("grader.event", kind, verb, what)
 
+    return emit, note
+
+
+def reporter(send: Callable, filename: str, phase: dict
+             ) -> tuple[Callable, ...]:
+    """Return ``report(kind, verb, what, frame)``, which tells the grading
+    process at once what the code tried (refused, forbidden, tampered,
+    patched; each distinct attempt once, at most 64 of them), and
+    ``line_of(frame)``."""
+    b_len = len
+    reported: dict = {}
+
+    def line_of(frame):
+        if frame is not None and frame.f_code.co_filename == filename:
+            return frame.f_lineno
+        return None
+
     def report(kind, verb, what="", frame=None):
-        """Tell the grading process at once what the code tried (kind:
-        refused, forbidden, tampered, patched); each distinct attempt
-        once, at most 64 of them."""
         label = kind + ":" + verb + ":" + what
         count = reported.get(label, 0)
         reported[label] = count + 1
@@ -876,7 +755,72 @@ def _sealed(job: dict, probes: list, result_fd: int,
                   "object": what[:300], "line": line_of(frame),
                   "phase": phase["name"]})
 
-    # -- who asked ----------------------------------------------------------
+    return report, line_of
+
+
+def path_rules(scratch: str, readable: tuple, hidden: tuple
+               ) -> tuple[Callable, ...]:
+    """Return ``real(path)``, ``inside(path, roots)``,
+    ``readable_path(path)``, ``show(path)`` and ``module_name(path)``."""
+    b_type, b_str, b_bytes, b_len = type, str, bytes, len
+    b_Exception = Exception
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+    path_sep, devnull = os.sep, os.devnull
+
+    def real(path):
+        if b_type(path) is not b_str and b_type(path) is not b_bytes:
+            return None
+        try:
+            return realpath(fsdecode(path))
+        except b_Exception:
+            return None
+
+    def inside(path, roots):
+        for root in roots:
+            if root == path_sep or path == root or \
+                    path.startswith(root + path_sep):
+                return True
+        return False
+
+    def readable_path(path):
+        return (inside(path, readable) and not inside(path, hidden)) or \
+            inside(path, (scratch, devnull))
+
+    def show(path):
+        text = b_str(path)
+        return text if b_len(text) <= 200 else text[:200] + "..."
+
+    def module_name(path):
+        """``/kit/solutions/x.py`` -> ``solutions.x`` (for a report)."""
+        for root in hidden:
+            if path.startswith(root + path_sep):
+                base = root.rsplit(path_sep, 1)[-1]
+                rest = path[b_len(root) + 1:].split(path_sep)
+                rest = [p for p in rest if p != "__pycache__"]
+                if rest:
+                    rest[-1] = rest[-1].split(".")[0]
+                    if rest[-1] == "__init__":
+                        rest.pop()
+                return ".".join([base] + rest)
+        return path
+
+    return real, inside, readable_path, show, module_name
+
+
+def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
+               library_roots: tuple, hidden: tuple, fingerprint: Callable,
+               real: Callable, inside: Callable, kinds: dict, alive: dict,
+               synthetic: dict) -> tuple[Callable, ...]:
+    """Return ``classify(code)`` (agent, synthetic, submission or library),
+    ``actor(frame)`` (who asked) and ``made_code(code, how, frame)``
+    (marks code made at run time as synthetic)."""
+    import types
+
+    b_type, b_id, b_open, b_compile = type, id, open, compile
+    b_BaseException = BaseException
+    CodeType = types.CodeType
+    file_exists = os.path.isfile
+    library_checked: dict = {}
 
     def classify(code):
         code_id = b_id(code)
@@ -920,44 +864,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 return "student", frame
             frame = frame.f_back
         return "agent", None
-
-    def line_of(frame):
-        if frame is not None and frame.f_code.co_filename == filename:
-            return frame.f_lineno
-        return None
-
-    def refuse(kind, verb, what, frame, error=None):
-        report(kind, verb, what, frame)
-        raise (error or b_PermissionError)(
-            "the grader's sandbox refuses to " + verb
-            + (" " + what if what else ""))
-
-    # -- paths -------------------------------------------------------------
-
-    def real(path):
-        if b_type(path) is not b_str and b_type(path) is not b_bytes:
-            return None
-        try:
-            return realpath(fsdecode(path))
-        except b_Exception:
-            return None
-
-    def inside(path, roots):
-        for root in roots:
-            if root == path_sep or path == root or \
-                    path.startswith(root + path_sep):
-                return True
-        return False
-
-    def readable_path(path):
-        return (inside(path, readable) and not inside(path, hidden)) or \
-            inside(path, (scratch, devnull))
-
-    def show(path):
-        text = b_str(path)
-        return text if b_len(text) <= 200 else text[:200] + "..."
-
-    # -- code made at run time ---------------------------------------------
 
     def mark(code, how):
         pending = [code]
@@ -1014,7 +920,55 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return
         mark(code, how)
 
-    # -- the audit hook ------------------------------------------------------
+    return classify, actor, made_code
+
+
+def audit_hook(send: Callable, report: Callable, token: object,
+               codes: dict, who: tuple, paths: tuple, places: dict,
+               busy: dict) -> Callable:
+    """Return the audit hook: it relays the agent's own frames and events
+    (accepted only from the agent's code) and decides every watched event
+    of the submission (refused, forbidden, tampered, allowed).
+
+    ``codes``: the ids of the agent's, the frame users', the import
+    system's code; ``who``: :func:`code_kinds`' ``classify, actor,
+    made_code``; ``paths``: :func:`path_rules`' closures; ``places``: the
+    scratch folder and the hidden and library roots; ``busy``: the hook's
+    and the tracer's flags (lists of one bool).
+    """
+    b_len, b_type, b_str, b_int, b_id = len, type, str, int, id
+    b_list, b_any, b_isinstance = list, any, isinstance
+    b_PermissionError, b_ImportError = PermissionError, ImportError
+    type_name = type.__dict__["__name__"].__get__
+    getframe = sys._getframe
+    file_exists = os.path.isfile
+    write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
+                   | os.O_TRUNC)
+    agent_codes, frame_users = codes["agent"], codes["frame_users"]
+    import_codes = codes["import"]
+    classify, actor, made_code = who
+    real, inside, readable_path, show, module_name = paths
+    scratch, hidden = places["scratch"], places["hidden"]
+    library_roots = places["library_roots"]
+    kit_modules = KIT_PACKAGES
+    devnull = os.devnull
+    in_hook, tracer_busy = busy["hook"], busy["tracer"]
+    process_events = dict(PROCESS_EVENTS)
+    introspection_events = dict(INTROSPECTION_EVENTS)
+    path_events = dict(PATH_EVENTS)
+    frame_attributes = frozenset(FRAME_ATTRIBUTES)
+    watched_events = frozenset(
+        list(PROCESS_EVENTS) + list(INTROSPECTION_EVENTS)
+        + list(PATH_EVENTS) + ["open", "import", "exec", "function.__new__",
+                               "object.__setattr__", "object.__getattr__",
+                               "sys.addaudithook", "grader.frame",
+                               "grader.event", "grader.open"])
+
+    def refuse(kind, verb, what, frame, error=None):
+        report(kind, verb, what, frame)
+        raise (error or b_PermissionError)(
+            "the grader's sandbox refuses to " + verb
+            + (" " + what if what else ""))
 
     def hook(event, args):
         if tracer_busy[0] or in_hook[0] or event not in watched_events:
@@ -1039,7 +993,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
         if b_id(caller.f_code) not in agent_codes or (
                 event == "grader.frame" and (
                     b_len(args) != 2 or args[0] is not token)):
-            who, student = actor(caller)
+            asker, student = actor(caller)
             report("tampered", "send frames through the grader's channel",
                    "", student)
             return
@@ -1053,16 +1007,16 @@ def _sealed(job: dict, probes: list, result_fd: int,
             report(args[0], args[1], args[2], below)
         elif event == "grader.open" and b_len(args) >= 2:
             below = caller.f_back
-            who, student = actor(below)
-            if who != "agent":
-                opened([args[0], args[1], None], student, who == "library",
-                       below)
+            asker, student = actor(below)
+            if asker != "agent":
+                opened([args[0], args[1], None], student,
+                       asker == "library", below)
 
     def decide(event, args, caller):
-        who, student = actor(caller)
-        if who == "agent":
+        asker, student = actor(caller)
+        if asker == "agent":
             return
-        by_library = who == "library"
+        by_library = asker == "library"
         if event == "exec" or event == "function.__new__":
             if args and not by_library:
                 made_code(args[0], "exec" if event == "exec" else
@@ -1135,20 +1089,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
             frame = frame.f_back
         return False
 
-    def module_name(path):
-        """``/kit/solutions/x.py`` -> ``solutions.x`` (for a report)."""
-        for root in hidden:
-            if path.startswith(root + path_sep):
-                base = root.rsplit(path_sep, 1)[-1]
-                rest = path[b_len(root) + 1:].split(path_sep)
-                rest = [p for p in rest if p != "__pycache__"]
-                if rest:
-                    rest[-1] = rest[-1].split(".")[0]
-                    if rest[-1] == "__init__":
-                        rest.pop()
-                return ".".join([base] + rest)
-        return path
-
     def opened(args, student, by_library, caller):
         path, mode, flags = (b_list(args) + [None, None, None])[:3]
         if b_type(path) is b_int:
@@ -1178,7 +1118,23 @@ def _sealed(job: dict, probes: list, result_fd: int,
                        b_ImportError)
             refuse("refused", "read", show(path), student)
 
-    # -- the trace function --------------------------------------------------
+    return hook
+
+
+def value_readers(torch: Any) -> tuple[Callable, ...]:
+    """Return ``is_tensor, shape_of, instance_dict, read_chain, expand``:
+    values read without running any code of theirs."""
+    b_type, b_int, b_dict, b_range = type, int, dict, range
+    b_tuple, b_list, b_BaseException = tuple, list, BaseException
+    type_mro = type.__dict__["__mro__"].__get__
+    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
+    list_len, list_item = list.__len__, list.__getitem__
+    TensorBase = torch._C.TensorBase
+    t_size = TensorBase.size
+    no_torch_function = torch._C.DisableTorchFunction
+    Module = torch.nn.Module
+    module_instance_dict = Module.__dict__["__dict__"].__get__ \
+        if "__dict__" in Module.__dict__ else None
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
@@ -1222,6 +1178,31 @@ def _sealed(job: dict, probes: list, result_fd: int,
             value = found
         return value
 
+    def expand(value):
+        kind = b_type(value)
+        if b_tuple in type_mro(kind):
+            return [shape_of(tuple_item(value, i))
+                    for i in b_range(tuple_len(value))]
+        if b_list in type_mro(kind):
+            return [shape_of(list_item(value, i))
+                    for i in b_range(list_len(value))]
+        return [shape_of(value)]
+
+    return is_tensor, shape_of, instance_dict, read_chain, expand
+
+
+def shape_tracer(units: list, line_unit: dict, phase: dict,
+                 classify: Callable, synthetic: dict, readers: tuple,
+                 tracer_busy: list) -> Callable:
+    """Return the global trace function: it records which code of the
+    submission runs (``phase["ran"]``), code that is neither the
+    submission's nor a library's (``phase["foreign"]``), and, while a
+    probe traces, the shapes of the planned statements
+    (:func:`line_tracer`)."""
+    b_len, b_str, b_id = len, str, id
+    max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
+    is_tensor, shape_of, instance_dict, read_chain, expand = readers
+
     def record(statement, values):
         records = phase["records"]
         if records is None:
@@ -1239,19 +1220,8 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return
         executions.append(values)
 
-    def expand(value):
-        kind = b_type(value)
-        if b_tuple in type_mro(kind):
-            return [shape_of(tuple_item(value, i))
-                    for i in b_range(tuple_len(value))]
-        if b_list in type_mro(kind):
-            return [shape_of(list_item(value, i))
-                    for i in b_range(list_len(value))]
-        return [shape_of(value)]
-
     local_tracer = line_tracer(units, line_unit, record, shape_of,
                                read_chain, expand, phase)
-    encode = value_encoder(torch)
 
     def global_tracer(frame, event, arg):
         tracer_busy[0] = True
@@ -1277,7 +1247,18 @@ def _sealed(job: dict, probes: list, result_fd: int,
         phase["calls"] += 1
         return local_tracer()
 
-    # -- values ---------------------------------------------------------------
+    return global_tracer
+
+
+def error_describer(filename: str, lines: list, memory_mb: int
+                    ) -> Callable:
+    """Return ``describe_error(exception) -> dict``: its type, message,
+    and the submission's line and function where it was raised."""
+    b_type, b_str, b_int, b_len, b_repr = type, str, int, len, repr
+    b_isinstance, b_BaseException = isinstance, BaseException
+    b_SystemExit, b_MemoryError = SystemExit, MemoryError
+    b_SyntaxError = SyntaxError
+    type_name = type.__dict__["__name__"].__get__
 
     def message_of(exception):
         if b_isinstance(exception, b_SystemExit):
@@ -1324,10 +1305,24 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return {"type": "Exception",
                     "message": "an exception that could not be described"}
 
-    # -- building and calling -------------------------------------------------
+    return describe_error
 
-    def is_module(value):
-        return Module in type_mro(b_type(value))
+
+def module_describer(torch: Any, readers: tuple, child_numbers: list
+                     ) -> Callable:
+    """Return ``describe(obj) -> dict``: a built object's type, children
+    (``nn.Linear`` sizes; the numbers ``child_numbers`` names, as
+    ``(class, [attribute, ...])`` pairs), parameters and buffers, read
+    without running its code."""
+    b_type, b_str, b_list, b_float = type, str, list, float
+    b_int, b_len, b_dict = int, len, dict
+    type_name = type.__dict__["__name__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    Module, Linear = torch.nn.Module, torch.nn.Linear
+    linear_forward = Linear.forward
+    module_named_parameters = Module.named_parameters
+    is_tensor, shape_of, instance_dict, read_chain, expand = readers
 
     def lookup(cls, name):
         for base in type_mro(cls):
@@ -1336,38 +1331,40 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 return namespace[name]
         return None
 
-    def parameters_of(obj):
-        return b_list(module_named_parameters(obj))
+    def child(value):
+        kind = b_type(value)
+        entry = {"type": type_name(kind)[:80], "is_linear": False}
+        if Linear in type_mro(kind) and \
+                lookup(kind, "forward") is linear_forward:
+            params = instance_dict(value).get("_parameters") or {}
+            weight = params.get("weight")
+            size = shape_of(weight)
+            if size is not None and b_len(size) == 2:
+                entry["is_linear"] = True
+                entry["in_features"] = size[1]
+                entry["out_features"] = size[0]
+                entry["bias"] = params.get("bias") is not None
+        for cls, names in child_numbers:
+            if cls in type_mro(kind):
+                for name in names:
+                    number = instance_dict(value).get(name)
+                    if b_type(number) is b_float or b_type(number) is b_int:
+                        entry[name] = b_float(number)
+        return entry
 
     def describe(obj):
         kind = b_type(obj)
-        info = {"type": type_name(kind)[:80], "is_module": is_module(obj)}
+        info = {"type": type_name(kind)[:80],
+                "is_module": Module in type_mro(kind)}
         if not info["is_module"]:
             return info
-        children = {}
         modules = instance_dict(obj).get("_modules")
         modules = modules if b_type(modules) is b_dict else {}
-        for name, child in b_list(modules.items())[:32]:
-            child_kind = b_type(child)
-            entry = {"type": type_name(child_kind)[:80], "is_linear": False}
-            if Linear in type_mro(child_kind) and \
-                    lookup(child_kind, "forward") is linear_forward:
-                params = instance_dict(child).get("_parameters") or {}
-                weight = params.get("weight")
-                size = shape_of(weight)
-                if size is not None and b_len(size) == 2:
-                    entry["is_linear"] = True
-                    entry["in_features"] = size[1]
-                    entry["out_features"] = size[0]
-                    entry["bias"] = params.get("bias") is not None
-            if Dropout in type_mro(child_kind):
-                p = instance_dict(child).get("p")
-                if b_type(p) is b_float or b_type(p) is b_int:
-                    entry["p"] = b_float(p)
-            children[b_str(name)[:80]] = entry
-        info["children"] = children
-        info["parameters"] = {b_str(n)[:80]: shape_of(p) or []
-                              for n, p in parameters_of(obj)[:64]}
+        info["children"] = {b_str(name)[:80]: child(value) for name, value
+                            in b_list(modules.items())[:32]}
+        info["parameters"] = {
+            b_str(n)[:80]: shape_of(p) or []
+            for n, p in b_list(module_named_parameters(obj))[:64]}
         buffers = {}
         for prefix, holder_module in [("", obj)] + [
                 (b_str(n) + ".", c) for n, c in b_list(modules.items())]:
@@ -1379,6 +1376,44 @@ def _sealed(job: dict, probes: list, result_fd: int,
                         buffers[(prefix + b_str(buffer_name))[:80]] = size
         info["buffers"] = buffers
         return info
+
+    return describe
+
+
+def probe_runner(torch: Any, phase: dict, readers: tuple,
+                 describe: Callable, encode: Callable, note: Callable,
+                 forbidden_classes: list) -> Callable:
+    """Return ``run_probe(namespace, probe) -> dict``: build the probe's
+    object (its weights set), train it when the probe says so, call it
+    (traced when asked) and encode what it returned."""
+    b_type, b_str, b_int, b_float, b_bool = type, str, int, float, bool
+    b_list, b_dict, b_sorted, b_getattr = list, dict, sorted, getattr
+    b_enumerate, b_zip = enumerate, zip
+    b_LookupError, b_RuntimeError, b_TypeError = (LookupError,
+                                                  RuntimeError, TypeError)
+    type_mro = type.__dict__["__mro__"].__get__
+    TensorBase = torch._C.TensorBase
+    t_clone, t_detach = TensorBase.clone, TensorBase.detach
+    t_set_data = TensorBase.__dict__["data"].__set__
+    no_torch_function = torch._C.DisableTorchFunction
+    set_grad_enabled = torch._C._set_grad_enabled
+    # The CPU generator alone: torch.manual_seed also queues a seeding of
+    # every accelerator, each with a formatted stack of the call (a fifth
+    # of a batch's time, in a worker that never uses one).
+    manual_seed = torch.default_generator.manual_seed
+    Module = torch.nn.Module
+    module_named_parameters = Module.named_parameters
+    module_train = Module.train
+    module_parameters = Module.parameters
+    autograd_grad = torch.autograd.grad
+    t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
+    is_tensor, shape_of, instance_dict, read_chain, expand = readers
+
+    def is_module(value):
+        return Module in type_mro(b_type(value))
+
+    def parameters_of(obj):
+        return b_list(module_named_parameters(obj))
 
     def build(namespace, probe):
         target = namespace.get(probe["target"])
@@ -1413,6 +1448,41 @@ def _sealed(job: dict, probes: list, result_fd: int,
         if is_module(obj):
             module_train(obj, b_bool(probe.get("train", False)))
         return obj
+
+    def fit(obj, spec):
+        # Adam steps (the usual betas and eps) on the object's own loss
+        # method (a probe's "fit": method, lr, batches), in train mode with
+        # gradients on. What they achieved is judged by the grader on the
+        # values the probe's call returns afterwards, never on a loss the
+        # code reports.
+        if not is_module(obj):
+            raise b_TypeError("the object to train is not an nn.Module")
+        module_train(obj, True)
+        params = b_list(module_parameters(obj))
+        if not params:
+            raise b_TypeError("the object to train has no parameters")
+        lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
+        moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
+        step = b_getattr(obj, b_str(spec["method"]))
+        for number, batch in b_enumerate(spec["batches"]):
+            set_grad_enabled(True)
+            try:
+                loss = step(t_clone(batch))
+                if not is_tensor(loss):
+                    raise b_TypeError(b_str(spec["method"]) + " did not "
+                                      "return a tensor")
+                grads = autograd_grad(loss, params, allow_unused=True)
+            finally:
+                set_grad_enabled(False)
+            done = number + 1
+            for p, g, (m, v) in b_zip(params, grads, moments):
+                if g is None:
+                    continue
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                m_hat = m / (1 - beta1 ** done)
+                v_hat = v / (1 - beta2 ** done)
+                p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
 
     def run_probe(namespace, probe):
         phase["stage"] = "build"
@@ -1457,40 +1527,16 @@ def _sealed(job: dict, probes: list, result_fd: int,
         result["value"] = encode(value)
         return result
 
-    def fit(obj, spec):
-        # Adam steps (the usual betas and eps) on the object's own loss
-        # method (a probe's "fit": method, lr, batches), in train mode with
-        # gradients on. What they achieved is judged by the grader on the
-        # values the probe's call returns afterwards, never on a loss the
-        # code reports.
-        if not is_module(obj):
-            raise b_TypeError("the object to train is not an nn.Module")
-        module_train(obj, True)
-        params = b_list(module_parameters(obj))
-        if not params:
-            raise b_TypeError("the object to train has no parameters")
-        lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
-        moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
-        step = b_getattr(obj, b_str(spec["method"]))
-        for number, batch in b_enumerate(spec["batches"]):
-            set_grad_enabled(True)
-            try:
-                loss = step(t_clone(batch))
-                if not is_tensor(loss):
-                    raise b_TypeError(b_str(spec["method"]) + " did not "
-                                      "return a tensor")
-                grads = autograd_grad(loss, params, allow_unused=True)
-            finally:
-                set_grad_enabled(False)
-            done = number + 1
-            for p, g, (m, v) in b_zip(params, grads, moments):
-                if g is None:
-                    continue
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                m_hat = m / (1 - beta1 ** done)
-                v_hat = v / (1 - beta2 ** done)
-                p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+    return run_probe
+
+
+def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable
+                    ) -> tuple[Callable, ...]:
+    """Return ``coverage()`` (the fingerprints of the submission's code
+    that ran in this phase, and foreign code) and ``start_phase(name,
+    stage)``."""
+    b_set = set
+    prints: dict = {}
 
     def coverage():
         ran = []
@@ -1511,9 +1557,22 @@ def _sealed(job: dict, probes: list, result_fd: int,
         phase["ran"] = b_set()
         phase["foreign"] = []
 
+    return coverage, start_phase
+
+
+def patch_watch(watched: list) -> Callable:
+    """Return ``patched()``: the entries of the watched namespaces (a list
+    of ``(dotted, namespace owner, ids before)``, filled once the
+    tripwires are in place) that now hold another function or class."""
+    import types
+
+    b_type, b_str, b_id, b_list = type, str, id, list
+    b_sorted, b_isinstance = sorted, isinstance
+    type_dict = type.__dict__["__dict__"].__get__
+    ModuleType, FunctionType = types.ModuleType, types.FunctionType
+    module_dict = ModuleType.__dict__["__dict__"].__get__
+
     def patched():
-        """Entries of the watched namespaces that now hold another
-        function or class than before the submission ran."""
         changed = []
         for dotted, value, before in watched:
             namespace = (module_dict(value) if b_type(value) is ModuleType
@@ -1527,109 +1586,172 @@ def _sealed(job: dict, probes: list, result_fd: int,
                         b_type(item) is ModuleType:
                     continue  # a submodule imported later
                 if old is None and b_type(value) is ModuleType and \
-                        not (b_type(item) is types.FunctionType
+                        not (b_type(item) is FunctionType
                              or b_isinstance(item, b_type)):
                     continue
                 changed.append(dotted + "." + name)
         return b_sorted(changed)[:32]
 
-    # -- tripwires ------------------------------------------------------------
+    return patched
 
-    def forbidden_call(name):
-        def tripped(*args, **kwargs):
-            note("forbidden", "use", name)
-            raise b_RuntimeError(name + " is not allowed in this homework: "
-                                 "write it yourself")
-        return tripped
 
-    def refused_call(what):
-        def refused(*args, **kwargs):
-            note("refused", what, "")
-            raise b_PermissionError("the grader's sandbox refuses to "
-                                    + what)
-        return refused
+# -- tripwires: what a submission can reach (they replace library functions)
 
+def forbidden_call(note: Callable, name: str) -> Callable:
+    """Return a stand-in for a forbidden function: it reports the use and
+    raises."""
+    b_RuntimeError = RuntimeError
+
+    def tripped(*args, **kwargs):
+        note("forbidden", "use", name)
+        raise b_RuntimeError(name + " is not allowed in this homework: "
+                             "write it yourself")
+    return tripped
+
+
+def refused_call(note: Callable, what: str) -> Callable:
+    """Return a stand-in for a call that ends, signals or starts a process
+    or thread without an audit event: it reports and raises."""
+    b_PermissionError = PermissionError
+
+    def refused(*args, **kwargs):
+        note("refused", what, "")
+        raise b_PermissionError("the grader's sandbox refuses to " + what)
+    return refused
+
+
+def no_trace_call() -> Callable:
+    """Return the stand-in of ``sys.gettrace`` and ``sys.getprofile``."""
     def no_trace():
         return None
+    return no_trace
 
-    def guarded_file(original, writing):
-        """torch opens these files in C++, where no audit event is raised:
-        check their paths as the audit hook checks ``open``."""
-        mode = "wb" if writing else "rb"
 
-        def call(*args, **kwargs):
-            path = args[0] if args else kwargs.get(
-                "filename", kwargs.get("name"))
-            if b_type(path) is b_str or b_type(path) is b_bytes:
-                sys_audit("grader.open", path, mode)
-            return original(*args, **kwargs)
-        return call
+def guarded_file(sys_audit: Callable, original: Callable, writing: bool
+                 ) -> Callable:
+    """torch opens these files in C++, where no audit event is raised:
+    return a stand-in that checks the path as the audit hook checks
+    ``open``, then calls ``original``."""
+    b_type, b_str, b_bytes = type, str, bytes
+    mode = "wb" if writing else "rb"
 
-    def subclass_tripwire(label):
-        def subclassed(*args, **kwargs):
-            note("forbidden", "subclass", label)
-        return subclassed
+    def call(*args, **kwargs):
+        path = args[0] if args else kwargs.get(
+            "filename", kwargs.get("name"))
+        if b_type(path) is b_str or b_type(path) is b_bytes:
+            sys_audit("grader.open", path, mode)
+        return original(*args, **kwargs)
+    return call
 
-    def tripwires():
-        """Replace the forbidden calls (every alias, by identity) and the
-        unaudited calls that end, start or signal a process or thread.
-        Runs before the submission."""
-        replacements = {}
-        for ident, name in forbidden_functions.items():
-            replacements[ident] = forbidden_call(name)
-        for value, what in find_refused():
-            replacements[b_id(value)] = refused_call(what)
-        replacements[b_id(sys.gettrace)] = no_trace
-        replacements[b_id(sys.getprofile)] = no_trace
-        for name, attribute, ident in find_sites(b_set(replacements),
-                                                 kit_modules):
-            namespace = getattr(sys_modules[name], "__dict__")
-            namespace[attribute] = replacements[ident]
-        for owner, name, writing in (
-                (torch._C, "PyTorchFileWriter", True),
-                (torch._C, "PyTorchFileReader", False),
-                (torch, "from_file", False),
-                (torch.UntypedStorage, "from_file", False)):
-            original = getattr(owner, name, None)
-            if original is not None:
-                try:
-                    setattr(owner, name, guarded_file(original, writing))
-                except (TypeError, AttributeError):
-                    pass
-        for label, cls in forbidden_classes:
-            tripped = forbidden_call(label)
-            for attribute, value in list(vars(cls).items()):
-                if isinstance(value, (types.FunctionType, staticmethod,
-                                      classmethod)) or \
-                        attribute in ("__init__", "forward", "__call__"):
-                    try:
-                        setattr(cls, attribute, tripped)
-                    except (TypeError, AttributeError):
-                        pass
+
+def subclass_tripwire(note: Callable, label: str) -> Callable:
+    """Return a forbidden class's ``__init_subclass__``: it reports."""
+    def subclassed(*args, **kwargs):
+        note("forbidden", "subclass", label)
+    return subclassed
+
+
+def install_tripwires(torch: Any, note: Callable,
+                      forbidden_functions: dict[int, str],
+                      forbidden_classes: list, aten_pattern: str | None,
+                      watched_extra: tuple, watched: list,
+                      holder: list) -> None:
+    """Replace the forbidden calls (every alias, by identity) and the
+    unaudited calls that end, start or signal a process or thread; then
+    remember the watched namespaces. Set-up: runs before the submission."""
+    import types
+    import warnings
+
+    replacements = {}
+    for ident, name in forbidden_functions.items():
+        replacements[ident] = forbidden_call(note, name)
+    for value, what in refused_values():
+        replacements[id(value)] = refused_call(note, what)
+    no_trace = no_trace_call()
+    replacements[id(sys.gettrace)] = no_trace
+    replacements[id(sys.getprofile)] = no_trace
+    for name, attribute, ident in alias_sites(set(replacements),
+                                              KIT_PACKAGES):
+        namespace = getattr(sys.modules[name], "__dict__")
+        namespace[attribute] = replacements[ident]
+    for owner, name, writing in (
+            (torch._C, "PyTorchFileWriter", True),
+            (torch._C, "PyTorchFileReader", False),
+            (torch, "from_file", False),
+            (torch.UntypedStorage, "from_file", False)):
+        original = getattr(owner, name, None)
+        if original is not None:
             try:
-                cls.__init_subclass__ = classmethod(
-                    subclass_tripwire(label))
+                setattr(owner, name,
+                        guarded_file(sys.audit, original, writing))
             except (TypeError, AttributeError):
                 pass
-        if aten_pattern:
-            names = find_aten(aten_pattern)
-            library = torch.library.Library("aten", "IMPL")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for name in names:
-                    tripped = forbidden_call("torch.ops.aten." + name)
-                    for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
-                        try:
-                            library.impl(name, tripped, dispatch_key)
-                        except (RuntimeError, ValueError):
-                            pass
-            holder.append(library)
-        for dotted, before in take_snapshot().items():
-            value = lookup_dotted(dotted)
-            if value is not None:
-                watched.append((dotted, value, before))
+    for label, cls in forbidden_classes:
+        tripped = forbidden_call(note, label)
+        for attribute, value in list(vars(cls).items()):
+            if isinstance(value, (types.FunctionType, staticmethod,
+                                  classmethod)) or \
+                    attribute in ("__init__", "forward", "__call__"):
+                try:
+                    setattr(cls, attribute, tripped)
+                except (TypeError, AttributeError):
+                    pass
+        try:
+            cls.__init_subclass__ = classmethod(
+                subclass_tripwire(note, label))
+        except (TypeError, AttributeError):
+            pass
+    if aten_pattern:
+        library = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in aten_names(aten_pattern):
+                tripped = forbidden_call(note, "torch.ops.aten." + name)
+                for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
+                    try:
+                        library.impl(name, tripped, dispatch_key)
+                    except (RuntimeError, ValueError):
+                        pass
+        holder.append(library)
+    for dotted, before in _snapshot(watched_extra).items():
+        value = _lookup(dotted)
+        if value is not None:
+            watched.append((dotted, value, before))
 
-    # -- the run --------------------------------------------------------------
+
+# -- the run ----------------------------------------------------------------
+
+def runner(plan: dict, parts: dict) -> Callable[[], None]:
+    """Return ``run()``: install the audit hook and the trace function,
+    load the submission and run every probe of the plan, each reported
+    in a frame.
+
+    ``plan``: the source, its file name, the probes, the confinement and
+    what must stay alive; ``parts``: the closures the other factories
+    made (``hook``, ``tracer``, ``emit``, ``run_probe``, ``coverage``,
+    ``start_phase``, ``patched``, ``describe_error``).
+    """
+    import builtins
+    import time
+
+    import torch
+
+    b_compile, b_exec, b_enumerate = compile, exec, enumerate
+    b_BaseException = BaseException
+    add_audit_hook, settrace = sys.addaudithook, sys.settrace
+    sys_modules = sys.modules
+    clock = time.perf_counter
+    my_pid = os.getpid()
+    set_grad_enabled = torch._C._set_grad_enabled
+    ModuleType = type(sys)
+    module_dict = ModuleType.__dict__["__dict__"].__get__
+    source, filename = plan["source"], plan["filename"]
+    probes, confinement = plan["probes"], plan["confinement"]
+    kept, holder = plan["kept"], plan["holder"]
+    hook, global_tracer, emit = parts["hook"], parts["tracer"], parts["emit"]
+    run_probe, coverage = parts["run_probe"], parts["coverage"]
+    start_phase, patched = parts["start_phase"], parts["patched"]
+    describe_error = parts["describe_error"]
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
@@ -1676,5 +1798,93 @@ def _sealed(job: dict, probes: list, result_fd: int,
         emit({"type": "patched", "what": patched()})
         emit({"type": "done"})
 
-    tripwires()
     return run
+
+
+#: The factories whose closures run once the submission runs (the kit's
+#: integrity test walks each one's code for global look-ups).
+FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
+             code_kinds, audit_hook, value_readers, shape_tracer,
+             error_describer, module_describer, probe_runner,
+             coverage_keeper, patch_watch, forbidden_call, refused_call,
+             no_trace_call, guarded_file, subclass_tripwire, runner)
+
+
+def _assemble(job: dict, probes: list, result_fd: int,
+              forbidden: tuple[dict[int, str], list], codes: dict,
+              confinement: dict, kept: list) -> Callable[[], None]:
+    """Build the runtime from the factories; return ``run``. Set-up: runs
+    before the submission (the tripwires are installed here)."""
+    import hashlib
+    import linecache
+    import types
+
+    import torch
+
+    from grader.wire import result_writer, value_encoder
+
+    forbidden_functions, forbidden_classes = forbidden
+    source, filename = job["source"], job["filename"]
+    lines = source.split("\n")
+    scratch = os.path.realpath(job["scratch"])
+    hidden = tuple(os.path.realpath(p) for p in job.get("hidden", []))
+    library_roots = tuple(os.path.realpath(p)
+                          for p in job.get("library_roots", []))
+    readable = tuple(os.path.realpath(p) for p in job.get("readable", ["/"]))
+    # Tracebacks and warnings show the submission's lines without reading
+    # its file (which the sandbox does not let anyone read).
+    linecache.cache[filename] = (len(source), None,
+                                 [line + "\n" for line in lines], filename)
+    # The agent's own files are not readable either: a traceback printed
+    # by the submission (or by torch) shows their lines from memory.
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if getattr(module, "__name__", "").startswith("grader") and path:
+            try:
+                linecache.updatecache(path)
+            except OSError:
+                pass
+
+    # State, reachable only from the closures that use it.
+    kinds: dict = {}         # id(code) -> kind
+    alive: dict = {}         # id(code) -> code (keeps the ids valid)
+    synthetic: dict = {}     # id(code) -> how it was made
+    phase = {"name": "setup", "stage": "import", "ran": set(),
+             "foreign": [], "records": None, "tracing": False,
+             "returns": 0, "calls": 0}
+    busy = {"hook": [False], "tracer": [False]}
+    watched: list = []
+    holder: list = []
+    token = object()
+
+    fingerprint = make_fingerprint(hashlib.sha256, types.CodeType)
+    send = result_writer(bytes.fromhex(job["key"]),
+                         bytes.fromhex(job["magic"]), result_fd, os._exit)
+    emit, note = messenger(sys.audit, token)
+    report, _ = reporter(send, filename, phase)
+    paths = path_rules(scratch, readable, hidden)
+    who = code_kinds(filename, codes["agent"], codes["generators"],
+                     library_roots, hidden, fingerprint, paths[0], paths[1],
+                     kinds, alive, synthetic)
+    hook = audit_hook(send, report, token, codes, who, paths,
+                      {"scratch": scratch, "hidden": hidden,
+                       "library_roots": library_roots}, busy)
+    readers = value_readers(torch)
+    units, line_unit = plan_units(job.get("statements", []))
+    tracer = shape_tracer(units, line_unit, phase, who[0], synthetic,
+                          readers, busy["tracer"])
+    describe = module_describer(torch, readers, [(torch.nn.Dropout, ["p"])])
+    run_probe = probe_runner(torch, phase, readers, describe,
+                             value_encoder(torch), note, forbidden_classes)
+    coverage, start_phase = coverage_keeper(phase, alive, fingerprint)
+    install_tripwires(torch, note, forbidden_functions, forbidden_classes,
+                      job.get("forbidden", {}).get("aten"), (), watched,
+                      holder)
+    return runner(
+        {"source": source, "filename": filename, "probes": probes,
+         "confinement": confinement, "kept": kept, "holder": holder},
+        {"hook": hook, "tracer": tracer, "emit": emit,
+         "run_probe": run_probe, "coverage": coverage,
+         "start_phase": start_phase, "patched": patch_watch(watched),
+         "describe_error": error_describer(filename, lines,
+                                           int(job["memory_mb"]))})
