@@ -95,6 +95,9 @@ class Assignment:
     # it has none); a homework ships that folder only.
     public_tests: str = ""
     forbidden: dict = field(default_factory=dict)
+    # What the sandbox worker watches and reports of library classes (the
+    # ``[sandbox]`` table): ``watched`` and ``numbers``.
+    sandbox: dict = field(default_factory=dict)
     notation: tuple[Notation, ...] = DEFAULT_NOTATION
     shape_example: str = DEFAULT_SHAPE_EXAMPLE
 
@@ -204,6 +207,33 @@ def _forbidden(raw: dict, path: Path) -> dict:
     return dict(raw)
 
 
+def _sandbox(raw: object, path: Path) -> dict:
+    """The ``[sandbox]`` table, validated: ``watched``, the dotted names
+    of library classes or modules whose replaced entries are flagged
+    "patched"; ``numbers``, for a dotted class name, the attributes whose
+    numbers a ``describe`` probe reports of a child module of that class
+    (see grader.worker.agent)."""
+    if not isinstance(raw, dict) or set(raw) - {"watched", "numbers"}:
+        raise RubricError(f"{path}: the sandbox table has only watched and "
+                          f"numbers")
+    watched = raw.get("watched", [])
+    numbers = raw.get("numbers", {})
+    if not (isinstance(watched, list)
+            and all(isinstance(w, str) for w in watched)):
+        raise RubricError(f"{path}: sandbox.watched must be a list of "
+                          f"dotted names")
+    reserved = {"type", "is_linear", "in_features", "out_features", "bias"}
+    if not (isinstance(numbers, dict) and all(
+            isinstance(names, list) and all(
+                isinstance(n, str) and n.isidentifier() and n not in reserved
+                for n in names) for names in numbers.values())):
+        raise RubricError(f"{path}: sandbox.numbers must map dotted class "
+                          f"names to lists of attribute names (not "
+                          f"{', '.join(sorted(reserved))})")
+    return {"watched": list(watched),
+            "numbers": {str(k): list(v) for k, v in numbers.items()}}
+
+
 def _notation(raw: object, path: Path) -> tuple[Notation, ...]:
     """The ``[[shapes.notation]]`` tables, validated."""
     if raw is None:
@@ -298,6 +328,7 @@ def _assignment(raw: dict, folder: Path, path: Path) -> Assignment:
         identities=tuple(tuple(i) for i in shapes.get("identities", ())),
         public_tests=_public_tests(raw.get("public_tests", ""), path),
         forbidden=_forbidden(raw.get("forbidden", {}), path),
+        sandbox=_sandbox(raw.get("sandbox", {}), path),
         notation=_notation(shapes.get("notation"), path),
         shape_example=str(shapes.get("example", DEFAULT_SHAPE_EXAMPLE)))
 

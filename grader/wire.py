@@ -320,6 +320,10 @@ def _shape_map(value: Any) -> bool:
         for k, v in value.items())
 
 
+# A child's keys; any other is a number the job's sandbox table names.
+_CHILD_KEYS = ("type", "is_linear", "in_features", "out_features", "bias")
+
+
 def _describe(value: Any) -> str | None:
     if not isinstance(value, dict) or not _text(value.get("type")) \
             or not isinstance(value.get("is_module"), bool):
@@ -335,7 +339,9 @@ def _describe(value: Any) -> str | None:
                                                        "out_features")
                         if k in child or child["is_linear"])
                 and isinstance(child.get("bias", False), bool)
-                and _number(child.get("p", 0.0))):
+                and len(child) <= 16 and all(
+                    _text(k) and _number(v) for k, v in child.items()
+                    if k not in _CHILD_KEYS)):
             return "the description of a child layer is malformed"
     if not all(_shape_map(value.get(key, {})) for key in ("parameters",
                                                           "buffers")):

@@ -79,7 +79,9 @@ class Job:
 
     ``statements`` is the shape-trace plan (every statement of the
     submission that may need a shape comment); ``forbidden`` the rubric's
-    forbidden APIs (see ``grader.worker.agent``).
+    forbidden APIs and ``sandbox`` its ``[sandbox]`` table (the library
+    classes the worker watches and the numbers it reports of them; see
+    ``grader.worker.agent``).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Job:
     probes: list[dict]
     statements: list[dict] = field(default_factory=list)
     forbidden: dict[str, Any] = field(default_factory=dict)
+    sandbox: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -256,7 +259,8 @@ def _start(job: Job, limits: Limits) -> _Running:
     scratch = Path(tempfile.mkdtemp(prefix="grader-scratch-"))
     plan = {"source": job.source, "filename": job.filename,
             "probes": job.probes, "statements": job.statements,
-            "forbidden": job.forbidden, "timeout": limits.timeout,
+            "forbidden": job.forbidden, "sandbox": job.sandbox,
+            "timeout": limits.timeout,
             "memory_mb": limits.memory_mb, "scratch": str(scratch),
             "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
     handle = forkserver.spawn(job_frame(plan))

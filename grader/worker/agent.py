@@ -131,12 +131,12 @@ GENERATORS = (("collections", "namedtuple"), ("dataclasses", "dataclass"),
               ("typing", "NamedTupleMeta.__new__"),
               ("typing", "NamedTuple"))
 # Namespaces whose entries are remembered before the submission runs, so
-# that a replaced function (nn.Module.__call__, json.dumps) is reported.
+# that a replaced function (nn.Module.__call__, json.dumps) is reported;
+# the job's "sandbox" table (the rubric's) adds an assignment's own.
 WATCHED_NAMESPACES = (
     "builtins", "sys", "json", "pickle", "logging", "math", "torch",
     "torch.nn.functional", "torch.nn.init", "torch.nn.Module",
-    "torch.nn.Linear", "torch.nn.Dropout", "torch.Tensor",
-    "torch.nn.modules.module")
+    "torch.nn.Linear", "torch.Tensor", "torch.nn.modules.module")
 
 
 # ---------------------------------------------------------------------------
@@ -1810,6 +1810,17 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              no_trace_call, guarded_file, subclass_tripwire, runner)
 
 
+def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
+    """The job's ``sandbox.numbers`` as (class, attribute names) pairs
+    (a class that does not exist is left out)."""
+    found = []
+    for dotted, names in library.get("numbers", {}).items():
+        cls = _lookup(dotted)
+        if isinstance(cls, type):
+            found.append((cls, [str(name) for name in names]))
+    return found
+
+
 def _assemble(job: dict, probes: list, result_fd: int,
               forbidden: tuple[dict[int, str], list], codes: dict,
               confinement: dict, kept: list) -> Callable[[], None]:
@@ -1824,6 +1835,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     from grader.wire import result_writer, value_encoder
 
     forbidden_functions, forbidden_classes = forbidden
+    library = job.get("sandbox", {})
     source, filename = job["source"], job["filename"]
     lines = source.split("\n")
     scratch = os.path.realpath(job["scratch"])
@@ -1873,13 +1885,13 @@ def _assemble(job: dict, probes: list, result_fd: int,
     units, line_unit = plan_units(job.get("statements", []))
     tracer = shape_tracer(units, line_unit, phase, who[0], synthetic,
                           readers, busy["tracer"])
-    describe = module_describer(torch, readers, [(torch.nn.Dropout, ["p"])])
+    describe = module_describer(torch, readers, _child_numbers(library))
     run_probe = probe_runner(torch, phase, readers, describe,
                              value_encoder(torch), note, forbidden_classes)
     coverage, start_phase = coverage_keeper(phase, alive, fingerprint)
     install_tripwires(torch, note, forbidden_functions, forbidden_classes,
-                      job.get("forbidden", {}).get("aten"), (), watched,
-                      holder)
+                      job.get("forbidden", {}).get("aten"),
+                      tuple(library.get("watched", [])), watched, holder)
     return runner(
         {"source": source, "filename": filename, "probes": probes,
          "confinement": confinement, "kept": kept, "holder": holder},
