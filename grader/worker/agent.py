@@ -49,6 +49,13 @@ from typing import Any, Callable
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
 MAX_FOREIGN = 32
+# Distinct refused, tampered and patched attempts listed one by one (a
+# forbidden use is always listed); past them, only their number.
+MAX_EVENTS = 64
+# The coverage entry of a phase in which the trace function was removed
+# (or any phase after that): the grader saw less than the code that ran.
+SILENCED = ["", "code the grader could not see: the code removed the "
+                "grader's trace function (sys.settrace) while it ran", 0, ""]
 OPEN_FILES = 256
 # Audit events the hook looks at; every other event passes untouched.
 PROCESS_EVENTS = {
@@ -115,14 +122,20 @@ CODE_EVENTS = ("exec", "function.__new__", "object.__setattr__",
 # Standard-library functions that take a frame to read their caller's
 # module name (and never hand it on): their frame look-ups are allowed.
 FRAME_USERS = (("collections", "namedtuple"), ("typing", "_caller"),
-               ("logging", "currentframe"), ("logging", "Logger.findCaller"),
+               ("logging", "Logger.findCaller"),
                ("enum", "EnumType._create_"), ("warnings", "warn"),
                # These turn frames into text (file, line, function name):
                # torch records where a lazy CUDA call came from with them,
                # and printing a traceback needs them.
                ("traceback", "extract_stack"), ("traceback", "format_stack"),
                ("traceback", "print_stack"),
-               ("traceback", "_walk_tb_with_full_positions"))
+               ("traceback", "StackSummary._extract_from_extended_frame_gen"))
+# Standard-library functions that hand the frames they look up to their
+# caller: their look-ups are allowed only when that caller is one of the
+# FRAME_USERS (logging's findCaller, traceback's summaries), never when the
+# submission calls them (its own frame leads down to the agent's).
+FRAME_HANDERS = (("logging", "currentframe"),
+                 ("traceback", "_walk_tb_with_full_positions"))
 # Public entry points that generate code (exec) for the caller: the code
 # they make is the library's (namedtuple's __new__, a dataclass's
 # __init__), not code the submission smuggled in.
@@ -665,6 +678,7 @@ def _life(job: dict, result_fd: int) -> None:
     kept = _code_objects(sys.modules[__name__]) + _code_objects(wire)
     agent_codes = {id(c) for c in kept}
     frame_users = _named_codes(FRAME_USERS)
+    frame_handers = _named_codes(FRAME_HANDERS)
     generators = _named_codes(GENERATORS)
     import_codes = {id(c): c for name in ("importlib._bootstrap",
                                           "importlib._bootstrap_external",
@@ -673,12 +687,13 @@ def _life(job: dict, result_fd: int) -> None:
                                           "importlib")
                     if name in sys.modules
                     for c in _code_objects(sys.modules[name])}
-    for found in (frame_users, generators, import_codes):
+    for found in (frame_users, frame_handers, generators, import_codes):
         kept += list(found.values())
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []))
     codes = {"agent": agent_codes, "frame_users": set(frame_users),
+             "frame_handers": set(frame_handers),
              "generators": set(generators), "import": set(import_codes)}
     run = _assemble(job, probes, result_fd, (functions, classes), codes,
                     confinement.as_plain(), kept)
@@ -736,10 +751,18 @@ def reporter(send: Callable, filename: str, phase: dict
              ) -> tuple[Callable, ...]:
     """Return ``report(kind, verb, what, frame)``, which tells the grading
     process at once what the code tried (refused, forbidden, tampered,
-    patched; each distinct attempt once, at most 64 of them), and
-    ``line_of(frame)``."""
-    b_len = len
+    patched; each distinct attempt once), and ``line_of(frame)``.
+
+    The report fails closed at its cap: a forbidden use is always sent
+    (it costs the task's correctness items); past MAX_EVENTS other
+    attempts, the rest are counted, and the special kind ``unlisted``
+    (sent by the runner at the end of each phase) reports how many were
+    left out, as a refused event of its own.
+    """
+    b_str = str
+    max_events = MAX_EVENTS
     reported: dict = {}
+    counts = {"listed": 0, "left_out": 0, "announced": 0}
 
     def line_of(frame):
         if frame is not None and frame.f_code.co_filename == filename:
@@ -747,13 +770,29 @@ def reporter(send: Callable, filename: str, phase: dict
         return None
 
     def report(kind, verb, what="", frame=None):
+        if kind == "unlisted":
+            left_out = counts["left_out"]
+            if left_out > counts["announced"]:
+                counts["announced"] = left_out
+                send({"type": "event", "kind": "refused",
+                      "verb": "do more than the report lists (each attempt "
+                              "refused or noticed all the same)",
+                      "object": b_str(left_out) + " attempt(s) not listed",
+                      "line": None, "phase": phase["name"]})
+            return
         label = kind + ":" + verb + ":" + what
         count = reported.get(label, 0)
         reported[label] = count + 1
-        if count == 0 and b_len(reported) <= 64:
-            send({"type": "event", "kind": kind, "verb": verb[:200],
-                  "object": what[:300], "line": line_of(frame),
-                  "phase": phase["name"]})
+        if count:
+            return
+        if kind != "forbidden":
+            if counts["listed"] >= max_events:
+                counts["left_out"] += 1
+                return
+            counts["listed"] += 1
+        send({"type": "event", "kind": kind, "verb": verb[:200],
+              "object": what[:300], "line": line_of(frame),
+              "phase": phase["name"]})
 
     return report, line_of
 
@@ -945,6 +984,7 @@ def audit_hook(send: Callable, report: Callable, token: object,
     write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
                    | os.O_TRUNC)
     agent_codes, frame_users = codes["agent"], codes["frame_users"]
+    frame_handers = codes["frame_handers"]
     import_codes = codes["import"]
     classify, actor, made_code = who
     real, inside, readable_path, show, module_name = paths
@@ -1051,8 +1091,11 @@ def audit_hook(send: Callable, report: Callable, token: object,
                 raise b_PermissionError("the grader's sandbox refuses to "
                                         + what)
             refuse("refused", what, "", student)
-        if (event == "sys._getframe" or event == "object.__getattr__") and \
-                b_id(caller.f_code) in frame_users:
+        if (event == "sys._getframe" or event == "object.__getattr__") and (
+                b_id(caller.f_code) in frame_users or (
+                    b_id(caller.f_code) in frame_handers
+                    and caller.f_back is not None
+                    and b_id(caller.f_back.f_code) in frame_users)):
             return
         if event in introspection_events or event == "object.__getattr__" \
                 or event == "sys.addaudithook":
@@ -1201,6 +1244,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     (:func:`line_tracer`)."""
     b_len, b_str, b_id = len, str, id
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
+    gettrace, settrace = sys.gettrace, sys.settrace
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
 
     def record(statement, values):
@@ -1236,18 +1280,30 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             phase["ran"].add((b_id(code), phase["stage"]))
         else:
             foreign = phase["foreign"]
-            if b_len(foreign) < max_foreign:
-                entry = [code.co_filename[:200], code.co_name[:80],
-                         code.co_firstlineno, synthetic.get(b_id(code), "")]
-                if entry not in foreign:
+            entry = [code.co_filename[:200], code.co_name[:80],
+                     code.co_firstlineno, synthetic.get(b_id(code), "")]
+            if entry not in foreign:
+                if b_len(foreign) < max_foreign:
                     foreign.append(entry)
+                else:
+                    phase["foreign_left_out"] += 1
             return None
         if not phase["tracing"]:
             return None
         phase["calls"] += 1
         return local_tracer()
 
-    return global_tracer
+    def still_tracing():
+        """False once the trace function was ever removed (CPython removes
+        it when it raises, e.g. at the recursion limit): from then on the
+        grader has seen less than the code that ran. Installs it again,
+        so that later code is traced all the same."""
+        if gettrace() is not global_tracer:
+            phase["silenced"] = True
+            settrace(global_tracer)
+        return not phase["silenced"]
+
+    return global_tracer, still_tracing
 
 
 def error_describer(filename: str, lines: list, memory_mb: int
@@ -1382,7 +1438,8 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list
 
 def probe_runner(torch: Any, phase: dict, readers: tuple,
                  describe: Callable, encode: Callable, note: Callable,
-                 forbidden_classes: list) -> Callable:
+                 forbidden_classes: list, still_tracing: Callable
+                 ) -> Callable:
     """Return ``run_probe(namespace, probe) -> dict``: build the probe's
     object (its weights set), train it when the probe says so, call it
     (traced when asked) and encode what it returned."""
@@ -1522,7 +1579,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             phase["tracing"] = False
         if tracing:
             result["trace"] = {"records": phase["records"],
-                               "intact": phase["calls"] == phase["returns"]}
+                               "intact": phase["calls"] == phase["returns"]
+                               and still_tracing()}
             phase["records"] = None
         result["value"] = encode(value)
         return result
@@ -1530,12 +1588,18 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     return run_probe
 
 
-def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable
-                    ) -> tuple[Callable, ...]:
+def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable,
+                    still_tracing: Callable) -> tuple[Callable, ...]:
     """Return ``coverage()`` (the fingerprints of the submission's code
     that ran in this phase, and foreign code) and ``start_phase(name,
-    stage)``."""
-    b_set = set
+    stage)``.
+
+    Coverage fails closed: when the trace function was removed (in this
+    phase or before), its foreign code includes :data:`SILENCED`; past
+    MAX_FOREIGN entries, one more says how many were left out.
+    """
+    b_set, b_str, b_list = set, str, list
+    silenced = b_list(SILENCED)
     prints: dict = {}
 
     def coverage():
@@ -1549,13 +1613,21 @@ def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable
                 digest = prints[code_id] = fingerprint(code)
             ran.append([digest, code.co_firstlineno, code.co_name[:80],
                         stage])
-        return {"ran": ran, "foreign": phase["foreign"]}
+        foreign = b_list(phase["foreign"])
+        if phase["foreign_left_out"]:
+            foreign.append(["", b_str(phase["foreign_left_out"])
+                            + " more piece(s) of such code, not listed",
+                            0, ""])
+        if not still_tracing():
+            foreign.append(silenced)
+        return {"ran": ran, "foreign": foreign}
 
     def start_phase(name, stage="build"):
         phase["name"] = name
         phase["stage"] = stage
         phase["ran"] = b_set()
         phase["foreign"] = []
+        phase["foreign_left_out"] = 0
 
     return coverage, start_phase
 
@@ -1751,7 +1823,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     hook, global_tracer, emit = parts["hook"], parts["tracer"], parts["emit"]
     run_probe, coverage = parts["run_probe"], parts["coverage"]
     start_phase, patched = parts["start_phase"], parts["patched"]
-    describe_error = parts["describe_error"]
+    describe_error, note = parts["describe_error"], parts["note"]
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
@@ -1774,11 +1846,13 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             emit({"type": "import", "ok": False,
                   "error": describe_error(exception),
                   "seconds": clock() - started, "coverage": coverage()})
+            note("unlisted", "", "")
             emit({"type": "patched", "what": patched()})
             emit({"type": "done"})
             return
         emit({"type": "import", "ok": True, "seconds": clock() - started,
               "coverage": coverage()})
+        note("unlisted", "", "")
         emit({"type": "patched", "what": patched()})
         for number, probe in b_enumerate(probes):
             emit({"type": "start", "id": probe["id"]})
@@ -1794,6 +1868,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
             emit(message)
+            note("unlisted", "", "")
         start_phase("end", "end")
         emit({"type": "patched", "what": patched()})
         emit({"type": "done"})
@@ -1862,8 +1937,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
     alive: dict = {}         # id(code) -> code (keeps the ids valid)
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(),
-             "foreign": [], "records": None, "tracing": False,
-             "returns": 0, "calls": 0}
+             "foreign": [], "foreign_left_out": 0, "records": None,
+             "tracing": False, "returns": 0, "calls": 0, "silenced": False}
     busy = {"hook": [False], "tracer": [False]}
     watched: list = []
     holder: list = []
@@ -1883,12 +1958,14 @@ def _assemble(job: dict, probes: list, result_fd: int,
                        "library_roots": library_roots}, busy)
     readers = value_readers(torch)
     units, line_unit = plan_units(job.get("statements", []))
-    tracer = shape_tracer(units, line_unit, phase, who[0], synthetic,
-                          readers, busy["tracer"])
+    tracer, still_tracing = shape_tracer(units, line_unit, phase, who[0],
+                                         synthetic, readers, busy["tracer"])
     describe = module_describer(torch, readers, _child_numbers(library))
     run_probe = probe_runner(torch, phase, readers, describe,
-                             value_encoder(torch), note, forbidden_classes)
-    coverage, start_phase = coverage_keeper(phase, alive, fingerprint)
+                             value_encoder(torch), note, forbidden_classes,
+                             still_tracing)
+    coverage, start_phase = coverage_keeper(phase, alive, fingerprint,
+                                            still_tracing)
     install_tripwires(torch, note, forbidden_functions, forbidden_classes,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
@@ -1898,5 +1975,6 @@ def _assemble(job: dict, probes: list, result_fd: int,
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
          "start_phase": start_phase, "patched": patch_watch(watched),
+         "note": note,
          "describe_error": error_describer(filename, lines,
                                            int(job["memory_mb"]))})
