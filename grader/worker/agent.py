@@ -143,6 +143,23 @@ GENERATORS = (("collections", "namedtuple"), ("dataclasses", "dataclass"),
               ("dataclasses", "make_dataclass"),
               ("typing", "NamedTupleMeta.__new__"),
               ("typing", "NamedTuple"))
+# Compilers whose code runs where no trace function follows (TorchScript's
+# interpreter, torch.compile's graphs): every alias of each is replaced by a
+# stand-in that reports "untraceable" (what they compile is code the grader
+# cannot see) and calls it.
+UNTRACEABLE = (
+    "torch._C._jit_script_compile", "torch._C._jit_script_class_compile",
+    "torch._C._jit_script_compile_overload",
+    "torch._C._jit_script_interface_compile",
+    "torch._C._create_function_from_trace",
+    "torch._C._create_function_from_trace_with_dict",
+    "torch._C._create_method_from_trace",
+    "torch._C._create_method_from_trace_with_dict",
+    "torch._C._create_function_from_graph", "torch._C.CompilationUnit",
+    "torch._C.import_ir_module", "torch._C.import_ir_module_from_buffer",
+    "torch._C._import_ir_module_from_package",
+    "torch._C._load_for_lite_interpreter",
+    "torch._C._load_for_lite_interpreter_from_buffer", "torch.compile")
 # Namespaces whose entries are remembered before the submission runs, so
 # that a replaced function (nn.Module.__call__, json.dumps) is reported;
 # the job's "sandbox" table (the rubric's) adds an assignment's own.
@@ -522,6 +539,16 @@ def refused_values() -> list[tuple[object, str]]:
     return values
 
 
+def untraceable_values() -> list[tuple[object, str]]:
+    """The compilers of UNTRACEABLE that exist, with their names."""
+    found = []
+    for dotted in UNTRACEABLE:
+        value = _lookup(dotted)
+        if value is not None:
+            found.append((value, dotted))
+    return found
+
+
 def _bindings(modules: list[tuple[str, object]], wanted: set[int],
               skip: tuple[str, ...]) -> list[tuple[str, str, int]]:
     """Every (module, attribute, id) of ``modules`` bound to a value
@@ -546,6 +573,7 @@ def index_aliases(skip: tuple[str, ...]) -> None:
     (:func:`alias_sites`), not the tens of thousands of names torch
     brings. The values stay alive here, so their ids stay theirs."""
     wanted = {id(value) for value, _ in refused_values()}
+    wanted |= {id(value) for value, _ in untraceable_values()}
     wanted |= {id(sys.gettrace), id(sys.getprofile)}
     for functions, _ in _PREPARED.values():
         wanted |= set(functions)
@@ -753,8 +781,9 @@ def reporter(send: Callable, filename: str, phase: dict
     process at once what the code tried (refused, forbidden, tampered,
     patched; each distinct attempt once), and ``line_of(frame)``.
 
-    The report fails closed at its cap: a forbidden use is always sent
-    (it costs the task's correctness items); past MAX_EVENTS other
+    The report fails closed at its cap: a forbidden use and a compiler the
+    grader cannot trace are always sent (they cost the task's correctness
+    items); past MAX_EVENTS other
     attempts, the rest are counted, and the special kind ``unlisted``
     (sent by the runner at the end of each phase) reports how many were
     left out, as a refused event of its own.
@@ -785,7 +814,7 @@ def reporter(send: Callable, filename: str, phase: dict
         reported[label] = count + 1
         if count:
             return
-        if kind != "forbidden":
+        if kind != "forbidden" and kind != "untraceable":
             if counts["listed"] >= max_events:
                 counts["left_out"] += 1
                 return
@@ -1692,6 +1721,17 @@ def refused_call(note: Callable, what: str) -> Callable:
     return refused
 
 
+def untraceable_call(note: Callable, name: str, original: Callable
+                     ) -> Callable:
+    """Return a stand-in for a compiler whose code the grader cannot trace:
+    it reports the use (the items the task's runs serve earn nothing) and
+    calls ``original``."""
+    def compiled(*args, **kwargs):
+        note("untraceable", "compile", name)
+        return original(*args, **kwargs)
+    return compiled
+
+
 def no_trace_call() -> Callable:
     """Return the stand-in of ``sys.gettrace`` and ``sys.getprofile``."""
     def no_trace():
@@ -1739,6 +1779,8 @@ def install_tripwires(torch: Any, note: Callable,
         replacements[ident] = forbidden_call(note, name)
     for value, what in refused_values():
         replacements[id(value)] = refused_call(note, what)
+    for value, name in untraceable_values():
+        replacements[id(value)] = untraceable_call(note, name, value)
     no_trace = no_trace_call()
     replacements[id(sys.gettrace)] = no_trace
     replacements[id(sys.getprofile)] = no_trace
@@ -1882,7 +1924,8 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              code_kinds, audit_hook, value_readers, shape_tracer,
              error_describer, module_describer, probe_runner,
              coverage_keeper, patch_watch, forbidden_call, refused_call,
-             no_trace_call, guarded_file, subclass_tripwire, runner)
+             untraceable_call, no_trace_call, guarded_file,
+             subclass_tripwire, runner)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:

@@ -45,6 +45,14 @@ CORPUS: dict[str, tuple] = {
     "flood_then_aten": (
         (0, 0, -1, 0, 0), CLEAN_2, 6, ("forbidden", "refused", "refused"),
         ("36 attempt(s) not listed", "_scaled_dot_product_attention_math")),
+    # -- Principle 4: code the grader cannot see earns nothing it serves.
+    "jit_script_helper": (ZERO, ZERO, 0, ("untraceable", "untraceable"),
+                          ("code compiled by torch._C._jit_script_compile",)),
+    "jit_string_unit": (ZERO, ZERO, 0, ("untraceable", "untraceable"),
+                        ("code compiled by torch._C.CompilationUnit",)),
+    "jit_trace_method": (
+        ZERO, ZERO, 0, ("untraceable", "untraceable"),
+        ("code compiled by torch._C._create_function_from_trace",)),
     # -- Principle 1: nothing of the grader is reachable from student code.
     "reach_walk": ((1, 3, 0, 0, 1), CLEAN_2, 11, ("tampered", "tampered"),
                    ("inspect the grader's stack frames",
