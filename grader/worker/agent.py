@@ -720,7 +720,8 @@ def _life(job: dict, result_fd: int) -> None:
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []))
-    codes = {"agent": agent_codes, "frame_users": set(frame_users),
+    codes = {"loaded_files": _loaded_files(),
+             "agent": agent_codes, "frame_users": set(frame_users),
              "frame_handers": set(frame_handers),
              "generators": set(generators), "import": set(import_codes)}
     run = _assemble(job, probes, result_fd, (functions, classes), codes,
@@ -732,6 +733,18 @@ def _life(job: dict, result_fd: int) -> None:
     _seal_module(vars(wire))
     _seal_module(globals())
     run()
+
+
+def _loaded_files() -> frozenset[str]:
+    """The files (as named and real) of every module loaded now: executing
+    one of them again is loading a second copy."""
+    found = set()
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__dict__", {}).get("__file__") \
+            if isinstance(getattr(module, "__dict__", None), dict) else None
+        if isinstance(name, str) and name.endswith(".py"):
+            found.update((name, os.path.realpath(name)))
+    return frozenset(found)
 
 
 def _seal_module(namespace: dict) -> None:
@@ -1004,9 +1017,12 @@ def audit_hook(send: Callable, report: Callable, token: object,
     scratch folder and the hidden and library roots; ``busy``: the hook's
     and the tracer's flags (lists of one bool).
     """
+    import types
+
     b_len, b_type, b_str, b_int, b_id = len, type, str, int, id
     b_list, b_any, b_isinstance = list, any, isinstance
     b_PermissionError, b_ImportError = PermissionError, ImportError
+    b_TypeError = TypeError
     type_name = type.__dict__["__name__"].__get__
     getframe = sys._getframe
     file_exists = os.path.isfile
@@ -1015,6 +1031,10 @@ def audit_hook(send: Callable, report: Callable, token: object,
     agent_codes, frame_users = codes["agent"], codes["frame_users"]
     frame_handers = codes["frame_handers"]
     import_codes = codes["import"]
+    loaded_files = codes["loaded_files"]
+    CodeType, b_dict_type, b_tuple = types.CodeType, dict, tuple
+    module_dict = types.ModuleType.__dict__["__dict__"].__get__
+    sys_modules = sys.modules
     classify, actor, made_code = who
     real, inside, readable_path, show, module_name = paths
     scratch, hidden = places["scratch"], places["hidden"]
@@ -1088,6 +1108,10 @@ def audit_hook(send: Callable, report: Callable, token: object,
         by_library = asker == "library"
         if event == "exec" or event == "function.__new__":
             if args and not by_library:
+                if event == "exec" and second_copy(args[0], caller):
+                    refuse("forbidden", "load a second copy of",
+                           show(args[0].co_filename), student,
+                           b_ImportError)
                 made_code(args[0], "exec" if event == "exec" else
                           "a function made from a code object", caller)
             return
@@ -1151,6 +1175,45 @@ def audit_hook(send: Callable, report: Callable, token: object,
                                 "the grader's sandbox refuses changes "
                                 "outside its scratch folder")
                         refuse("refused", verb, show(args[index]), student)
+
+    def second_copy(code, caller):
+        """True when ``code`` is a library module's code executed a second
+        time: its file was loaded before the submission ran, or is the
+        file of another loaded module, or it is executed into a namespace
+        the import system did not make for its first load (a module built
+        by hand, a reload). Such a copy would hold fresh objects where the
+        tripwires replaced the loaded ones."""
+        if b_type(code) is not CodeType or code.co_name != "<module>":
+            return False
+        name = code.co_filename
+        path = real(name)
+        if path is None or not inside(path, library_roots):
+            return False
+        if name in loaded_files or path in loaded_files:
+            return True
+        target = None
+        if b_id(caller.f_code) in import_codes:
+            held = caller.f_locals.get("args")
+            if b_type(held) is b_tuple and b_len(held) >= 2 and \
+                    b_type(held[1]) is b_dict_type:
+                target = held[1]
+        if target is None:
+            return True
+        if b_any(b_type(key) is not b_str or not key.startswith("__")
+                 for key in b_list(target)):
+            return True  # executed before: a reload
+        module = sys_modules.get(target.get("__name__"))
+        if module is None or module_dict(module) is not target:
+            return True
+        for other in b_list(sys_modules.values()):
+            try:
+                namespace = module_dict(other)
+            except b_TypeError:
+                continue
+            if namespace is not target and \
+                    namespace.get("__file__") == name:
+                return True
+        return False
 
     def importing(frame, student):
         """True when the import system stands between ``frame`` and the

@@ -53,6 +53,15 @@ CORPUS: dict[str, tuple] = {
     "jit_trace_method": (
         ZERO, ZERO, 0, ("untraceable", "untraceable"),
         ("code compiled by torch._C._create_function_from_trace",)),
+    # -- Principle 3: a forbidden kernel is unreachable, not watched.
+    "copy_from_spec": ((0, 0, 0, -1, 0), CLEAN_2, 6, ("forbidden",),
+                       ("load a second copy of", "torch/nn/functional.py")),
+    "copy_by_hand": ((1, 3, 0, 0, 1), (0, 0, 0, 0, -1), 5, ("forbidden",),
+                     ("load a second copy of", "torch/nn/functional.py")),
+    "copy_by_reload": ((0, 0, 0, -1, 0), CLEAN_2, 6,
+                       ("forbidden", "forbidden", "patched"),
+                       ("load a second copy of",
+                        "torch.nn.functional.multi_head_attention_forward")),
     # -- Principle 1: nothing of the grader is reachable from student code.
     "reach_walk": ((1, 3, 0, 0, 1), CLEAN_2, 11, ("tampered", "tampered"),
                    ("inspect the grader's stack frames",

@@ -7,7 +7,7 @@ traceback, a generator's frame, gc, threads, torch's registries, the
 replaced library functions) and follows every attribute, closure cell,
 function globals, bound self, frame link, frame locals and container item
 it can read, breadth first, for up to ten seconds
-(80,000 objects). It prints what it
+(40,000 objects). It prints what it
 found of the grader's secrets: its tracer, audit hook, channel writer,
 runner and probe runner, a 32-byte key, the probe plan.
 
@@ -216,6 +216,7 @@ def _walk() -> None:
     import builtins
     import collections
     import gc
+    import itertools
     import logging
     import sys
     import threading
@@ -263,11 +264,8 @@ def _walk() -> None:
     for root in (globals(), builtins, sys.modules, sys, torch.library,
                  torch.ops, object.__subclasses__()):
         push(root)
-    visited, deadline = 0, time.monotonic() + 10
-    while (urgent or normal) and time.monotonic() < deadline and \
-            visited < 80_000:
-        value = urgent.popleft() if urgent else normal.popleft()
-        visited += 1
+
+    def _look(value):
         kind = type(value)
         if kind is types.FunctionType:
             code = value.__code__
@@ -295,17 +293,28 @@ def _walk() -> None:
         elif kind is dict:
             if "probes" in value or ("target" in value and "init" in value):
                 found.add("the probe plan")
-            for item in list(value.values())[:5000]:
+            for item in itertools.islice(iter(value.values()), 2000):
                 push(item)
         elif kind in (list, tuple, set, frozenset, collections.deque):
-            for item in list(value)[:5000]:
+            for item in itertools.islice(value, 2000):
                 push(item)
         elif kind is types.ModuleType or isinstance(value, type):
-            for item in list(attempt(lambda: vars(value).values()) or ()):
+            for item in itertools.islice(
+                    list(attempt(lambda: vars(value).values()) or ()), 2000):
                 push(item)
         else:
             push(attempt(lambda: value.__dict__))
             push(attempt(lambda: value.__wrapped__), True)
+
+    visited, deadline = 0, time.monotonic() + 10
+    while (urgent or normal) and time.monotonic() < deadline and \
+            visited < 40_000:
+        value = urgent.popleft() if urgent else normal.popleft()
+        visited += 1
+        try:
+            _look(value)
+        except Exception:
+            continue
     print("REACH visited", visited, "found",
           ", ".join(sorted(found)) or "none")
 
