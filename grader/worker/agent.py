@@ -720,7 +720,8 @@ def _life(job: dict, result_fd: int) -> None:
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []))
-    codes = {"loaded_files": _loaded_files(),
+    loaded_files: set[str] = set()
+    codes = {"loaded_files": loaded_files,
              "agent": agent_codes, "frame_users": set(frame_users),
              "frame_handers": set(frame_handers),
              "generators": set(generators), "import": set(import_codes)}
@@ -730,6 +731,8 @@ def _life(job: dict, result_fd: int) -> None:
     for name in list(sys.modules):
         if name.split(".")[0] in KIT_PACKAGES:
             del sys.modules[name]
+    # What the submission finds loaded (the kit's own modules gone).
+    loaded_files.update(_loaded_files())
     _seal_module(vars(wire))
     _seal_module(globals())
     run()
@@ -1192,7 +1195,9 @@ def audit_hook(send: Callable, report: Callable, token: object,
         if name in loaded_files or path in loaded_files:
             return True
         target = None
-        if b_id(caller.f_code) in import_codes:
+        loader = caller.f_code
+        if loader.co_name == "_call_with_frames_removed" and \
+                loader.co_filename.endswith("importlib._bootstrap>"):
             held = caller.f_locals.get("args")
             if b_type(held) is b_tuple and b_len(held) >= 2 and \
                     b_type(held[1]) is b_dict_type:
