@@ -167,7 +167,8 @@ def grade_submission(submission: Submission,
                         attribution.code_filename(source),
                         plan.probes.get(task.id, []),
                         statements=statements,
-                        forbidden=assignment.forbidden))
+                        forbidden=assignment.forbidden,
+                        sandbox=assignment.sandbox))
     linter = _Linter([submission.sources[t.id] for t in assignment.tasks],
                      fork=options.judge)
     results = run_jobs(jobs, options.limits, after_fork=linter.start)

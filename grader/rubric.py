@@ -95,6 +95,9 @@ class Assignment:
     # it has none); a homework ships that folder only.
     public_tests: str = ""
     forbidden: dict = field(default_factory=dict)
+    # What the sandbox worker watches and reports of library classes (the
+    # ``[sandbox]`` table): ``watched`` and ``numbers``.
+    sandbox: dict = field(default_factory=dict)
     notation: tuple[Notation, ...] = DEFAULT_NOTATION
     shape_example: str = DEFAULT_SHAPE_EXAMPLE
 
@@ -131,13 +134,6 @@ class Assignment:
     def items_of(self, task_id: str) -> list[Item]:
         """The items of one task, in rubric order."""
         return [item for item in self.items if item.task == task_id]
-
-    def task_of_target(self, target: str) -> Task | None:
-        """The task that grades the class or function named ``target``."""
-        for task in self.tasks:
-            if task.target == target:
-                return task
-        return None
 
 
 def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
@@ -209,6 +205,33 @@ def _forbidden(raw: dict, path: Path) -> dict:
                 raise RubricError(f"{path}: forbidden.{key} is not a "
                                   f"regular expression: {exc}") from exc
     return dict(raw)
+
+
+def _sandbox(raw: object, path: Path) -> dict:
+    """The ``[sandbox]`` table, validated: ``watched``, the dotted names
+    of library classes or modules whose replaced entries are flagged
+    "patched"; ``numbers``, for a dotted class name, the attributes whose
+    numbers a ``describe`` probe reports of a child module of that class
+    (see grader.worker.agent)."""
+    if not isinstance(raw, dict) or set(raw) - {"watched", "numbers"}:
+        raise RubricError(f"{path}: the sandbox table has only watched and "
+                          f"numbers")
+    watched = raw.get("watched", [])
+    numbers = raw.get("numbers", {})
+    if not (isinstance(watched, list)
+            and all(isinstance(w, str) for w in watched)):
+        raise RubricError(f"{path}: sandbox.watched must be a list of "
+                          f"dotted names")
+    reserved = {"type", "is_linear", "in_features", "out_features", "bias"}
+    if not (isinstance(numbers, dict) and all(
+            isinstance(names, list) and all(
+                isinstance(n, str) and n.isidentifier() and n not in reserved
+                for n in names) for names in numbers.values())):
+        raise RubricError(f"{path}: sandbox.numbers must map dotted class "
+                          f"names to lists of attribute names (not "
+                          f"{', '.join(sorted(reserved))})")
+    return {"watched": list(watched),
+            "numbers": {str(k): list(v) for k, v in numbers.items()}}
 
 
 def _notation(raw: object, path: Path) -> tuple[Notation, ...]:
@@ -305,6 +328,7 @@ def _assignment(raw: dict, folder: Path, path: Path) -> Assignment:
         identities=tuple(tuple(i) for i in shapes.get("identities", ())),
         public_tests=_public_tests(raw.get("public_tests", ""), path),
         forbidden=_forbidden(raw.get("forbidden", {}), path),
+        sandbox=_sandbox(raw.get("sandbox", {}), path),
         notation=_notation(shapes.get("notation"), path),
         shape_example=str(shapes.get("example", DEFAULT_SHAPE_EXAMPLE)))
 

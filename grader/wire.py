@@ -1,22 +1,30 @@
-"""The plain-data format that crosses the sandbox boundary.
+"""The plain-data format that crosses the sandbox boundary, both ways.
 
-The worker (untrusted: it runs student code) sends the parent (trusted)
-frames. The job plan (parent to worker) is a 4-byte big-endian length, then
-that many bytes of UTF-8 JSON. A result frame (worker to parent) is the
-job's 16-byte magic, a 4-byte length, that many bytes of ASCII JSON, and a
-32-byte HMAC-SHA256 of length and body under the job's key
-(:class:`AuthenticatedReader`), which only the sandbox agent holds: bytes
-the submission writes to the channel are recognised as foreign and skipped.
-Tensors travel as their dtype, shape and raw float32 (or int64) bytes in
-base64; the parent rebuilds them with numpy. Nothing is ever unpickled, so a
-frame can at worst carry wrong numbers, never code.
+Everything that frames, checks or encodes what crosses between the
+trusted side and a worker is here, used by both sides (docs/architecture.md,
+"The wire"):
 
-Decoding is bounded by its cost: a frame is refused before parsing when it
-is larger than :data:`MAX_FRAME` or holds more than
-:data:`MAX_CONTAINERS` JSON arrays and objects, so a worker cannot make
-the trusted process build millions of objects.
+* the job (trusted side to worker): :func:`job_frame` writes it, a 4-byte
+  big-endian length and that many bytes of UTF-8 JSON; :func:`read_job`
+  reads it in the worker;
+* result frames (worker to trusted side): :func:`result_writer` (the
+  worker's) writes the job's 16-byte magic, a 4-byte length, ASCII JSON and
+  an HMAC-SHA256 of length and body under the job's key;
+  :class:`AuthenticatedReader` (the trusted side's) skips the bytes and
+  frames the agent did not send, and :func:`check_frame` refuses a frame of
+  an unexpected form;
+* values: :func:`value_encoder` is the one encoder (the worker binds it
+  before a submission runs; :func:`encode_tensor` uses it for a plan's
+  tensors); :func:`decode_value` rebuilds what it sent. Tensors travel as
+  dtype, shape and raw float32 (or int64) bytes in base64. Nothing is ever
+  unpickled, so a frame can at worst carry wrong numbers, never code.
 
-Both sides import this module; it must stay free of grader state.
+The factories (:func:`result_writer`, :func:`value_encoder`) return
+closures that look up no global name: every reference they use is bound
+when the factory runs, before a submission's first line (a kit test reads
+their bytecode). Decoding is bounded by its cost: a frame larger than
+:data:`MAX_FRAME` or holding more than :data:`MAX_CONTAINERS` arrays and
+objects is refused before parsing. This module holds no grader state.
 """
 from __future__ import annotations
 
@@ -24,8 +32,11 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from grader.errors import GraderError
@@ -41,46 +52,105 @@ class ChannelError(GraderError):
     """A frame that is malformed or too large (a corrupted channel)."""
 
 
-def frame(message: dict) -> bytes:
-    """Encode one message as a length-prefixed JSON frame."""
-    data = json.dumps(message, separators=(",", ":")).encode("utf-8")
+# --------------------------------------------------------------------------
+# The job (trusted side to worker)
+
+
+def job_frame(plan: dict) -> bytes:
+    """A worker's job as the bytes its job pipe carries."""
+    data = json.dumps(plan, separators=(",", ":")).encode("utf-8")
     return _HEADER.pack(len(data)) + data
 
 
-class FrameReader:
-    """Incrementally split a byte stream into decoded frames."""
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError("the job ended early")
+        data.extend(chunk)
+    return bytes(data)
 
-    def __init__(self) -> None:
-        """Start with an empty buffer."""
-        self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict]:
-        """Add bytes; return the complete frames they finish."""
-        self._buffer.extend(data)
-        messages = []
-        while len(self._buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self._buffer)
-            if size > MAX_FRAME:
-                raise ChannelError(f"a frame of {size} bytes is over the "
-                                   f"{MAX_FRAME} byte limit")
-            if len(self._buffer) < _HEADER.size + size:
-                break
-            body = bytes(self._buffer[_HEADER.size:_HEADER.size + size])
-            del self._buffer[:_HEADER.size + size]
-            try:
-                message = json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                raise ChannelError(f"a frame is not JSON: "
-                                   f"{type(exc).__name__}") from exc
-            if not isinstance(message, dict):
-                raise ChannelError("a frame is not a JSON object")
-            messages.append(message)
-        return messages
+def read_job(fd: int) -> dict:
+    """The job a :func:`job_frame` wrote to ``fd`` (the worker's side)."""
+    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size))
+    return json.loads(_read_exactly(fd, size))
 
-    @property
-    def leftover(self) -> int:
-        """Bytes of an unfinished frame still in the buffer."""
-        return len(self._buffer)
+
+# --------------------------------------------------------------------------
+# Result frames (worker to trusted side)
+
+
+def result_writer(key: bytes, magic: bytes, fd: int,
+                  on_failure: Callable[[int], Any],
+                  write: Callable[[int, Any], int] | None = None
+                  ) -> Callable[[dict], None]:
+    """Return ``send(message)``: write one authenticated result frame.
+
+    The message is plain data (dicts, lists, tuples, text, numbers, None);
+    anything else is sent as null. A channel that fails calls
+    ``on_failure(75)`` (the worker ends) rather than raise into the code
+    that runs. The closures look up no global name.
+    """
+    import _hashlib
+    import _json
+    import math
+
+    if write is None:
+        write = os.write
+    b_type, b_str, b_int, b_float = type, str, int, float
+    b_dict, b_list, b_tuple, b_len = dict, list, tuple, len
+    b_memoryview, b_BaseException = memoryview, BaseException
+    int_repr, float_repr = int.__repr__, float.__repr__
+    infinity = math.inf
+    encode_string = _json.encode_basestring_ascii
+    hmac_digest = _hashlib.hmac_digest
+    pack_length = _HEADER.pack
+
+    def dump(value, depth=0):
+        kind = b_type(value)
+        if kind is b_str:
+            return encode_string(value)
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        if kind is b_int:
+            return int_repr(value)
+        if kind is b_float:
+            if value != value:
+                return "NaN"
+            if value == infinity:
+                return "Infinity"
+            if value == -infinity:
+                return "-Infinity"
+            return float_repr(value)
+        if depth > 48:
+            return "null"
+        if kind is b_dict:
+            return "{" + ",".join(
+                encode_string(b_str(k)) + ":" + dump(v, depth + 1)
+                for k, v in value.items()) + "}"
+        if kind is b_list or kind is b_tuple:
+            return "[" + ",".join(dump(v, depth + 1) for v in value) + "]"
+        return "null"
+
+    def send(message):
+        body = dump(message).encode("ascii")
+        header = pack_length(b_len(body))
+        data = magic + header + body + hmac_digest(key, header + body,
+                                                   "sha256")
+        view = b_memoryview(data)
+        try:
+            while view:
+                view = view[write(fd, view):]
+        except b_BaseException:
+            on_failure(75)
+
+    return send
 
 
 def _parse(body: bytes) -> dict:
@@ -167,47 +237,281 @@ class AuthenticatedReader:
 
 
 # --------------------------------------------------------------------------
+# The frames a worker may send: checked at the boundary, so that a
+# forged or garbled frame (the student's process can write to the channel)
+# never reaches the stages after this one in an unexpected form.
+
+_MAX_TEXT = 4096
+_MAX_INT = 2 ** 31
+_KINDS = ("tensor", "tuple", "list", "none", "number", "object")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= _MAX_TEXT
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value < _MAX_INT
+
+
+def _number(value: Any) -> bool:
+    return (type(value) is float or (type(value) is int
+                                     and abs(value) < _MAX_INT))
+
+
+def _error(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "an error is not an object"
+    if not (_text(value.get("type")) and _text(value.get("message"))):
+        return "an error has no type or message"
+    if "line" in value and not _count(value["line"]):
+        return "an error's line is not a line number"
+    if not all(_text(value[key]) for key in ("code", "function")
+               if key in value):
+        return "an error's code is not text"
+    return None
+
+
+def _tensor(value: dict) -> str | None:
+    shape = value.get("shape")
+    if not (isinstance(shape, list) and len(shape) <= 8
+            and all(_count(size) for size in shape)):
+        return "a tensor's shape is not a list of sizes"
+    if not _text(value.get("dtype")):
+        return "a tensor has no dtype"
+    data = value.get("data")
+    if data is None:
+        return None
+    itemsize = {"float32": 4, "int64": 8}.get(value.get("encoding"))
+    if itemsize is None or not isinstance(data, str):
+        return "a tensor has an unknown encoding"
+    elements = 1
+    for size in shape:
+        elements *= size
+    decoded = len(data) // 4 * 3 - len(data[-2:]) + len(
+        data[-2:].rstrip("="))
+    if len(data) % 4 or decoded != elements * itemsize:
+        return "a tensor's data does not fit its shape"
+    return None
+
+
+def _value(value: Any, depth: int = 0) -> str | None:
+    if not isinstance(value, dict) or value.get("kind") not in _KINDS:
+        return "a value has no known kind"
+    kind = value["kind"]
+    if kind == "tensor":
+        return _tensor(value)
+    if kind in ("tuple", "list"):
+        items = value.get("items")
+        if depth >= 3 or not isinstance(items, list) or len(items) > 8 \
+                or not _count(value.get("length")):
+            return "a sequence is malformed"
+        return next(filter(None, (_value(v, depth + 1) for v in items)),
+                    None)
+    if kind == "number" and not (_number(value.get("value"))
+                                 or type(value.get("value")) is bool):
+        return "a number is not a number"
+    if kind == "object" and not _text(value.get("type")):
+        return "an object has no type name"
+    return None
+
+
+def _shape_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        _text(k) and isinstance(v, list) and all(_count(s) for s in v)
+        for k, v in value.items())
+
+
+# A child's keys; any other is a number the job's sandbox table names.
+_CHILD_KEYS = ("type", "is_linear", "in_features", "out_features", "bias")
+
+
+def _describe(value: Any) -> str | None:
+    if not isinstance(value, dict) or not _text(value.get("type")) \
+            or not isinstance(value.get("is_module"), bool):
+        return "a description is malformed"
+    children = value.get("children", {})
+    if not isinstance(children, dict):
+        return "a description's children are malformed"
+    for name, child in children.items():
+        if not (_text(name) and isinstance(child, dict)
+                and _text(child.get("type"))
+                and isinstance(child.get("is_linear"), bool)
+                and all(_count(child.get(k)) for k in ("in_features",
+                                                       "out_features")
+                        if k in child or child["is_linear"])
+                and isinstance(child.get("bias", False), bool)
+                and len(child) <= 16 and all(
+                    _text(k) and _number(v) for k, v in child.items()
+                    if k not in _CHILD_KEYS)):
+            return "the description of a child layer is malformed"
+    if not all(_shape_map(value.get(key, {})) for key in ("parameters",
+                                                          "buffers")):
+        return "a description's parameters are malformed"
+    return None
+
+
+def _trace(value: Any) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("intact"),
+                                                     bool):
+        return "a trace is malformed"
+    records = value.get("records")
+    if not isinstance(records, dict):
+        return "trace records are not an object"
+    for key, executions in records.items():
+        if not (_text(key) and isinstance(executions, list) and all(
+                isinstance(execution, list) and all(
+                    shape is None or (isinstance(shape, list) and all(
+                        _count(size) for size in shape))
+                    for shape in execution)
+                for execution in executions)):
+            return "trace records are not shapes"
+    return None
+
+
+def _coverage(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "coverage is not an object"
+    ran, foreign = value.get("ran", []), value.get("foreign", [])
+    if not (isinstance(ran, list) and len(ran) <= 100_000 and all(
+            isinstance(r, list) and len(r) == 4 and _text(r[0])
+            and _count(r[1]) and _text(r[2]) and _text(r[3])
+            for r in ran)):
+        return "coverage of the submission's code is malformed"
+    if not (isinstance(foreign, list) and len(foreign) <= 1000 and all(
+            isinstance(f, list) and len(f) == 4 and _text(f[0])
+            and _text(f[1]) and _count(f[2]) and _text(f[3])
+            for f in foreign)):
+        return "coverage of foreign code is malformed"
+    return None
+
+
+def check_frame(message: dict) -> str | None:
+    """Why a frame from a worker is malformed, or None when it is fine.
+
+    The frames are documented in :mod:`grader.worker.agent`; a frame of an
+    unknown type is malformed too.
+    """
+    kind = message.get("type")
+    if kind in ("done", "hello"):
+        return None
+    if kind == "event":
+        line = message.get("line")
+        return None if (_text(message.get("verb"))
+                        and _text(message.get("kind"))
+                        and _text(message.get("object", ""))
+                        and (line is None or _count(line))) \
+            else "an event is malformed"
+    if kind == "patched":
+        what = message.get("what")
+        return None if isinstance(what, list) and len(what) <= 64 and all(
+            _text(w) for w in what) else "a patched list is malformed"
+    if kind == "start":
+        return None if _text(message.get("id")) else "a start has no id"
+    if "seconds" in message and not _number(message["seconds"]):
+        return "seconds is not a number"
+    if not isinstance(message.get("ok"), bool):
+        return f"a {kind!r} frame has no outcome"
+    if "coverage" in message:
+        problem = _coverage(message["coverage"])
+        if problem:
+            return problem
+    if kind == "import":
+        return None if message["ok"] else _error(message.get("error"))
+    if kind != "probe":
+        return f"unknown frame type {str(kind)[:40]!r}"
+    if not _text(message.get("id")):
+        return "a probe result has no id"
+    if not message["ok"]:
+        return _error(message.get("error"))
+    for key, check in (("value", _value), ("describe", _describe),
+                       ("trace", _trace)):
+        if key in message:
+            problem = check(message[key])
+            if problem:
+                return problem
+    return None
+
+
+# --------------------------------------------------------------------------
 # Values
 
 
-def encode_value(value: Any, depth: int = 0) -> dict:
-    """Describe a value returned by student code as plain data.
+def value_encoder(torch: Any = None) -> Callable[..., dict]:
+    """Return ``encode(value) -> dict``: a value as plain data.
 
-    Only exact ``torch.Tensor`` instances are sent as tensors; subclasses
-    and other objects are described by their type name, so they can never
-    take part in a comparison.
+    Only exact ``torch.Tensor`` instances are sent as tensors (read with
+    torch's own methods, bound now, under ``DisableTorchFunction``);
+    tuples and lists (exact types) to two levels, eight items each;
+    subclasses and other objects by their type's name, so they can never
+    take part in a comparison and no code of theirs runs. The closures look
+    up no global name.
     """
-    import torch
+    import binascii
 
-    if type(value) is torch.Tensor:
-        tensor = value.detach()
-        dtype = str(tensor.dtype).replace("torch.", "")
-        shape = list(tensor.shape)
-        if tensor.is_floating_point():
-            data = tensor.to(device="cpu", dtype=torch.float32)
-            kind = "float32"
-        elif tensor.dtype == torch.bool or not tensor.is_complex():
-            data = tensor.to(device="cpu", dtype=torch.int64)
-            kind = "int64"
-        else:
-            return {"kind": "tensor", "dtype": dtype, "shape": shape,
-                    "data": None}
-        raw = data.contiguous().numpy().tobytes()
+    if torch is None:
+        import torch
+    b_type, b_str, b_int, b_len = type, str, int, len
+    b_tuple, b_list, b_bool, b_float = tuple, list, bool, float
+    type_name = type.__dict__["__name__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    to_base64 = binascii.b2a_base64
+    exact_tensor = torch.Tensor
+    base = torch._C.TensorBase
+    t_size, t_detach, t_to = base.size, base.detach, base.to
+    t_contiguous, t_numpy = base.contiguous, base.numpy
+    t_is_floating, t_is_complex = base.is_floating_point, base.is_complex
+    t_dtype = base.__dict__["dtype"].__get__
+    float32, int64, cpu = torch.float32, torch.int64, torch.device("cpu")
+    no_torch_function = torch._C.DisableTorchFunction
+    ndarray_tobytes = type(t_numpy(torch.zeros(1))).tobytes
+
+    def tensor_data(value):
+        with no_torch_function():
+            tensor = t_detach(value)
+            dtype = b_str(t_dtype(tensor)).replace("torch.", "")
+            shape = [b_int(s) for s in t_size(tensor)]
+            if t_is_floating(tensor):
+                data = t_contiguous(t_to(tensor, cpu, float32))
+                encoding = "float32"
+            elif t_is_complex(tensor):
+                return {"kind": "tensor", "dtype": dtype, "shape": shape,
+                        "data": None}
+            else:
+                data = t_contiguous(t_to(tensor, cpu, int64))
+                encoding = "int64"
+            raw = ndarray_tobytes(t_numpy(data))
         return {"kind": "tensor", "dtype": dtype, "shape": shape,
-                "encoding": kind,
-                "data": base64.b64encode(raw).decode("ascii")}
-    if isinstance(value, (tuple, list)) and depth < 2:
-        return {"kind": type(value).__name__,
-                "items": [encode_value(v, depth + 1) for v in value[:8]],
-                "length": len(value)}
-    if value is None:
-        return {"kind": "none"}
-    if type(value) in (bool, int, float):
-        return {"kind": "number", "value": value}
-    cls = type(value)
-    bases = [b.__name__ for b in cls.__mro__[1:-1]]
-    return {"kind": "object", "type": cls.__name__,
-            "module": getattr(cls, "__module__", "?"), "bases": bases}
+                "encoding": encoding,
+                "data": to_base64(raw, newline=False).decode("ascii")}
+
+    def encode(value, depth=0):
+        kind = b_type(value)
+        if kind is exact_tensor:
+            return tensor_data(value)
+        if (kind is b_tuple or kind is b_list) and depth < 2:
+            return {"kind": type_name(kind),
+                    "items": [encode(v, depth + 1) for v in value[:8]],
+                    "length": b_len(value)}
+        if value is None:
+            return {"kind": "none"}
+        if kind is b_bool or kind is b_int or kind is b_float:
+            return {"kind": "number", "value": value}
+        bases = [type_name(b)[:80] for b in type_mro(kind)[1:-1]][:8]
+        return {"kind": "object", "type": type_name(kind)[:80],
+                "bases": bases}
+
+    return encode
+
+
+@cache
+def _trusted_encoder() -> Callable[..., dict]:
+    return value_encoder()
+
+
+def encode_value(value: Any) -> dict:
+    """:func:`value_encoder`'s encoding of ``value`` (the trusted side)."""
+    return _trusted_encoder()(value)
 
 
 @dataclass(frozen=True)
@@ -290,3 +594,8 @@ def decode_tensor(data: dict) -> Any:
     if value.tensor is None:
         raise ChannelError("a plan tensor has no data")
     return value.tensor
+
+
+#: The factories whose closures run in a worker once a submission runs
+#: (the kit's integrity test walks their code for global look-ups).
+FACTORIES = (result_writer, value_encoder)

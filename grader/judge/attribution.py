@@ -191,7 +191,10 @@ def ran(run: TaskRun, mapping: SourceMap) -> Ran:
             target.setdefault(id(definition.node), definition)
         for filename, name, line, how in result.foreign:
             made = f" made at run time by {how}" if how else ""
-            foreign.append(f"{name}{made} (from {filename!r}, line {line})")
+            # No file: what the worker could not see at all (its tracer
+            # removed, entries past its cap), in its own words.
+            where = f" (from {filename!r}, line {line})" if filename else ""
+            foreign.append(f"{name}{made}{where}")
     return Ran(build=tuple(build.values()), call=tuple(call.values()),
                untraceable=tuple(dict.fromkeys(foreign)))
 

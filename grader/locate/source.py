@@ -261,11 +261,6 @@ class SourceFile:
         """Make :attr:`text` canonical (``\\n`` line ends only)."""
         object.__setattr__(self, "text", canonical(self.text))
 
-    @property
-    def is_notebook(self) -> bool:
-        """True when this source was assembled from a notebook."""
-        return self.origins is not None
-
     @cached_property
     def lines(self) -> list[str]:
         """The text's lines (without ``\\n``), by :func:`split_lines`."""
@@ -501,11 +496,6 @@ def student_regions(source: SourceFile,
     if not body:
         return []
     return [(node_span(body[0])[0], func.end_lineno)]
-
-
-def in_regions(line: int, regions: list[tuple[int, int]]) -> bool:
-    """True when ``line`` lies inside one of the inclusive ``regions``."""
-    return any(start <= line <= end for start, end in regions)
 
 
 def statement_key(node: ast.stmt) -> str | None:

@@ -224,7 +224,8 @@ class ForkServer:
         return self._alive[pid]
 
     def spawn(self, job: bytes) -> WorkerHandle:
-        """Fork a worker that reads ``job``; return its handle."""
+        """Fork a worker that reads ``job`` (a :func:`grader.wire.job_frame`);
+        return its handle."""
         with self._lock:
             self._wait_ready()
             job_r, job_w = os.pipe()
@@ -250,7 +251,7 @@ class ForkServer:
                                       "worker")
             pid = _PID.unpack(data)[0]
         try:
-            _write_all(job_w, struct.pack(">I", len(job)) + job)
+            _write_all(job_w, job)
         except OSError:
             pass  # the worker died before reading: its status says how
         finally:

@@ -7,8 +7,7 @@ hung or died). The checks read observations only through these classes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
@@ -199,6 +198,7 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
                   forged_frames=job.forged_frames)
     by_id: dict[str, dict] = {}
     started: str | None = None
+    compiled: list[str] = []
     events = {"refused": run.refused, "forbidden": run.forbidden,
               "tampered": run.tampered, "patched": run.patched}
     for message in job.frames:
@@ -227,6 +227,8 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
                 text = event.sentence[len("use "):]
             if counts and text not in listed:
                 listed.append(text)
+        elif kind == "event" and message.get("kind") == "untraceable":
+            compiled.append(str(message.get("object", ""))[:200])
         elif kind == "patched":
             for what in message.get("what", []):
                 if str(what) not in run.patched:
@@ -255,13 +257,18 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
         else:
             problem = "no result was reported"
         run.results[info.id] = ProbeResult(info=info, problem=problem)
+    if compiled:
+        _charge_compiled(run, compiled)
     return run
 
 
-def tensor_items(value: Value | None) -> list[Any]:
-    """The tensors inside a returned value (the value itself or a tuple)."""
-    if value is None:
-        return []
-    if value.kind == "tensor":
-        return [value]
-    return [v for v in value.items if v.kind == "tensor"]
+def _charge_compiled(run: TaskRun, compilers: list[str]) -> None:
+    """Code compiled where the grader cannot trace it (TorchScript,
+    ``torch.compile``), wherever it was compiled, is foreign code of every
+    run of the task: the task's correctness items earn nothing."""
+    names = ", ".join(dict.fromkeys(compilers))
+    entry = ("", f"code compiled by {names}, which runs where the grader "
+                 f"cannot trace it", 0, "")
+    for probe_id, result in run.results.items():
+        run.results[probe_id] = replace(result,
+                                        foreign=result.foreign + (entry,))

@@ -31,7 +31,8 @@ from typing import Any
 
 from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.run import forkserver
-from grader.wire import AuthenticatedReader, ChannelError
+from grader.wire import (AuthenticatedReader, ChannelError, check_frame,
+                         job_frame)
 
 _READ = 65536
 # What one worker may send on its result channel in all (a whole plan's
@@ -78,7 +79,9 @@ class Job:
 
     ``statements`` is the shape-trace plan (every statement of the
     submission that may need a shape comment); ``forbidden`` the rubric's
-    forbidden APIs (see ``grader.worker.agent``).
+    forbidden APIs and ``sandbox`` its ``[sandbox]`` table (the library
+    classes the worker watches and the numbers it reports of them; see
+    ``grader.worker.agent``).
     """
 
     name: str
@@ -87,6 +90,7 @@ class Job:
     probes: list[dict]
     statements: list[dict] = field(default_factory=list)
     forbidden: dict[str, Any] = field(default_factory=dict)
+    sandbox: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,13 +112,6 @@ class JobResult:
     def finished(self) -> bool:
         """True when the worker ran its whole plan and said so."""
         return self.ended == "finished"
-
-    def last_started(self) -> str | None:
-        """The id of the last probe the worker started, if any."""
-        for message in reversed(self.frames):
-            if message.get("type") == "start":
-                return str(message.get("id"))
-        return None
 
 
 @cache
@@ -236,196 +233,6 @@ class _Running:
         self.handle.kill()
 
 
-# --------------------------------------------------------------------------
-# The frames a worker may send: checked here, at the boundary, so that a
-# forged or garbled frame (the student's process can write to the channel)
-# never reaches the stages after this one in an unexpected form.
-
-_MAX_TEXT = 4096
-_MAX_INT = 2 ** 31
-_KINDS = ("tensor", "tuple", "list", "none", "number", "object")
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= _MAX_TEXT
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and 0 <= value < _MAX_INT
-
-
-def _number(value: Any) -> bool:
-    return (type(value) is float or (type(value) is int
-                                     and abs(value) < _MAX_INT))
-
-
-def _error(value: Any) -> str | None:
-    if not isinstance(value, dict):
-        return "an error is not an object"
-    if not (_text(value.get("type")) and _text(value.get("message"))):
-        return "an error has no type or message"
-    if "line" in value and not _count(value["line"]):
-        return "an error's line is not a line number"
-    if not all(_text(value[key]) for key in ("code", "function")
-               if key in value):
-        return "an error's code is not text"
-    return None
-
-
-def _tensor(value: dict) -> str | None:
-    shape = value.get("shape")
-    if not (isinstance(shape, list) and len(shape) <= 8
-            and all(_count(size) for size in shape)):
-        return "a tensor's shape is not a list of sizes"
-    if not _text(value.get("dtype")):
-        return "a tensor has no dtype"
-    data = value.get("data")
-    if data is None:
-        return None
-    itemsize = {"float32": 4, "int64": 8}.get(value.get("encoding"))
-    if itemsize is None or not isinstance(data, str):
-        return "a tensor has an unknown encoding"
-    elements = 1
-    for size in shape:
-        elements *= size
-    decoded = len(data) // 4 * 3 - len(data[-2:]) + len(
-        data[-2:].rstrip("="))
-    if len(data) % 4 or decoded != elements * itemsize:
-        return "a tensor's data does not fit its shape"
-    return None
-
-
-def _value(value: Any, depth: int = 0) -> str | None:
-    if not isinstance(value, dict) or value.get("kind") not in _KINDS:
-        return "a value has no known kind"
-    kind = value["kind"]
-    if kind == "tensor":
-        return _tensor(value)
-    if kind in ("tuple", "list"):
-        items = value.get("items")
-        if depth >= 3 or not isinstance(items, list) or len(items) > 8 \
-                or not _count(value.get("length")):
-            return "a sequence is malformed"
-        return next(filter(None, (_value(v, depth + 1) for v in items)),
-                    None)
-    if kind == "number" and not _number(value.get("value")):
-        return "a number is not a number"
-    if kind == "object" and not _text(value.get("type")):
-        return "an object has no type name"
-    return None
-
-
-def _shape_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(
-        _text(k) and isinstance(v, list) and all(_count(s) for s in v)
-        for k, v in value.items())
-
-
-def _describe(value: Any) -> str | None:
-    if not isinstance(value, dict) or not _text(value.get("type")) \
-            or not isinstance(value.get("is_module"), bool):
-        return "a description is malformed"
-    children = value.get("children", {})
-    if not isinstance(children, dict):
-        return "a description's children are malformed"
-    for name, child in children.items():
-        if not (_text(name) and isinstance(child, dict)
-                and _text(child.get("type"))
-                and isinstance(child.get("is_linear"), bool)
-                and all(_count(child.get(k)) for k in ("in_features",
-                                                       "out_features")
-                        if k in child or child["is_linear"])
-                and isinstance(child.get("bias", False), bool)
-                and _number(child.get("p", 0.0))):
-            return "the description of a child layer is malformed"
-    if not all(_shape_map(value.get(key, {})) for key in ("parameters",
-                                                          "buffers")):
-        return "a description's parameters are malformed"
-    return None
-
-
-def _trace(value: Any) -> str | None:
-    if not isinstance(value, dict) or not isinstance(value.get("intact"),
-                                                     bool):
-        return "a trace is malformed"
-    records = value.get("records")
-    if not isinstance(records, dict):
-        return "trace records are not an object"
-    for key, executions in records.items():
-        if not (_text(key) and isinstance(executions, list) and all(
-                isinstance(execution, list) and all(
-                    shape is None or (isinstance(shape, list) and all(
-                        _count(size) for size in shape))
-                    for shape in execution)
-                for execution in executions)):
-            return "trace records are not shapes"
-    return None
-
-
-def _coverage(value: Any) -> str | None:
-    if not isinstance(value, dict):
-        return "coverage is not an object"
-    ran, foreign = value.get("ran", []), value.get("foreign", [])
-    if not (isinstance(ran, list) and len(ran) <= 100_000 and all(
-            isinstance(r, list) and len(r) == 4 and _text(r[0])
-            and _count(r[1]) and _text(r[2]) and _text(r[3])
-            for r in ran)):
-        return "coverage of the submission's code is malformed"
-    if not (isinstance(foreign, list) and len(foreign) <= 1000 and all(
-            isinstance(f, list) and len(f) == 4 and _text(f[0])
-            and _text(f[1]) and _count(f[2]) and _text(f[3])
-            for f in foreign)):
-        return "coverage of foreign code is malformed"
-    return None
-
-
-def check_frame(message: dict) -> str | None:
-    """Why a frame from a worker is malformed, or None when it is fine.
-
-    The frames are documented in :mod:`grader.worker.agent`; a frame of an
-    unknown type is malformed too.
-    """
-    kind = message.get("type")
-    if kind in ("done", "hello"):
-        return None
-    if kind == "event":
-        line = message.get("line")
-        return None if (_text(message.get("verb"))
-                        and _text(message.get("kind"))
-                        and _text(message.get("object", ""))
-                        and (line is None or _count(line))) \
-            else "an event is malformed"
-    if kind == "patched":
-        what = message.get("what")
-        return None if isinstance(what, list) and len(what) <= 64 and all(
-            _text(w) for w in what) else "a patched list is malformed"
-    if kind == "start":
-        return None if _text(message.get("id")) else "a start has no id"
-    if "seconds" in message and not _number(message["seconds"]):
-        return "seconds is not a number"
-    if not isinstance(message.get("ok"), bool):
-        return f"a {kind!r} frame has no outcome"
-    if "coverage" in message:
-        problem = _coverage(message["coverage"])
-        if problem:
-            return problem
-    if kind == "import":
-        return None if message["ok"] else _error(message.get("error"))
-    if kind != "probe":
-        return f"unknown frame type {str(kind)[:40]!r}"
-    if not _text(message.get("id")):
-        return "a probe result has no id"
-    if not message["ok"]:
-        return _error(message.get("error"))
-    for key, check in (("value", _value), ("describe", _describe),
-                       ("trace", _trace)):
-        if key in message:
-            problem = check(message[key])
-            if problem:
-                return problem
-    return None
-
-
 def _describe_status(status: int) -> tuple[str, str]:
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
@@ -448,17 +255,15 @@ def _describe_status(status: int) -> tuple[str, str]:
 
 def _start(job: Job, limits: Limits) -> _Running:
     """Ask the fork server for a worker and hand it the job."""
-    import json
-
     key, magic = secrets.token_bytes(32), secrets.token_bytes(16)
     scratch = Path(tempfile.mkdtemp(prefix="grader-scratch-"))
     plan = {"source": job.source, "filename": job.filename,
             "probes": job.probes, "statements": job.statements,
-            "forbidden": job.forbidden, "timeout": limits.timeout,
+            "forbidden": job.forbidden, "sandbox": job.sandbox,
+            "timeout": limits.timeout,
             "memory_mb": limits.memory_mb, "scratch": str(scratch),
             "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
-    data = json.dumps(plan, separators=(",", ":")).encode("utf-8")
-    handle = forkserver.spawn(data)
+    handle = forkserver.spawn(job_frame(plan))
     return _Running(job, handle, key, magic, scratch, limits)
 
 

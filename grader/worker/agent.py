@@ -8,7 +8,8 @@ submission's module and the probes of its plan, reporting observations to
 the grading process as authenticated frames.
 
 Everything the agent does after the submission's first line runs is done
-by closures built in :func:`_sealed`:
+by closures, made before it by the module-level factories of
+:data:`FACTORIES` (and the wire's), each over its own arguments:
 
 * they hold every reference they use (torch's functions, ``os.write``,
   builtins) in closure cells, taken before the submission ran, and look up
@@ -40,15 +41,21 @@ from __future__ import annotations
 
 import os
 import sys
+from operator import itemgetter
 from typing import Any, Callable
 
-MAGIC_SIZE = 16
-MAC_SIZE = 32
 # The result channel is moved to this descriptor, far from the ones a
 # submission's own files get.
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
 MAX_FOREIGN = 32
+# Distinct refused, tampered and patched attempts listed one by one (a
+# forbidden use is always listed); past them, only their number.
+MAX_EVENTS = 64
+# The coverage entry of a phase in which the trace function was removed
+# (or any phase after that): the grader saw less than the code that ran.
+SILENCED = ["", "code the grader could not see: the code removed the "
+                "grader's trace function (sys.settrace) while it ran", 0, ""]
 OPEN_FILES = 256
 # Audit events the hook looks at; every other event passes untouched.
 PROCESS_EVENTS = {
@@ -115,14 +122,20 @@ CODE_EVENTS = ("exec", "function.__new__", "object.__setattr__",
 # Standard-library functions that take a frame to read their caller's
 # module name (and never hand it on): their frame look-ups are allowed.
 FRAME_USERS = (("collections", "namedtuple"), ("typing", "_caller"),
-               ("logging", "currentframe"), ("logging", "Logger.findCaller"),
+               ("logging", "Logger.findCaller"),
                ("enum", "EnumType._create_"), ("warnings", "warn"),
                # These turn frames into text (file, line, function name):
                # torch records where a lazy CUDA call came from with them,
                # and printing a traceback needs them.
                ("traceback", "extract_stack"), ("traceback", "format_stack"),
                ("traceback", "print_stack"),
-               ("traceback", "_walk_tb_with_full_positions"))
+               ("traceback", "StackSummary._extract_from_extended_frame_gen"))
+# Standard-library functions that hand the frames they look up to their
+# caller: their look-ups are allowed only when that caller is one of the
+# FRAME_USERS (logging's findCaller, traceback's summaries), never when the
+# submission calls them (its own frame leads down to the agent's).
+FRAME_HANDERS = (("logging", "currentframe"),
+                 ("traceback", "_walk_tb_with_full_positions"))
 # Public entry points that generate code (exec) for the caller: the code
 # they make is the library's (namedtuple's __new__, a dataclass's
 # __init__), not code the submission smuggled in.
@@ -130,13 +143,30 @@ GENERATORS = (("collections", "namedtuple"), ("dataclasses", "dataclass"),
               ("dataclasses", "make_dataclass"),
               ("typing", "NamedTupleMeta.__new__"),
               ("typing", "NamedTuple"))
+# Compilers whose code runs where no trace function follows (TorchScript's
+# interpreter, torch.compile's graphs): every alias of each is replaced by a
+# stand-in that reports "untraceable" (what they compile is code the grader
+# cannot see) and calls it.
+UNTRACEABLE = (
+    "torch._C._jit_script_compile", "torch._C._jit_script_class_compile",
+    "torch._C._jit_script_compile_overload",
+    "torch._C._jit_script_interface_compile",
+    "torch._C._create_function_from_trace",
+    "torch._C._create_function_from_trace_with_dict",
+    "torch._C._create_method_from_trace",
+    "torch._C._create_method_from_trace_with_dict",
+    "torch._C._create_function_from_graph", "torch._C.CompilationUnit",
+    "torch._C.import_ir_module", "torch._C.import_ir_module_from_buffer",
+    "torch._C._import_ir_module_from_package",
+    "torch._C._load_for_lite_interpreter",
+    "torch._C._load_for_lite_interpreter_from_buffer", "torch.compile")
 # Namespaces whose entries are remembered before the submission runs, so
-# that a replaced function (nn.Module.__call__, json.dumps) is reported.
+# that a replaced function (nn.Module.__call__, json.dumps) is reported;
+# the job's "sandbox" table (the rubric's) adds an assignment's own.
 WATCHED_NAMESPACES = (
     "builtins", "sys", "json", "pickle", "logging", "math", "torch",
     "torch.nn.functional", "torch.nn.init", "torch.nn.Module",
-    "torch.nn.Linear", "torch.nn.Dropout", "torch.Tensor",
-    "torch.nn.modules.module")
+    "torch.nn.Linear", "torch.Tensor", "torch.nn.modules.module")
 
 
 # ---------------------------------------------------------------------------
@@ -207,7 +237,7 @@ def plan_units(statements: list[dict]) -> tuple[list, dict]:
     line_unit: dict = {}
     for statement in sorted((s for s in statements
                              if s.get("traceable", True)),
-                            key=lambda s: (s["first_line"], s["last_line"])):
+                            key=itemgetter("first_line", "last_line")):
         span = range(statement["first_line"], statement["last_line"] + 1)
         shared = {line_unit[n] for n in span if n in line_unit}
         if shared:
@@ -299,8 +329,11 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
         os.setsid()
         from grader.worker.confine import die_with_parent
 
+        from grader.wire import read_job
+
         die_with_parent(parent)
-        job = _read_job(job_fd)
+        job = read_job(job_fd)
+        os.close(job_fd)
         result_fd = _isolate(result_fd, output_fd)
         _life(job, result_fd)
     except BaseException:  # nothing may escape a forked child
@@ -316,25 +349,6 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
         except BaseException:
             pass
         exit_now(code)
-
-
-def _read_job(fd: int) -> dict:
-    import json
-    import struct
-
-    def exactly(size: int) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            chunk = os.read(fd, min(size - len(data), 1 << 20))
-            if not chunk:
-                raise EOFError("the job ended early")
-            data.extend(chunk)
-        return bytes(data)
-
-    (size,) = struct.unpack(">I", exactly(4))
-    job = json.loads(exactly(size))
-    os.close(fd)
-    return job
 
 
 def _isolate(result_fd: int, output_fd: int) -> int:
@@ -525,6 +539,16 @@ def refused_values() -> list[tuple[object, str]]:
     return values
 
 
+def untraceable_values() -> list[tuple[object, str]]:
+    """The compilers of UNTRACEABLE that exist, with their names."""
+    found = []
+    for dotted in UNTRACEABLE:
+        value = _lookup(dotted)
+        if value is not None:
+            found.append((value, dotted))
+    return found
+
+
 def _bindings(modules: list[tuple[str, object]], wanted: set[int],
               skip: tuple[str, ...]) -> list[tuple[str, str, int]]:
     """Every (module, attribute, id) of ``modules`` bound to a value
@@ -549,6 +573,7 @@ def index_aliases(skip: tuple[str, ...]) -> None:
     (:func:`alias_sites`), not the tens of thousands of names torch
     brings. The values stay alive here, so their ids stay theirs."""
     wanted = {id(value) for value, _ in refused_values()}
+    wanted |= {id(value) for value, _ in untraceable_values()}
     wanted |= {id(sys.gettrace), id(sys.getprofile)}
     for functions, _ in _PREPARED.values():
         wanted |= set(functions)
@@ -636,10 +661,10 @@ def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:
     return functions, classes
 
 
-def _snapshot() -> dict[str, dict[str, int]]:
-    """The ids of the entries of the watched namespaces."""
+def _snapshot(extra: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+    """The ids of the entries of the watched namespaces (and ``extra``)."""
     taken: dict[str, dict[str, int]] = {}
-    for dotted in WATCHED_NAMESPACES:
+    for dotted in WATCHED_NAMESPACES + tuple(extra):
         value = _lookup(dotted)
         namespace = getattr(value, "__dict__", None)
         if namespace is None:
@@ -655,6 +680,7 @@ def _life(job: dict, result_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import grader.wire as wire
     import grader.worker.confine as confine
     from grader.wire import decode_tensor
 
@@ -677,9 +703,10 @@ def _life(job: dict, result_fd: int) -> None:
     # Ids of code objects stand for them only while they live: the agent's
     # are kept alive (this module's namespace is emptied before the
     # submission runs), so no code of the submission can take their ids.
-    kept = _code_objects(sys.modules[__name__])
+    kept = _code_objects(sys.modules[__name__]) + _code_objects(wire)
     agent_codes = {id(c) for c in kept}
     frame_users = _named_codes(FRAME_USERS)
+    frame_handers = _named_codes(FRAME_HANDERS)
     generators = _named_codes(GENERATORS)
     import_codes = {id(c): c for name in ("importlib._bootstrap",
                                           "importlib._bootstrap_external",
@@ -688,24 +715,44 @@ def _life(job: dict, result_fd: int) -> None:
                                           "importlib")
                     if name in sys.modules
                     for c in _code_objects(sys.modules[name])}
-    for found in (frame_users, generators, import_codes):
+    for found in (frame_users, frame_handers, generators, import_codes):
         kept += list(found.values())
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []))
-    run = _sealed(job, probes, result_fd, functions, classes, agent_codes,
-                  set(frame_users), set(generators), set(import_codes),
-                  confinement.as_plain(), kept)
-    del job, probes, functions, classes
+    loaded_files: set[str] = set()
+    codes = {"loaded_files": loaded_files,
+             "agent": agent_codes, "frame_users": set(frame_users),
+             "frame_handers": set(frame_handers),
+             "generators": set(generators), "import": set(import_codes)}
+    run = _assemble(job, probes, result_fd, (functions, classes), codes,
+                    confinement.as_plain(), kept)
+    del job, probes, functions, classes, codes
     for name in list(sys.modules):
         if name.split(".")[0] in KIT_PACKAGES:
             del sys.modules[name]
+    # What the submission finds loaded (the kit's own modules gone).
+    loaded_files.update(_loaded_files())
+    _seal_module(vars(wire))
     _seal_module(globals())
     run()
 
 
+def _loaded_files() -> frozenset[str]:
+    """The files (as named and real) of every module loaded now: executing
+    one of them again is loading a second copy."""
+    found = set()
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__dict__", {}).get("__file__") \
+            if isinstance(getattr(module, "__dict__", None), dict) else None
+        if isinstance(name, str) and name.endswith(".py"):
+            found.update((name, os.path.realpath(name)))
+    return frozenset(found)
+
+
 def _seal_module(namespace: dict) -> None:
-    """Empty this module's globals, once the runtime is built.
+    """Empty a module's globals (this one's and the wire's), once the
+    runtime is built.
 
     The tripwires the agent installs are reachable by the submission (they
     replace library functions), and through their ``__globals__`` this
@@ -717,243 +764,147 @@ def _seal_module(namespace: dict) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The sealed runtime
+# The runtime: factories of closures
+#
+# Each factory below runs before the submission's first line (set-up, where
+# global names may be looked up) and returns closures over its own
+# arguments and the references it binds; the closures look up no global
+# name (tests/kit/test_integrity.py walks every factory of FACTORIES and
+# fails on a function that makes closures and is not listed). A closure
+# holds only the cells it uses, so the tripwires a submission can reach
+# (they replace library functions) lead to ``note`` and the replaced
+# function, never to the key, the channel or the plan.
 # ---------------------------------------------------------------------------
 
-def _sealed(job: dict, probes: list, result_fd: int,
-            forbidden_functions: dict[int, str], forbidden_classes: list,
-            agent_codes: set[int], frame_users: set[int],
-            generators: set[int], import_codes: set[int],
-            confinement: dict, kept: list) -> Callable[[], None]:
-    """Build the runtime's closures; return ``run``, which installs the
-    audit hook and the trace function and runs the whole plan.
-
-    Every name the closures use is a local of this function (a cell),
-    bound here before the submission's first line runs; a kit test checks
-    that no closure that can run after that looks up a global name.
-    """
-    import _hashlib
-    import _json
-    import binascii
-    import builtins
-    import linecache
-    import math
-    import struct
-    import time
-    import types
-    import warnings
-
-    import torch
-
-    # -- references, taken now -------------------------------------------
-    b_len, b_type, b_str, b_int, b_float = len, type, str, int, float
-    b_bool, b_id, b_list, b_tuple, b_open = bool, id, list, tuple, open
-    b_repr = repr
-    b_dict, b_range, b_sorted, b_set = dict, range, sorted, set
-    b_isinstance, b_memoryview, b_bytes = isinstance, memoryview, bytes
-    b_any, b_enumerate, b_getattr, b_zip = any, enumerate, getattr, zip
-    b_BaseException, b_SystemExit = BaseException, SystemExit
-    b_MemoryError, b_PermissionError = MemoryError, PermissionError
-    b_RuntimeError, b_LookupError = RuntimeError, LookupError
-    b_TypeError, b_Exception = TypeError, Exception
-    b_ImportError, b_SyntaxError = ImportError, SyntaxError
-    b_compile, b_exec = compile, exec
-    type_name = type.__dict__["__name__"].__get__
-    type_mro = type.__dict__["__mro__"].__get__
-    type_dict = type.__dict__["__dict__"].__get__
-    module_dict = types.ModuleType.__dict__["__dict__"].__get__
-    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
-    list_len, list_item = list.__len__, list.__getitem__
-    int_repr, float_repr = int.__repr__, float.__repr__
-    infinity = math.inf
-    encode_string = _json.encode_basestring_ascii
-    hmac_digest = _hashlib.hmac_digest
-    sha256 = _hashlib.openssl_sha256
-    to_base64 = binascii.b2a_base64
-    pack_length = struct.Struct(">I").pack
-    write = os.write
-    realpath, fsdecode = os.path.realpath, os.fsdecode
-    file_exists = os.path.isfile
-    path_sep, devnull = os.sep, os.devnull
-    write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
-                   | os.O_TRUNC)
-    my_pid = os.getpid()
-    exit_now = os._exit
-    getframe = sys._getframe
-    sys_audit = sys.audit
-    settrace = sys.settrace
-    add_audit_hook = sys.addaudithook
-    clock = time.perf_counter
-    CodeType, ModuleType = types.CodeType, types.ModuleType
-    sys_modules = sys.modules
-    fingerprint = make_fingerprint(sha256, CodeType)
-    process_events = dict(PROCESS_EVENTS)
-    introspection_events = dict(INTROSPECTION_EVENTS)
-    path_events = dict(PATH_EVENTS)
-    frame_attributes = frozenset(FRAME_ATTRIBUTES)
-    watched_events = frozenset(
-        list(PROCESS_EVENTS) + list(INTROSPECTION_EVENTS)
-        + list(PATH_EVENTS) + ["open", "import", "exec", "function.__new__",
-                               "object.__setattr__", "object.__getattr__",
-                               "sys.addaudithook", "grader.frame",
-                               "grader.event", "grader.open"])
-    max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
-
-    Tensor = torch.Tensor
-    TensorBase = torch._C.TensorBase
-    t_size = TensorBase.size
-    t_detach = TensorBase.detach
-    t_to = TensorBase.to
-    t_contiguous = TensorBase.contiguous
-    t_numpy = TensorBase.numpy
-    t_clone = TensorBase.clone
-    t_is_floating = TensorBase.is_floating_point
-    t_is_complex = TensorBase.is_complex
-    t_dtype = TensorBase.__dict__["dtype"].__get__
-    t_set_data = TensorBase.__dict__["data"].__set__
-    float32, int64, cpu = torch.float32, torch.int64, torch.device("cpu")
-    no_torch_function = torch._C.DisableTorchFunction
-    set_grad_enabled = torch._C._set_grad_enabled
-    # The CPU generator alone: torch.manual_seed also queues a seeding of
-    # every accelerator, each with a formatted stack of the call (a fifth
-    # of a batch's time, in a worker that never uses one).
-    manual_seed = torch.default_generator.manual_seed
-    Module = torch.nn.Module
-    Linear = torch.nn.Linear
-    Dropout = torch.nn.Dropout
-    module_instance_dict = Module.__dict__["__dict__"].__get__ \
-        if "__dict__" in Module.__dict__ else None
-    module_named_parameters = Module.named_parameters
-    module_train = Module.train
-    module_parameters = Module.parameters
-    autograd_grad = torch.autograd.grad
-    t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
-    linear_forward = Linear.forward
-    ndarray_tobytes = type(t_numpy(torch.zeros(1))).tobytes
-
-    key = b_bytes.fromhex(job["key"])
-    magic = b_bytes.fromhex(job["magic"])
-    source = job["source"]
-    filename = job["filename"]
-    lines = source.split("\n")
-    memory_mb = b_int(job["memory_mb"])
-    scratch = realpath(job["scratch"])
-    readable = b_tuple(realpath(p) for p in job.get("readable", ["/"]))
-    hidden = b_tuple(realpath(p) for p in job.get("hidden", []))
-    library_roots = b_tuple(realpath(p) for p in job.get("library_roots",
-                                                         []))
-    kit_modules = KIT_PACKAGES
-    aten_pattern = job.get("forbidden", {}).get("aten")
-    statements = job.get("statements", [])
-    # Tracebacks and warnings show the submission's lines without reading
-    # its file (which the sandbox does not let anyone read).
-    linecache.cache[filename] = (b_len(source), None,
-                                 [line + "\n" for line in lines], filename)
-    # The agent's own files are not readable either: a traceback printed
-    # by the submission (or by torch) shows their lines from memory.
-    for module in b_list(sys.modules.values()):
-        path = getattr(module, "__file__", None) or ""
-        if getattr(module, "__name__", "").startswith("grader") and path:
-            try:
-                linecache.updatecache(path)
-            except OSError:
-                pass
-
-    # Shape-trace plan: lines -> units of statements sharing lines.
-    units, line_unit = plan_units(statements)
-
-    # The watched namespaces, as objects (their dicts are read directly),
-    # with the ids of their entries once the tripwires are in place.
-    watched: list = []
-    take_snapshot, lookup_dotted = _snapshot, _lookup
-    find_refused, find_sites, find_aten = refused_values, alias_sites, \
-        aten_names
-
-    # -- state (cells, reachable only from these closures) ----------------
-    kinds: dict = {}         # id(code) -> kind
-    alive: dict = {}         # id(code) -> code (keeps the ids valid)
-    synthetic: dict = {}     # id(code) -> how it was made
-    prints: dict = {}        # id(code) -> fingerprint
-    in_hook = [False]
-    tracer_busy = [False]
-    phase = {"name": "setup", "stage": "import", "ran": b_set(),
-             "foreign": [], "records": None, "tracing": False,
-             "returns": 0, "calls": 0}
-    reported: dict = {}
-    library_checked: dict = {}
-    holder: list = []
-    token = object()
-
-    # -- the channel --------------------------------------------------------
-
-    def dump(value, depth=0):
-        kind = b_type(value)
-        if kind is b_str:
-            return encode_string(value)
-        if value is None:
-            return "null"
-        if value is True:
-            return "true"
-        if value is False:
-            return "false"
-        if kind is b_int:
-            return int_repr(value)
-        if kind is b_float:
-            if value != value:
-                return "NaN"
-            if value == infinity:
-                return "Infinity"
-            if value == -infinity:
-                return "-Infinity"
-            return float_repr(value)
-        if depth > 48:
-            return "null"
-        if kind is b_dict:
-            return "{" + ",".join(
-                encode_string(b_str(k)) + ":" + dump(v, depth + 1)
-                for k, v in value.items()) + "}"
-        if kind is b_list or kind is b_tuple:
-            return "[" + ",".join(dump(v, depth + 1) for v in value) + "]"
-        return "null"
-
-    def send(message):
-        """Write one authenticated frame. Only the audit hook calls this
-        (the key is reachable from nothing else); a channel that fails
-        ends the worker rather than raise into the submission."""
-        body = dump(message).encode("ascii")
-        header = pack_length(b_len(body))
-        data = magic + header + body + hmac_digest(key, header + body,
-                                                   "sha256")
-        view = b_memoryview(data)
-        try:
-            while view:
-                view = view[write(result_fd, view):]
-        except b_BaseException:
-            exit_now(75)
-
+def messenger(sys_audit: Callable, token: object) -> tuple[Callable, ...]:
+    """Return ``emit(message)`` and ``note(kind, verb, what)``: a frame and
+    an event, sent through the audit hook (the only key holder); frames
+    carry the token only ``emit`` and the hook hold."""
     def emit(message):
-        """Send a frame through the audit hook (the only key holder), with
-        the token that only this function and the hook hold."""
         sys_audit("grader.frame", token, message)
 
     def note(kind, verb, what=""):
-        """Report an event through the audit hook; the line is that of
-        the code that called the function calling this."""
+        """The line is that of the code that called the function calling
+        this."""
         sys_audit("grader.event", kind, verb, what)
 
+    return emit, note
+
+
+def reporter(send: Callable, filename: str, phase: dict
+             ) -> tuple[Callable, ...]:
+    """Return ``report(kind, verb, what, frame)``, which tells the grading
+    process at once what the code tried (refused, forbidden, tampered,
+    patched; each distinct attempt once), and ``line_of(frame)``.
+
+    The report fails closed at its cap: a forbidden use and a compiler the
+    grader cannot trace are always sent (they cost the task's correctness
+    items); past MAX_EVENTS other
+    attempts, the rest are counted, and the special kind ``unlisted``
+    (sent by the runner at the end of each phase) reports how many were
+    left out, as a refused event of its own.
+    """
+    b_str = str
+    max_events = MAX_EVENTS
+    reported: dict = {}
+    counts = {"listed": 0, "left_out": 0, "announced": 0}
+
+    def line_of(frame):
+        if frame is not None and frame.f_code.co_filename == filename:
+            return frame.f_lineno
+        return None
+
     def report(kind, verb, what="", frame=None):
-        """Tell the grading process at once what the code tried (kind:
-        refused, forbidden, tampered, patched); each distinct attempt
-        once, at most 64 of them."""
+        if kind == "unlisted":
+            left_out = counts["left_out"]
+            if left_out > counts["announced"]:
+                counts["announced"] = left_out
+                send({"type": "event", "kind": "refused",
+                      "verb": "do more than the report lists (each attempt "
+                              "refused or noticed all the same)",
+                      "object": b_str(left_out) + " attempt(s) not listed",
+                      "line": None, "phase": phase["name"]})
+            return
         label = kind + ":" + verb + ":" + what
         count = reported.get(label, 0)
         reported[label] = count + 1
-        if count == 0 and b_len(reported) <= 64:
-            send({"type": "event", "kind": kind, "verb": verb[:200],
-                  "object": what[:300], "line": line_of(frame),
-                  "phase": phase["name"]})
+        if count:
+            return
+        if kind != "forbidden" and kind != "untraceable":
+            if counts["listed"] >= max_events:
+                counts["left_out"] += 1
+                return
+            counts["listed"] += 1
+        send({"type": "event", "kind": kind, "verb": verb[:200],
+              "object": what[:300], "line": line_of(frame),
+              "phase": phase["name"]})
 
-    # -- who asked ----------------------------------------------------------
+    return report, line_of
+
+
+def path_rules(scratch: str, readable: tuple, hidden: tuple
+               ) -> tuple[Callable, ...]:
+    """Return ``real(path)``, ``inside(path, roots)``,
+    ``readable_path(path)``, ``show(path)`` and ``module_name(path)``."""
+    b_type, b_str, b_bytes, b_len = type, str, bytes, len
+    b_Exception = Exception
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+    path_sep, devnull = os.sep, os.devnull
+
+    def real(path):
+        if b_type(path) is not b_str and b_type(path) is not b_bytes:
+            return None
+        try:
+            return realpath(fsdecode(path))
+        except b_Exception:
+            return None
+
+    def inside(path, roots):
+        for root in roots:
+            if root == path_sep or path == root or \
+                    path.startswith(root + path_sep):
+                return True
+        return False
+
+    def readable_path(path):
+        return (inside(path, readable) and not inside(path, hidden)) or \
+            inside(path, (scratch, devnull))
+
+    def show(path):
+        text = b_str(path)
+        return text if b_len(text) <= 200 else text[:200] + "..."
+
+    def module_name(path):
+        """``/kit/solutions/x.py`` -> ``solutions.x`` (for a report)."""
+        for root in hidden:
+            if path.startswith(root + path_sep):
+                base = root.rsplit(path_sep, 1)[-1]
+                rest = path[b_len(root) + 1:].split(path_sep)
+                rest = [p for p in rest if p != "__pycache__"]
+                if rest:
+                    rest[-1] = rest[-1].split(".")[0]
+                    if rest[-1] == "__init__":
+                        rest.pop()
+                return ".".join([base] + rest)
+        return path
+
+    return real, inside, readable_path, show, module_name
+
+
+def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
+               library_roots: tuple, hidden: tuple, fingerprint: Callable,
+               real: Callable, inside: Callable, kinds: dict, alive: dict,
+               synthetic: dict) -> tuple[Callable, ...]:
+    """Return ``classify(code)`` (agent, synthetic, submission or library),
+    ``actor(frame)`` (who asked) and ``made_code(code, how, frame)``
+    (marks code made at run time as synthetic)."""
+    import types
+
+    b_type, b_id, b_open, b_compile = type, id, open, compile
+    b_BaseException = BaseException
+    CodeType = types.CodeType
+    file_exists = os.path.isfile
+    library_checked: dict = {}
 
     def classify(code):
         code_id = b_id(code)
@@ -997,44 +948,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 return "student", frame
             frame = frame.f_back
         return "agent", None
-
-    def line_of(frame):
-        if frame is not None and frame.f_code.co_filename == filename:
-            return frame.f_lineno
-        return None
-
-    def refuse(kind, verb, what, frame, error=None):
-        report(kind, verb, what, frame)
-        raise (error or b_PermissionError)(
-            "the grader's sandbox refuses to " + verb
-            + (" " + what if what else ""))
-
-    # -- paths -------------------------------------------------------------
-
-    def real(path):
-        if b_type(path) is not b_str and b_type(path) is not b_bytes:
-            return None
-        try:
-            return realpath(fsdecode(path))
-        except b_Exception:
-            return None
-
-    def inside(path, roots):
-        for root in roots:
-            if root == path_sep or path == root or \
-                    path.startswith(root + path_sep):
-                return True
-        return False
-
-    def readable_path(path):
-        return (inside(path, readable) and not inside(path, hidden)) or \
-            inside(path, (scratch, devnull))
-
-    def show(path):
-        text = b_str(path)
-        return text if b_len(text) <= 200 else text[:200] + "..."
-
-    # -- code made at run time ---------------------------------------------
 
     def mark(code, how):
         pending = [code]
@@ -1091,7 +1004,63 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return
         mark(code, how)
 
-    # -- the audit hook ------------------------------------------------------
+    return classify, actor, made_code
+
+
+def audit_hook(send: Callable, report: Callable, token: object,
+               codes: dict, who: tuple, paths: tuple, places: dict,
+               busy: dict) -> Callable:
+    """Return the audit hook: it relays the agent's own frames and events
+    (accepted only from the agent's code) and decides every watched event
+    of the submission (refused, forbidden, tampered, allowed).
+
+    ``codes``: the ids of the agent's, the frame users', the import
+    system's code; ``who``: :func:`code_kinds`' ``classify, actor,
+    made_code``; ``paths``: :func:`path_rules`' closures; ``places``: the
+    scratch folder and the hidden and library roots; ``busy``: the hook's
+    and the tracer's flags (lists of one bool).
+    """
+    import types
+
+    b_len, b_type, b_str, b_int, b_id = len, type, str, int, id
+    b_list, b_any, b_isinstance = list, any, isinstance
+    b_PermissionError, b_ImportError = PermissionError, ImportError
+    b_TypeError = TypeError
+    type_name = type.__dict__["__name__"].__get__
+    getframe = sys._getframe
+    file_exists = os.path.isfile
+    write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
+                   | os.O_TRUNC)
+    agent_codes, frame_users = codes["agent"], codes["frame_users"]
+    frame_handers = codes["frame_handers"]
+    import_codes = codes["import"]
+    loaded_files = codes["loaded_files"]
+    CodeType, b_dict_type, b_tuple = types.CodeType, dict, tuple
+    module_dict = types.ModuleType.__dict__["__dict__"].__get__
+    sys_modules = sys.modules
+    classify, actor, made_code = who
+    real, inside, readable_path, show, module_name = paths
+    scratch, hidden = places["scratch"], places["hidden"]
+    library_roots = places["library_roots"]
+    kit_modules = KIT_PACKAGES
+    devnull = os.devnull
+    in_hook, tracer_busy = busy["hook"], busy["tracer"]
+    process_events = dict(PROCESS_EVENTS)
+    introspection_events = dict(INTROSPECTION_EVENTS)
+    path_events = dict(PATH_EVENTS)
+    frame_attributes = frozenset(FRAME_ATTRIBUTES)
+    watched_events = frozenset(
+        list(PROCESS_EVENTS) + list(INTROSPECTION_EVENTS)
+        + list(PATH_EVENTS) + ["open", "import", "exec", "function.__new__",
+                               "object.__setattr__", "object.__getattr__",
+                               "sys.addaudithook", "grader.frame",
+                               "grader.event", "grader.open"])
+
+    def refuse(kind, verb, what, frame, error=None):
+        report(kind, verb, what, frame)
+        raise (error or b_PermissionError)(
+            "the grader's sandbox refuses to " + verb
+            + (" " + what if what else ""))
 
     def hook(event, args):
         if tracer_busy[0] or in_hook[0] or event not in watched_events:
@@ -1116,7 +1085,7 @@ def _sealed(job: dict, probes: list, result_fd: int,
         if b_id(caller.f_code) not in agent_codes or (
                 event == "grader.frame" and (
                     b_len(args) != 2 or args[0] is not token)):
-            who, student = actor(caller)
+            asker, student = actor(caller)
             report("tampered", "send frames through the grader's channel",
                    "", student)
             return
@@ -1130,18 +1099,22 @@ def _sealed(job: dict, probes: list, result_fd: int,
             report(args[0], args[1], args[2], below)
         elif event == "grader.open" and b_len(args) >= 2:
             below = caller.f_back
-            who, student = actor(below)
-            if who != "agent":
-                opened([args[0], args[1], None], student, who == "library",
-                       below)
+            asker, student = actor(below)
+            if asker != "agent":
+                opened([args[0], args[1], None], student,
+                       asker == "library", below)
 
     def decide(event, args, caller):
-        who, student = actor(caller)
-        if who == "agent":
+        asker, student = actor(caller)
+        if asker == "agent":
             return
-        by_library = who == "library"
+        by_library = asker == "library"
         if event == "exec" or event == "function.__new__":
             if args and not by_library:
+                if event == "exec" and second_copy(args[0], caller):
+                    refuse("forbidden", "load a second copy of",
+                           show(args[0].co_filename), student,
+                           b_ImportError)
                 made_code(args[0], "exec" if event == "exec" else
                           "a function made from a code object", caller)
             return
@@ -1174,8 +1147,11 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 raise b_PermissionError("the grader's sandbox refuses to "
                                         + what)
             refuse("refused", what, "", student)
-        if (event == "sys._getframe" or event == "object.__getattr__") and \
-                b_id(caller.f_code) in frame_users:
+        if (event == "sys._getframe" or event == "object.__getattr__") and (
+                b_id(caller.f_code) in frame_users or (
+                    b_id(caller.f_code) in frame_handers
+                    and caller.f_back is not None
+                    and b_id(caller.f_back.f_code) in frame_users)):
             return
         if event in introspection_events or event == "object.__getattr__" \
                 or event == "sys.addaudithook":
@@ -1203,6 +1179,47 @@ def _sealed(job: dict, probes: list, result_fd: int,
                                 "outside its scratch folder")
                         refuse("refused", verb, show(args[index]), student)
 
+    def second_copy(code, caller):
+        """True when ``code`` is a library module's code executed a second
+        time: its file was loaded before the submission ran, or is the
+        file of another loaded module, or it is executed into a namespace
+        the import system did not make for its first load (a module built
+        by hand, a reload). Such a copy would hold fresh objects where the
+        tripwires replaced the loaded ones."""
+        if b_type(code) is not CodeType or code.co_name != "<module>":
+            return False
+        name = code.co_filename
+        path = real(name)
+        if path is None or not inside(path, library_roots):
+            return False
+        if name in loaded_files or path in loaded_files:
+            return True
+        target = None
+        loader = caller.f_code
+        if loader.co_name == "_call_with_frames_removed" and \
+                loader.co_filename.endswith("importlib._bootstrap>"):
+            held = caller.f_locals.get("args")
+            if b_type(held) is b_tuple and b_len(held) >= 2 and \
+                    b_type(held[1]) is b_dict_type:
+                target = held[1]
+        if target is None:
+            return True
+        if b_any(b_type(key) is not b_str or not key.startswith("__")
+                 for key in b_list(target)):
+            return True  # executed before: a reload
+        module = sys_modules.get(target.get("__name__"))
+        if module is None or module_dict(module) is not target:
+            return True
+        for other in b_list(sys_modules.values()):
+            try:
+                namespace = module_dict(other)
+            except b_TypeError:
+                continue
+            if namespace is not target and \
+                    namespace.get("__file__") == name:
+                return True
+        return False
+
     def importing(frame, student):
         """True when the import system stands between ``frame`` and the
         submission's frame (the file is opened to import a module)."""
@@ -1211,20 +1228,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 return True
             frame = frame.f_back
         return False
-
-    def module_name(path):
-        """``/kit/solutions/x.py`` -> ``solutions.x`` (for a report)."""
-        for root in hidden:
-            if path.startswith(root + path_sep):
-                base = root.rsplit(path_sep, 1)[-1]
-                rest = path[b_len(root) + 1:].split(path_sep)
-                rest = [p for p in rest if p != "__pycache__"]
-                if rest:
-                    rest[-1] = rest[-1].split(".")[0]
-                    if rest[-1] == "__init__":
-                        rest.pop()
-                return ".".join([base] + rest)
-        return path
 
     def opened(args, student, by_library, caller):
         path, mode, flags = (b_list(args) + [None, None, None])[:3]
@@ -1255,7 +1258,23 @@ def _sealed(job: dict, probes: list, result_fd: int,
                        b_ImportError)
             refuse("refused", "read", show(path), student)
 
-    # -- the trace function --------------------------------------------------
+    return hook
+
+
+def value_readers(torch: Any) -> tuple[Callable, ...]:
+    """Return ``is_tensor, shape_of, instance_dict, read_chain, expand``:
+    values read without running any code of theirs."""
+    b_type, b_int, b_dict, b_range = type, int, dict, range
+    b_tuple, b_list, b_BaseException = tuple, list, BaseException
+    type_mro = type.__dict__["__mro__"].__get__
+    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
+    list_len, list_item = list.__len__, list.__getitem__
+    TensorBase = torch._C.TensorBase
+    t_size = TensorBase.size
+    no_torch_function = torch._C.DisableTorchFunction
+    Module = torch.nn.Module
+    module_instance_dict = Module.__dict__["__dict__"].__get__ \
+        if "__dict__" in Module.__dict__ else None
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
@@ -1299,6 +1318,32 @@ def _sealed(job: dict, probes: list, result_fd: int,
             value = found
         return value
 
+    def expand(value):
+        kind = b_type(value)
+        if b_tuple in type_mro(kind):
+            return [shape_of(tuple_item(value, i))
+                    for i in b_range(tuple_len(value))]
+        if b_list in type_mro(kind):
+            return [shape_of(list_item(value, i))
+                    for i in b_range(list_len(value))]
+        return [shape_of(value)]
+
+    return is_tensor, shape_of, instance_dict, read_chain, expand
+
+
+def shape_tracer(units: list, line_unit: dict, phase: dict,
+                 classify: Callable, synthetic: dict, readers: tuple,
+                 tracer_busy: list) -> Callable:
+    """Return the global trace function: it records which code of the
+    submission runs (``phase["ran"]``), code that is neither the
+    submission's nor a library's (``phase["foreign"]``), and, while a
+    probe traces, the shapes of the planned statements
+    (:func:`line_tracer`)."""
+    b_len, b_str, b_id = len, str, id
+    max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
+    gettrace, settrace = sys.gettrace, sys.settrace
+    is_tensor, shape_of, instance_dict, read_chain, expand = readers
+
     def record(statement, values):
         records = phase["records"]
         if records is None:
@@ -1316,16 +1361,6 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return
         executions.append(values)
 
-    def expand(value):
-        kind = b_type(value)
-        if b_tuple in type_mro(kind):
-            return [shape_of(tuple_item(value, i))
-                    for i in b_range(tuple_len(value))]
-        if b_list in type_mro(kind):
-            return [shape_of(list_item(value, i))
-                    for i in b_range(list_len(value))]
-        return [shape_of(value)]
-
     local_tracer = line_tracer(units, line_unit, record, shape_of,
                                read_chain, expand, phase)
 
@@ -1342,50 +1377,41 @@ def _sealed(job: dict, probes: list, result_fd: int,
             phase["ran"].add((b_id(code), phase["stage"]))
         else:
             foreign = phase["foreign"]
-            if b_len(foreign) < max_foreign:
-                entry = [code.co_filename[:200], code.co_name[:80],
-                         code.co_firstlineno, synthetic.get(b_id(code), "")]
-                if entry not in foreign:
+            entry = [code.co_filename[:200], code.co_name[:80],
+                     code.co_firstlineno, synthetic.get(b_id(code), "")]
+            if entry not in foreign:
+                if b_len(foreign) < max_foreign:
                     foreign.append(entry)
+                else:
+                    phase["foreign_left_out"] += 1
             return None
         if not phase["tracing"]:
             return None
         phase["calls"] += 1
         return local_tracer()
 
-    # -- values ---------------------------------------------------------------
+    def still_tracing():
+        """False once the trace function was ever removed (CPython removes
+        it when it raises, e.g. at the recursion limit): from then on the
+        grader has seen less than the code that ran. Installs it again,
+        so that later code is traced all the same."""
+        if gettrace() is not global_tracer:
+            phase["silenced"] = True
+            settrace(global_tracer)
+        return not phase["silenced"]
 
-    def encode(value, depth=0):
-        kind = b_type(value)
-        if kind is Tensor:
-            with no_torch_function():
-                tensor = t_detach(value)
-                dtype = b_str(t_dtype(tensor)).replace("torch.", "")
-                shape = [b_int(s) for s in t_size(tensor)]
-                if t_is_floating(tensor):
-                    data = t_contiguous(t_to(tensor, cpu, float32))
-                    encoding = "float32"
-                elif t_is_complex(tensor):
-                    return {"kind": "tensor", "dtype": dtype,
-                            "shape": shape, "data": None}
-                else:
-                    data = t_contiguous(t_to(tensor, cpu, int64))
-                    encoding = "int64"
-                raw = ndarray_tobytes(t_numpy(data))
-            return {"kind": "tensor", "dtype": dtype, "shape": shape,
-                    "encoding": encoding,
-                    "data": to_base64(raw, newline=False).decode("ascii")}
-        if (kind is b_tuple or kind is b_list) and depth < 2:
-            return {"kind": type_name(kind),
-                    "items": [encode(v, depth + 1) for v in value[:8]],
-                    "length": b_len(value)}
-        if value is None:
-            return {"kind": "none"}
-        if kind is b_bool or kind is b_int or kind is b_float:
-            return {"kind": "number", "value": value}
-        bases = [type_name(b)[:80] for b in type_mro(kind)[1:-1]][:8]
-        return {"kind": "object", "type": type_name(kind)[:80],
-                "module": "", "bases": bases}
+    return global_tracer, still_tracing
+
+
+def error_describer(filename: str, lines: list, memory_mb: int
+                    ) -> Callable:
+    """Return ``describe_error(exception) -> dict``: its type, message,
+    and the submission's line and function where it was raised."""
+    b_type, b_str, b_int, b_len, b_repr = type, str, int, len, repr
+    b_isinstance, b_BaseException = isinstance, BaseException
+    b_SystemExit, b_MemoryError = SystemExit, MemoryError
+    b_SyntaxError = SyntaxError
+    type_name = type.__dict__["__name__"].__get__
 
     def message_of(exception):
         if b_isinstance(exception, b_SystemExit):
@@ -1432,10 +1458,24 @@ def _sealed(job: dict, probes: list, result_fd: int,
             return {"type": "Exception",
                     "message": "an exception that could not be described"}
 
-    # -- building and calling -------------------------------------------------
+    return describe_error
 
-    def is_module(value):
-        return Module in type_mro(b_type(value))
+
+def module_describer(torch: Any, readers: tuple, child_numbers: list
+                     ) -> Callable:
+    """Return ``describe(obj) -> dict``: a built object's type, children
+    (``nn.Linear`` sizes; the numbers ``child_numbers`` names, as
+    ``(class, [attribute, ...])`` pairs), parameters and buffers, read
+    without running its code."""
+    b_type, b_str, b_list, b_float = type, str, list, float
+    b_int, b_len, b_dict = int, len, dict
+    type_name = type.__dict__["__name__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    Module, Linear = torch.nn.Module, torch.nn.Linear
+    linear_forward = Linear.forward
+    module_named_parameters = Module.named_parameters
+    is_tensor, shape_of, instance_dict, read_chain, expand = readers
 
     def lookup(cls, name):
         for base in type_mro(cls):
@@ -1444,38 +1484,40 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 return namespace[name]
         return None
 
-    def parameters_of(obj):
-        return b_list(module_named_parameters(obj))
+    def child(value):
+        kind = b_type(value)
+        entry = {"type": type_name(kind)[:80], "is_linear": False}
+        if Linear in type_mro(kind) and \
+                lookup(kind, "forward") is linear_forward:
+            params = instance_dict(value).get("_parameters") or {}
+            weight = params.get("weight")
+            size = shape_of(weight)
+            if size is not None and b_len(size) == 2:
+                entry["is_linear"] = True
+                entry["in_features"] = size[1]
+                entry["out_features"] = size[0]
+                entry["bias"] = params.get("bias") is not None
+        for cls, names in child_numbers:
+            if cls in type_mro(kind):
+                for name in names:
+                    number = instance_dict(value).get(name)
+                    if b_type(number) is b_float or b_type(number) is b_int:
+                        entry[name] = b_float(number)
+        return entry
 
     def describe(obj):
         kind = b_type(obj)
-        info = {"type": type_name(kind)[:80], "is_module": is_module(obj)}
+        info = {"type": type_name(kind)[:80],
+                "is_module": Module in type_mro(kind)}
         if not info["is_module"]:
             return info
-        children = {}
         modules = instance_dict(obj).get("_modules")
         modules = modules if b_type(modules) is b_dict else {}
-        for name, child in b_list(modules.items())[:32]:
-            child_kind = b_type(child)
-            entry = {"type": type_name(child_kind)[:80], "is_linear": False}
-            if Linear in type_mro(child_kind) and \
-                    lookup(child_kind, "forward") is linear_forward:
-                params = instance_dict(child).get("_parameters") or {}
-                weight = params.get("weight")
-                size = shape_of(weight)
-                if size is not None and b_len(size) == 2:
-                    entry["is_linear"] = True
-                    entry["in_features"] = size[1]
-                    entry["out_features"] = size[0]
-                    entry["bias"] = params.get("bias") is not None
-            if Dropout in type_mro(child_kind):
-                p = instance_dict(child).get("p")
-                if b_type(p) is b_float or b_type(p) is b_int:
-                    entry["p"] = b_float(p)
-            children[b_str(name)[:80]] = entry
-        info["children"] = children
-        info["parameters"] = {b_str(n)[:80]: shape_of(p) or []
-                              for n, p in parameters_of(obj)[:64]}
+        info["children"] = {b_str(name)[:80]: child(value) for name, value
+                            in b_list(modules.items())[:32]}
+        info["parameters"] = {
+            b_str(n)[:80]: shape_of(p) or []
+            for n, p in b_list(module_named_parameters(obj))[:64]}
         buffers = {}
         for prefix, holder_module in [("", obj)] + [
                 (b_str(n) + ".", c) for n, c in b_list(modules.items())]:
@@ -1487,6 +1529,45 @@ def _sealed(job: dict, probes: list, result_fd: int,
                         buffers[(prefix + b_str(buffer_name))[:80]] = size
         info["buffers"] = buffers
         return info
+
+    return describe
+
+
+def probe_runner(torch: Any, phase: dict, readers: tuple,
+                 describe: Callable, encode: Callable, note: Callable,
+                 forbidden_classes: list, still_tracing: Callable
+                 ) -> Callable:
+    """Return ``run_probe(namespace, probe) -> dict``: build the probe's
+    object (its weights set), train it when the probe says so, call it
+    (traced when asked) and encode what it returned."""
+    b_type, b_str, b_int, b_float, b_bool = type, str, int, float, bool
+    b_list, b_dict, b_sorted, b_getattr = list, dict, sorted, getattr
+    b_enumerate, b_zip = enumerate, zip
+    b_LookupError, b_RuntimeError, b_TypeError = (LookupError,
+                                                  RuntimeError, TypeError)
+    type_mro = type.__dict__["__mro__"].__get__
+    TensorBase = torch._C.TensorBase
+    t_clone, t_detach = TensorBase.clone, TensorBase.detach
+    t_set_data = TensorBase.__dict__["data"].__set__
+    no_torch_function = torch._C.DisableTorchFunction
+    set_grad_enabled = torch._C._set_grad_enabled
+    # The CPU generator alone: torch.manual_seed also queues a seeding of
+    # every accelerator, each with a formatted stack of the call (a fifth
+    # of a batch's time, in a worker that never uses one).
+    manual_seed = torch.default_generator.manual_seed
+    Module = torch.nn.Module
+    module_named_parameters = Module.named_parameters
+    module_train = Module.train
+    module_parameters = Module.parameters
+    autograd_grad = torch.autograd.grad
+    t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
+    is_tensor, shape_of, instance_dict, read_chain, expand = readers
+
+    def is_module(value):
+        return Module in type_mro(b_type(value))
+
+    def parameters_of(obj):
+        return b_list(module_named_parameters(obj))
 
     def build(namespace, probe):
         target = namespace.get(probe["target"])
@@ -1521,6 +1602,41 @@ def _sealed(job: dict, probes: list, result_fd: int,
         if is_module(obj):
             module_train(obj, b_bool(probe.get("train", False)))
         return obj
+
+    def fit(obj, spec):
+        # Adam steps (the usual betas and eps) on the object's own loss
+        # method (a probe's "fit": method, lr, batches), in train mode with
+        # gradients on. What they achieved is judged by the grader on the
+        # values the probe's call returns afterwards, never on a loss the
+        # code reports.
+        if not is_module(obj):
+            raise b_TypeError("the object to train is not an nn.Module")
+        module_train(obj, True)
+        params = b_list(module_parameters(obj))
+        if not params:
+            raise b_TypeError("the object to train has no parameters")
+        lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
+        moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
+        step = b_getattr(obj, b_str(spec["method"]))
+        for number, batch in b_enumerate(spec["batches"]):
+            set_grad_enabled(True)
+            try:
+                loss = step(t_clone(batch))
+                if not is_tensor(loss):
+                    raise b_TypeError(b_str(spec["method"]) + " did not "
+                                      "return a tensor")
+                grads = autograd_grad(loss, params, allow_unused=True)
+            finally:
+                set_grad_enabled(False)
+            done = number + 1
+            for p, g, (m, v) in b_zip(params, grads, moments):
+                if g is None:
+                    continue
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                m_hat = m / (1 - beta1 ** done)
+                v_hat = v / (1 - beta2 ** done)
+                p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
 
     def run_probe(namespace, probe):
         phase["stage"] = "build"
@@ -1560,45 +1676,28 @@ def _sealed(job: dict, probes: list, result_fd: int,
             phase["tracing"] = False
         if tracing:
             result["trace"] = {"records": phase["records"],
-                               "intact": phase["calls"] == phase["returns"]}
+                               "intact": phase["calls"] == phase["returns"]
+                               and still_tracing()}
             phase["records"] = None
         result["value"] = encode(value)
         return result
 
-    def fit(obj, spec):
-        # Adam steps (the usual betas and eps) on the object's own loss
-        # method (a probe's "fit": method, lr, batches), in train mode with
-        # gradients on. What they achieved is judged by the grader on the
-        # values the probe's call returns afterwards, never on a loss the
-        # code reports.
-        if not is_module(obj):
-            raise b_TypeError("the object to train is not an nn.Module")
-        module_train(obj, True)
-        params = b_list(module_parameters(obj))
-        if not params:
-            raise b_TypeError("the object to train has no parameters")
-        lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
-        moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
-        step = b_getattr(obj, b_str(spec["method"]))
-        for number, batch in b_enumerate(spec["batches"]):
-            set_grad_enabled(True)
-            try:
-                loss = step(t_clone(batch))
-                if not is_tensor(loss):
-                    raise b_TypeError(b_str(spec["method"]) + " did not "
-                                      "return a tensor")
-                grads = autograd_grad(loss, params, allow_unused=True)
-            finally:
-                set_grad_enabled(False)
-            done = number + 1
-            for p, g, (m, v) in b_zip(params, grads, moments):
-                if g is None:
-                    continue
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                m_hat = m / (1 - beta1 ** done)
-                v_hat = v / (1 - beta2 ** done)
-                p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+    return run_probe
+
+
+def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable,
+                    still_tracing: Callable) -> tuple[Callable, ...]:
+    """Return ``coverage()`` (the fingerprints of the submission's code
+    that ran in this phase, and foreign code) and ``start_phase(name,
+    stage)``.
+
+    Coverage fails closed: when the trace function was removed (in this
+    phase or before), its foreign code includes :data:`SILENCED`; past
+    MAX_FOREIGN entries, one more says how many were left out.
+    """
+    b_set, b_str, b_list = set, str, list
+    silenced = b_list(SILENCED)
+    prints: dict = {}
 
     def coverage():
         ran = []
@@ -1611,17 +1710,38 @@ def _sealed(job: dict, probes: list, result_fd: int,
                 digest = prints[code_id] = fingerprint(code)
             ran.append([digest, code.co_firstlineno, code.co_name[:80],
                         stage])
-        return {"ran": ran, "foreign": phase["foreign"]}
+        foreign = b_list(phase["foreign"])
+        if phase["foreign_left_out"]:
+            foreign.append(["", b_str(phase["foreign_left_out"])
+                            + " more piece(s) of such code, not listed",
+                            0, ""])
+        if not still_tracing():
+            foreign.append(silenced)
+        return {"ran": ran, "foreign": foreign}
 
     def start_phase(name, stage="build"):
         phase["name"] = name
         phase["stage"] = stage
         phase["ran"] = b_set()
         phase["foreign"] = []
+        phase["foreign_left_out"] = 0
+
+    return coverage, start_phase
+
+
+def patch_watch(watched: list) -> Callable:
+    """Return ``patched()``: the entries of the watched namespaces (a list
+    of ``(dotted, namespace owner, ids before)``, filled once the
+    tripwires are in place) that now hold another function or class."""
+    import types
+
+    b_type, b_str, b_id, b_list = type, str, id, list
+    b_sorted, b_isinstance = sorted, isinstance
+    type_dict = type.__dict__["__dict__"].__get__
+    ModuleType, FunctionType = types.ModuleType, types.FunctionType
+    module_dict = ModuleType.__dict__["__dict__"].__get__
 
     def patched():
-        """Entries of the watched namespaces that now hold another
-        function or class than before the submission ran."""
         changed = []
         for dotted, value, before in watched:
             namespace = (module_dict(value) if b_type(value) is ModuleType
@@ -1635,109 +1755,185 @@ def _sealed(job: dict, probes: list, result_fd: int,
                         b_type(item) is ModuleType:
                     continue  # a submodule imported later
                 if old is None and b_type(value) is ModuleType and \
-                        not (b_type(item) is types.FunctionType
+                        not (b_type(item) is FunctionType
                              or b_isinstance(item, b_type)):
                     continue
                 changed.append(dotted + "." + name)
         return b_sorted(changed)[:32]
 
-    # -- tripwires ------------------------------------------------------------
+    return patched
 
-    def forbidden_call(name):
-        def tripped(*args, **kwargs):
-            note("forbidden", "use", name)
-            raise b_RuntimeError(name + " is not allowed in this homework: "
-                                 "write it yourself")
-        return tripped
 
-    def refused_call(what):
-        def refused(*args, **kwargs):
-            note("refused", what, "")
-            raise b_PermissionError("the grader's sandbox refuses to "
-                                    + what)
-        return refused
+# -- tripwires: what a submission can reach (they replace library functions)
 
+def forbidden_call(note: Callable, name: str) -> Callable:
+    """Return a stand-in for a forbidden function: it reports the use and
+    raises."""
+    b_RuntimeError = RuntimeError
+
+    def tripped(*args, **kwargs):
+        note("forbidden", "use", name)
+        raise b_RuntimeError(name + " is not allowed in this homework: "
+                             "write it yourself")
+    return tripped
+
+
+def refused_call(note: Callable, what: str) -> Callable:
+    """Return a stand-in for a call that ends, signals or starts a process
+    or thread without an audit event: it reports and raises."""
+    b_PermissionError = PermissionError
+
+    def refused(*args, **kwargs):
+        note("refused", what, "")
+        raise b_PermissionError("the grader's sandbox refuses to " + what)
+    return refused
+
+
+def untraceable_call(note: Callable, name: str, original: Callable
+                     ) -> Callable:
+    """Return a stand-in for a compiler whose code the grader cannot trace:
+    it reports the use (the items the task's runs serve earn nothing) and
+    calls ``original``."""
+    def compiled(*args, **kwargs):
+        note("untraceable", "compile", name)
+        return original(*args, **kwargs)
+    return compiled
+
+
+def no_trace_call() -> Callable:
+    """Return the stand-in of ``sys.gettrace`` and ``sys.getprofile``."""
     def no_trace():
         return None
+    return no_trace
 
-    def guarded_file(original, writing):
-        """torch opens these files in C++, where no audit event is raised:
-        check their paths as the audit hook checks ``open``."""
-        mode = "wb" if writing else "rb"
 
-        def call(*args, **kwargs):
-            path = args[0] if args else kwargs.get(
-                "filename", kwargs.get("name"))
-            if b_type(path) is b_str or b_type(path) is b_bytes:
-                sys_audit("grader.open", path, mode)
-            return original(*args, **kwargs)
-        return call
+def guarded_file(sys_audit: Callable, original: Callable, writing: bool
+                 ) -> Callable:
+    """torch opens these files in C++, where no audit event is raised:
+    return a stand-in that checks the path as the audit hook checks
+    ``open``, then calls ``original``."""
+    b_type, b_str, b_bytes = type, str, bytes
+    mode = "wb" if writing else "rb"
 
-    def subclass_tripwire(label):
-        def subclassed(*args, **kwargs):
-            note("forbidden", "subclass", label)
-        return subclassed
+    def call(*args, **kwargs):
+        path = args[0] if args else kwargs.get(
+            "filename", kwargs.get("name"))
+        if b_type(path) is b_str or b_type(path) is b_bytes:
+            sys_audit("grader.open", path, mode)
+        return original(*args, **kwargs)
+    return call
 
-    def tripwires():
-        """Replace the forbidden calls (every alias, by identity) and the
-        unaudited calls that end, start or signal a process or thread.
-        Runs before the submission."""
-        replacements = {}
-        for ident, name in forbidden_functions.items():
-            replacements[ident] = forbidden_call(name)
-        for value, what in find_refused():
-            replacements[b_id(value)] = refused_call(what)
-        replacements[b_id(sys.gettrace)] = no_trace
-        replacements[b_id(sys.getprofile)] = no_trace
-        for name, attribute, ident in find_sites(b_set(replacements),
-                                                 kit_modules):
-            namespace = getattr(sys_modules[name], "__dict__")
-            namespace[attribute] = replacements[ident]
-        for owner, name, writing in (
-                (torch._C, "PyTorchFileWriter", True),
-                (torch._C, "PyTorchFileReader", False),
-                (torch, "from_file", False),
-                (torch.UntypedStorage, "from_file", False)):
-            original = getattr(owner, name, None)
-            if original is not None:
-                try:
-                    setattr(owner, name, guarded_file(original, writing))
-                except (TypeError, AttributeError):
-                    pass
-        for label, cls in forbidden_classes:
-            tripped = forbidden_call(label)
-            for attribute, value in list(vars(cls).items()):
-                if isinstance(value, (types.FunctionType, staticmethod,
-                                      classmethod)) or \
-                        attribute in ("__init__", "forward", "__call__"):
-                    try:
-                        setattr(cls, attribute, tripped)
-                    except (TypeError, AttributeError):
-                        pass
+
+def subclass_tripwire(note: Callable, label: str) -> Callable:
+    """Return a forbidden class's ``__init_subclass__``: it reports."""
+    def subclassed(*args, **kwargs):
+        note("forbidden", "subclass", label)
+    return subclassed
+
+
+def install_tripwires(torch: Any, note: Callable,
+                      forbidden_functions: dict[int, str],
+                      forbidden_classes: list, aten_pattern: str | None,
+                      watched_extra: tuple, watched: list,
+                      holder: list) -> None:
+    """Replace the forbidden calls (every alias, by identity) and the
+    unaudited calls that end, start or signal a process or thread; then
+    remember the watched namespaces. Set-up: runs before the submission."""
+    import types
+    import warnings
+
+    replacements = {}
+    for ident, name in forbidden_functions.items():
+        replacements[ident] = forbidden_call(note, name)
+    for value, what in refused_values():
+        replacements[id(value)] = refused_call(note, what)
+    for value, name in untraceable_values():
+        replacements[id(value)] = untraceable_call(note, name, value)
+    no_trace = no_trace_call()
+    replacements[id(sys.gettrace)] = no_trace
+    replacements[id(sys.getprofile)] = no_trace
+    for name, attribute, ident in alias_sites(set(replacements),
+                                              KIT_PACKAGES):
+        namespace = getattr(sys.modules[name], "__dict__")
+        namespace[attribute] = replacements[ident]
+    for owner, name, writing in (
+            (torch._C, "PyTorchFileWriter", True),
+            (torch._C, "PyTorchFileReader", False),
+            (torch, "from_file", False),
+            (torch.UntypedStorage, "from_file", False)):
+        original = getattr(owner, name, None)
+        if original is not None:
             try:
-                cls.__init_subclass__ = classmethod(
-                    subclass_tripwire(label))
+                setattr(owner, name,
+                        guarded_file(sys.audit, original, writing))
             except (TypeError, AttributeError):
                 pass
-        if aten_pattern:
-            names = find_aten(aten_pattern)
-            library = torch.library.Library("aten", "IMPL")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for name in names:
-                    tripped = forbidden_call("torch.ops.aten." + name)
-                    for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
-                        try:
-                            library.impl(name, tripped, dispatch_key)
-                        except (RuntimeError, ValueError):
-                            pass
-            holder.append(library)
-        for dotted, before in take_snapshot().items():
-            value = lookup_dotted(dotted)
-            if value is not None:
-                watched.append((dotted, value, before))
+    for label, cls in forbidden_classes:
+        tripped = forbidden_call(note, label)
+        for attribute, value in list(vars(cls).items()):
+            if isinstance(value, (types.FunctionType, staticmethod,
+                                  classmethod)) or \
+                    attribute in ("__init__", "forward", "__call__"):
+                try:
+                    setattr(cls, attribute, tripped)
+                except (TypeError, AttributeError):
+                    pass
+        try:
+            cls.__init_subclass__ = classmethod(
+                subclass_tripwire(note, label))
+        except (TypeError, AttributeError):
+            pass
+    if aten_pattern:
+        library = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in aten_names(aten_pattern):
+                tripped = forbidden_call(note, "torch.ops.aten." + name)
+                for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
+                    try:
+                        library.impl(name, tripped, dispatch_key)
+                    except (RuntimeError, ValueError):
+                        pass
+        holder.append(library)
+    for dotted, before in _snapshot(watched_extra).items():
+        value = _lookup(dotted)
+        if value is not None:
+            watched.append((dotted, value, before))
 
-    # -- the run --------------------------------------------------------------
+
+# -- the run ----------------------------------------------------------------
+
+def runner(plan: dict, parts: dict) -> Callable[[], None]:
+    """Return ``run()``: install the audit hook and the trace function,
+    load the submission and run every probe of the plan, each reported
+    in a frame.
+
+    ``plan``: the source, its file name, the probes, the confinement and
+    what must stay alive; ``parts``: the closures the other factories
+    made (``hook``, ``tracer``, ``emit``, ``run_probe``, ``coverage``,
+    ``start_phase``, ``patched``, ``describe_error``).
+    """
+    import builtins
+    import time
+
+    import torch
+
+    b_compile, b_exec, b_enumerate = compile, exec, enumerate
+    b_BaseException = BaseException
+    add_audit_hook, settrace = sys.addaudithook, sys.settrace
+    sys_modules = sys.modules
+    clock = time.perf_counter
+    my_pid = os.getpid()
+    set_grad_enabled = torch._C._set_grad_enabled
+    ModuleType = type(sys)
+    module_dict = ModuleType.__dict__["__dict__"].__get__
+    source, filename = plan["source"], plan["filename"]
+    probes, confinement = plan["probes"], plan["confinement"]
+    kept, holder = plan["kept"], plan["holder"]
+    hook, global_tracer, emit = parts["hook"], parts["tracer"], parts["emit"]
+    run_probe, coverage = parts["run_probe"], parts["coverage"]
+    start_phase, patched = parts["start_phase"], parts["patched"]
+    describe_error, note = parts["describe_error"], parts["note"]
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
@@ -1760,11 +1956,13 @@ def _sealed(job: dict, probes: list, result_fd: int,
             emit({"type": "import", "ok": False,
                   "error": describe_error(exception),
                   "seconds": clock() - started, "coverage": coverage()})
+            note("unlisted", "", "")
             emit({"type": "patched", "what": patched()})
             emit({"type": "done"})
             return
         emit({"type": "import", "ok": True, "seconds": clock() - started,
               "coverage": coverage()})
+        note("unlisted", "", "")
         emit({"type": "patched", "what": patched()})
         for number, probe in b_enumerate(probes):
             emit({"type": "start", "id": probe["id"]})
@@ -1780,9 +1978,114 @@ def _sealed(job: dict, probes: list, result_fd: int,
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
             emit(message)
+            note("unlisted", "", "")
         start_phase("end", "end")
         emit({"type": "patched", "what": patched()})
         emit({"type": "done"})
 
-    tripwires()
     return run
+
+
+#: The factories whose closures run once the submission runs (the kit's
+#: integrity test walks each one's code for global look-ups).
+FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
+             code_kinds, audit_hook, value_readers, shape_tracer,
+             error_describer, module_describer, probe_runner,
+             coverage_keeper, patch_watch, forbidden_call, refused_call,
+             untraceable_call, no_trace_call, guarded_file,
+             subclass_tripwire, runner)
+
+
+def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
+    """The job's ``sandbox.numbers`` as (class, attribute names) pairs
+    (a class that does not exist is left out)."""
+    found = []
+    for dotted, names in library.get("numbers", {}).items():
+        cls = _lookup(dotted)
+        if isinstance(cls, type):
+            found.append((cls, [str(name) for name in names]))
+    return found
+
+
+def _assemble(job: dict, probes: list, result_fd: int,
+              forbidden: tuple[dict[int, str], list], codes: dict,
+              confinement: dict, kept: list) -> Callable[[], None]:
+    """Build the runtime from the factories; return ``run``. Set-up: runs
+    before the submission (the tripwires are installed here)."""
+    import hashlib
+    import linecache
+    import types
+
+    import torch
+
+    from grader.wire import result_writer, value_encoder
+
+    forbidden_functions, forbidden_classes = forbidden
+    library = job.get("sandbox", {})
+    source, filename = job["source"], job["filename"]
+    lines = source.split("\n")
+    scratch = os.path.realpath(job["scratch"])
+    hidden = tuple(os.path.realpath(p) for p in job.get("hidden", []))
+    library_roots = tuple(os.path.realpath(p)
+                          for p in job.get("library_roots", []))
+    readable = tuple(os.path.realpath(p) for p in job.get("readable", ["/"]))
+    # Tracebacks and warnings show the submission's lines without reading
+    # its file (which the sandbox does not let anyone read).
+    linecache.cache[filename] = (len(source), None,
+                                 [line + "\n" for line in lines], filename)
+    # The agent's own files are not readable either: a traceback printed
+    # by the submission (or by torch) shows their lines from memory.
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if getattr(module, "__name__", "").startswith("grader") and path:
+            try:
+                linecache.updatecache(path)
+            except OSError:
+                pass
+
+    # State, reachable only from the closures that use it.
+    kinds: dict = {}         # id(code) -> kind
+    alive: dict = {}         # id(code) -> code (keeps the ids valid)
+    synthetic: dict = {}     # id(code) -> how it was made
+    phase = {"name": "setup", "stage": "import", "ran": set(),
+             "foreign": [], "foreign_left_out": 0, "records": None,
+             "tracing": False, "returns": 0, "calls": 0, "silenced": False}
+    busy = {"hook": [False], "tracer": [False]}
+    watched: list = []
+    holder: list = []
+    token = object()
+
+    fingerprint = make_fingerprint(hashlib.sha256, types.CodeType)
+    send = result_writer(bytes.fromhex(job["key"]),
+                         bytes.fromhex(job["magic"]), result_fd, os._exit)
+    emit, note = messenger(sys.audit, token)
+    report, _ = reporter(send, filename, phase)
+    paths = path_rules(scratch, readable, hidden)
+    who = code_kinds(filename, codes["agent"], codes["generators"],
+                     library_roots, hidden, fingerprint, paths[0], paths[1],
+                     kinds, alive, synthetic)
+    hook = audit_hook(send, report, token, codes, who, paths,
+                      {"scratch": scratch, "hidden": hidden,
+                       "library_roots": library_roots}, busy)
+    readers = value_readers(torch)
+    units, line_unit = plan_units(job.get("statements", []))
+    tracer, still_tracing = shape_tracer(units, line_unit, phase, who[0],
+                                         synthetic, readers, busy["tracer"])
+    describe = module_describer(torch, readers, _child_numbers(library))
+    run_probe = probe_runner(torch, phase, readers, describe,
+                             value_encoder(torch), note, forbidden_classes,
+                             still_tracing)
+    coverage, start_phase = coverage_keeper(phase, alive, fingerprint,
+                                            still_tracing)
+    install_tripwires(torch, note, forbidden_functions, forbidden_classes,
+                      job.get("forbidden", {}).get("aten"),
+                      tuple(library.get("watched", [])), watched, holder)
+    return runner(
+        {"source": source, "filename": filename, "probes": probes,
+         "confinement": confinement, "kept": kept, "holder": holder},
+        {"hook": hook, "tracer": tracer, "emit": emit,
+         "run_probe": run_probe, "coverage": coverage,
+         "start_phase": start_phase, "patched": patch_watch(watched),
+         "note": note,
+         "describe_error": error_describer(filename, lines,
+                                           int(job["memory_mb"]))})

@@ -112,6 +112,24 @@ def test_a_generic_module_names_no_assignment_concept(path: Path) -> None:
                          f"code: {found}")
 
 
+def sandbox_side() -> list[Path]:
+    """The worker's modules and the wire they share with the trusted side."""
+    return [GRADER / "wire.py", *sorted((GRADER / "worker").glob("*.py"))]
+
+
+@pytest.mark.parametrize("path", sandbox_side(),
+                         ids=lambda p: p.relative_to(GRADER).as_posix())
+def test_the_sandbox_side_names_no_concept_even_as_torch_names(
+        path: Path) -> None:
+    """Not even torch's vocabulary (``nn.Dropout``): what the worker knows
+    of an assignment's library classes is the rubric's ``[sandbox]``
+    table, which the job carries."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = sorted({(line, word) for line, word in _words_of_code(tree)
+                    if CONCEPT.search(word)})
+    assert found == [], f"{path.name} names assignment concepts: {found}"
+
+
 def test_the_scan_sees_code_and_skips_documentation() -> None:
     text = '''"""Docstring: SelfAttention, causal, num_heads."""
 import torch  # a comment: scaled_dot_product_attention

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import wire
 from grader.worker import agent
 
 INTEGRITY = Path(__file__).resolve().parent / "hostile" / "integrity"
@@ -201,24 +202,43 @@ def test_a_forged_report_line_never_reaches_a_report(grade_path) -> None:
 # The sealed runtime looks up no global name once the submission runs
 
 
-SETUP_ONLY = ("tripwires",)
+def _factories() -> list[types.FunctionType]:
+    """The runtime's factories: the agent's and the wire's."""
+    return list(agent.FACTORIES) + list(wire.FACTORIES)
+
+
+def _nested(code: types.CodeType) -> list[types.CodeType]:
+    """Every code object nested in ``code`` (closures, comprehensions)."""
+    found, pending = [], list(code.co_consts)
+    while pending:
+        const = pending.pop()
+        if isinstance(const, types.CodeType):
+            found.append(const)
+            pending += list(const.co_consts)
+    return found
 
 
 def _runtime_codes() -> list[types.CodeType]:
-    """Every code object nested in agent._sealed (and in the shape
-    tracer's factory it uses) that can run while (or after) the submission
-    runs: all but the set-up closures' own bodies."""
-    found = []
-    pending = (list(agent._sealed.__code__.co_consts)
-               + list(agent.line_tracer.__code__.co_consts))
-    while pending:
-        const = pending.pop()
-        if not isinstance(const, types.CodeType):
-            continue
-        pending += list(const.co_consts)
-        if const.co_name not in SETUP_ONLY:
-            found.append(const)
-    return found
+    """Every code object nested in a factory of the runtime: the closures
+    it returns run while (or after) the submission runs. A factory's own
+    body runs before the submission (set-up) and may look names up."""
+    return [code for factory in _factories()
+            for code in _nested(factory.__code__)]
+
+
+def _unwalked(factories: list[types.FunctionType]) -> list[str]:
+    """The functions of the agent and the wire that make closures (define
+    a function inside) and are not among ``factories``."""
+    makers = {f"{module.__name__}.{name}"
+              for module in (agent, wire)
+              for name, value in vars(module).items()
+              if isinstance(value, types.FunctionType)
+              and value.__module__ == module.__name__
+              and any(not code.co_name.startswith("<")
+                      or code.co_name == "<lambda>"
+                      for code in _nested(value.__code__))}
+    return sorted(makers - {f"{f.__module__}.{f.__name__}"
+                            for f in factories})
 
 
 def test_runtime_closures_look_up_no_globals() -> None:
@@ -232,6 +252,18 @@ def test_runtime_closures_look_up_no_globals() -> None:
             offenders[code.co_name] = names
     assert offenders == {}
     assert len(_runtime_codes()) > 40  # the walk did find the closures
+
+
+def test_every_factory_of_the_runtime_is_walked() -> None:
+    """Every function of the agent and the wire that makes closures is a
+    listed factory, so the walk above covers it; one left out of the
+    lists is found."""
+    factories = _factories()
+    assert _unwalked(factories) == []
+    for index, factory in enumerate(factories):
+        rest = factories[:index] + factories[index + 1:]
+        assert _unwalked(rest) == [f"{factory.__module__}."
+                                   f"{factory.__name__}"]
 
 
 # --------------------------------------------------------------------------
