@@ -550,6 +550,10 @@ def _fits(gathered: _Gathered, own_only: bool) -> dict[str, Fit]:
 
 
 def _nothing_defined(gathered: _Gathered, names: list[str]) -> str:
+    if gathered.problems and not gathered.loaded:
+        # Nothing could be read: why is the message, not what is missing.
+        return (f"{show(gathered.named)} cannot be graded: "
+                f"{listing(gathered.problems, 3)}")
     shown = listing([show(c.source.path, gathered.root)
                      for c in gathered.loaded], 10)
     message = (f"nothing in {show(gathered.named)} defines "
