@@ -499,6 +499,11 @@ def _load(candidate: _Candidate, inside: Path, root: Path, named: bool,
     gathered.loaded.append(_Loaded(source, candidate.module,
                                    candidate.nearby,
                                    defined_names(source.text)))
+    for error in source.cell_errors[:5]:
+        # The kernel would stop at this cell: it defines nothing.
+        gathered.notes.append(f"{show(candidate.path, root)}, {error} "
+                              f"(the kernel runs nothing of that cell, so "
+                              f"it defines nothing here either)")
 
 
 def _gather(path: Path, wanted: list[Assignment], nearby: bool,
