@@ -16,7 +16,8 @@ overwritten, others, such as ``.git``, are left alone):
   ``tests/public/<assignment>/``, no other assignment's (so ``python -m
   pytest tests/public`` runs this homework's tests only), and the grader
   ``grader/`` (the same grader the instructor grades with, for
-  self-checks);
+  self-checks) with this assignment's plug-in only: no other
+  homework's ``grader/assignments/<id>/`` folder ships;
 * ``requirements.txt`` (the CPU torch and the grader's tools, pinned as in
   the Gradescope bundle, and what the notebook needs to open and run:
   ``notebook`` and ``ipykernel``, pinned the same way), a student
@@ -409,8 +410,9 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     # (the release holds the same copies; a test checks they agree).
     files.update(public_test_files(assignment.public_tests))
     for relative in kit_files(ROOT):
-        if relative.parts[0] == "grader" or relative.name in (
-                "LICENSE", "NOTICE", "pyproject.toml"):
+        if (relative.parts[0] == "grader" and _own_plugin(relative,
+                                                          assignment)) \
+                or relative.name in ("LICENSE", "NOTICE", "pyproject.toml"):
             files[relative] = (ROOT / relative).read_bytes()
     texts = {
         Path("README.md"): student_readme(assignment),
@@ -424,6 +426,16 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     if leaked:
         raise StudentRepoError(f"refusing to ship {leaked}")
     return files
+
+
+def _own_plugin(relative: Path, assignment: Assignment) -> bool:
+    """Whether a file of ``grader/`` ships with ``assignment``'s student
+    repository: everything but another assignment's plug-in folder
+    (its reference, cases and mistakes are another homework's)."""
+    parts = relative.parts
+    if len(parts) < 4 or parts[1] != "assignments":
+        return True
+    return parts[2] == assignment.id
 
 
 def write_student_repo(assignment_id: str, out: Path) -> list[Path]:

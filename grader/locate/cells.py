@@ -34,6 +34,7 @@ cell and used in a later one is used).
 """
 from __future__ import annotations
 
+import __future__
 import ast
 import json
 import re
@@ -75,6 +76,7 @@ class KernelLine:
     text: str
     line: int
     rewritten: bool = False
+    cell: int = 0          # the cell it came from, when moved out of it
 
 
 @dataclass(frozen=True)
@@ -352,6 +354,7 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
                if any(_SPECIAL.search(s) for _, s, _ in raw) else None)
     budget = _Budget(TRANSFORM_BUDGET)
     cells, errors = [], []
+    futures = 0  # the __future__ flags in force, as in the kernel
     for number, source, kit in raw:
         lines = kernel_lines(source, manager, budget)
         grading = GRADING_CELL_MARK in source
@@ -359,7 +362,8 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
         if lines is not None:
             text = "".join(line.text + "\n" for line in lines)
             try:
-                tree = ast.parse(text)
+                tree = compile_cell(text, futures)
+                futures |= future_flags(tree)
             except SyntaxError as exc:
                 row = exc.lineno or 0
                 where = (f", line {lines[row - 1].line}"
@@ -376,6 +380,52 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
                     errors.append(f"cell {number}: {why}")
         cells.append(_Cell(number, lines, kit, grading, tree))
     return cells, errors
+
+
+def compile_cell(text: str, futures: int = 0) -> ast.Module:
+    """A cell's syntax tree, compiled as IPython compiles a cell: on its
+    own, with the ``__future__`` features earlier cells imported in force
+    and top-level ``await`` allowed. Compiled to bytecode as well (never
+    run), so that what only the compiler refuses (a ``__future__`` import
+    below another statement, ``return`` outside a function) is a cell
+    error as in the kernel. Raises SyntaxError like :func:`compile`."""
+    flags = futures | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    tree = compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST | flags,
+                   dont_inherit=True)
+    compile(tree, "<cell>", "exec", flags, dont_inherit=True)
+    return tree
+
+
+def future_flags(tree: ast.Module) -> int:
+    """The compiler flags of the ``__future__`` imports ``tree`` holds at
+    its top (they stay in force for every later cell, as in IPython)."""
+    flags = 0
+    for node in tree.body:
+        if is_future(node):
+            for alias in node.names:
+                feature = getattr(__future__, alias.name, None)
+                flags |= getattr(feature, "compiler_flag", 0)
+    return flags
+
+
+def is_future(node: ast.stmt) -> bool:
+    """``from __future__ import ...``."""
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+
+
+def awaits_at_top(node: ast.stmt) -> bool:
+    """Whether a top-level statement awaits outside any function (valid in
+    a cell, where IPython runs it in the kernel's event loop; never part
+    of the module a definition needs)."""
+    pending: list[ast.AST] = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (ast.Await, ast.AsyncFor, ast.AsyncWith)):
+            return True
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.Lambda, ast.ClassDef)) or item is node:
+            pending.extend(ast.iter_child_nodes(item))
+    return False
 
 
 def _loaded_names(node: ast.AST) -> set[str]:
@@ -408,12 +458,51 @@ def _assigned_names(node: ast.stmt) -> list[str]:
             if isinstance(n, ast.Name)]
 
 
+def _future_lines(cell: _Cell) -> list[KernelLine]:
+    """The lines of a cell's ``__future__`` imports, their cell named."""
+    found = []
+    texts = cell.texts
+    for node in (cell.tree.body if cell.tree else []):
+        if is_future(node):
+            first, last = node_span(node, texts)
+            found += [KernelLine(k.text, k.line, k.rewritten, cell.number)
+                      for k in (cell.lines or [])[first - 1:last]]
+    return found
+
+
+def _hoisted(cells: list[_Cell]) -> list[KernelLine]:
+    """Every ``__future__`` import of the notebook, to stand first: each
+    was at the top of its cell, where the kernel compiles it, and joined
+    cells are one program where it must come first."""
+    return [line for cell in cells for line in _future_lines(cell)]
+
+
+def _without(cell: _Cell) -> _Cell:
+    """The cell without its hoisted lines."""
+    if cell.tree is None or cell.lines is None:
+        return cell
+    moved: set[int] = set()
+    texts = cell.texts
+    for node in cell.tree.body:
+        if is_future(node):
+            first, last = node_span(node, texts)
+            moved |= set(range(first, last + 1))
+    if not moved:
+        return cell
+    kept = [k for index, k in enumerate(cell.lines, 1) if index not in moved]
+    return _Cell(cell.number, kept, cell.kit, cell.grading, cell.tree)
+
+
 def _program(cells: list[_Cell]) -> LintText:
     """Every Python cell that compiles, in order, as one program."""
     texts: list[str] = []
     origins: list[tuple[int, int] | None] = []
     kit: set[int] = set()
     rewritten: set[int] = set()
+    hoisted = _hoisted(cells)
+    if hoisted:
+        cells = [_Cell(0, hoisted, False, False, ast.Module([], []))] + [
+            _without(cell) for cell in cells]
     for cell in cells:
         if cell.tree is None or cell.lines is None:
             continue
@@ -429,7 +518,7 @@ def _program(cells: list[_Cell]) -> LintText:
             origins += [None, None]
         for line in lines:
             texts.append(line.text)
-            origins.append((cell.number, line.line))
+            origins.append((line.cell or cell.number, line.line))
             if cell.kit:
                 kit.add(len(texts))
             if line.rewritten:
@@ -455,6 +544,7 @@ def load_notebook(path: Path) -> SourceFile:
     path = Path(path)
     cells, errors = _cells(path)
     Entry = tuple[int, ast.stmt, list[KernelLine]]
+    futures: list[Entry] = []   # first, as every cell after them saw them
     imports: list[Entry] = []
     definitions: dict[str, Entry] = {}
     assignments: dict[str, tuple[int, Entry]] = {}
@@ -465,7 +555,11 @@ def load_notebook(path: Path) -> SourceFile:
         for node in cell.tree.body:
             order += 1
             entry = (cell.number, node, cell.lines)
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if awaits_at_top(node):
+                continue  # run in the kernel's event loop: an experiment
+            if is_future(node):
+                futures.append(entry)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports.append(entry)
             elif isinstance(node, (ast.ClassDef, ast.FunctionDef,
                                    ast.AsyncFunctionDef)):
@@ -499,7 +593,7 @@ def load_notebook(path: Path) -> SourceFile:
             text_lines.append(line.text)
             origins.append((number, line.line))
 
-    for entry in imports:
+    for entry in futures + imports:
         append(*entry)
     for position in sorted(needed):
         append(*needed[position])

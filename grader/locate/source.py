@@ -36,6 +36,7 @@ import ast
 import codecs
 import io
 import os
+import re
 import stat
 import tokenize
 from collections import Counter
@@ -200,8 +201,57 @@ def decode_python(data: bytes, name: str) -> tuple[str, str]:
     if "\0" in text:
         raise SourceError(f"{name} decodes to text with a NUL character, "
                           f"which Python refuses")
+    _check_declaration(data, text, encoding, name)
     return canonical(text), ("utf-8" if encoding == "utf-8-sig"
                              else encoding)
+
+
+_COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.ASCII)
+
+
+def _declared(line: str) -> str | None:
+    """The encoding a line's PEP 263 cookie names, normalised."""
+    found = _COOKIE.match(line)
+    if not found:
+        return None
+    try:
+        return codecs.lookup(found.group(1)).name
+    except LookupError:
+        return found.group(1).lower()
+
+
+def _check_declaration(data: bytes, text: str, encoding: str,
+                       name: str) -> None:
+    """Refuse a file whose encoding declaration does not survive its own
+    encoding: the cookie line, decoded as the encoding it names, must
+    still name it (an ASCII-incompatible codec such as cp037 turns the
+    whole file, cookie included, into other characters, which Python
+    cannot compile). The message gives the line and Python's words."""
+    expected = codecs.lookup(encoding).name
+    raw_lines = data.split(b"\n", 2)[:2]
+    decoded = text.split("\n", 2)[:2]
+    for number, raw in enumerate(raw_lines, 1):
+        if _declared(raw.decode("latin-1")) is None:
+            continue
+        line = decoded[number - 1] if number <= len(decoded) else ""
+        if _declared(line) == expected:
+            return
+        raise SourceError(f"{name} does not decode as {encoding}, line "
+                          f"{number} (its own encoding declaration), so "
+                          f"Python cannot compile it"
+                          f"{_python_says(data, name)}")
+
+
+def _python_says(data: bytes, name: str) -> str:
+    """Python's own words for source bytes it cannot compile (parsed
+    only, never run), or ''."""
+    try:
+        compile(data, name, "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError as exc:
+        return f": {exc.msg} (line {exc.lineno})"
+    except (ValueError, RecursionError, MemoryError):
+        return ""
+    return ""
 
 
 def encode_python(text: str, encoding: str) -> bytes:

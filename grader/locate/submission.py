@@ -500,6 +500,11 @@ def _load(candidate: _Candidate, inside: Path, root: Path, named: bool,
     gathered.loaded.append(_Loaded(source, candidate.module,
                                    candidate.nearby,
                                    defined_names(source.text)))
+    for error in source.cell_errors[:5]:
+        # The kernel would stop at this cell: it defines nothing.
+        gathered.notes.append(f"{show(candidate.path, root)}, {error} "
+                              f"(the kernel runs nothing of that cell, so "
+                              f"it defines nothing here either)")
 
 
 def _gather(path: Path, wanted: list[Assignment], nearby: bool,
@@ -551,6 +556,10 @@ def _fits(gathered: _Gathered, own_only: bool) -> dict[str, Fit]:
 
 
 def _nothing_defined(gathered: _Gathered, names: list[str]) -> str:
+    if gathered.problems and not gathered.loaded:
+        # Nothing could be read: why is the message, not what is missing.
+        return (f"{show(gathered.named)} cannot be graded: "
+                f"{listing(gathered.problems, 3)}")
     shown = listing([show(c.source.path, gathered.root)
                      for c in gathered.loaded], 10)
     message = (f"nothing in {show(gathered.named)} defines "

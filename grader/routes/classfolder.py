@@ -139,33 +139,71 @@ def _name_entries(found: list[tuple[str, Path, str]]) -> list[Entry]:
     return entries
 
 
-def _course(submitted: Path, assignment: str | None) -> ClassFolder:
-    """The students of an nbgrader ``submitted/`` folder."""
-    students = [p for p in _visible(submitted)
-                if p.is_dir() and not p.is_symlink()]
-    names: set[str] = set()
-    for student in students:
-        names |= {p.name for p in _visible(student)
-                  if p.is_dir() and not p.is_symlink()}
-    if assignment and assignment in names:
-        folder = assignment
-    elif len(names) == 1:
-        folder = next(iter(names))
-    elif not names:
+def _real_folder(path: Path) -> bool:
+    """A folder that is not a link (never raises)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _assignment_folders(student: Path) -> set[str]:
+    """The assignment folders one student's folder holds (none when it
+    cannot be listed: that student's row says so, nobody else's)."""
+    try:
+        return {p.name for p in _visible(student) if _real_folder(p)}
+    except BatchError:
+        return set()
+
+
+def _course_assignment(submitted: Path, counts: dict[str, int],
+                       assignment: str | None) -> str:
+    """The assignment folder graded: ``assignment`` if some student holds
+    it, else the one most students hold. One student cannot decide it:
+    a folder only one student holds never outvotes one that several
+    hold, and a tie is settled by the kit's own assignment ids, then by
+    the course's ``source/`` and ``release/`` folders."""
+    if assignment and assignment in counts:
+        return assignment
+    if not counts:
         raise BatchError(f"{label(str(submitted))} holds no "
                          f"submitted/<student>/<assignment>/ folder: "
                          f"collect the submissions first")
-    else:
-        shown = ", ".join(label(n) for n in sorted(names)[:10])
+    top = max(counts.values())
+    tied = sorted(n for n, c in counts.items() if c == top)
+    if len(tied) > 1:
+        from grader.rubric import assignments
+
+        known = {a.id for a in assignments()}
+        root = submitted.parent
+        released = {p.name for name in ("source", "release")
+                    if _real_folder(root / name)
+                    for p in _visible(root / name) if _real_folder(p)}
+        for narrowing in (known, released):
+            if len(set(tied) & narrowing) >= 1:
+                tied = sorted(set(tied) & narrowing)
+    if len(tied) > 1:
+        shown = ", ".join(label(n) for n in tied[:10])
         raise BatchError(f"{label(str(submitted))} holds several "
                          f"assignments ({shown}): choose one with "
                          f"--assignment")
+    return tied[0]
+
+
+def _course(submitted: Path, assignment: str | None) -> ClassFolder:
+    """The students of an nbgrader ``submitted/`` folder."""
+    students = [p for p in _visible(submitted) if _real_folder(p)]
+    counts: dict[str, int] = {}
+    for student in students:
+        for name in _assignment_folders(student):
+            counts[name] = counts.get(name, 0) + 1
+    folder = _course_assignment(submitted, counts, assignment)
     found = []
     for path in _visible(submitted):
         problem = "" if path in students else (
             "not a student folder of the nbgrader course")
         where = path / folder
-        if not problem and not (where.is_dir() and not where.is_symlink()):
+        if not problem and not _real_folder(where):
             problem = f"has no submission of {label(folder)}"
         found.append((path.name, where if not problem else path, problem))
     from grader.rubric import assignments
@@ -177,56 +215,113 @@ def _course(submitted: Path, assignment: str | None) -> ClassFolder:
                         f"assignment folder {label(folder)}"])
 
 
-def _one_submission(folder: Path) -> str:
-    """What makes ``folder`` one submission ('' when nothing does)."""
+def _one_submission(folder: Path) -> tuple[Path, str] | None:
+    """The entry of ``folder`` that makes it one submission, and what it
+    holds (None when nothing does)."""
     from grader.rubric import assignments
 
     for assignment in assignments():
         for inside in (Path("transformer_lm") / f"{assignment.module}.py",
                        Path("assignment") / assignment.id):
             if os.path.lexists(folder / inside):
-                return str(inside)
-    return ""
+                return folder / inside.parts[0], str(inside)
+    return None
+
+
+def _student_like(path: Path) -> bool:
+    """Whether the entry ``path`` is, on its own, a submission that
+    defines some assignment's graded names (never raises)."""
+    from grader.locate.submission import assess, best_fit
+
+    try:
+        if os.path.islink(path):
+            return False
+        return best_fit(assess(path, timeout=5.0)) is not None
+    except Exception:  # an entry that cannot be read is no evidence
+        return False
+
+
+# Folders of an nbgrader course root beside submitted/ (not students).
+COURSE_FOLDERS = frozenset({"source", "release", "autograded", "feedback",
+                            SUBMITTED})
+
+
+def _is_course(folder: Path, visible: list[Path]) -> bool:
+    """Whether ``folder`` is an nbgrader course root: it holds
+    ``nbgrader_config.py`` and ``submitted/``, and nothing beside them is
+    itself a student's submission (in a flat class, entries named
+    ``nbgrader_config.py`` and ``submitted/`` are two students' entries,
+    and every other student keeps a row)."""
+    config, submitted = folder / COURSE_CONFIG, folder / SUBMITTED
+    if not (os.path.isfile(config) and not os.path.islink(config)
+            and _real_folder(submitted)):
+        return False
+    return not any(_student_like(p) for p in visible
+                   if p.name not in COURSE_FOLDERS | {COURSE_CONFIG})
+
+
+def _refusal(folder: Path, visible: list[Path]) -> str:
+    """Why ``folder`` is not a class folder ('' when it is one).
+
+    No single entry decides it: a reason that one entry gives (a file
+    named ``nbgrader_config.py``, a folder named ``transformer_lm/`` or
+    ``assignment/``) refuses the folder only when the rest of it holds no
+    student's submission, or when another entry gives a reason too.
+    """
+    reasons: list[tuple[Path, str]] = []
+    config = folder / COURSE_CONFIG
+    if os.path.isfile(config) and not os.path.islink(config) \
+            and not _real_folder(folder / SUBMITTED):
+        reasons.append((config, (
+            f"{label(str(folder))} is an nbgrader course ({COURSE_CONFIG}) "
+            f"without a {SUBMITTED}/ folder: collect the submissions "
+            f"first")))
+    marker = _one_submission(folder)
+    if marker:
+        reasons.append((marker[0], (
+            f"{label(str(folder))} is one submission (it holds "
+            f"{marker[1]}), not a class folder: grade it with python -m "
+            f"grader grade, or give the folder that holds one entry per "
+            f"student")))
+    gradable = [p for p in visible if not _entry_problem(p)]
+    if not gradable:
+        from grader.locate.submission import what_is_there
+
+        return (f"{label(str(folder))} is neither a class folder nor a "
+                f"submission: no entry is a folder, a .py file or a "
+                f"notebook (it holds {what_is_there(folder)})")
+    if not reasons:
+        return ""
+    causes = {cause for cause, _ in reasons}
+    if len(causes) == 1 and any(_student_like(p) for p in gradable
+                                if p not in causes):
+        return ""
+    return reasons[0][1]
 
 
 def discover(folder: Path, assignment: str | None = None,
              exclude: tuple[Path, ...] = ()) -> ClassFolder:
     """The students of the class folder ``folder`` (see the module
     docstring). ``exclude``: the batch's own outputs, if they lie inside.
-    Raises :class:`BatchError` for a folder that is not a class folder."""
+    Raises :class:`BatchError` for a folder that is not a class folder;
+    never for what one student's entry is named or holds."""
     folder = Path(folder)
     if not folder.is_dir():
         raise BatchError(f"{label(str(folder))} is not a folder")
-    config = folder / COURSE_CONFIG
-    if config.is_file() and not config.is_symlink():
-        submitted = folder / SUBMITTED
-        if not (submitted.is_dir() and not submitted.is_symlink()):
-            raise BatchError(f"{label(str(folder))} is an nbgrader course "
-                             f"({COURSE_CONFIG}) without a {SUBMITTED}/ "
-                             f"folder: collect the submissions first")
-        return _course(submitted, assignment)
+    # realpath, unlike Path.resolve, never raises on a symlink loop.
+    excluded = {os.path.realpath(p) for p in exclude}
+    visible = [path for path in _visible(folder)
+               if os.path.realpath(path) not in excluded]
+    if _is_course(folder, visible):
+        return _course(folder / SUBMITTED, assignment)
     real = Path(os.path.realpath(folder))
     if real.name == SUBMITTED and (real.parent / COURSE_CONFIG).is_file():
         return _course(folder, assignment)
-    inside = _one_submission(folder)
-    if inside:
-        raise BatchError(f"{label(str(folder))} is one submission (it "
-                         f"holds {inside}), not a class folder: grade it "
-                         f"with python -m grader grade, or give the "
-                         f"folder that holds one entry per student")
-    # realpath, unlike Path.resolve, never raises on a symlink loop.
-    excluded = {os.path.realpath(p) for p in exclude}
-    found = [(path.name, path, _entry_problem(path))
-             for path in _visible(folder)
-             if os.path.realpath(path) not in excluded]
-    if not any(not problem for _, _, problem in found):
-        from grader.locate.submission import what_is_there
-
-        raise BatchError(f"{label(str(folder))} is neither a class folder "
-                         f"nor a submission: no entry is a folder, a .py "
-                         f"file or a notebook (it holds "
-                         f"{what_is_there(folder)})")
-    return ClassFolder(_name_entries(found), "flat")
+    why = _refusal(folder, visible)
+    if why:
+        raise BatchError(why)
+    return ClassFolder(_name_entries([(path.name, path, _entry_problem(path))
+                                      for path in visible]), "flat")
 
 
 def class_assignment(entries: list[Entry]) -> tuple[str, str]:
@@ -235,7 +330,7 @@ def class_assignment(entries: list[Entry]) -> tuple[str, str]:
     fits best; most votes win (ties: the larger total share implemented,
     then rubric order). Raises :class:`BatchError` when no entry defines
     any graded name."""
-    from grader.locate.submission import SubmissionError, assess, best_fit
+    from grader.locate.submission import assess, best_fit
     from grader.rubric import assignments
 
     order = [a.id for a in assignments()]
@@ -246,7 +341,7 @@ def class_assignment(entries: list[Entry]) -> tuple[str, str]:
             continue
         try:
             fits = assess(entry.path)
-        except (SubmissionError, OSError, RecursionError, MemoryError):
+        except Exception:  # that entry's own judge says why
             continue
         best = best_fit(fits)
         if best is not None:

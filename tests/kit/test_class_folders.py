@@ -149,10 +149,15 @@ def test_a_course_with_several_assignments_needs_one_named(tmp_path):
     class's fit."""
     course = _course(tmp_path / "course")
     _repo(course / "submitted" / "ann" / "hw3", REFERENCE)
-    _repo(course / "submitted" / "ann" / "multi_head_attention", EXAMPLE)
+    _repo(course / "submitted" / "ben" / "hw4", REFERENCE)
     with pytest.raises(BatchError, match=r"several assignments \(hw3, "
-                                         r"multi_head_attention\)"):
+                                         r"hw4\)"):
         discover(course)
+    assert discover(course, "hw4").entries[1].path.name == "hw4"
+    shutil.rmtree(course / "submitted" / "ben")
+    _repo(course / "submitted" / "ann" / "multi_head_attention", EXAMPLE)
+    # A tie between folders of one student: the kit's assignment id wins.
+    assert discover(course).entries[0].path.name == "multi_head_attention"
     found = discover(course, "multi_head_attention")
     assert found.entries[0].path.name == "multi_head_attention"
     shutil.rmtree(course / "submitted" / "ann" / "multi_head_attention")

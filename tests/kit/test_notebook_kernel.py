@@ -1,0 +1,101 @@
+"""Notebooks as IPython runs them, cell by cell (issue 24, principle 7).
+
+Each code cell is its own compilation unit, as in a kernel: a
+``__future__`` import at the top of a cell is valid there and stays in
+force for later cells; a cell magic's body is a cell; a top-level
+``await`` is valid (IPython's autoawait); what only the compiler refuses
+(a ``__future__`` import below code) makes that cell define nothing, as
+in the kernel, and the report says so. The variants of
+``hostile/notebooks/`` are graded for real, item by item: an honest
+notebook never loses a point to the way cells are joined.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.locate.cells import compile_cell, future_flags, load_notebook
+
+KIT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = KIT / "tests" / "kit" / "hostile" / "notebooks"
+FULL = {"task1.init": 1.0, "task1.forward": 3.0, "task1.pep8": 0.0,
+        "task1.shapes": 0.0, "task1.bonus": 1.0, "task2.scores": 3.0,
+        "task2.causal": 1.0, "task2.output": 2.0, "task2.pep8": 0.0,
+        "task2.shapes": 0.0}
+TASK1_LOST = FULL | {"task1.init": 0.0, "task1.forward": 0.0,
+                     "task1.bonus": 0.0}
+EXPECTED = {  # notebook -> (items, words of the text report)
+    "future_top_of_cell": (FULL, ("flake8 finds nothing inside "
+                                  "SelfAttention",)),
+    "future_in_cell_magic": (FULL, ("flake8 finds nothing inside "
+                                    "MultiHeadSelfAttention",)),
+    "await_and_time": (FULL, ("every tensor statement in "
+                              "MultiHeadSelfAttention.forward",)),
+    "future_below_code": (TASK1_LOST, (
+        "SyntaxError: from __future__ imports must occur at the beginning "
+        "of the file (the kernel runs nothing of that cell",)),
+}
+
+
+def _grade(path: Path, form: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
+    env["PYTHONPATH"] = str(KIT)
+    return subprocess.run([sys.executable, "-m", "grader", "grade",
+                           str(path), "--public-only", "--format", form],
+                          cwd=KIT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_variant_is_graded_as_the_kernel_runs_it(name):
+    """Exact items, no flag, no error; the report's words."""
+    path = NOTEBOOKS / f"{name}.ipynb"
+    items, words = EXPECTED[name]
+    run = _grade(path, "json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert {i["id"]: i["score"] for i in report["items"]} == items
+    assert report["flags"] == [] and report["errors"] == []
+    text = " ".join(_grade(path, "text").stdout.split())
+    for said in words:
+        assert said in text, said
+
+
+def test_futures_stand_first_in_the_module_and_the_program():
+    """The module the sandbox runs and the program flake8 lints both
+    begin with the notebook's __future__ imports, each line still traced
+    to its cell; the cells they came from keep the rest."""
+    source = load_notebook(NOTEBOOKS / "future_in_cell_magic.ipynb")
+    first = source.text.splitlines()[0]
+    assert first == "from __future__ import annotations, division"
+    assert source.lint.text.splitlines()[0] == first
+    assert source.lint.where(1).startswith("cell 16, line 2")
+    assert source.lint.text.count("from __future__") == 1
+    assert source.cell_errors == ()
+
+
+def test_a_top_level_await_is_no_cell_error_and_not_in_the_module():
+    """The experiment is linted as the student wrote it; the module the
+    sandbox runs leaves it out (it is no definition's need)."""
+    source = load_notebook(NOTEBOOKS / "await_and_time.ipynb")
+    assert source.cell_errors == ()
+    assert "await asyncio.sleep(0)" in source.lint.text
+    assert "await" not in source.text
+
+
+def test_cells_compile_with_the_futures_in_force():
+    """A feature imported by one cell changes how later cells compile
+    (barry_as_FLUFL: '<>' is valid only after it), as in IPython."""
+    tree = compile_cell("from __future__ import barry_as_FLUFL\n")
+    flags = future_flags(tree)
+    assert flags
+    compile_cell("ok = 1 <> 2\n", flags)
+    with pytest.raises(SyntaxError):
+        compile_cell("ok = 1 <> 2\n")
+    with pytest.raises(SyntaxError, match="beginning of the file"):
+        compile_cell("x = 1\nfrom __future__ import annotations\n")
