@@ -33,7 +33,6 @@ import argparse
 import ast
 import html
 import io
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,8 +70,7 @@ def own_code(student: str, assignment: object,
     from grader.judge.pep8 import NBGRADER_MARKERS
     from grader.locate.source import (find_class, find_function,
                                       given_statements, node_span,
-                                      simple_statements, split_lines,
-                                      statement_key, student_code)
+                                      split_lines, student_code)
 
     stub = stub_of(assignment)  # type: ignore[arg-type]
     code = OwnCode(student)
@@ -102,16 +100,11 @@ def own_code(student: str, assignment: object,
             for statement in mine.outside:
                 first, last = node_span(statement)
                 owned.update(range(first, last + 1))
-            if not mine.marked:
+            for statement in mine.given:
                 # Without markers the whole body is the student's; the
                 # stub's given statements in it are still nobody's.
-                allowance = Counter(given)
-                for statement in simple_statements(func.body):
-                    key = statement_key(statement)
-                    if key is not None and allowance[key] > 0:
-                        allowance[key] -= 1
-                        first, last = node_span(statement)
-                        owned.difference_update(range(first, last + 1))
+                first, last = node_span(statement)
+                owned.difference_update(range(first, last + 1))
         for number in sorted(owned):
             text = lines[number - 1].strip() if 1 <= number <= len(lines) \
                 else ""
