@@ -33,6 +33,9 @@ class ItemReport:
     # An optional bonus: not earning it is no failure (Gradescope shows it
     # as a passed test worth 0 of 0, see :meth:`Report.as_gradescope`).
     optional: bool = False
+    # False when the grader could not check the item at all (code that
+    # does not parse, an untouched stub): neither passed nor failed.
+    checked: bool = True
 
     def as_json(self) -> dict[str, Any]:
         """The item as docs/rubric.md's JSON shows it."""
@@ -75,6 +78,9 @@ class TaskReport:
     problems: list[str] = field(default_factory=list)
     # What the student should know that is no error (an untouched stub).
     notes: list[str] = field(default_factory=list)
+    # Python's words when the task's code does not compile ("" when it
+    # does): the CSV's ``syntax_error`` column, for a TA to filter on.
+    syntax_error: str = ""
 
 
 @dataclass
@@ -122,7 +128,8 @@ class Report:
                        "max_score": float(t.max_score),
                        "bonus": float(t.bonus), "source": t.source,
                        "problems": list(t.problems),
-                       "notes": list(t.notes)}
+                       "notes": list(t.notes),
+                       "syntax_error": t.syntax_error}
                       for t in self.tasks],
             "notes": list(self.notes),
             "output": {t.id: clean(t.output) for t in self.tasks
@@ -240,6 +247,8 @@ def _item_lines(item: ItemReport, diagnoses: dict[str, str]) -> list[str]:
         points = f"{item.score:+g}" if item.score else "0"
         mark = "PASS" if item.passed else ("INFO" if item.score == 0
                                            else "FAIL")
+    if not item.checked:
+        mark = "----"
     lines = [f"  [{mark}] {item.id:<14} {points:>7}  {item.title}"]
     if item.message and not (item.passed and item.message == "ok"):
         lines.append(_wrap(clean(item.message), "      ", "      "))

@@ -27,6 +27,10 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
            "assignment": report.get("assignment", ""),
            "path": label(str(path)),
            "errors": " | ".join(report.get("errors", [])),
+           # Code that does not compile, for a TA to filter on.
+           "syntax_error": " | ".join(dict.fromkeys(
+               task["syntax_error"] for task in report.get("tasks", [])
+               if task.get("syntax_error"))),
            # What is no error but worth knowing (an untouched task).
            "notes": " | ".join(note for task in report.get("tasks", [])
                                for note in task.get("notes", [])),
@@ -52,7 +56,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """Write every row, atomically, items in rubric order; every cell
     through :func:`grader.output.text.csv_cell` (no formulas, no controls)."""
     fixed = ["student", "status", "score", "max_score"]
-    tail = ["diagnoses", "flags", "errors", "notes", "assignment", "path"]
+    tail = ["diagnoses", "flags", "errors", "syntax_error", "notes",
+            "assignment", "path"]
     items: list[str] = []
     for row in rows:
         items += [k for k in row if k not in fixed + tail

@@ -55,6 +55,9 @@ class OwnCode:
     student: str
     lines: list[str] = field(default_factory=list)
     origin: list[tuple[str, int]] = field(default_factory=list)
+    # Why a task's code could not be read (it does not parse, the class
+    # is missing): the true reason a student was not compared.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -80,12 +83,20 @@ def own_code(student: str, assignment: object,
             continue
         try:
             tree = source.parse()  # type: ignore[attr-defined]
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        except SyntaxError as exc:
+            code.problems.append(f"{task.target}: the code does not parse "
+                                 f"(SyntaxError at line {exc.lineno}: "
+                                 f"{exc.msg})")
+            continue
+        except (ValueError, RecursionError, MemoryError) as exc:
+            code.problems.append(f"{task.target}: the code cannot be read "
+                                 f"({type(exc).__name__})")
             continue
         lines = split_lines(source.text)  # type: ignore[attr-defined]
         node = find_class(tree, task.target) or find_function(
             tree, task.target)
         if node is None:
+            code.problems.append(f"{task.target} is not defined")
             continue
         functions = ([(node.name, f) for f in ast.walk(node)
                       if isinstance(f, ast.FunctionDef)]
@@ -323,7 +334,9 @@ def run_similarity(args: argparse.Namespace) -> int:
     except SimilarityError as exc:
         raise CliError(str(exc)) from exc
     ids = {id(code) for code in kept}
-    skipped += [f"{code.student}: no code of their own beyond the stub's"
+    skipped += [f"{code.student}: "
+                + ("; ".join(dict.fromkeys(code.problems))
+                   or "no code of their own beyond the stub's")
                 for code in codes if id(code) not in ids]
     compared = len(kept)
     write_atomic(Path(args.out), report_html(

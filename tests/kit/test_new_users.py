@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = ROOT / "solutions" / "modeling_attention.py"
 MARKER = re.compile(r"^\s*# YOUR CODE (STARTS|ENDS) HERE.*\n", re.M)
@@ -159,3 +161,100 @@ def test_classic_mistakes_get_their_cause_in_the_public_tests(tmp_path):
             assert words not in said, (name, words)
         if tally is not None:
             assert tally in out, (name, out[-500:])
+
+
+# --------------------------------------------------------------------------
+# A class folder as a TA grades it, graded once for the tests below.
+
+STUB = ROOT / "transformer_lm" / "modeling_attention.py"
+
+
+def read_csv(path: Path) -> dict[str, dict[str, str]]:
+    """The rows of a batch's CSV by student."""
+    import csv
+
+    with path.open(newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory) -> Path:
+    """``python -m grader batch submissions/ --out grades.csv`` on a class:
+    alice is correct (with the bonus), bob's file does not parse, carol
+    handed in the untouched stub. Returns the output folder."""
+    folder = tmp_path_factory.mktemp("class")
+    submissions = folder / "submissions"
+    submissions.mkdir()
+    (submissions / "alice.py").write_text(solution_text())
+    (submissions / "bob.py").write_text(
+        (SUBMISSIONS / "broken_syntax_error.py").read_text())
+    (submissions / "carol.py").write_text(STUB.read_text())
+    out = folder / "out"
+    finish(start("batch", "submissions", "--out", "out/grades.csv",
+                 "--jobs", "2", cwd=folder))
+    return out
+
+
+# --------------------------------------------------------------------------
+# 3. Reports say only what is true
+
+
+def test_unchecked_items_are_not_passes_and_a_syntax_error_is_filterable(
+        graded_class):
+    """Items the grader could not check say "not checked" and why, never
+    [PASS], and the class summary does not count them as passed; the
+    CSV's ``syntax_error`` column holds Python's words for bob alone."""
+    rows = read_csv(graded_class / "grades.csv")
+    assert rows["bob"]["syntax_error"] == \
+        "SyntaxError at line 73: '(' was never closed"
+    assert rows["alice"]["syntax_error"] == rows["carol"]["syntax_error"] \
+        == ""
+    reports = graded_class / "grades.csv.reports"
+    bob = (reports / "bob.py" / "report.txt").read_text()
+    for item in ("task1.pep8", "task1.shapes", "task2.pep8",
+                 "task2.shapes"):
+        assert f"[PASS] {item}" not in bob
+        assert re.search(rf"\[----\] {re.escape(item)} .*\n      not "
+                         rf"checked: the code does not parse", bob), item
+    carol = json.loads((reports / "carol.py" / "report.json").read_text())
+    shapes = next(i for i in carol["items"] if i["id"] == "task2.shapes")
+    assert not shapes["passed"]
+    assert shapes["message"] == ("not checked: MultiHeadSelfAttention."
+                                 "forward has no code of yours yet")
+    summary = json.loads((graded_class / "summary.json").read_text())
+    assert summary["items"]["task1.shapes"]["passed"] == 1  # alice only
+    assert summary["items"]["task1.pep8"]["passed"] == 2  # carol's stub
+
+
+def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
+    """Dropout only in training mode ran for the dropout point; the shape
+    checks did not run it, and the report says exactly that."""
+    text = solution_text().replace(
+        "        probs = self.dropout(probs)\n"
+        "        # [batch_size * num_heads, seq_len, seq_len]\n",
+        "        if self.training:\n"
+        "            probs = self.dropout(probs)\n"
+        "            # [batch_size * num_heads, seq_len, seq_len]\n")
+    assert "if self.training:" in text
+    path = tmp_path / "modeling_attention.py"
+    path.write_text(text)
+    report = finish(start("grade", str(path)))
+    assert "never ran" not in report
+    assert ("note: not run by the shape checks\n"
+            "          probs = self.dropout(probs)\n"
+            "        did not run in the grader's shape-check runs, so its "
+            "comment could not be\n        checked") in report
+
+
+def test_similarity_gives_the_true_reason(graded_class, tmp_path):
+    """``similarity`` says bob's file does not parse (not that he wrote
+    nothing) and carol has nothing of her own."""
+    pytest.importorskip("copydetect")
+    folder = graded_class.parent
+    out = finish(start("similarity", "submissions", "--out",
+                       str(tmp_path / "similarity.html"), cwd=folder))
+    assert "compared" in out
+    html = (tmp_path / "similarity.html").read_text()
+    assert ("bob: SelfAttention: the code does not parse (SyntaxError at "
+            "line 73: &#x27;(&#x27; was never closed)") in html
+    assert "carol: no code of their own beyond the stub&#x27;s" in html
