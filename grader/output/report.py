@@ -17,6 +17,13 @@ from typing import Any
 from grader.output.text import clean, indented, one_line
 
 
+def out_of(score: float, max_score: float, bonus: float = 0.0) -> str:
+    """A score as every report shows it: the points out of the maximum,
+    the bonus apart (``10 / 10 + 1 bonus``, never ``11 / 10``)."""
+    text = f"{score - bonus:g} / {max_score:g}"
+    return text + (f" + {bonus:g} bonus" if bonus else "")
+
+
 @dataclass
 class ItemReport:
     """One rubric item's result."""
@@ -110,6 +117,11 @@ class Report:
                 return item
         raise KeyError(item_id)
 
+    @property
+    def bonus(self) -> float:
+        """The bonus points the total includes."""
+        return float(sum(task.bonus for task in self.tasks))
+
     def scores(self) -> dict[str, float]:
         """Item id -> score (handy for tests and CSV rows)."""
         return {item.id: item.score for item in self.items}
@@ -120,6 +132,7 @@ class Report:
         """The JSON object of docs/rubric.md (plus informative extras)."""
         return {
             "score": float(self.score), "max_score": float(self.max_score),
+            "bonus": self.bonus,
             "items": [item.as_json() for item in self.items],
             "errors": list(self.errors),
             "flags": [flag.as_json() for flag in self.flags],
@@ -174,10 +187,8 @@ class Report:
                           "output": body, "visibility": "visible"})
         summary = [f"Integrity flag: {clean(f.message)}" for f in self.flags]
         for task in self.tasks:
-            summary.append(f"{task.title}: {task.score:g} / "
-                           f"{task.max_score:g}"
-                           + (f" (+{task.bonus:g} bonus)" if task.bonus
-                              else ""))
+            summary.append(f"{task.title}: "
+                           f"{out_of(task.score, task.max_score, task.bonus)}")
             summary += [f"  Note: {note}" for note in task.notes]
         summary += self.errors + self.notes
         for task in self.tasks:
@@ -191,6 +202,10 @@ class Report:
                 "tests": tests}
 
     # -- Text ----------------------------------------------------------------
+
+    def total_text(self) -> str:
+        """The total out of the maximum, the bonus apart."""
+        return out_of(self.score, self.max_score, self.bonus)
 
     def as_text(self) -> str:
         """A readable per-task table with messages and captured output."""
@@ -207,9 +222,8 @@ class Report:
         for error in self.errors:
             lines.append(f"Error: {error}")
         for task in self.tasks:
-            bonus = f" (+{task.bonus:g} bonus)" if task.bonus else ""
-            lines += ["", f"{task.title}: {task.score:g} / "
-                          f"{task.max_score:g}{bonus}"]
+            lines += ["", f"{task.title}: "
+                          f"{out_of(task.score, task.max_score, task.bonus)}"]
             lines += [_wrap(f"Note: {note}", "  ", "    ")
                       for note in task.notes]
             if task.raw < 0:
@@ -223,7 +237,7 @@ class Report:
                 lines.append(f"  Output of your code while grading "
                              f"{task.id}:")
                 lines += indented(task.output)
-        lines += ["", f"Total: {self.score:g} / {self.max_score:g}"]
+        lines += ["", f"Total: {self.total_text()}"]
         return "\n".join(lines) + "\n"
 
 

@@ -98,7 +98,9 @@ class Progress:
     def update(self, row: dict, seconds: float) -> None:
         self.done += 1
         self.graded_here += 1
-        score = (f"{row['score']:g}/{row['max_score']:g}"
+        bonus = row.get("bonus") or 0.0
+        score = (f"{row['score'] - bonus:g}/{row['max_score']:g}"
+                 + (f" +{bonus:g} bonus" if bonus else "")
                  if row["status"] == STATUS_GRADED else "ERROR")
         if not self.tty:
             sys.stderr.write(f"[{self.done}/{self.total}] {row['student']}:"

@@ -24,6 +24,8 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
     """A CSV row from a report's JSON."""
     row = {"student": student, "status": STATUS_GRADED,
            "score": report["score"], "max_score": report["max_score"],
+           # The bonus points the score includes (shown apart everywhere).
+           "bonus": report.get("bonus", 0.0),
            "assignment": report.get("assignment", ""),
            "path": label(str(path)),
            "errors": " | ".join(report.get("errors", [])),
@@ -56,8 +58,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """Write every row, atomically, items in rubric order; every cell
     through :func:`grader.output.text.csv_cell` (no formulas, no controls)."""
     fixed = ["student", "status", "score", "max_score"]
-    tail = ["diagnoses", "flags", "errors", "syntax_error", "notes",
-            "assignment", "path"]
+    tail = ["bonus", "diagnoses", "flags", "errors", "syntax_error",
+            "notes", "assignment", "path"]
     items: list[str] = []
     for row in rows:
         items += [k for k in row if k not in fixed + tail

@@ -258,3 +258,32 @@ def test_similarity_gives_the_true_reason(graded_class, tmp_path):
     assert ("bob: SelfAttention: the code does not parse (SyntaxError at "
             "line 73: &#x27;(&#x27; was never closed)") in html
     assert "carol: no code of their own beyond the stub&#x27;s" in html
+
+
+# --------------------------------------------------------------------------
+# 4. One maximum everywhere
+
+
+def test_one_maximum_with_the_bonus_apart(graded_class, tmp_path):
+    """alice earns every point and the bonus: every rendering says 10 out
+    of 10 with +1 bonus apart, never 11 / 10 or a maximum of 11."""
+    reports = graded_class / "grades.csv.reports" / "alice.py"
+    text = (reports / "report.txt").read_text()
+    assert "Total: 10 / 10 + 1 bonus\n" in text
+    assert "Coding Task 1: SelfAttention: 4 / 4 + 1 bonus\n" in text
+    assert "11 / 10" not in text and "5 / 4" not in text
+    report = json.loads((reports / "report.json").read_text())
+    assert (report["score"], report["max_score"], report["bonus"]) == \
+        (11.0, 10.0, 1.0)
+    row = read_csv(graded_class / "grades.csv")["alice"]
+    assert (row["score"], row["max_score"], row["bonus"]) == \
+        ("11.0", "10.0", "1.0")
+    assert read_csv(graded_class / "grades.csv")["bob"]["bonus"] == "0.0"
+    path = tmp_path / "modeling_attention.py"
+    path.write_text(solution_text())
+    gradescope = json.loads(finish(start("grade", str(path), "--format",
+                                         "gradescope", "--public-only")))
+    assert gradescope["score"] == 11.0
+    assert sum(t["max_score"] for t in gradescope["tests"]) == 10.0
+    assert "Coding Task 1: SelfAttention: 4 / 4 + 1 bonus" in \
+        gradescope["output"]
