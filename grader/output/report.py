@@ -134,6 +134,10 @@ class Report:
             "score": float(self.score), "max_score": float(self.max_score),
             "bonus": self.bonus,
             "items": [item.as_json() for item in self.items],
+            # The sentence of every diagnosis id the items carry.
+            "diagnoses": {mistake: self.diagnoses.get(mistake, "")
+                          for item in self.items
+                          for mistake in item.diagnosis},
             "errors": list(self.errors),
             "flags": [flag.as_json() for flag in self.flags],
             "assignment": self.assignment,

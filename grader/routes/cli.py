@@ -298,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="secret seed of the hidden cases, baked into "
                              "the bundle (default: $GRADER_SEED if set, "
                              "else the grader's default)")
+    bundle.add_argument("--hidden-details", metavar="VISIBILITY",
+                        choices=("visible", "after_due_date",
+                                 "after_published", "hidden"),
+                        default="after_due_date",
+                        help="who sees the hidden cases' sizes in "
+                             "Gradescope: visible, after_due_date "
+                             "(default), after_published or hidden")
 
     _command(commands, "assignments",
              "list the assignments the grader knows",
@@ -395,7 +402,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from solutions.gradescope_bundle import write_bundle
 
     path = write_bundle(args.out, assignment=args.assignment,
-                        seed=args.seed)
+                        seed=args.seed, hidden_details=args.hidden_details)
     sys.stdout.write(f"wrote {path}\n")
     return 0
 

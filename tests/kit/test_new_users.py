@@ -287,3 +287,51 @@ def test_one_maximum_with_the_bonus_apart(graded_class, tmp_path):
     assert sum(t["max_score"] for t in gradescope["tests"]) == 10.0
     assert "Coding Task 1: SelfAttention: 4 / 4 + 1 bonus" in \
         gradescope["output"]
+
+
+# --------------------------------------------------------------------------
+# 9. Gradescope visibility (and 1. through a Gradescope upload of any name)
+
+
+def test_gradescope_keeps_hidden_sizes_until_the_due_date(tmp_path):
+    """The README's bundle, dry-run as docs/gradescope.md shows: an upload
+    without markers, under any name, with a diagonal=2 mask. The visible
+    test names no hidden case's sizes; a 0-point details test shows them
+    after the due date; the markers cost nothing (10, as with them)."""
+    import zipfile
+
+    bundle = tmp_path / "autograder.zip"
+    finish(start("gradescope-bundle", str(bundle), "--assignment",
+                 "multi_head_attention", "--seed", "4242"))
+    root = tmp_path / "ag"
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(root / "source")
+    assert "--hidden-details after_due_date" in \
+        (root / "source" / "run_autograder").read_text()
+    (root / "submission").mkdir()
+    (root / "results").mkdir()
+    text = MARKER.sub("", (SUBMISSIONS / "diagnoses"
+                           / "mask_sees_next_triu2.py").read_text())
+    assert not MARKER.search(text)
+    (root / "submission" / "HW4 final (1).py").write_text(text)
+    env = {k: v for k, v in environment().items() if k != "PYTHONPATH"}
+    env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable)
+    run = subprocess.run(["bash", str(root / "source" / "run_autograder")],
+                         cwd=root, env=env, text=True, capture_output=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 10.0
+    tests = {t["number"]: t for t in results["tests"]}
+    assert tests["task2.shapes"]["status"] == "passed"
+    causal = tests["task2.causal"]
+    assert causal["visibility"] == "visible" and causal["score"] == 0.0
+    assert "hidden case '" not in causal["output"]
+    assert "a hidden case" in causal["output"]
+    details = tests["task2.causal.details"]
+    assert details["visibility"] == "after_due_date"
+    assert (details["score"], details["max_score"]) == (0.0, 0.0)
+    assert re.search(r"hidden case 'hidden-\d+' \(batch_size=\d+",
+                     details["output"])
+    assert "mask_sees_next" in details["output"]
+    assert sum(t["max_score"] for t in results["tests"]) == 10.0
