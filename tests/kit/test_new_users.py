@@ -181,7 +181,8 @@ def read_csv(path: Path) -> dict[str, dict[str, str]]:
 def graded_class(tmp_path_factory) -> Path:
     """``python -m grader batch submissions/ --out grades.csv`` on a class:
     alice is correct (with the bonus), bob's file does not parse, carol
-    handed in the untouched stub. Returns the output folder."""
+    handed in the untouched stub, dave's repository does not scale the
+    scores. Returns the output folder."""
     folder = tmp_path_factory.mktemp("class")
     submissions = folder / "submissions"
     submissions.mkdir()
@@ -189,6 +190,10 @@ def graded_class(tmp_path_factory) -> Path:
     (submissions / "bob.py").write_text(
         (SUBMISSIONS / "broken_syntax_error.py").read_text())
     (submissions / "carol.py").write_text(STUB.read_text())
+    dave = submissions / "dave" / "transformer_lm"
+    dave.mkdir(parents=True)
+    (dave / "modeling_attention.py").write_text(
+        (SUBMISSIONS / "mistake_no_scaling.py").read_text())
     out = folder / "out"
     finish(start("batch", "submissions", "--out", "out/grades.csv",
                  "--jobs", "2", cwd=folder))
@@ -207,8 +212,8 @@ def test_unchecked_items_are_not_passes_and_a_syntax_error_is_filterable(
     rows = read_csv(graded_class / "grades.csv")
     assert rows["bob"]["syntax_error"] == \
         "SyntaxError at line 73: '(' was never closed"
-    assert rows["alice"]["syntax_error"] == rows["carol"]["syntax_error"] \
-        == ""
+    assert {rows[s]["syntax_error"] for s in ("alice", "carol", "dave")} \
+        == {""}
     reports = graded_class / "grades.csv.reports"
     bob = (reports / "bob.py" / "report.txt").read_text()
     for item in ("task1.pep8", "task1.shapes", "task2.pep8",
@@ -222,8 +227,10 @@ def test_unchecked_items_are_not_passes_and_a_syntax_error_is_filterable(
     assert shapes["message"] == ("not checked: MultiHeadSelfAttention."
                                  "forward has no code of yours yet")
     summary = json.loads((graded_class / "summary.json").read_text())
-    assert summary["items"]["task1.shapes"]["passed"] == 1  # alice only
-    assert summary["items"]["task1.pep8"]["passed"] == 2  # carol's stub
+    shapes = summary["items"]["task1.shapes"]
+    pep8 = summary["items"]["task1.pep8"]
+    assert (shapes["passed"], shapes["graded"]) == (2, 4)  # alice, dave
+    assert (pep8["passed"], pep8["graded"]) == (3, 4)  # and carol's stub
 
 
 def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
@@ -335,3 +342,26 @@ def test_gradescope_keeps_hidden_sizes_until_the_due_date(tmp_path):
                      details["output"])
     assert "mask_sees_next" in details["output"]
     assert sum(t["max_score"] for t in results["tests"]) == 10.0
+
+
+# --------------------------------------------------------------------------
+# 6. Reports fit every reader
+
+
+def test_feedback_names_files_relative_to_the_submission(graded_class):
+    """dave's feedback (a repository) names his file from his folder, never
+    the instructor's; its JSON carries the sentence of each diagnosis."""
+    folder = graded_class / "grades.csv.reports" / "dave"
+    instructor = str(graded_class.parent.resolve())
+    text = (folder / "report.txt").read_text()
+    raw = (folder / "report.json").read_text()
+    assert instructor not in text and instructor not in raw
+    assert "Submission: dave\n" in text
+    report = json.loads(raw)
+    assert {t["source"] for t in report["tasks"]} == {
+        "dave/transformer_lm/modeling_attention.py"}
+    assert report["diagnoses"] == {"no_scaling": (
+        "The scores are not divided by the square root of the key size. "
+        "Divide q k^T by sqrt(d_k) before the softmax.")}
+    row = read_csv(graded_class / "grades.csv")["dave"]
+    assert row["path"] == "submissions/dave"  # the TA's CSV: as typed
