@@ -201,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="regrade these students only (their CSV names "
                             "or entry names): their rows and reports are "
                             "replaced, every other row is kept as it is")
+    batch.add_argument("--roster", type=Path, metavar="FILE",
+                       help="the class list, one student per line (a "
+                            "CSV's first column; # starts a comment): "
+                            "each student with no entry in DIR gets a "
+                            "row of 0 saying they submitted nothing")
     batch.add_argument("--shard", type=parse_shard, metavar="I/N",
                        help="grade the I-th of N deterministic parts of "
                             "the class (1 <= I <= N), for a cluster's "

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,8 @@ def graded_class(tmp_path_factory) -> Path:
     """``python -m grader batch submissions/ --out grades.csv`` on a class:
     alice is correct (with the bonus), bob's file does not parse, carol
     handed in the untouched stub, dave's repository does not scale the
-    scores. Returns the output folder."""
+    scores, erin's LMS download is a zip of her repository, zoe (on the
+    roster) handed in nothing. Returns the output folder."""
     folder = tmp_path_factory.mktemp("class")
     submissions = folder / "submissions"
     submissions.mkdir()
@@ -194,9 +196,16 @@ def graded_class(tmp_path_factory) -> Path:
     dave.mkdir(parents=True)
     (dave / "modeling_attention.py").write_text(
         (SUBMISSIONS / "mistake_no_scaling.py").read_text())
+    with zipfile.ZipFile(submissions / "erin.zip", "w") as archive:
+        archive.writestr("erin-hw4-main/transformer_lm/modeling_attention.py",
+                         solution_text())
+        archive.writestr("__MACOSX/._modeling_attention.py", "junk")
+    (folder / "roster.csv").write_text(
+        "student,email\nalice,a@x\nbob,b@x\ncarol,c@x\ndave,d@x\n"
+        "erin,e@x\nzoe,z@x\n# yves withdrew\n")
     out = folder / "out"
     finish(start("batch", "submissions", "--out", "out/grades.csv",
-                 "--jobs", "2", cwd=folder))
+                 "--jobs", "2", "--roster", "roster.csv", cwd=folder))
     return out
 
 
@@ -229,8 +238,9 @@ def test_unchecked_items_are_not_passes_and_a_syntax_error_is_filterable(
     summary = json.loads((graded_class / "summary.json").read_text())
     shapes = summary["items"]["task1.shapes"]
     pep8 = summary["items"]["task1.pep8"]
-    assert (shapes["passed"], shapes["graded"]) == (2, 4)  # alice, dave
-    assert (pep8["passed"], pep8["graded"]) == (3, 4)  # and carol's stub
+    # alice, dave, erin; and carol's stub for pep8
+    assert (shapes["passed"], shapes["graded"]) == (3, 5)
+    assert (pep8["passed"], pep8["graded"]) == (4, 5)
 
 
 def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
@@ -365,3 +375,59 @@ def test_feedback_names_files_relative_to_the_submission(graded_class):
         "Divide q k^T by sqrt(d_k) before the softmax.")}
     row = read_csv(graded_class / "grades.csv")["dave"]
     assert row["path"] == "submissions/dave"  # the TA's CSV: as typed
+
+
+# --------------------------------------------------------------------------
+# 7. Class folders as LMS downloads come
+
+
+def test_a_zip_is_graded_and_the_roster_names_who_sent_nothing(
+        graded_class):
+    """erin's zip is graded like her folder; zoe, on the roster with no
+    entry, is a row of 0 saying why; nobody else is added."""
+    rows = read_csv(graded_class / "grades.csv")
+    assert sorted(rows) == ["alice", "bob", "carol", "dave", "erin", "zoe"]
+    assert (rows["erin"]["status"], rows["erin"]["score"]) == \
+        ("graded", "11.0")
+    assert (rows["zoe"]["status"], rows["zoe"]["score"]) == ("error", "0.0")
+    assert rows["zoe"]["errors"] == (
+        "submitted nothing: zoe is on the roster roster.csv but has no "
+        "entry in the class folder")
+    summary = json.loads((graded_class / "summary.json").read_text())
+    assert (summary["graded"], summary["not_graded"]) == (5, ["zoe"])
+
+
+def _zip(path: Path, members: dict[str, bytes], link: str = "") -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        if link:
+            info = zipfile.ZipInfo(link)
+            info.external_attr = 0o120777 << 16
+            archive.writestr(info, "/etc/passwd")
+    return path
+
+
+def test_hostile_zips_are_refused_in_one_line(tmp_path):
+    """``grade`` refuses a zip that escapes its folder, holds a link or
+    inflates past the bound, in one line, and writes nothing outside."""
+    good = solution_text().encode()
+    cases = {
+        "escape": ({"../../escaped.py": good}, "", "points outside"),
+        "absolute": ({"/tmp/absolute.py": good}, "", "absolute"),
+        "link": ({"hw/modeling_attention.py": good}, "hw/link.py",
+                 "symbolic link"),
+        "bomb": ({"hw/modeling_attention.py": good,
+                  "hw/zeros.py": b"0" * (5 * 1024 * 1024)}, "",
+                 "larger than 4 MB"),
+    }
+    runs = {}
+    for name, (members, link, _) in cases.items():
+        path = _zip(tmp_path / f"{name}.zip", members, link)
+        runs[name] = start("grade", str(path), "--public-only")
+    for name, run in runs.items():
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 2 and out == "", (name, out, err)
+        assert len(err.strip().splitlines()) == 1, err
+        assert cases[name][2] in err, (name, err)
+    assert not (tmp_path.parent / "escaped.py").exists()
