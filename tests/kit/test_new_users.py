@@ -431,3 +431,39 @@ def test_hostile_zips_are_refused_in_one_line(tmp_path):
         assert len(err.strip().splitlines()) == 1, err
         assert cases[name][2] in err, (name, err)
     assert not (tmp_path.parent / "escaped.py").exists()
+
+
+# --------------------------------------------------------------------------
+# 5. A class summary people can read exactly
+
+
+def test_summary_png_reads_exactly(graded_class):
+    """The batch's summary.png: its title names the assignment, the date
+    and who was and was not graded; one bar per reachable total (10 and
+    11 apart); whole students on the axis; the mean and median marked."""
+    import matplotlib.pyplot as plt
+
+    from grader.routes.summary import figure
+
+    assert (graded_class / "summary.png").stat().st_size > 10_000
+    summary = json.loads((graded_class / "summary.json").read_text())
+    canvas = figure(summary, day="2026-11-27")
+    try:
+        title = canvas._suptitle.get_text()
+        assert title == ("multi_head_attention, 2026-11-27: 5 graded, 1 "
+                         "not graded, of 6")
+        histogram = canvas.axes[0]
+        bars = {round(p.get_x() + p.get_width() / 2, 3): p.get_height()
+                for p in histogram.patches}
+        assert sorted(bars) == [float(v) for v in range(12)]
+        # bob and carol 0, dave 6, alice and erin 11 (10 + the bonus)
+        seen = {v: h for v, h in bars.items() if h}
+        assert seen == {0.0: 2, 6.0: 1, 11.0: 2}
+        ticks = [t for t in histogram.get_yticks() if t >= 0]
+        assert all(float(t).is_integer() for t in ticks)
+        labels = [t.get_text() for t in histogram.get_legend().get_texts()]
+        assert labels == ["mean 5.6", "median 6"]
+        assert histogram.get_title() == \
+            "Totals out of 10 (orange: with the bonus)"
+    finally:
+        plt.close(canvas)
