@@ -467,3 +467,64 @@ def test_summary_png_reads_exactly(graded_class):
             "Totals out of 10 (orange: with the bonus)"
     finally:
         plt.close(canvas)
+
+
+# --------------------------------------------------------------------------
+# 8. Docs that match the kit
+
+COMMANDS = ("grade", "batch", "summary", "merge", "similarity", "nbgrader",
+            "gradescope-bundle", "shapes", "assignments")
+
+
+def test_the_readme_lists_every_option_help_lists():
+    """Every long option a command's ``--help`` lists is in the README
+    (its usage blocks or the text beside them)."""
+    readme = (ROOT / "README.md").read_text()
+    runs = {command: start(command, "--help") for command in COMMANDS}
+    missing = {}
+    for command, run in runs.items():
+        options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+",
+                                 finish(run))) - {"--help"}
+        gone = sorted(option for option in options if option not in readme)
+        if gone:
+            missing[command] = gone
+    assert missing == {}
+
+
+def test_the_readme_counts_three_assignments_and_guides_installs():
+    """Three assignments wherever the docs count them; the quick start
+    says what the pinned torch pulls and how to get the CPU build; the
+    student section suggests a virtual environment."""
+    docs = {path.name: path.read_text()
+            for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+    for name, text in docs.items():
+        assert not re.search(r"\b(two|both) assignments\b|kit has two",
+                             text), name
+    assert "three assignments" in docs["README.md"]
+    readme = docs["README.md"]
+    quick = " ".join(readme[readme.index("## Quick start"):
+                            readme.index("## For students")].split())
+    assert "CUDA build on Linux x86-64" in quick
+    assert ('pip install "torch==2.13.0" --index-url '
+            'https://download.pytorch.org/whl/cpu') in quick
+    students = readme[readme.index("## For students"):
+                      readme.index("### Shape comments")]
+    assert "python -m venv .venv" in students
+
+
+def test_impl_across_several_assignments_refuses_in_one_line():
+    """In the kit, ``pytest tests/public --impl FILE`` collects three
+    assignments' tests: one line says to run one folder, no test runs."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/public", "--impl",
+         "solutions/modeling_attention.py", "-q", "-p", "no:cacheprovider",
+         "-p", "no:xdist"], cwd=ROOT, env=environment(), text=True,
+        capture_output=True, timeout=120)
+    assert run.returncode == 4
+    errors = [line for line in (run.stdout + run.stderr).splitlines()
+              if line.startswith("ERROR")]
+    assert errors == [
+        "ERROR: --impl tests one implementation, but these tests belong to "
+        "3 assignments (attention_basics, multi_head_attention, "
+        "transformer_block): run one folder, e.g. python -m pytest "
+        "tests/public/attention_basics --impl FILE"]
