@@ -142,15 +142,22 @@ def score_checks_item(item: Item, outcomes: list[CheckOutcome],
     if item.combine == "max" and total > 0:
         best = max((p for p in item.parts if earned[p] == total),
                    key=lambda part: item.parts[part])
-        messages.insert(0, f"{total:g} of {item.points:g} points: the "
-                           f"'{best}' credit.")
+        messages.insert(0, f"{total:g} of {item.points:g} points: "
+                           f"{_part_words(item, best)}.")
     elif item.combine == "sum" and total > 0:
-        good = [p for p in item.parts if earned[p]]
+        good = [_part_words(item, p) for p in item.parts if earned[p]]
+        lost = [_part_words(item, p) for p in missed]
         messages.insert(0, f"{total:g} of {item.points:g} points (earned: "
                            f"{', '.join(good)}; missed: "
-                           f"{', '.join(missed)}).")
+                           f"{', '.join(lost)}).")
     return ItemReport(item.id, item.task, item.title, total, item.points,
                       False, " ".join(messages), diagnosis), errors
+
+
+def _part_words(item: Item, part: str) -> str:
+    """A part of an item in plain words (the rubric's ``part_words``),
+    else its name."""
+    return item.part_words.get(part, part)
 
 
 def not_checked(item: Item, why: str) -> ItemReport:

@@ -373,6 +373,11 @@ def test_feedback_names_files_relative_to_the_submission(graded_class):
     assert report["diagnoses"] == {"no_scaling": (
         "The scores are not divided by the square root of the key size. "
         "Divide q k^T by sqrt(d_k) before the softmax.")}
+    forward = next(i for i in report["items"] if i["id"] == "task1.forward")
+    assert forward["message"].startswith(
+        "2 of 3 points: your output matches the reference with the "
+        "scaling removed (the seed's -1 for not scaling). ")
+    assert "credit" not in forward["message"]
     row = read_csv(graded_class / "grades.csv")["dave"]
     assert row["path"] == "submissions/dave"  # the TA's CSV: as typed
 
