@@ -189,6 +189,9 @@ def grade_submission(submission: Submission,
     report = score(assignment, submission, analyses, runs, outcomes,
                    linter.findings, codes)
     report.flags[:0] = submission.flags  # what locating refused or found
+    for task_report in report.tasks:
+        task_report.syntax_error = analyses[task_report.id].syntax_error \
+            or ""
     at = len(submission.notes)
     report.notes[at:at] = load_notes
     report.errors = check_errors + report.errors

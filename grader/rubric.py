@@ -46,6 +46,9 @@ class Item:
     points: float
     title: str
     parts: dict[str, float] = field(default_factory=dict)
+    # Plain words for a part in a report ("your output with the scaling
+    # removed"), instead of its id.
+    part_words: dict[str, str] = field(default_factory=dict)
     combine: str = "sum"
     method: str | None = None
     max_statements: int | None = None
@@ -142,6 +145,8 @@ def _item(raw: dict, task_ids: set[str], diagnoses: dict) -> Item:
                     points=float(raw["points"]), title=raw["title"],
                     parts={k: float(v) for k, v in
                            raw.get("parts", {}).items()},
+                    part_words={k: str(v) for k, v in
+                                raw.get("part_words", {}).items()},
                     combine=raw.get("combine", "sum"),
                     method=raw.get("method"),
                     max_statements=raw.get("max_statements"),

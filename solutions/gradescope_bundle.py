@@ -56,8 +56,9 @@ from pathlib import Path
 
 from grader.constants import SEED_ENV, TORCH_CPU_INDEX, TORCH_VERSION
 from grader.errors import CliError
-from grader.routes.gradescope_driver import (DEFAULT_ROOT, ROOT_ENV, SEED_FILE,
-                                             kit_version)
+from grader.routes.gradescope_driver import (DEFAULT_HIDDEN_DETAILS,
+                                             DEFAULT_ROOT, ROOT_ENV, SEED_FILE,
+                                             VISIBILITIES, kit_version)
 from solutions.paths import SOLUTIONS
 from solutions.stubs import make_stub
 
@@ -190,13 +191,20 @@ cd /
 """
 
 
-def run_script(assignment: str | None = None) -> str:
+def run_script(assignment: str | None = None,
+               hidden_details: str = DEFAULT_HIDDEN_DETAILS) -> str:
     """The text of ``run_autograder`` (Gradescope runs it per submission).
 
     The real work is :func:`run`; this wrapper only finds Python and, if
     even that fails, writes a minimal valid ``results.json`` itself.
+    ``hidden_details`` is who sees the hidden cases' sizes (a Gradescope
+    visibility, see :func:`grader.routes.gradescope_driver.hide_case_details`).
     """
+    if hidden_details not in VISIBILITIES:
+        raise BundleError(f"unknown visibility {hidden_details!r}: use one "
+                          f"of {', '.join(VISIBILITIES)}")
     extra = f" --assignment {assignment}" if assignment else ""
+    extra += f" --hidden-details {hidden_details}"
     return f"""\
 #!/usr/bin/env bash
 # Gradescope runs this for every submission (written by python -m grader
@@ -289,7 +297,9 @@ def generated_package() -> dict[str, bytes]:
 
 
 def bundle_contents(assignment: str | None = None,
-                    seed: int | str | None = None) -> dict[str, bytes]:
+                    seed: int | str | None = None,
+                    hidden_details: str = DEFAULT_HIDDEN_DETAILS
+                    ) -> dict[str, bytes]:
     """Every file of the bundle: zip path -> bytes (nothing is written)."""
     assignment = bundle_assignment(assignment)
     if seed is None:
@@ -298,7 +308,7 @@ def bundle_contents(assignment: str | None = None,
         raise BundleError("the seed is empty")
     files: dict[str, bytes] = {
         "setup.sh": setup_script().encode(),
-        "run_autograder": run_script(assignment).encode(),
+        "run_autograder": run_script(assignment, hidden_details).encode(),
         "requirements.txt": pinned_requirements().encode(),
     }
     for relative in kit_files():
@@ -313,17 +323,21 @@ def bundle_contents(assignment: str | None = None,
 
 
 def write_bundle(out: Path, assignment: str | None = None,
-                 seed: int | str | None = None) -> Path:
+                 seed: int | str | None = None,
+                 hidden_details: str = DEFAULT_HIDDEN_DETAILS) -> Path:
     """Write the autograder zip to ``out``; return its path.
 
     ``assignment``: grade every submission as this assignment (required
     when the kit has more than one). ``seed``: the secret seed of the
     hidden cases, baked into the bundle (default: ``$GRADER_SEED`` if set,
-    else none, and the grader's public default applies). The zip is
+    else none, and the grader's public default applies).
+    ``hidden_details``: who sees the hidden cases' sizes in the results
+    (``visible``, ``after_due_date`` (default), ``after_published`` or
+    ``hidden``). The zip is
     reproducible: same kit, same options, same bytes.
     """
     out = Path(out)
-    files = bundle_contents(assignment, seed)
+    files = bundle_contents(assignment, seed, hidden_details)
     out.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=out.parent, suffix=".zip.tmp")
     os.close(handle)

@@ -142,15 +142,29 @@ def score_checks_item(item: Item, outcomes: list[CheckOutcome],
     if item.combine == "max" and total > 0:
         best = max((p for p in item.parts if earned[p] == total),
                    key=lambda part: item.parts[part])
-        messages.insert(0, f"{total:g} of {item.points:g} points: the "
-                           f"'{best}' credit.")
+        messages.insert(0, f"{total:g} of {item.points:g} points: "
+                           f"{_part_words(item, best)}.")
     elif item.combine == "sum" and total > 0:
-        good = [p for p in item.parts if earned[p]]
+        good = [_part_words(item, p) for p in item.parts if earned[p]]
+        lost = [_part_words(item, p) for p in missed]
         messages.insert(0, f"{total:g} of {item.points:g} points (earned: "
                            f"{', '.join(good)}; missed: "
-                           f"{', '.join(missed)}).")
+                           f"{', '.join(lost)}).")
     return ItemReport(item.id, item.task, item.title, total, item.points,
                       False, " ".join(messages), diagnosis), errors
+
+
+def _part_words(item: Item, part: str) -> str:
+    """A part of an item in plain words (the rubric's ``part_words``),
+    else its name."""
+    return item.part_words.get(part, part)
+
+
+def not_checked(item: Item, why: str) -> ItemReport:
+    """A penalty item the grader could not check (``why``): it costs
+    nothing and is no pass either (docs/rubric.md, "Not checked")."""
+    return ItemReport(item.id, item.task, item.title, 0.0, 0.0, False,
+                      f"not checked: {why}", checked=False)
 
 
 def score_pep8_item(item: Item, analysis: TaskAnalysis,
@@ -167,8 +181,7 @@ def score_pep8_item(item: Item, analysis: TaskAnalysis,
     if analysis.syntax_error or analysis.span is None:
         why = ("the code does not parse" if analysis.syntax_error
                else f"{target} is not defined")
-        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          f"not checked: {why}")
+        return not_checked(item, why)
     if isinstance(findings, str):
         return ItemReport(
             item.id, item.task, item.title, item.points, 0.0, False,
@@ -249,18 +262,13 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     statements = (list(code.statements) if code is not None
                   else analysis.statements.get(item.method, []))
     if analysis.syntax_error:
-        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          "not checked: the code does not parse")
+        return not_checked(item, "the code does not parse")
     if analysis.span is None:
-        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          f"not checked: {analysis.task.target} is not "
-                          f"defined")
+        return not_checked(item, f"{analysis.task.target} is not defined")
     if (analysis.stub and not (code and code.outside)) or not statements:
-        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          f"not checked: {where} has no code of yours yet")
+        return not_checked(item, f"{where} has no code of yours yet")
     if run.import_error:
-        return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
-                          "not checked: the code could not be loaded")
+        return not_checked(item, "the code could not be loaded")
     trace_runs, problems = _trace_runs(run, assignment.size_sets,
                                        analysis.task.dimensions)
     if problems:

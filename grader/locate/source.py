@@ -571,12 +571,15 @@ class StudentCode:
     ``regions`` are the student regions (:func:`student_regions`);
     ``outside`` the statements outside them that are not the stub's given
     code, so the student's as well; ``marked`` whether the function has
-    region markers at all.
+    region markers at all; ``given`` the stub's own given statements found
+    inside the regions of a function that lost its markers (nobody's code,
+    as they would be with the markers).
     """
 
     regions: tuple[tuple[int, int], ...]
     outside: tuple[ast.stmt, ...]
     marked: bool
+    given: tuple[ast.stmt, ...] = ()
 
     @cached_property
     def _region_lines(self) -> frozenset[int]:
@@ -587,12 +590,18 @@ class StudentCode:
     def _outside_ids(self) -> frozenset[int]:
         return frozenset(id(node) for node in self.outside)
 
+    @cached_property
+    def _given_ids(self) -> frozenset[int]:
+        return frozenset(id(node) for node in self.given)
+
     def in_region(self, line: int) -> bool:
         """True when ``line`` lies in a student region."""
         return line in self._region_lines
 
     def owns(self, node: ast.stmt) -> bool:
         """True when ``node`` is the student's code."""
+        if id(node) in self._given_ids:
+            return False
         return self.in_region(node.lineno) or id(node) in self._outside_ids
 
 
@@ -608,13 +617,19 @@ def student_code(source: SourceFile, func: ast.FunctionDef,
     layout aside), each given statement standing for at most one; any
     other statement outside the regions, at any depth of the function, is
     the student's, for every penalty. Bare constants and ``pass`` are
-    nobody's code. A function without markers is the student's entirely.
-    With ``given`` None (no stub to compare with), only the regions are.
+    nobody's code. A function without markers is the student's entirely,
+    except the stub's given statements it still holds (same rule: each
+    given statement stands for at most one), so the same code is judged
+    the same with or without the markers. With ``given`` None (no stub to
+    compare with), only the regions are.
     """
     regions = student_regions(source, func)
     marked = bool(_markers(source, func))
-    if not marked or given is None:
+    if given is None:
         return StudentCode(tuple(regions), (), marked)
+    if not marked:
+        return StudentCode(tuple(regions), (), False,
+                           _given_inside(func, given))
     allowance = Counter(given)
     inside = StudentCode(tuple(regions), (), True)
     outside = []
@@ -627,6 +642,20 @@ def student_code(source: SourceFile, func: ast.FunctionDef,
             continue
         outside.append(node)
     return StudentCode(tuple(regions), tuple(outside), True)
+
+
+def _given_inside(func: ast.FunctionDef,
+                  given: tuple[str, ...]) -> tuple[ast.stmt, ...]:
+    """The statements of ``func`` that match the stub's ``given`` keys,
+    each key standing for at most one statement, in source order."""
+    allowance = Counter(given)
+    found = []
+    for node in simple_statements(func.body):
+        key = statement_key(node)
+        if key is not None and allowance[key] > 0:
+            allowance[key] -= 1
+            found.append(node)
+    return tuple(found)
 
 
 def load_stub(path: Path) -> SourceFile | None:

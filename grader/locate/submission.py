@@ -517,6 +517,16 @@ def _gather(path: Path, wanted: list[Assignment], nearby: bool,
     except (OSError, RuntimeError) as exc:
         raise SubmissionError(f"{show(named)} is a broken or looping "
                               f"symbolic link") from exc
+    if real.is_file() and named.suffix.lower() == ".zip":
+        from grader.locate.archive import ArchiveError, extracted
+
+        try:
+            folder = extracted(real)
+        except (ArchiveError, OSError) as exc:
+            raise SubmissionError(f"{show(named)} cannot be graded: {exc}; "
+                                  f"hand in the files themselves or a "
+                                  f"plain zip of them") from exc
+        return _gather(folder, wanted, False, deadline)
     if real.is_dir():
         searched, candidates = folder_candidates(named, wanted)
         gathered = _Gathered(searched, named, [], [], [], [])

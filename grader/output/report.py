@@ -17,6 +17,13 @@ from typing import Any
 from grader.output.text import clean, indented, one_line
 
 
+def out_of(score: float, max_score: float, bonus: float = 0.0) -> str:
+    """A score as every report shows it: the points out of the maximum,
+    the bonus apart (``10 / 10 + 1 bonus``, never ``11 / 10``)."""
+    text = f"{score - bonus:g} / {max_score:g}"
+    return text + (f" + {bonus:g} bonus" if bonus else "")
+
+
 @dataclass
 class ItemReport:
     """One rubric item's result."""
@@ -33,6 +40,9 @@ class ItemReport:
     # An optional bonus: not earning it is no failure (Gradescope shows it
     # as a passed test worth 0 of 0, see :meth:`Report.as_gradescope`).
     optional: bool = False
+    # False when the grader could not check the item at all (code that
+    # does not parse, an untouched stub): neither passed nor failed.
+    checked: bool = True
 
     def as_json(self) -> dict[str, Any]:
         """The item as docs/rubric.md's JSON shows it."""
@@ -75,6 +85,9 @@ class TaskReport:
     problems: list[str] = field(default_factory=list)
     # What the student should know that is no error (an untouched stub).
     notes: list[str] = field(default_factory=list)
+    # Python's words when the task's code does not compile ("" when it
+    # does): the CSV's ``syntax_error`` column, for a TA to filter on.
+    syntax_error: str = ""
 
 
 @dataclass
@@ -104,6 +117,11 @@ class Report:
                 return item
         raise KeyError(item_id)
 
+    @property
+    def bonus(self) -> float:
+        """The bonus points the total includes."""
+        return float(sum(task.bonus for task in self.tasks))
+
     def scores(self) -> dict[str, float]:
         """Item id -> score (handy for tests and CSV rows)."""
         return {item.id: item.score for item in self.items}
@@ -114,7 +132,12 @@ class Report:
         """The JSON object of docs/rubric.md (plus informative extras)."""
         return {
             "score": float(self.score), "max_score": float(self.max_score),
+            "bonus": self.bonus,
             "items": [item.as_json() for item in self.items],
+            # The sentence of every diagnosis id the items carry.
+            "diagnoses": {mistake: self.diagnoses.get(mistake, "")
+                          for item in self.items
+                          for mistake in item.diagnosis},
             "errors": list(self.errors),
             "flags": [flag.as_json() for flag in self.flags],
             "assignment": self.assignment,
@@ -122,7 +145,8 @@ class Report:
                        "max_score": float(t.max_score),
                        "bonus": float(t.bonus), "source": t.source,
                        "problems": list(t.problems),
-                       "notes": list(t.notes)}
+                       "notes": list(t.notes),
+                       "syntax_error": t.syntax_error}
                       for t in self.tasks],
             "notes": list(self.notes),
             "output": {t.id: clean(t.output) for t in self.tasks
@@ -167,10 +191,8 @@ class Report:
                           "output": body, "visibility": "visible"})
         summary = [f"Integrity flag: {clean(f.message)}" for f in self.flags]
         for task in self.tasks:
-            summary.append(f"{task.title}: {task.score:g} / "
-                           f"{task.max_score:g}"
-                           + (f" (+{task.bonus:g} bonus)" if task.bonus
-                              else ""))
+            summary.append(f"{task.title}: "
+                           f"{out_of(task.score, task.max_score, task.bonus)}")
             summary += [f"  Note: {note}" for note in task.notes]
         summary += self.errors + self.notes
         for task in self.tasks:
@@ -184,6 +206,10 @@ class Report:
                 "tests": tests}
 
     # -- Text ----------------------------------------------------------------
+
+    def total_text(self) -> str:
+        """The total out of the maximum, the bonus apart."""
+        return out_of(self.score, self.max_score, self.bonus)
 
     def as_text(self) -> str:
         """A readable per-task table with messages and captured output."""
@@ -200,9 +226,8 @@ class Report:
         for error in self.errors:
             lines.append(f"Error: {error}")
         for task in self.tasks:
-            bonus = f" (+{task.bonus:g} bonus)" if task.bonus else ""
-            lines += ["", f"{task.title}: {task.score:g} / "
-                          f"{task.max_score:g}{bonus}"]
+            lines += ["", f"{task.title}: "
+                          f"{out_of(task.score, task.max_score, task.bonus)}"]
             lines += [_wrap(f"Note: {note}", "  ", "    ")
                       for note in task.notes]
             if task.raw < 0:
@@ -216,7 +241,7 @@ class Report:
                 lines.append(f"  Output of your code while grading "
                              f"{task.id}:")
                 lines += indented(task.output)
-        lines += ["", f"Total: {self.score:g} / {self.max_score:g}"]
+        lines += ["", f"Total: {self.total_text()}"]
         return "\n".join(lines) + "\n"
 
 
@@ -240,6 +265,8 @@ def _item_lines(item: ItemReport, diagnoses: dict[str, str]) -> list[str]:
         points = f"{item.score:+g}" if item.score else "0"
         mark = "PASS" if item.passed else ("INFO" if item.score == 0
                                            else "FAIL")
+    if not item.checked:
+        mark = "----"
     lines = [f"  [{mark}] {item.id:<14} {points:>7}  {item.title}"]
     if item.message and not (item.passed and item.message == "ok"):
         lines.append(_wrap(clean(item.message), "      ", "      "))

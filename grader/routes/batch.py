@@ -98,7 +98,9 @@ class Progress:
     def update(self, row: dict, seconds: float) -> None:
         self.done += 1
         self.graded_here += 1
-        score = (f"{row['score']:g}/{row['max_score']:g}"
+        bonus = row.get("bonus") or 0.0
+        score = (f"{row['score'] - bonus:g}/{row['max_score']:g}"
+                 + (f" +{bonus:g} bonus" if bonus else "")
                  if row["status"] == STATUS_GRADED else "ERROR")
         if not self.tty:
             sys.stderr.write(f"[{self.done}/{self.total}] {row['student']}:"
@@ -164,6 +166,39 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
     return found, args
 
 
+def read_roster(path: Path) -> list[str]:
+    """The students of a roster file: one a line, a CSV's first column;
+    blank lines, ``#`` comments and a ``student``/``name`` header are
+    skipped. Raises CliError (exit 2) when it cannot be read."""
+    import csv
+
+    from grader.errors import CliError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read the roster {label(str(path))}: "
+                       f"{exc}") from exc
+    names = []
+    for cells in csv.reader(text.splitlines()):
+        name = cells[0].strip() if cells else ""
+        if name and not name.startswith("#") and name.lower() not in (
+                "student", "name", "students") and name not in names:
+            names.append(name)
+    return names
+
+
+def absent_rows(roster: list[str], entries: list[Entry],
+                source: Path) -> list[dict]:
+    """A row of 0 for every student of the roster with no entry in the
+    class folder (names compared without case)."""
+    present = {e.student.lower() for e in entries}
+    return [{**error_row(name, source, f"submitted nothing: {name} is on "
+                         f"the roster {label(str(source))} but has no "
+                         f"entry in the class folder"), "max_score": ""}
+            for name in roster if name.lower() not in present]
+
+
 def run_batch(args: argparse.Namespace) -> int:
     """Grade every submission of ``args.dir`` (or those of ``--only``,
     or one ``--shard``); return the exit status."""
@@ -172,6 +207,12 @@ def run_batch(args: argparse.Namespace) -> int:
     found, args = _prepare(args, out, reports)
     everyone = found.entries
     entries, kept = _selected(args, everyone, out, reports)
+    roster = getattr(args, "roster", None)
+    if roster is not None:
+        listed = {row["student"] for row in kept}
+        kept = kept + [row for row in absent_rows(
+            read_roster(roster), everyone, roster)
+            if row["student"] not in listed]
     for note in found.notes:
         sys.stderr.write(f"{note}\n")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from grader.errors import BatchError
 from grader.locate.submission import label
 
-SUBMISSION_SUFFIXES = (".py", ".ipynb")
+SUBMISSION_SUFFIXES = (".py", ".ipynb", ".zip")
 
 
 COURSE_CONFIG = "nbgrader_config.py"
@@ -100,7 +100,7 @@ def _entry_problem(path: Path) -> str:
         return refusal(path, path.parent.resolve()) or "is not a file"
     if path.suffix not in SUBMISSION_SUFFIXES:
         return (f"not a submission: a {path.suffix or 'suffix-less'} file "
-                f"(hand in a .py file, a notebook or a folder)")
+                f"(hand in a .py file, a notebook, a folder or a .zip)")
     return ""
 
 

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.output.notebook import nbgrader_credits
+from grader.output.report import out_of
 from grader.output.text import clean, one_line
 from grader.rubric import Assignment, Item, RubricError, get_assignment
 from grader.routes.exits import exit_status_text
@@ -363,9 +364,11 @@ def summary_markdown(report: dict | None, assignment: Assignment,
         lines += [f"**Not graded**: {_cell(error)}", "",
                   "See the log of the step *Grade*.", ""]
         return "\n".join(lines) + "\n"
-    lines += [f"**Grade: {report['score']:g} / {report['max_score']:g}** "
-              f"(Classroom points: {points:g} / {most}, the bonus "
-              f"included)", ""]
+    grade = out_of(float(report["score"]), float(report["max_score"]),
+                   float(report.get("bonus", 0)))
+    lines += [f"**Grade: {grade}** (Classroom points: {points:g} / "
+              f"{most}: Classroom counts the optional bonus in its "
+              f"maximum)", ""]
     lines += [f"{'✅' if t.passed else '❌'} {_cell(t.name)}, 0 points"
               for t in public] + ([""] if public else [])
     lines += ["| item | points | why |", "|---|---|---|"]
@@ -390,11 +393,9 @@ def summary_markdown(report: dict | None, assignment: Assignment,
             lines.append(f"| {mark} `{item.id}` | {shown} | {_cell(why)} |")
         entry = next((t for t in report["tasks"] if t["id"] == task.id),
                      {"score": 0})
-        bonus = float(entry.get("bonus", 0))
-        extra = f" (+{bonus:g} bonus)" if bonus else ""
-        lines.append(f"| **{_cell(task.title)}** | **"
-                     f"{float(entry['score']) - bonus:g} / "
-                     f"{task.max_score:g}{extra}** | |")
+        shown = out_of(float(entry["score"]), task.max_score,
+                       float(entry.get("bonus", 0)))
+        lines.append(f"| **{_cell(task.title)}** | **{shown}** | |")
     for error in report.get("errors", []):
         lines.append(f"| ⚠️ error | | {_cell(error)} |")
     lines += ["", "The full report, with every line a point was lost on, "

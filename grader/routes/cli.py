@@ -201,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="regrade these students only (their CSV names "
                             "or entry names): their rows and reports are "
                             "replaced, every other row is kept as it is")
+    batch.add_argument("--roster", type=Path, metavar="FILE",
+                       help="the class list, one student per line (a "
+                            "CSV's first column; # starts a comment): "
+                            "each student with no entry in DIR gets a "
+                            "row of 0 saying they submitted nothing")
     batch.add_argument("--shard", type=parse_shard, metavar="I/N",
                        help="grade the I-th of N deterministic parts of "
                             "the class (1 <= I <= N), for a cluster's "
@@ -299,6 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="secret seed of the hidden cases, baked into "
                              "the bundle (default: $GRADER_SEED if set, "
                              "else the grader's default)")
+    bundle.add_argument("--hidden-details", metavar="VISIBILITY",
+                        choices=("visible", "after_due_date",
+                                 "after_published", "hidden"),
+                        default="after_due_date",
+                        help="who sees the hidden cases' sizes in "
+                             "Gradescope: visible, after_due_date "
+                             "(default), after_published or hidden")
 
     _command(commands, "assignments",
              "list the assignments the grader knows",
@@ -397,7 +409,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from solutions.gradescope_bundle import write_bundle
 
     path = write_bundle(args.out, assignment=args.assignment,
-                        seed=args.seed)
+                        seed=args.seed, hidden_details=args.hidden_details)
     sys.stdout.write(f"wrote {path}\n")
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,12 @@ DEFAULT_ROOT = "/autograder"
 DEFAULT_TIMEOUT = 480.0
 TIMEOUT_ENV = "AUTOGRADER_TIMEOUT"
 _TAIL_LINES = 20
+#: The visibilities Gradescope offers for a test.
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+#: Who sees the hidden cases' details (their names and sizes), by default:
+#: nobody before the due date, so the sizes stay secret while it matters.
+DEFAULT_HIDDEN_DETAILS = "after_due_date"
+_HIDDEN_CASE = re.compile(r"hidden case '[^'\n]*' \([^)\n]*\)")
 
 
 def kit_version(root: Path = KIT_ROOT) -> str:
@@ -116,8 +123,38 @@ def _execute(command: list[str], cwd: Path, env: dict[str, str],
     return process.returncode, stderr
 
 
+def hide_case_details(results: dict[str, Any], visibility: str
+                      ) -> dict[str, Any]:
+    """``results`` whose tests name no hidden case's sizes before
+    ``visibility`` allows it (see docs/gradescope.md).
+
+    Unless ``visibility`` is ``visible``, a test whose output describes a
+    hidden case says "a hidden case" instead, and a test of 0 points with
+    the full output follows it, shown to students as ``visibility`` says
+    (its status is the test's, so nothing is lost)."""
+    if visibility == "visible":
+        return results
+    tests = []
+    for test in results.get("tests", []):
+        output = str(test.get("output", ""))
+        if not _HIDDEN_CASE.search(output):
+            tests.append(test)
+            continue
+        tests.append({**test, "output": _HIDDEN_CASE.sub(
+            "a hidden case", output) + f"\n\nThe hidden cases' sizes are "
+            f"in the test '{test.get('name')} (hidden-case details)', "
+            f"shown {visibility.replace('_', ' ')}."})
+        tests.append({"name": f"{test.get('name')} (hidden-case details)",
+                      "number": f"{test.get('number', '')}.details",
+                      "score": 0.0, "max_score": 0.0,
+                      "status": test.get("status", "passed"),
+                      "output": output, "visibility": visibility})
+    return {**results, "tests": tests}
+
+
 def run(root: Path, assignment: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        timeout: float = DEFAULT_TIMEOUT,
+        hidden_details: str = DEFAULT_HIDDEN_DETAILS) -> dict[str, Any]:
     """Grade ``root/submission`` and write ``root/results/results.json``.
 
     Returns what was written. The grader runs in a subprocess (its own
@@ -147,7 +184,7 @@ def run(root: Path, assignment: str | None = None,
         sys.stdout.write(f"--- grader's standard error ---\n{stderr}\n")
     report = _valid_report(partial) if status == 0 else None
     if report is not None:
-        outcome = report
+        outcome = hide_case_details(report, hidden_details)
     elif status == 0:
         outcome = failure_results(
             "The grader finished but wrote no valid report, so nothing was "
@@ -178,7 +215,7 @@ def run(root: Path, assignment: str | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m grader.routes.gradescope_driver run [--root DIR]
-    [--assignment ID]``."""
+    [--assignment ID] [--hidden-details VISIBILITY]``."""
     parser = argparse.ArgumentParser(
         prog="python -m grader.routes.gradescope_driver",
         description="Inside a Gradescope autograder: grade the submission "
@@ -188,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     runner.add_argument("--root", type=Path,
                         default=Path(os.environ.get(ROOT_ENV, DEFAULT_ROOT)))
     runner.add_argument("--assignment", metavar="ID")
+    runner.add_argument("--hidden-details", choices=VISIBILITIES,
+                        default=DEFAULT_HIDDEN_DETAILS,
+                        help="who sees the hidden cases' sizes (default: "
+                             f"{DEFAULT_HIDDEN_DETAILS})")
     args = parser.parse_args(argv)
     timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    run(args.root, args.assignment, timeout)
+    run(args.root, args.assignment, timeout, args.hidden_details)
     return 0
 
 

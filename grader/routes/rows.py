@@ -33,9 +33,15 @@ def row_from_report(student: str, path: Path, report: dict) -> dict:
     """A CSV row from a report's JSON."""
     row = {"student": student, "status": STATUS_GRADED,
            "score": report["score"], "max_score": report["max_score"],
+           # The bonus points the score includes (shown apart everywhere).
+           "bonus": report.get("bonus", 0.0),
            "assignment": report.get("assignment", ""),
            "path": label(str(path)),
            "errors": " | ".join(report.get("errors", [])),
+           # Code that does not compile, for a TA to filter on.
+           "syntax_error": " | ".join(dict.fromkeys(
+               task["syntax_error"] for task in report.get("tasks", [])
+               if task.get("syntax_error"))),
            # What is no error but worth knowing (an untouched task).
            "notes": " | ".join(note for task in report.get("tasks", [])
                                for note in task.get("notes", [])),
@@ -58,9 +64,11 @@ def error_row(student: str, path: Path, message: str) -> dict:
 
 
 FIXED = ("student", "status", "score", "max_score")
-TAIL = ("diagnoses", "flags", "errors", "notes", "assignment", "path")
+TAIL = ("bonus", "diagnoses", "flags", "errors", "syntax_error", "notes",
+        "assignment", "path")
 # The columns that hold text whatever it looks like (a student named 3).
-TEXT = ("student", "status", *TAIL)
+TEXT = ("student", "status", *(column for column in TAIL
+                               if column != "bonus"))
 GUARDED = ("'=", "'+", "'-", "'@")
 
 

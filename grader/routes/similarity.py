@@ -33,7 +33,6 @@ import argparse
 import ast
 import html
 import io
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +56,9 @@ class OwnCode:
     student: str
     lines: list[str] = field(default_factory=list)
     origin: list[tuple[str, int]] = field(default_factory=list)
+    # Why a task's code could not be read (it does not parse, the class
+    # is missing): the true reason a student was not compared.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -72,8 +74,7 @@ def own_code(student: str, assignment: object,
     from grader.judge.pep8 import NBGRADER_MARKERS
     from grader.locate.source import (find_class, find_function,
                                       given_statements, node_span,
-                                      simple_statements, split_lines,
-                                      statement_key, student_code)
+                                      split_lines, student_code)
 
     stub = stub_of(assignment)  # type: ignore[arg-type]
     code = OwnCode(student)
@@ -83,12 +84,20 @@ def own_code(student: str, assignment: object,
             continue
         try:
             tree = source.parse()  # type: ignore[attr-defined]
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        except SyntaxError as exc:
+            code.problems.append(f"{task.target}: the code does not parse "
+                                 f"(SyntaxError at line {exc.lineno}: "
+                                 f"{exc.msg})")
+            continue
+        except (ValueError, RecursionError, MemoryError) as exc:
+            code.problems.append(f"{task.target}: the code cannot be read "
+                                 f"({type(exc).__name__})")
             continue
         lines = split_lines(source.text)  # type: ignore[attr-defined]
         node = find_class(tree, task.target) or find_function(
             tree, task.target)
         if node is None:
+            code.problems.append(f"{task.target} is not defined")
             continue
         functions = ([(node.name, f) for f in ast.walk(node)
                       if isinstance(f, ast.FunctionDef)]
@@ -103,16 +112,11 @@ def own_code(student: str, assignment: object,
             for statement in mine.outside:
                 first, last = node_span(statement)
                 owned.update(range(first, last + 1))
-            if not mine.marked:
+            for statement in mine.given:
                 # Without markers the whole body is the student's; the
                 # stub's given statements in it are still nobody's.
-                allowance = Counter(given)
-                for statement in simple_statements(func.body):
-                    key = statement_key(statement)
-                    if key is not None and allowance[key] > 0:
-                        allowance[key] -= 1
-                        first, last = node_span(statement)
-                        owned.difference_update(range(first, last + 1))
+                first, last = node_span(statement)
+                owned.difference_update(range(first, last + 1))
         for number in sorted(owned):
             text = lines[number - 1].strip() if 1 <= number <= len(lines) \
                 else ""
@@ -330,7 +334,9 @@ def run_similarity(args: argparse.Namespace) -> int:
     except SimilarityError as exc:
         raise CliError(str(exc)) from exc
     ids = {id(code) for code in kept}
-    skipped += [f"{code.student}: no code of their own beyond the stub's"
+    skipped += [f"{code.student}: "
+                + ("; ".join(dict.fromkeys(code.problems))
+                   or "no code of their own beyond the stub's")
                 for code in codes if id(code) not in ids]
     compared = len(kept)
     write_atomic(Path(args.out), report_html(

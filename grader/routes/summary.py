@@ -195,26 +195,59 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def draw(summary: dict[str, Any], path: Path) -> Path:
-    """Draw the summary as a PNG: a histogram of the totals, the items'
-    pass rates and the most frequent mistakes."""
+def _histogram(axes: Any, summary: dict[str, Any]) -> None:
+    """One bar per reachable total (whole or half points, as the totals
+    are), whole students on the axis, the mean and the median marked."""
+    from matplotlib.ticker import MaxNLocator
+
+    totals = summary["totals"]["all"]
+    most = summary["max_score"]
+    step = 1.0 if all(float(t).is_integer() for t in totals) else 0.5
+    top = max([most if isinstance(most, float) else 0.0, *totals, 1.0])
+    values = [step * i for i in range(int(round(top / step)) + 1)]
+    counts = [sum(1 for t in totals if abs(t - v) < step / 2)
+              for v in values]
+    colours = ["#dd8452" if isinstance(most, float) and v > most
+               else "#4c72b0" for v in values]
+    axes.bar(values, counts, width=0.8 * step, color=colours)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylim(0, max(counts + [1]) + 0.5)
+    if totals:
+        mean, median = summary["totals"]["mean"], summary["totals"]["median"]
+        axes.axvline(mean, color="black", linestyle="--",
+                     label=f"mean {mean:g}")
+        axes.axvline(median, color="#c44e52", linestyle=":",
+                     label=f"median {median:g}")
+        axes.legend(fontsize=8, loc="upper left")
+    out_of = f" out of {most:g}" if isinstance(most, float) else ""
+    bonus = " (orange: with the bonus)" if isinstance(most, float) and \
+        any(t > most for t in totals) else ""
+    axes.set_title(f"Totals{out_of}{bonus}", fontsize=10)
+    axes.set_xlabel("points")
+    axes.set_ylabel("students")
+
+
+def figure(summary: dict[str, Any], day: str | None = None) -> Any:
+    """The summary's figure (matplotlib, Agg): a title (assignment, date,
+    graded and not graded), a histogram of the totals, the items' pass
+    rates and the most frequent mistakes. The caller closes it."""
+    import datetime
+
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     canvas, (left, middle, right) = plt.subplots(
-        1, 3, figsize=(15, 4.8), gridspec_kw={"width_ratios": [1, 1.2, 1.2]})
-    totals = summary["totals"]["all"]
-    most = summary["max_score"]
-    if totals:
-        top = most if isinstance(most, float) else max(totals)
-        bins = max(1, min(20, int(top) + 1))
-        left.hist(totals, bins=bins, range=(0, max(top, max(totals), 1)),
-                  color="#4c72b0", edgecolor="white")
-    left.set_title(f"Totals ({summary['graded']} graded)", fontsize=10)
-    left.set_xlabel("points")
-    left.set_ylabel("students")
+        1, 3, figsize=(15, 5.2), gridspec_kw={"width_ratios": [1, 1.2, 1.2]})
+    assignment = summary["assignment"]
+    name = assignment if isinstance(assignment, str) else \
+        ", ".join(assignment)
+    day = day or datetime.date.today().isoformat()
+    canvas.suptitle(f"{one_line(name, 60) or 'class'}, {day}: "
+                    f"{summary['graded']} graded, {summary['errors']} not "
+                    f"graded, of {summary['students']}", fontsize=12)
+    _histogram(left, summary)
     items = list(summary["items"].items())
     rates = [100 * (item["pass_rate"] or 0.0) for _, item in items]
     middle.barh(range(len(items)), rates, color="#55a868")
@@ -230,10 +263,23 @@ def draw(summary: dict[str, Any], path: Path) -> Path:
     right.set_yticks(range(len(mistakes)),
                      [one_line(m, 30) for m, _ in mistakes], fontsize=8)
     right.invert_yaxis()
+    if mistakes:
+        right.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
+    else:
+        right.set_xticks([])
     right.set_xlabel("students")
     right.set_title("Most frequent mistakes" if mistakes else
                     "Most frequent mistakes (none)", fontsize=10)
     canvas.tight_layout()
+    return canvas
+
+
+def draw(summary: dict[str, Any], path: Path) -> Path:
+    """Draw the summary (:func:`figure`) as a PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    canvas = figure(summary)
     path.parent.mkdir(parents=True, exist_ok=True)
     canvas.savefig(path, dpi=80)
     plt.close(canvas)

@@ -299,10 +299,10 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
         finding = _unknown_finding(statement, claims[-1],
                                    claims[-1].unknown_names(table), table)
         return replace(finding, message=finding.message + " (this "
-                       "statement never ran, but its names are checked "
-                       "all the same)")
+                       "statement did not run in the shape checks, but "
+                       "its names are checked all the same)")
     if statement.traceable:
-        why = "never ran under the grader's cases"
+        why = "did not run in the grader's shape-check runs"
     else:
         why = ("shares its line with an if/for/while/with header, so the "
                "grader cannot tell whether it ran")
@@ -436,7 +436,7 @@ _TITLES = {
     "no_shape": "comment without a shape",
     "unknown_name": "unknown dimension name",
     "wrong_shape": "wrong shape",
-    "never_ran": "note: never ran",
+    "never_ran": "note: not run by the shape checks",
     "not_traced": "note: not checked",
 }
 

@@ -245,7 +245,7 @@ FLAT = {
     "loop.py": (None, "loop", "error", 0.0, ""),
     "pipe.py": (None, "pipe", "error", 0.0, ""),
     "notes.txt": ("my notes\n", "notes.txt", "error", 0.0, ""),
-    "bundle.zip": ("PK\x03\x04", "bundle.zip", "error", 0.0, ""),
+    "bundle.zip": ("PK\x03\x04", "bundle", "error", 0.0, ""),
 }
 FOLDERS = {  # student folders: (module, notebook, score, flag)
     "submitted": (EXAMPLE, None, 9.0, ""),
@@ -314,7 +314,7 @@ def test_every_entry_gets_its_own_row(flat):
         "linked"]["errors"]
     assert "is a FIFO" in rows["pipe"]["errors"]
     assert "broken or looping symbolic link" in rows["loopy"]["errors"]
-    assert "a .zip file" in rows["bundle.zip"]["errors"]
+    assert "not a zip Python can read" in rows["bundle"]["errors"]
     assert "grades.csv" not in rows
     assert float(rows["alice.json"]["task2.shapes"]) == -1.0
 

@@ -159,7 +159,8 @@ CASES = {
         PUBLIC_FAILED, INIT,
         *[f"task1 ✅ {FORWARD.format('2/3', k)}" for k in (1, 2)],
         "task1 ❌ task1.forward 2/3: point 3 of 3 not earned - 2 of 3 "
-        "points: the 'unscaled' credit...",
+        "points: your output matches the reference with the scaling "
+        "removed...",
         *[f"task2 ❌ task2.scores 0/3: point {k} of 3 not earned - ..."
           for k in (1, 2, 3)], CAUSAL, OUTPUT.format(1), OUTPUT.format(2),
         NO_BONUS + "task1.forward did not earn full points"], False),

@@ -44,7 +44,8 @@ BASICS_DIR = SUBMISSIONS / "attention_basics" / "dropout"
 SEED = 7                     # the grade_path fixture's default
 OTHER_SEED = 3               # correct code is also graded under this one
 NEW_IDS = ("heads_not_split", "head_order", "merge_wrong_axes",
-           "mask_inverted", "hardcoded_size", "mask_from_scores")
+           "mask_inverted", "hardcoded_size", "mask_from_scores",
+           "mask_sees_next")
 ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
          "task1.bonus", "task2.scores", "task2.causal", "task2.output",
          "task2.pep8", "task2.shapes")
@@ -134,6 +135,15 @@ CORPUS: dict[str, Expected] = {
         why="with every score 0 every score becomes -inf: NaN rows"),
     "mask_from_scores_where": only(
         "task2.causal", "mask_from_scores", CAUSAL_ONLY, 10),
+    # ---------------------------------------------------- mask_sees_next
+    "mask_sees_next_triu2": only(
+        "task2.causal", "mask_sees_next", CAUSAL_ONLY, 10,
+        why="the other off-by-one: each token also sees the next one"),
+    "mask_sees_next_tril_eq_zero": only(
+        "task2.causal", "mask_sees_next", CAUSAL_ONLY, 10,
+        why="a finite fill (-1e9) still gives exact zeros beyond i + 1"),
+    "mask_sees_next_where": only(
+        "task2.causal", "mask_sees_next", CAUSAL_ONLY, 10),
     # ---------------------------------------------------- hardcoded_size
     "hardcoded_size_view3": Expected(
         T1_FULL, (0, 0, 0, 0, 0), 5, ALL_TASK2,

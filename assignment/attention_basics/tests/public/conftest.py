@@ -59,6 +59,23 @@ def load_module(impl: str) -> ModuleType:
     return importlib.import_module(impl)
 
 
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """``--impl`` names one implementation: refuse, in one line, to run
+    it against the tests of several assignments at once."""
+    if not config.getoption("impl"):
+        return
+    mine = [item.path for item in items if HERE in item.path.parents]
+    folders = sorted({path.relative_to(HERE).parts[0] for path in mine
+                      if path.parent != HERE})
+    if len(folders) > 1:
+        raise pytest.UsageError(
+            f"--impl tests one implementation, but these tests belong to "
+            f"{len(folders)} assignments ({', '.join(folders)}): run one "
+            f"folder, e.g. python -m pytest tests/public/{folders[0]} "
+            f"--impl FILE")
+
+
 @pytest.fixture(scope="module")
 def impl(pytestconfig: pytest.Config, homework_module: str) -> ModuleType:
     """The module under test (``--impl``, else the folder's

@@ -166,6 +166,18 @@ def hides_diagonal(probs: torch.Tensor) -> bool:
     return bool(torch.all(probs[:, hidden] == 0))
 
 
+def sees_next(probs: torch.Tensor) -> bool:
+    """True when every token attends to itself, its past and the next
+    token, and to nothing after that: the mask starts one step too far
+    right (triu(diagonal=2)), whatever the fill."""
+    seq = probs.shape[-1]
+    if seq < 3 or torch.isnan(probs).any():
+        return False
+    beyond = torch.ones(seq, seq, dtype=torch.bool).triu(diagonal=2)
+    following = probs.diagonal(offset=1, dim1=1, dim2=2)
+    return bool(torch.all(probs[:, beyond] == 0) and torch.all(following > 0))
+
+
 def causal_problem(probs: torch.Tensor) -> str | None:
     """What is wrong with the structure of causal probs, or None."""
     seq = probs.shape[-1]
@@ -224,6 +236,10 @@ def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor
         words = ("Every later token gives itself probability 0, and the "
                  "first token, with every score masked, has nothing left "
                  "to attend to.")
+    if sees_next(probs):
+        ids.append("mask_sees_next")
+        words = ("Every token also attends to the token right after it "
+                 "(and to nothing later).")
     if mistakes.hides_past(probs):
         ids.append("mask_inverted")
         words = ("Each token gives probability 0 to the tokens before it "
