@@ -2,9 +2,12 @@
 
 Every file in ``hostile/walls/`` is a submission that attacks one of the
 worker-side walls of docs/threat-model.md ("Walls by construction"): it
-silences an instrument or floods one of the report's caps before it does
-what the rubric forbids. Each is graded for real and must earn exactly
-the scores below, item by item, with the flags that say what it tried.
+silences an instrument or floods one of the report's caps (principle 2),
+walks everything it can reach for the grader's secrets (principle 1),
+loads a second copy of a module to reach a forbidden kernel (principle
+3), or runs code where no trace function follows (principle 4). Each is
+graded for real and must earn exactly the scores below, item by item,
+with the flags that say what it tried.
 """
 from __future__ import annotations
 
