@@ -19,6 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from grader.errors import GraderError
+
 MAX_MEMBERS = 500
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_TOTAL_BYTES = 32 * 1024 * 1024
@@ -26,7 +28,7 @@ MAX_DEPTH = 12
 _SKIPPED = ("__MACOSX",)
 
 
-class ArchiveError(Exception):
+class ArchiveError(GraderError):
     """A zip the grader will not extract; the message says why."""
 
 
