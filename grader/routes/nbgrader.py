@@ -16,6 +16,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from grader.errors import BatchError
 from grader.output.files import write_atomic
@@ -76,6 +77,7 @@ class Recorder:
         self.stage_root, self.reports = stage_root, reports
         self.results = stage_root / "recorded.jsonl"
         self.sent: dict[str, str] = {}
+        self.verdicts: dict[str, dict] = {}
         queue_read, self.send_fd = os.pipe()
 
         def serve(plan_write: int) -> None:
@@ -127,27 +129,36 @@ class Recorder:
             return
         real = str(Path(app.coursedir.root).resolve())
         with one_engine_per_database(), os.fdopen(queue_fd, "rb") as queue:
-            converter = recorder(app, route)
+            converter = None if getattr(args, "verdicts", None) \
+                else recorder(app, route)
             for line in queue:
                 if line == self.END:
                     return
-                index = int(line)
-                message = json.loads((self.stage_root / f"{index}.json")
-                                     .read_text(encoding="utf-8"))
-                submitted = Submitted.from_json(message["submitted"])
-                try:
-                    verdict = course_verdict(
-                        route, submitted, message["row"],
-                        message["record"], str(self.stage_root / str(index)),
-                        real, self.reports)
-                    problem = converter.record(submitted, verdict)
-                except (Exception, SystemExit) as exc:
-                    problem = (f"could not record in the gradebook: "
-                               f"{type(exc).__name__}: "
-                               f"{one_line(str(exc), 300)}")
-                with self.results.open("a", encoding="utf-8") as out:
-                    out.write(json.dumps({"student": submitted.student,
-                                          "problem": problem}) + "\n")
+                self._record(int(line), route, real, converter)
+
+    def _record(self, index: int, route: Route, real: str,
+                converter: Any) -> None:
+        """Record student ``index`` with ``converter`` (or, without one,
+        keep the verdict for :meth:`close`)."""
+        message = json.loads((self.stage_root / f"{index}.json")
+                             .read_text(encoding="utf-8"))
+        submitted = Submitted.from_json(message["submitted"])
+        result: dict[str, Any] = {"student": submitted.student,
+                                  "problem": ""}
+        try:
+            verdict = course_verdict(
+                route, submitted, message["row"], message["record"],
+                str(self.stage_root / str(index)), real, self.reports)
+            if converter is None:
+                result["verdict"] = verdict.as_json()
+            else:
+                result["problem"] = converter.record(submitted, verdict)
+        except (Exception, SystemExit) as exc:
+            result["problem"] = (f"could not record in the gradebook: "
+                                 f"{type(exc).__name__}: "
+                                 f"{one_line(str(exc), 300)}")
+        with self.results.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(result) + "\n")
 
     # -- in the grader ------------------------------------------------------
 
@@ -197,6 +208,8 @@ class Recorder:
         for line in lines:
             result = json.loads(line)
             problems[result["student"]] = result["problem"]
+            if "verdict" in result:
+                self.verdicts[result["student"]] = result["verdict"]
         return {s: p for s, p in problems.items() if p}
 
 
@@ -305,6 +318,9 @@ def run_nbgrader(args: argparse.Namespace) -> int:
     finally:
         unrecorded = nbgrader.close()
         shutil.rmtree(stage_root, ignore_errors=True)
+    verdicts = getattr(args, "verdicts", None)
+    if verdicts:
+        write_atomic(Path(verdicts), json.dumps(nbgrader.verdicts))
     write_csv(out, list(run.rows.values()))
     ran = [run.rows[s.student] for s in submissions
            if s.student in run.rows]
@@ -315,11 +331,13 @@ def run_nbgrader(args: argparse.Namespace) -> int:
                          f"recorded; run the command again to grade "
                          f"them all\n")
         return 130
+    where = (f"verdicts in {verdicts}" if verdicts else
+             f"{plan['db_url']} and {plan['autograded']}/")
     sys.stdout.write(
         f"graded {len(ran) - len(errors)} of {len(submissions)} "
         f"submissions of {args.assignment_id} ({route.kit.id}, "
-        f"{route.notebook_name}) outside the kernel -> {plan['db_url']} "
-        f"and {plan['autograded']}/; grader rows in {out}\n")
+        f"{route.notebook_name}) outside the kernel -> {where}; grader "
+        f"rows in {out}\n")
     for row in errors:
         sys.stdout.write(f"  0 points, not graded: {clean(row['student'])}:"
                          f" {row['errors']}\n")

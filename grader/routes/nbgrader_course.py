@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,17 @@ class Verdict:
     texts: dict[str, str]                # grade id -> the cell's message
     images: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        """The verdict as plain data."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Verdict:
+        """The verdict :meth:`as_json` describes."""
+        return cls({k: float(v) for k, v in data["credits"].items()},
+                   dict(data["texts"]), dict(data.get("images", {})),
+                   list(data.get("notes", [])))
 
 
 def _kit_notebook(notebooks: list[str], kit_id: str | None

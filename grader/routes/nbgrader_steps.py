@@ -1,12 +1,19 @@
 """nbgrader's own classes, extended for the kit (docs/nbgrader.md, "What
-is recorded"): the preprocessors that replace its kernel, and the
-``Autograde`` converter the route records with. Imported only where
-nbgrader runs (the route's recording process).
+is recorded"): the steps that replace its kernel, which the kit's
+``nbgrader_config.py`` puts in ``Autograde``'s preprocessor lists (so a
+plain ``nbgrader autograde``, formgrader's button and ``NbGraderAPI``
+grade outside the kernel too), and the converter ``python -m grader
+nbgrader`` records with. Imported only where nbgrader runs.
 """
 from __future__ import annotations
 
+import json
 import logging
+import re
 import shutil
+import subprocess
+import sys
+import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,10 +31,12 @@ from nbgrader.preprocessors import (AssignLatePenalties, Execute,
                                     NbGraderPreprocessor, SaveAutoGrades)
 from nbgrader.utils import find_all_files
 from sqlalchemy.exc import SAWarning
+from traitlets import Dict
+from traitlets.utils.importstring import import_item
 
 from grader.output.text import one_line
 from grader.routes.nbgrader_course import (CourseError, Route, Submitted,
-                                           Verdict, own_file)
+                                           Verdict, own_file, resolve_route)
 
 
 class CourseApp(NbGrader):
@@ -59,13 +68,125 @@ def open_course(root: Path) -> Any:
 # The preprocessors: what runs instead of a kernel
 
 
-class TrustGradebookCells(NbGraderPreprocessor):
+class KitStep(NbGraderPreprocessor):
+    """What the kit's steps share: the route of the assignment being
+    converted and, in a plain nbgrader command (``nbgrader autograde``,
+    formgrader, ``NbGraderAPI``), the grader's verdicts, which
+    ``python -m grader nbgrader`` hands them in ``resources["grader"]``.
+    """
+
+    kit_assignments = Dict(
+        {}, help="nbgrader assignment id -> the kit assignment that grades "
+                 "it (default: the one whose notebook it has, by name)"
+    ).tag(config=True)
+
+    def converter(self) -> Any:
+        """The nbgrader converter running this step (the exporter's
+        parent); its ``coursedir`` is the course."""
+        owner = self.parent
+        while owner is not None and \
+                getattr(owner, "coursedir", None) is None:
+            owner = getattr(owner, "parent", None)
+        if owner is None:
+            raise CourseError("the kit's grading steps run only inside "
+                              "nbgrader's Autograde (nbgrader autograde)")
+        return owner
+
+    def context(self, resources: dict) -> dict:
+        """``resources["grader"]``: the route (and the verdict, once
+        :class:`GraderOutputs` has it), found when not given."""
+        if "grader" not in resources:
+            assignment = resources["nbgrader"]["assignment"]
+            converter = self.converter()
+            routes = converter.__dict__.setdefault("_kit_routes", {})
+            if assignment not in routes:
+                routes[assignment] = resolve_route(
+                    converter.coursedir, assignment,
+                    self.kit_assignments.get(assignment))
+            route = routes[assignment]
+            resources["grader"] = {"route": route,
+                                   "metadata": route.metadata}
+        return resources["grader"]
+
+    def verdict(self, resources: dict) -> Verdict:
+        """The grader's verdict on this student's submission (graded now,
+        with every other student this command will convert, when the
+        route did not hand it in)."""
+        context = self.context(resources)
+        if "verdict" in context:
+            return context["verdict"]
+        ids = resources["nbgrader"]
+        converter = self.converter()
+        cache = converter.__dict__.setdefault("_kit_verdicts", {})
+        key = (ids["assignment"], ids["student"])
+        if key not in cache:
+            students = pending_students(converter, ids["assignment"],
+                                        ids["notebook"])
+            students = sorted(set(students) | {ids["student"]})
+            graded = grade_outside(
+                Path(converter.coursedir.root), ids["assignment"],
+                students, context["route"].kit.id)
+            for student, verdict in graded.items():
+                cache[(ids["assignment"], student)] = verdict
+        if key not in cache:
+            raise CourseError(f"the grader gave no verdict for "
+                              f"{ids['student']}")
+        context["verdict"] = cache.pop(key)
+        return context["verdict"]
+
+
+def pending_students(converter: Any, assignment: str,
+                     notebook: str) -> list[str]:
+    """The students whose ``assignment`` this converter will still
+    convert (all it found with ``--force``, else those not autograded
+    yet), so that one grading run serves them all."""
+    pattern = converter._format_source(re.escape(assignment),
+                                       "(?P<student_id>[^/]+)", escape=True)
+    students = []
+    for folder in getattr(converter, "assignments", {}) or {}:
+        match = re.fullmatch(pattern, folder)
+        if not match:
+            continue
+        student = match.group("student_id")
+        done = Path(converter._format_dest(assignment, student)) / \
+            f"{notebook}.ipynb"
+        if converter.force or not done.exists():
+            students.append(student)
+    return students
+
+
+def grade_outside(root: Path, assignment: str, students: list[str],
+                  kit: str) -> dict[str, Verdict]:
+    """Grade ``students``' submissions of ``assignment`` as ``python -m
+    grader nbgrader`` does (the same command, in a process of its own, so
+    that a Jupyter server's threads are never forked), recording nothing:
+    their verdicts."""
+    with tempfile.TemporaryDirectory(prefix="grader-verdicts-") as folder:
+        out = Path(folder) / "verdicts.json"
+        command = [sys.executable, "-m", "grader", "nbgrader", assignment,
+                   "--course", str(root), "--kit-assignment", kit,
+                   "--verdicts", str(out)]
+        command += [f"--student={student}" for student in students]
+        done = subprocess.run(command, cwd=root, capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+        if not out.is_file():
+            said = (done.stderr.strip() or done.stdout.strip()
+                    or f"exit status {done.returncode}")
+            raise CourseError(f"python -m grader nbgrader could not grade "
+                              f"{assignment}: "
+                              f"{one_line(said.splitlines()[-1], 300)}")
+        data = json.loads(out.read_text(encoding="utf-8"))
+    return {student: Verdict.from_json(value)
+            for student, value in data.items()}
+
+
+class TrustGradebookCells(KitStep):
     """The gradebook, not the submission, says which cells are graded:
     nbgrader metadata naming no cell of the source notebook is dropped
     and the metadata of a known cell is the source's."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
-        known: dict[str, dict] = resources["grader"]["metadata"]
+        known: dict[str, dict] = self.context(resources)["metadata"]
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader")
             if meta is None:
@@ -79,15 +200,15 @@ class TrustGradebookCells(NbGraderPreprocessor):
         return nb, resources
 
 
-class GraderOutputs(NbGraderPreprocessor):
+class GraderOutputs(KitStep):
     """In place of running a kernel: each autograded cell shows the
     grader's message and ends with its credit (nbgrader's partial
     credit); an autograded cell missing from the submission is put back
     at the end."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        verdict = self.verdict(resources)
         route: Route = resources["grader"]["route"]
-        verdict: Verdict = resources["grader"]["verdict"]
         present = set()
         for cell in nb.cells:
             name = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -125,14 +246,14 @@ def fill_cell(cell: Any, verdict: Verdict, name: str, note: str = "") -> None:
     cell.execution_count = None
 
 
-class SaveGraderScores(NbGraderPreprocessor):
+class SaveGraderScores(KitStep):
     """Each autograded cell's automatic score is the grader's credit,
     whatever the notebook holds; a manual override stays and is flagged
     for review, as nbgrader's SaveAutoGrades does."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         ids = resources["nbgrader"]
-        verdict: Verdict = resources["grader"]["verdict"]
+        verdict = self.verdict(resources)
         with Gradebook(ids["db_url"]) as gradebook:
             for name, credit in verdict.credits.items():
                 grade = gradebook.find_grade(
@@ -141,6 +262,37 @@ class SaveGraderScores(NbGraderPreprocessor):
                 grade.needs_manual_grade = grade.manual_score is not None
             gradebook.db.commit()
         return nb, resources
+
+
+def kit_steps(sanitize: list | None = None, autograde: list | None = None
+              ) -> tuple[list, list]:
+    """``Autograde``'s two preprocessor lists (nbgrader's defaults when
+    not given) with its kernel replaced: :class:`TrustGradebookCells`
+    first, :class:`GraderOutputs` instead of ``Execute`` and
+    :class:`SaveGraderScores` after ``SaveAutoGrades``. The kit's
+    ``nbgrader_config.py`` sets them; the route applies it to whatever a
+    course's configuration holds."""
+    defaults = Autograde.class_traits()
+    if sanitize is None:
+        sanitize = defaults["sanitize_preprocessors"].default()
+    if autograde is None:
+        autograde = defaults["autograde_preprocessors"].default()
+    first = [import_item(p) if isinstance(p, str) else p for p in sanitize]
+    later = [import_item(p) if isinstance(p, str) else p for p in autograde]
+    if TrustGradebookCells not in first:
+        first.insert(0, TrustGradebookCells)
+    later = [GraderOutputs if p is Execute else p for p in later]
+    if GraderOutputs not in later:
+        later.insert(0, GraderOutputs)
+    if SaveGraderScores not in later:
+        if SaveAutoGrades in later:
+            later.insert(later.index(SaveAutoGrades) + 1, SaveGraderScores)
+        elif AssignLatePenalties in later:
+            later.insert(later.index(AssignLatePenalties),
+                         SaveGraderScores)
+        else:
+            later.append(SaveGraderScores)
+    return first, later
 
 
 # --------------------------------------------------------------------------
@@ -179,17 +331,8 @@ class OutsideKernel(Autograde, OwnFilesOnly):
 
     def _init_preprocessors(self) -> None:
         self.exporter._preprocessors = []
-        steps = [TrustGradebookCells, *self.sanitize_preprocessors]
-        later = [GraderOutputs if p is Execute else p
-                 for p in self.autograde_preprocessors]
-        if GraderOutputs not in later:
-            later.insert(0, GraderOutputs)
-        if SaveAutoGrades in later:
-            later.insert(later.index(SaveAutoGrades) + 1, SaveGraderScores)
-        elif AssignLatePenalties in later:
-            later.insert(later.index(AssignLatePenalties), SaveGraderScores)
-        else:
-            later.append(SaveGraderScores)
+        steps, later = kit_steps(self.sanitize_preprocessors,
+                                 self.autograde_preprocessors)
         for step in dict.fromkeys(steps + later):  # each step once
             self.exporter.register_preprocessor(step)
 
