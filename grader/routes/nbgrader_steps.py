@@ -182,19 +182,25 @@ def grade_outside(root: Path, assignment: str, students: list[str],
 
 class TrustGradebookCells(KitStep):
     """The gradebook, not the submission, says which cells are graded:
-    nbgrader metadata naming no cell of the source notebook is dropped
-    and the metadata of a known cell is the source's."""
+    nbgrader metadata naming no cell of the source notebook is dropped,
+    and so is that of all but the last cell naming the same one (as
+    nbgrader's DeduplicateIds keeps the last, but without the empty
+    metadata it leaves, which nbgrader's next pass refuses); the metadata
+    of a known cell is the source's."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         known: dict[str, dict] = self.context(resources)["metadata"]
-        for cell in nb.cells:
+        seen: set[str] = set()
+        for cell in reversed(nb.cells):
             meta = cell.metadata.get("nbgrader")
             if meta is None:
                 continue
             name = meta.get("grade_id") if isinstance(meta, dict) else None
-            if not isinstance(name, str) or name not in known:
+            if not isinstance(name, str) or name not in known \
+                    or name in seen:
                 del cell.metadata["nbgrader"]
                 continue
+            seen.add(name)
             cell.metadata["nbgrader"] = dict(
                 known[name], checksum=meta.get("checksum", ""))
         return nb, resources
