@@ -2,26 +2,34 @@
 
     nbgrader generate_assignment multi_head_attention --force  # assignment/
     # collect the students' work into submitted/<student>/<assignment>/
-    python -m grader nbgrader multi_head_attention     # grade and record
+    nbgrader autograde multi_head_attention   # or formgrader's Autograde,
+    python -m grader nbgrader multi_head_attention  # or this: the same
     nbgrader generate_feedback multi_head_attention    # feedback/<student>/
     nbgrader export                                    # -> grades.csv
 
-``python -m grader nbgrader`` replaces ``nbgrader autograde``: it grades
-each submission with the kit's sandboxed grader, outside any kernel, and
-records the points in gradebook.db and autograded/ through nbgrader's own
-Autograde converter (see README, "Releasing and grading with nbgrader").
-In a kernel (a plain ``nbgrader autograde``) the autograded cells count 0.
+Every way of autograding records the kit's sandboxed grade: the kit's
+steps below replace the kernel in nbgrader's own ``Autograde`` converter
+(``nbgrader autograde``, formgrader's Autograde button,
+``NbGraderAPI.autograde``), and ``python -m grader nbgrader`` (the fast,
+parallel way for a whole class) records through the same converter and
+steps. No kernel runs student code. See docs/nbgrader.md.
 
 The source assignments (notebooks with solutions) live in solutions/source/
 and are generated, like the release in assignment/, by
 ``python -m solutions.build``.
 """
+from grader.routes.nbgrader_steps import kit_steps
 from grader.rubric import assignments
 
 c = get_config()  # noqa: F821 (nbgrader provides get_config)
 
 c.CourseDirectory.source_directory = "solutions/source"
 c.CourseDirectory.release_directory = "assignment"
+
+# Autograde without a kernel: nbgrader's steps, with Execute replaced by
+# the grader's verdicts (grader/routes/nbgrader_steps.py).
+(c.Autograde.sanitize_preprocessors,
+ c.Autograde.autograde_preprocessors) = kit_steps()
 
 # A student may write the classes in the notebook or in the module the
 # notebook imports: keep the submitted module in autograded/ instead of

@@ -71,7 +71,14 @@ def cell_text(report: dict, assignment: Assignment, item_id: str) -> str:
     rubric = assignment.item(item_id)
     credit = nbgrader_credits(report, assignment)[item_id]
     lines = [f"{item_id}: {credit:g} / {rubric.points:g}  "
-             f"({rubric.title})", item["message"]]
+             f"({rubric.title})"]
+    if credit < float(item["score"]):
+        # Said before the message, whose points are the checks' own.
+        lines.append(f"The checks earned {float(item['score']):g} / "
+                     f"{rubric.points:g}; this task's penalties take "
+                     f"{float(item['score']) - credit:g} from this cell "
+                     f"(below).")
+    lines.append(item["message"])
     for mistake in item["diagnosis"]:
         lines.append(f"[{mistake}] {assignment.diagnoses.get(mistake, '')}")
     if credit < float(item["score"]):

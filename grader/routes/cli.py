@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, metavar="N",
         help="seed of the hidden cases (default: $GRADER_SEED if set, "
              "else 2024)")
+    # Used by the kit's steps inside `nbgrader autograde` (formgrader's
+    # button): grade, write each student's verdict, record nothing.
+    course.add_argument("--verdicts", type=Path, help=argparse.SUPPRESS)
     _add_limits(course, "each task's code")
 
     bundle = _command(

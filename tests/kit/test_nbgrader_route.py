@@ -8,12 +8,14 @@ step runs for real with nbgrader 0.9.6: ``generate_assignment``; a class in
 correct notebook, the release with the classes in the module, a notebook
 that hijacks its kernel, one with forged graded cells, no notebook, a
 notebook that is not JSON, a module that is a link to the reference
-solution, a timestamp that is not a date); a plain ``nbgrader
-autograde`` of two of them first, as a course may have run; then ``python
--m grader nbgrader``, ``generate_feedback`` and ``export``. The
-gradebook's automatic scores, per cell and per student, must be the
-credits of ``python -m grader grade`` on the same notebook, with the
-instructor's secret seed. Slow: a few minutes.
+solution, a timestamp that is not a date); a plain ``nbgrader autograde``
+of the class first (with the kit's configuration it grades outside the
+kernel, through the kit's steps); a TA's manual grade and an override of
+an automatic score; then ``python -m grader nbgrader`` (a regrade),
+``generate_feedback`` and ``export``. Both must record the same: the
+gradebook's automatic scores, per cell and per student, are the credits of
+``python -m grader grade`` on the same notebook, with the instructor's
+secret seed. Slow: a few minutes.
 """
 from __future__ import annotations
 
@@ -65,6 +67,11 @@ EXPECTED = {
 # Graded from their notebook: the same points as `python -m grader grade`.
 GRADED = ("alice", "bob", "carol", "dave", "mallory", "trudy")
 MANUAL = ("alice", "q1", 1.0)            # a TA's grade that must survive
+OVERRIDE = ("carol", "task1_forward", 3.0)   # a TA's override of a score
+# What a plain `nbgrader autograde` cannot take in (nbgrader's own
+# limits): no notebook to convert, a notebook that is not JSON, a
+# timestamp.txt that is not a date.
+PLAIN_SKIPS = ("eve", "frank", "ivan")
 
 
 def _run(course: Path, *args: str, check: bool = True
@@ -183,17 +190,18 @@ def course(tmp_path_factory) -> SimpleNamespace:
              "--force", "--log-level=ERROR")
     _submit_class(course)
 
-    # A plain `nbgrader autograde` first: the kernels run the students'
-    # code as the instructor.
-    _run(course, "nbgrader", "autograde", HW, "--create",
-         "--student=[am]*", "--log-level=ERROR")
-    plain = {s: _auto_scores(course, HW, s) for s in ("alice", "mallory")}
+    # A plain `nbgrader autograde` of the class first, as nbgrader's
+    # documentation says: the kit's configuration grades outside the kernel.
+    plain_run = _run(course, "nbgrader", "autograde", HW, "--create",
+                     check=False)
+    graded = [s for s in EXPECTED if s not in PLAIN_SKIPS]
+    plain = {s: _auto_scores(course, HW, s) for s in graded}
+    outputs = {s: _graded_outputs(_autograded(course, s)) for s in graded}
     stolen = course / "stolen_seed.txt"
     stolen_text = stolen.read_text() if stolen.exists() else None
-    stolen.unlink(missing_ok=True)
-    student, cell, points = MANUAL
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        gradebook.find_grade(cell, HW, HW, student).manual_score = points
+        for student, cell, points in (MANUAL, OVERRIDE):
+            gradebook.find_grade(cell, HW, HW, student).manual_score = points
         gradebook.db.commit()
 
     route = _run(course, "grader", "nbgrader", HW, check=False)
@@ -202,12 +210,21 @@ def course(tmp_path_factory) -> SimpleNamespace:
     _run(course, "nbgrader", "generate_feedback", HW, "--log-level=ERROR")
     _run(course, "nbgrader", "export", "--log-level=ERROR")
     return SimpleNamespace(path=course, plain=plain, stolen=stolen_text,
+                           plain_run=plain_run, plain_outputs=outputs,
                            route=route, warmup=warmup)
 
 
 def _autograded(course: Path, student: str) -> dict:
     return json.loads((course / "autograded" / student / HW / NOTEBOOK)
                       .read_text())
+
+
+def _graded_outputs(notebook: dict) -> dict[str, list]:
+    """Each autograded cell's outputs (grade id -> outputs)."""
+    return {c["metadata"]["nbgrader"]["grade_id"]: c["outputs"]
+            for c in notebook["cells"]
+            if c["metadata"].get("nbgrader", {}).get("grade")
+            and c["cell_type"] == "code"}
 
 
 def _feedback(course: Path, student: str) -> str:
@@ -226,14 +243,35 @@ def test_release_equals_the_committed_one(course):
         assert (made / name).read_text() == (committed / name).read_text()
 
 
-def test_plain_autograde_ran_the_students_code(course):
-    """Why the kernel route does not count: plain autograde recorded the
-    hijacker's forged points and let her read the secret seed into the
-    course folder; the honest solution's cells count 0 in a kernel."""
-    forged = course.plain["mallory"]
-    assert sum(forged[c] or 0 for c in CELLS) >= 5, forged
-    assert course.stolen == SEED
-    assert all(course.plain["alice"][c] == 0 for c in CELLS)
+def test_plain_autograde_records_what_the_route_records(course):
+    """``nbgrader autograde`` with the kit's configuration: every cell's
+    score and message are the route's, no kernel ran (the hijacker stole
+    nothing), and what nbgrader itself cannot take in is refused, never
+    scored."""
+    assert course.stolen is None
+    for student, scores in course.plain.items():
+        assert {c: scores[c] for c in CELLS} == EXPECTED[student], student
+        after = _graded_outputs(_autograded(course.path, student))
+        assert course.plain_outputs[student] == after, student
+    log = course.plain_run.stdout + course.plain_run.stderr
+    assert course.plain_run.returncode != 0
+    assert "No notebooks were matched" in log or "eve" not in log
+    for student in ("frank", "ivan"):
+        assert f"for student '{student}'" in log, log[-3000:]
+
+
+def test_an_override_survives_a_regrade(course):
+    """The TA's override of an automatic score stays through the route's
+    regrade, flagged for review; the automatic score is the grader's."""
+    from nbgrader.api import Gradebook
+
+    student, cell, points = OVERRIDE
+    with Gradebook(f"sqlite:///{course.path / 'gradebook.db'}") as gb:
+        grade = gb.find_grade(cell, HW, HW, student)
+        assert grade.manual_score == points
+        assert grade.auto_score == EXPECTED[student][cell]
+        assert grade.needs_manual_grade
+        assert grade.score == points
 
 
 def test_route_reports_every_student(course):
@@ -296,6 +334,8 @@ def test_manual_grades_survive_and_count(course):
     for student, cells in EXPECTED.items():
         row = rows[(HW, student)]
         manual = points if student == MANUAL[0] else 0.0
+        if student == OVERRIDE[0]:
+            manual += OVERRIDE[2] - cells[OVERRIDE[1]]
         assert float(row["raw_score"]) == sum(cells.values()) + manual
         assert float(row["max_score"]) == 16.0
     assert float(rows[(WARMUP, "alice")]["raw_score"]) == 10.0

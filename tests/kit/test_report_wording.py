@@ -83,3 +83,22 @@ def test_an_untouched_class_is_a_note_of_its_task(grade_path):
     summary = report.as_gradescope()["output"].split("\n")
     heading = summary.index("Coding Task 2: MultiHeadSelfAttention: 0 / 6")
     assert summary[heading + 1] == f"  Note: {note}"
+
+
+def test_a_cell_that_pays_a_penalty_says_so_before_its_message(grade_path):
+    """A cell whose credit is less than its checks earned (the task's
+    penalties absorbed there) says why right under its heading, so that
+    the message's own points never contradict the heading."""
+    report = grade_path(SUBMISSIONS / "clamp_penalties.py")
+    assignment = get_assignment(report.assignment)
+    data = report.as_json()
+    lines = cell_text(data, assignment, "task1.forward").split("\n")
+    assert lines[0].startswith("task1.forward: 1 / 3  (")
+    assert lines[1] == ("The checks earned 3 / 3; this task's penalties "
+                        "take 2 from this cell (below).")
+    assert lines[2] == report.item("task1.forward").message
+    assert any(line.startswith("Penalties of this task taken from this "
+                               "cell: task1.pep8 -1") for line in lines)
+    untouched = cell_text(data, assignment, "task1.init").split("\n")
+    assert not any(line.startswith("The checks earned")
+                   for line in untouched)
