@@ -13,6 +13,7 @@ A plug-in's folder may hold ``audit.toml``
     costs = ["task2.scores"]             # the items it must cost
     title = "scores not divided by sqrt(head_size)"
     edits = [{find = "k.T / self.scale", replace = "k.T"}]
+    # pairs = false: never paired (it forfeits its task unjudged)
 
     [[variants]]                         # must earn full marks
     id = "einsum"
@@ -74,6 +75,10 @@ class Mutant:
     costs: tuple[str, ...]
     edits: tuple[Edit, ...]
     title: str = ""
+    #: False for a mistake that forfeits its task's items without judging
+    #: them (a forbidden API): a second mistake there cannot be seen, so
+    #: ``--pairs`` never pairs it.
+    pairs: bool = True
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,8 @@ def _mutant(raw: dict, number: int, rubric: Assignment,
             path: Path) -> Mutant:
     entry_id = _entry_id(raw, "mutant", number, path)
     where = f"mutant {entry_id!r}"
-    unknown = set(raw) - {"id", "diagnosis", "costs", "edits", "title"}
+    unknown = set(raw) - {"id", "diagnosis", "costs", "edits", "title",
+                          "pairs"}
     if unknown:
         raise _fail(path, f"{where}: unknown key(s) {sorted(unknown)}")
     diagnosis = raw.get("diagnosis")
@@ -158,9 +164,12 @@ def _mutant(raw: dict, number: int, rubric: Assignment,
             cost not in items for cost in costs):
         raise _fail(path, f"{where}: costs must list the rubric items it "
                           f"costs (of {sorted(items)}), not {costs!r}")
+    pairs = raw.get("pairs", True)
+    if not isinstance(pairs, bool):
+        raise _fail(path, f"{where}: pairs must be true or false")
     return Mutant(entry_id, diagnosis, tuple(costs),
                   _edits(raw.get("edits"), where, path),
-                  str(raw.get("title", "")))
+                  str(raw.get("title", "")), pairs)
 
 
 def _variant(raw: dict, number: int, path: Path) -> Variant:

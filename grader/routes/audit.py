@@ -103,10 +103,12 @@ def reference_source(catalog: Catalog, root: Path = KIT_ROOT) -> str:
 
 def composable_pairs(catalog: Catalog, reference: str
                      ) -> list[tuple[Mutant, Mutant]]:
-    """Every pair of mutants whose edits touch different lines."""
+    """Every pair of mutants whose edits touch different lines (a mutant
+    with ``pairs = false`` is never paired)."""
     lines = {m.id: touched_lines(reference, m.edits)
              for m in catalog.mutants}
-    return [(a, b) for a, b in itertools.combinations(catalog.mutants, 2)
+    paired = [mutant for mutant in catalog.mutants if mutant.pairs]
+    return [(a, b) for a, b in itertools.combinations(paired, 2)
             if not lines[a.id] & lines[b.id]]
 
 
