@@ -18,7 +18,7 @@ import itertools
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.catalog import (Catalog, CatalogError, Mutant, apply,
@@ -322,15 +322,27 @@ def _summary_line(summary: dict) -> str:
 # The command
 
 
-def catalog_of(plugin: Plugin, path: Path | None) -> Catalog | None:
+def catalog_of(plugin: Plugin, path: Path | None,
+               only: list[str] | None = None) -> Catalog | None:
     """The plug-in's catalog, or the draft catalog ``path`` (validated
-    against the same rubric; it need not cover every diagnosis)."""
+    against the same rubric; it need not cover every diagnosis); with
+    ``only``, just those mutants (and every variant)."""
     if path is None:
-        return plugin.catalog
-    try:
-        return load_catalog(path, plugin.rubric, complete=False)
-    except CatalogError as exc:
-        raise CliError(str(exc)) from exc
+        catalog = plugin.catalog
+    else:
+        try:
+            catalog = load_catalog(path, plugin.rubric, complete=False)
+        except CatalogError as exc:
+            raise CliError(str(exc)) from exc
+    if catalog is None or not only:
+        return catalog
+    known = {mutant.id for mutant in catalog.mutants}
+    unknown = [mutant_id for mutant_id in only if mutant_id not in known]
+    if unknown:
+        raise CliError(f"--only: no mutant {', '.join(unknown)} in the "
+                       f"catalog of {plugin.id}")
+    return replace(catalog, mutants=tuple(
+        mutant for mutant in catalog.mutants if mutant.id in only))
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -339,7 +351,7 @@ def run_audit(args: argparse.Namespace) -> int:
     from grader.engine import resolve_seed
 
     plugin = load(args.assignment)
-    catalog = catalog_of(plugin, args.catalog)
+    catalog = catalog_of(plugin, args.catalog, args.only)
     if catalog is None:
         sys.stderr.write(
             f"python -m grader audit: {plugin.id} has no audit catalog "

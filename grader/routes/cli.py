@@ -46,7 +46,9 @@ EXAMPLES = {
     "audit": ("python -m grader audit ASSIGNMENT_ID",
               "python -m grader audit ASSIGNMENT_ID --pairs --jobs 2 "
               "--out audit/",
-              "python -m grader audit ASSIGNMENT_ID --catalog draft.toml"),
+              "python -m grader audit ASSIGNMENT_ID --catalog draft.toml",
+              "python -m grader audit ASSIGNMENT_ID --pairs --only MUTANT "
+              "MUTANT ..."),
 }
 
 
@@ -332,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--catalog", type=Path, metavar="FILE",
         help="audit this draft catalog instead of the assignment's "
              "audit.toml (it need not cover every diagnosis)")
+    audit.add_argument(
+        "--only", nargs="+", metavar="MUTANT",
+        help="grade only these mutants (and their pairs with --pairs), "
+             "with every variant: a bounded audit, e.g. in CI")
     audit.add_argument(
         "--seed", type=int, metavar="N",
         help="seed of the hidden cases (default: as grade)")

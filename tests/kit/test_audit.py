@@ -280,3 +280,22 @@ def test_pairs_touch_different_lines_and_each_mistake_is_named(
     assert half["problems"] == ["mask_zero_fill (changes_nothing) is not "
                                 "named on task2.causal"]
     assert report["summary"]["pairs"] == 5
+
+
+def test_only_bounds_the_audit_to_named_mutants() -> None:
+    from grader.errors import CliError
+    from grader.routes.audit import catalog_of
+
+    real = plugin.load("multi_head_attention")
+    bounded = catalog_of(real, None, ["no_scaling", "probs_shape"])
+    assert [m.id for m in bounded.mutants] == ["no_scaling", "probs_shape"]
+    assert bounded.variants == real.catalog.variants
+    with pytest.raises(CliError, match="--only: no mutant nope"):
+        catalog_of(real, None, ["nope"])
+    # A forbidden API forfeits its task unjudged: never paired.
+    forbidden = [m for m in real.catalog.mutants
+                 if m.diagnosis == "forbidden_api"]
+    assert forbidden and not any(m.pairs for m in forbidden)
+    reference = reference_source(real.catalog)
+    assert not any(forbidden[0] in pair for pair in
+                   composable_pairs(real.catalog, reference))

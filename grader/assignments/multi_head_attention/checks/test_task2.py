@@ -409,6 +409,10 @@ def diagnose_output(case: Case, student: torch.Tensor
         ids += mistakes.matching(student, {
             "reshape_not_transpose": lambda: mistakes.output_variant(
                 case, split_transpose=False, merge_transpose=False)})
+    if not ids and mistakes.matching(student, {
+            "both": lambda: mistakes.output_variant(
+                case, merge_transpose=False, mix=False)}):
+        return ["reshape_not_transpose", "no_mix"], ""
     words = ""
     for mixed in (True, False):
         if mistakes.moved_values(case, student, mixed=mixed):
