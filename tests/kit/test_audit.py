@@ -299,3 +299,33 @@ def test_only_bounds_the_audit_to_named_mutants() -> None:
     reference = reference_source(real.catalog)
     assert not any(forbidden[0] in pair for pair in
                    composable_pairs(real.catalog, reference))
+
+
+def test_the_known_composite_misses_are_named(tmp_path: Path) -> None:
+    """The two composites the kit once missed, from the real catalog: a
+    mask hiding the past behind probs of the wrong shape, and wrong merge
+    axes behind a hard-coded size; each mistake is named on its item."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "audit", "multi_head_attention",
+         "--pairs", "--jobs", "2", "--out", str(out), "--only",
+         "probs_shape", "mask_inverted", "merge_hardcoded_heads",
+         "merge_wrong_axes"], cwd=KIT, capture_output=True, text=True,
+        timeout=600, env={**os.environ, "PYTHONPATH": str(KIT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "audit.json").read_text(encoding="utf-8"))
+    pairs = {e["id"]: e for e in report["entries"] if e["kind"] == "pair"}
+    assert len(pairs) == 6 and all(e["ok"] for e in pairs.values())
+    masked = pairs["mask_inverted__probs_shape"]["named"]["task2.causal"]
+    assert {"probs_shape", "mask_inverted"} <= set(masked)
+    merged = pairs["merge_hardcoded_heads__merge_wrong_axes"]["named"]
+    assert {"hardcoded_size", "merge_wrong_axes"} <= set(
+        merged["task2.output"])
+    graded = out / "reports"
+    messages = [json.loads(path.read_text())["report"]["items"]
+                for path in graded.rglob("*.json")
+                if "mask_inverted__probs_shape" in path.as_posix()]
+    causal = [item["message"] for items in messages for item in items
+              if item["id"] == "task2.causal"]
+    assert causal and "reshape them after the softmax" in causal[0]
+    assert "the mask is inverted" in causal[0]
