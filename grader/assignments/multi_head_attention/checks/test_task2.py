@@ -299,9 +299,11 @@ def hides_future(probs: torch.Tensor) -> bool:
     return bool(torch.all(probs[:, future] == 0))
 
 
-def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor
-                    ) -> tuple[list[str], str]:
-    """Known mask mistakes that explain wrong causal probabilities."""
+def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor,
+                    unmasked_id: str = "") -> tuple[list[str], str]:
+    """Known mask mistakes that explain wrong causal probabilities
+    (``unmasked_id``: the probe of the same input without the mask,
+    default ``probs:<case>``)."""
     base = case.name.removesuffix("-equal-scores")
     if base != case.name:
         # All scores equal: a mask read from the score values is empty
@@ -316,7 +318,7 @@ def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor
                 "seq_len).triu(1).")
         return [], ""
     ids, words = [], ""
-    unmasked = optional_probs(task2, f"probs:{case.name}")
+    unmasked = optional_probs(task2, unmasked_id or f"probs:{case.name}")
     if unmasked is not None and close(probs, unmasked):
         ids.append("mask_ignored")
     ids += mistakes.matching(probs, {
@@ -354,7 +356,9 @@ def causal_diagnosis(task2: TaskRun, probe_id: str,
         probs = probs_of(task2, probe_id)[1]
     if causal_problem(probs) is None:
         return [], ""
-    return diagnose_causal(task2, case, probs)
+    sibling = (probe_id.removesuffix(":causal") + ":probs"
+               if probe_id.startswith("size:") else "")
+    return diagnose_causal(task2, case, probs, sibling)
 
 
 def optional_probs(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
