@@ -23,6 +23,9 @@ Measured side by side, in one run, on the same machine:
   the fork server, the checks) and its cost per submission (the slope),
   from which it prints the wall time of a class of 300, 3,000 and 30,000
   cut into N shards on nodes like this one (docs/cluster.md).
+* ``python -m grader audit`` of ``--audit`` (default the homework): its
+  singles and variants, once (issue 27's goal: under a minute on 2
+  cores).
 
 The first four are measured in rounds (``--repeat`` of them), interleaved
 so that a change in the machine's load touches them alike; medians.
@@ -37,6 +40,7 @@ run it on an idle machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -133,6 +137,16 @@ def _autograde(course: Path, count: int) -> float:
                      ASSIGNMENT, "--create", "--force"], plain) / count
 
 
+def _audited(report: Path) -> str:
+    """What an audit graded, in words, from its audit.json."""
+    try:
+        summary = json.loads(report.read_text(encoding="utf-8"))["summary"]
+    except (OSError, ValueError, KeyError):
+        return "(no audit.json)"
+    return (f"{summary['mutants']} mutants, {summary['variants']} "
+            f"variants and the reference")
+
+
 def _judges() -> str:
     """How many judges the batch ran at once (its default ``--jobs``)."""
     result = subprocess.run(
@@ -206,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--autograde", type=int, default=3,
                         help="of those, how many plain 'nbgrader "
                              "autograde' runs (default 3; 0 skips it)")
+    parser.add_argument("--audit", default=ASSIGNMENT, metavar="ID",
+                        help="the assignment whose audit (singles and "
+                             "variants) is timed once (default "
+                             f"{ASSIGNMENT}; '' skips it)")
     args = parser.parse_args(argv)
     global LOAD
     LOAD = os.getloadavg()[0]
@@ -243,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
                     course) / args.notebooks)
         notebook = (_autograde(course, args.autograde)
                     if args.notebooks and args.autograde else None)
+        audit = (_run([python, "-m", "grader", "audit", args.audit,
+                       "--out", str(Path(tmp) / "audit")], name="audit")
+                 if args.audit else None)
+        entries = (_audited(Path(tmp) / "audit" / "audit.json")
+                   if args.audit else "")
     floor, single, batch = (statistics.median(times[k])
                             for k in ("floor", "single", "batch"))
     route = statistics.median(times["route"]) if times["route"] else None
@@ -256,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     if notebook is not None:
         rows.append((f"nbgrader autograde, per notebook "
                      f"({args.autograde})", notebook))
+    if audit is not None:
+        rows.append((f"grader audit {args.audit} (once)", audit))
     print(f"machine: {machine()}")
     print(f"{'measurement':<44} {'seconds':>8}")
     for label, seconds in rows:
@@ -280,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{100 * cpu / (cores * wall):.0f}% busy with {_judges()} judges "
           f"(load average before: {LOAD:.2f})")
     scale(statistics.median(times["one"]), batch * args.batch, args.batch)
+    if audit is not None:
+        print(f"audit of {args.audit}: {entries} in {audit:.1f} s "
+              f"(goal: under 60 s on 2 cores)")
     if route is not None:
         print(f"grader nbgrader per notebook / grade "
               f"{route / single:5.2f}  (goal: at most 0.25)")

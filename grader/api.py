@@ -9,6 +9,7 @@ docs/adding-an-assignment.md shows them at work.
 """
 from __future__ import annotations
 
+from grader.catalog import Catalog, Edit, Mutant, Variant
 from grader.judge.checking import (ATOL, RTOL, CheckFailed, close, explained,
                                    fail, fail_probes, failure_of, max_error,
                                    require_ran, returned, share_bounds,
@@ -23,6 +24,8 @@ from grader.wire import encode_tensor
 __all__ = [
     # the plug-in itself (grader.plugin)
     "Plugin",
+    # its audit catalog, read from audit.toml (grader.catalog)
+    "Catalog", "Edit", "Mutant", "Variant",
     # its plan: cases and the probes each worker runs (grader.plan)
     "Case", "Plan", "ProbeInfo", "derive_seed", "probe",
     # what the sandbox observed (grader.run.observe)

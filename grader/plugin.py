@@ -24,6 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from grader.catalog import CATALOG_FILE, Catalog, CatalogError
+from grader.catalog import load as load_catalog
 from grader.errors import PluginError
 from grader.output.text import one_line
 from grader.rubric import (ASSIGNMENTS_DIR, Assignment, RubricError,
@@ -57,7 +59,11 @@ class Plugin:
     values shipped to students in ``transformer_lm/`` (optional: an
     assignment may ship none). The rubric, the checks, the stub and the
     forbidden APIs are data in the plug-in's folder: ``rubric.toml``
-    (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``.
+    (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``,
+    and the audit catalog of known mistakes and correct variants,
+    ``audit.toml`` (:mod:`grader.catalog`; optional for grading, and left
+    out of the student copies; ``python -m grader audit`` reports a
+    plug-in without one).
     """
 
     id: str
@@ -83,6 +89,19 @@ class Plugin:
     def stub_file(self) -> Path:
         """The released stub (what an untouched submission looks like)."""
         return self.folder / "stub.py"
+
+    @property
+    def catalog_file(self) -> Path:
+        """Its audit catalog (mutants and correct variants)."""
+        return self.folder / CATALOG_FILE
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """Its audit catalog, read and validated against the rubric
+        (cached); None when the folder holds none."""
+        if not self.catalog_file.is_file():
+            return None
+        return _catalog(self.folder)
 
     @property
     def rubric(self) -> Assignment:
@@ -139,6 +158,10 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
         raise _fail(plugin_id, str(exc)) from exc
     if rubric.id != plugin_id:
         raise _fail(plugin_id, f"rubric.toml says id = {rubric.id!r}")
+    try:
+        plugin.catalog
+    except CatalogError as exc:
+        raise _fail(plugin_id, str(exc)) from exc
     missing = _undefined_targets(plugin.stub_file,
                                  [task.target for task in rubric.tasks])
     if missing:
@@ -163,6 +186,11 @@ def _undefined_targets(stub: Path, targets: list[str]) -> list[str]:
 @cache
 def _rubric(folder: Path) -> Assignment:
     return load_assignment(folder)
+
+
+@cache
+def _catalog(folder: Path) -> Catalog:
+    return load_catalog(folder / CATALOG_FILE, _rubric(folder))
 
 
 def load(plugin_id: str, package: str | None = None) -> Plugin:

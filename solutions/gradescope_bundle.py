@@ -54,6 +54,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from grader.catalog import CATALOG_FILE
 from grader.constants import SEED_ENV, TORCH_CPU_INDEX, TORCH_VERSION
 from grader.errors import CliError
 from grader.routes.gradescope_driver import (DEFAULT_HIDDEN_DETAILS,
@@ -115,9 +116,13 @@ def pinned_requirements(extra: tuple[str, ...] = (),
 
 
 def _shipped(path: Path) -> bool:
+    """A kit file the bundle and the student repository ship: never a
+    cache, the seed, or an assignment's audit catalog (instructor-only: its
+    edits quote the reference solution)."""
     return (not any(part in _SKIPPED_PARTS for part in path.parts)
             and path.suffix not in _SKIPPED_SUFFIXES
-            and path.as_posix() != SEED_FILE)
+            and path.as_posix() != SEED_FILE
+            and path.name != CATALOG_FILE)
 
 
 def kit_files(root: Path = KIT_ROOT) -> list[Path]:

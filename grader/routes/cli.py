@@ -43,6 +43,12 @@ EXAMPLES = {
     "gradescope-bundle": ("python -m grader gradescope-bundle autograder.zip "
                           "\\\n      --assignment ASSIGNMENT_ID",),
     "assignments": ("python -m grader assignments",),
+    "audit": ("python -m grader audit ASSIGNMENT_ID",
+              "python -m grader audit ASSIGNMENT_ID --pairs --jobs 2 "
+              "--out audit/",
+              "python -m grader audit ASSIGNMENT_ID --catalog draft.toml",
+              "python -m grader audit ASSIGNMENT_ID --pairs --only MUTANT "
+              "MUTANT ..."),
 }
 
 
@@ -58,10 +64,11 @@ def _top_epilog() -> str:
     summary = exit_status_text((
         ("0", "done (grade: a grade was produced, whatever the score)"),
         ("1", "done, but some submissions could not be graded (batch, "
-              "nbgrader), or the code does not parse (shapes)"),
+              "nbgrader), the code does not parse (shapes), or the rubric "
+              "misses a known mistake (audit)"),
         ("2", "nothing was done: a bad path, an unreadable file, bad "
               "options"),
-        ("130", "interrupted (batch, nbgrader)")))
+        ("130", "interrupted (batch, nbgrader, audit)")))
     return (f"examples:\n{examples}\n\n{summary}\n"
             f"'python -m grader COMMAND --help' says what each command's "
             f"exit status means.\n")
@@ -315,6 +322,42 @@ def build_parser() -> argparse.ArgumentParser:
                              "Gradescope: visible, after_due_date "
                              "(default), after_published or hidden")
 
+    audit = _command(
+        commands, "audit",
+        "prove what an assignment's rubric catches (mutation testing)",
+        "Grade every known mistake of the assignment's catalog (its "
+        "audit.toml: small named edits of the reference solution) and "
+        "every correct variant through the real pipeline, in parallel as "
+        "a batch does, and print what each lost and which diagnosis was "
+        "named. A mutant must lose the items it declares and be named; a "
+        "variant must earn full marks. Writes audit.json and audit.md "
+        "into --out (docs/adding-an-assignment.md, 'The audit').")
+    audit.add_argument("assignment", metavar="ASSIGNMENT_ID",
+                       help="the assignment to audit (python -m grader "
+                            "assignments lists them)")
+    audit.add_argument(
+        "--pairs", action="store_true",
+        help="also grade every pair of mutants that touch different "
+             "lines: each mistake must be named on one of its items")
+    audit.add_argument(
+        "--jobs", type=_positive(int), metavar="N",
+        help="submissions graded at once (default: the usable cores + 1)")
+    audit.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="where the submissions, reports, audit.json and audit.md go "
+             "(default: ./audit-ASSIGNMENT_ID)")
+    audit.add_argument(
+        "--catalog", type=Path, metavar="FILE",
+        help="audit this draft catalog instead of the assignment's "
+             "audit.toml (it need not cover every diagnosis)")
+    audit.add_argument(
+        "--only", nargs="+", metavar="MUTANT",
+        help="grade only these mutants (and their pairs with --pairs), "
+             "with every variant: a bounded audit, e.g. in CI")
+    audit.add_argument(
+        "--seed", type=int, metavar="N",
+        help="seed of the hidden cases (default: as grade)")
+
     _command(commands, "assignments",
              "list the assignments the grader knows",
              "List the assignments the grader knows: id, title, points "
@@ -417,6 +460,12 @@ def _bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from grader.routes.audit import run_audit
+
+    return run_audit(args)
+
+
 def _assignments(args: argparse.Namespace) -> int:
     from grader.plugin import plugins
 
@@ -431,7 +480,7 @@ def _assignments(args: argparse.Namespace) -> int:
 #: The commands that need no sandbox (they run no submission).
 NO_SANDBOX = ("assignments", "gradescope-bundle")
 #: The commands that run submissions in workers of the fork server.
-WORKERS = ("grade", "shapes", "batch", "nbgrader")
+WORKERS = ("grade", "shapes", "batch", "nbgrader", "audit")
 
 
 def platform_problem() -> str | None:
@@ -466,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                 "summary": _summary, "merge": _merge,
                 "similarity": _similarity,
                 "nbgrader": _nbgrader, "gradescope-bundle": _bundle,
-                "assignments": _assignments}
+                "assignments": _assignments, "audit": _audit}
     if args.command in WORKERS:
         from grader.run import forkserver
 

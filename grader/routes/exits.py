@@ -55,6 +55,18 @@ EXIT_STATUS = {
               "a tool whose version cannot be pinned, an unwritable "
               "OUT.zip")),
     "assignments": (("0", "always"),),
+    "audit": (
+        ("0", "every mutant lost the items it declares and was named by "
+              "its diagnosis, every correct variant earned full marks "
+              "(and, with --pairs, each mistake of every pair was named)"),
+        ("1", "a hole: a mutant passes every item or an item it declares, "
+              "costs an item it does not declare, or its diagnosis is not "
+              "named; a variant loses a point; the reference is not at "
+              "full marks; or the assignment has no catalog"),
+        ("2", "nothing was audited: an unknown assignment, a catalog whose "
+              "edits do not apply, no reference solution (a student copy), "
+              "bad options"),
+        ("130", "interrupted")),
 }
 
 

@@ -312,6 +312,7 @@ EXIT_CODES = {
     ("grader", "nbgrader"): ("0", "1", "2", "130"),
     ("grader", "gradescope-bundle"): ("0", "2"),
     ("grader", "assignments"): ("0",),
+    ("grader", "audit"): ("0", "1", "2", "130"),
     ("grader.classroom", "grade"): ("0", "1", "2"),
     ("grader.classroom", "run"): ("124", "127", "128+S", "2"),
 }

@@ -31,8 +31,9 @@ GRADER = KIT / "grader"
 
 #: The modules at grader/'s top: the engine, the contracts every stage
 #: shares, and the two entry points.
-TOP_LEVEL = {"__init__", "__main__", "api", "classroom", "constants",
-             "engine", "errors", "plan", "plugin", "rubric", "wire"}
+TOP_LEVEL = {"__init__", "__main__", "api", "catalog", "classroom",
+             "constants", "engine", "errors", "plan", "plugin", "rubric",
+             "wire"}
 #: grader/'s subpackages: the stages and the two sides.
 SUBPACKAGES = {"analyse", "assignments", "judge", "locate", "output",
                "routes", "run", "shapes", "worker"}

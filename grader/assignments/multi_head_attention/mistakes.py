@@ -206,6 +206,67 @@ def describe_order(order: list[int], batch_size: int,
     return f"{wrong} of the {len(order)} rows are in another row's place"
 
 
+def head_major_rows(student: torch.Tensor, batch_size: int,
+                    num_heads: int) -> torch.Tensor:
+    """``student``'s ``[seq, seq]`` blocks put back in batch-major order,
+    read as head-major (row i holds head i // batch_size of sequence
+    i % batch_size)."""
+    rows = [(i % num_heads) * batch_size + i // num_heads
+            for i in range(batch_size * num_heads)]
+    return student[rows]
+
+
+def full_width_scale(case: Case, student: torch.Tensor) -> float | None:
+    """The scale constant of probabilities whose blocks are single-head
+    attention over the full ``hidden`` width (:func:`full_width_blocks`):
+    the first block's fit, or None."""
+    x, weights = case.float64()
+    q, k = (reference.project(x, weights, n) for n in "qk")
+    scores = q @ k.transpose(1, 2)
+    seq = scores.shape[-1]
+    if student.dim() < 3 or tuple(student.shape[-2:]) != (seq, seq):
+        return None
+    first = student.reshape(-1, seq, seq)[0]
+    for full in scores:
+        c = softmax_scale(full, first)
+        if c is not None:
+            return c
+    return None
+
+
+def equal_fill(probs: torch.Tensor) -> list[str]:
+    """The mask mistakes a causal mask filled with 0 (not -inf) shows:
+    in every row the masked positions share one probability > 0 (their
+    scores were all set to 0). ``["mask_zero_fill"]`` when the future is
+    so filled, with ``"mask_diagonal"`` when the current token is too,
+    with ``"mask_inverted"`` when the past is filled instead."""
+    seq = probs.shape[-1]
+    if seq < 3 or probs.dim() < 2 or probs.shape[-2] != seq:
+        return []
+    rows = probs.reshape(-1, seq, seq).double()
+
+    def filled(region: torch.Tensor) -> bool:
+        judged = [i for i in range(seq) if int(region[i].sum()) >= 2]
+        if not judged:
+            return False
+        for i in judged:
+            values = rows[:, i][:, region[i]]
+            first = values[:, :1]
+            if not (torch.all(values > 0) and torch.allclose(
+                    values, first.expand_as(values), rtol=RTOL, atol=ATOL)):
+                return False
+        return True
+
+    ones = torch.ones(seq, seq, dtype=torch.bool)
+    if filled(ones.triu(0)):
+        return ["mask_zero_fill", "mask_diagonal"]
+    if filled(ones.triu(1)):
+        return ["mask_zero_fill"]
+    if filled(ones.tril(-1)):
+        return ["mask_zero_fill", "mask_inverted"]
+    return []
+
+
 def full_width_blocks(case: Case, student: torch.Tensor) -> bool:
     """True when every ``[seq, seq]`` block of ``student`` is single-head
     attention of one sequence over the full ``hidden`` width (the

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from grader.api import (ATOL, RTOL, Case, TaskRun, close, explained, fail,
+from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
+                        explained, fail,
                         max_error, require_ran, returned, share_bounds,
                         tensor_of)
 from grader.assignments.multi_head_attention import mistakes, reference
@@ -40,11 +41,55 @@ def contract(case: Case) -> list[tuple[int, ...]]:
     return [(bs, seq, s["hidden"]), (bs * heads, seq, seq)]
 
 
-def hardcoded(task2: TaskRun, kind: str
+def hardcoded(task2: TaskRun, kind: str,
+              behind: Callable[[], tuple[list[str], str]] | None = None
               ) -> Callable[[], tuple[list[str], str]]:
     """The ``hardcoded_size`` explanation of a failure on ``kind``
-    ("probs" or "causal") probes, computed when a check fails."""
-    return lambda: mistakes.size_dependence(task2, f":{kind}", contract)
+    ("probs" or "causal") probes, computed when a check fails; with
+    ``behind``, the mistakes the cases that did run show too (a second
+    mistake hidden behind the hard-coded size is still named)."""
+    def explain() -> tuple[list[str], str]:
+        ids, words = mistakes.size_dependence(task2, f":{kind}", contract)
+        if not ids:  # probs in another layout: still a hard-coded size
+            ids, words = mistakes.size_dependence(task2, f":{kind}",
+                                                  four_dimensional)
+        if ids and behind is not None:
+            more, said = behind()
+            ids += [name for name in more if name not in ids]
+            words = f"{words} {said}".strip()
+        return ids, words
+    return explain
+
+
+def on_cases_that_ran(task2: TaskRun, kind: str,
+                      judge: Callable[[str], tuple[list[str], str]]
+                      ) -> Callable[[], tuple[list[str], str]]:
+    """``judge(probe_id)``'s diagnosis on the first public-size probe of
+    ``kind`` ("probs" or "causal": ``size:<case>:same:<kind>``) that ran
+    and shows a mistake (none: nothing)."""
+    def diagnose() -> tuple[list[str], str]:
+        for probe_id in task2.probe_ids("size:"):
+            if not probe_id.endswith(f":same:{kind}") \
+                    or not task2.result(probe_id).ok:
+                continue
+            try:
+                ids, words = judge(probe_id)
+            except CheckFailed as exc:
+                ids, words = list(exc.diagnoses), exc.message
+            except (AssertionError, RuntimeError):
+                continue
+            if ids:
+                return ids, f"Where the code runs: {words}".strip()
+        return [], ""
+    return diagnose
+
+
+def four_dimensional(case: Case) -> list[tuple[int, ...]]:
+    """The shapes of (att, probs) with probs as [bs, num_heads, seq, seq]
+    (the ``probs_shape`` mistake)."""
+    s = case.sizes
+    bs, seq, heads = s["batch_size"], s["seq_len"], s["num_heads"]
+    return [(bs, seq, s["hidden"]), (bs, heads, seq, seq)]
 
 
 def pair(task2: TaskRun, probe_id: str) -> tuple[Case, object, object]:
@@ -60,19 +105,42 @@ def pair(task2: TaskRun, probe_id: str) -> tuple[Case, object, object]:
     return case, value.items[0], value.items[1]
 
 
-def probs_of(task2: TaskRun, probe_id: str) -> tuple[Case, torch.Tensor]:
-    """The returned probs, checked to be [bs * num_heads, seq, seq]."""
+def probs_of(task2: TaskRun, probe_id: str,
+             diagnose: Callable[[Case, torch.Tensor],
+                                tuple[list[str], str]] | None = None
+             ) -> tuple[Case, torch.Tensor]:
+    """The returned probs, checked to be [bs * num_heads, seq, seq].
+
+    probs returned as [bs, num_heads, seq, seq] fail ``probs_shape``;
+    ``diagnose(case, flattened probs)`` then names the mistakes their
+    values show too (one failure, every mistake named)."""
+    case, probs = any_shape_probs(task2, probe_id)
+    s = case.sizes
+    bs, seq, heads = s["batch_size"], s["seq_len"], s["num_heads"]
+    if probs is not None:
+        ids, words = diagnose(case, probs) if diagnose else ([], "")
+        fail(f"probs on {case.describe()} have shape "
+             f"{[bs, heads, seq, seq]} = [batch_size, num_heads, seq_len, "
+             f"seq_len]; expected {[bs * heads, seq, seq]} = {PROBS}: "
+             f"reshape them after the softmax. {words}".rstrip(),
+             "probs_shape", *ids)
+    _, _, value = pair(task2, probe_id)
+    return case, tensor_of(value, "probs", (bs * heads, seq, seq), PROBS,
+                           case)
+
+
+def any_shape_probs(task2: TaskRun, probe_id: str
+                    ) -> tuple[Case, torch.Tensor | None]:
+    """probs returned as [bs, num_heads, seq, seq], flattened to the
+    contract's [bs * num_heads, seq, seq] (None when they are not in that
+    layout)."""
     case, _, probs = pair(task2, probe_id)
     s = case.sizes
     bs, seq, heads = s["batch_size"], s["seq_len"], s["num_heads"]
-    if probs.kind == "tensor" and tuple(probs.shape) == (bs, heads, seq,
-                                                         seq):
-        fail(f"probs on {case.describe()} have shape {list(probs.shape)} "
-             f"= [batch_size, num_heads, seq_len, seq_len]; expected "
-             f"{[bs * heads, seq, seq]} = {PROBS}: reshape them after the "
-             f"softmax.", "probs_shape")
-    return case, tensor_of(probs, "probs", (bs * heads, seq, seq), PROBS,
-                           case)
+    if probs.kind == "tensor" and probs.tensor is not None and tuple(
+            probs.shape) == (bs, heads, seq, seq):
+        return case, probs.tensor.reshape(bs * heads, seq, seq)
+    return case, None
 
 
 def att_of(task2: TaskRun, probe_id: str) -> tuple[Case, torch.Tensor]:
@@ -90,10 +158,20 @@ def expected(case: Case, causal: bool = False
     return reference.multi_head(x, weights, case.sizes["num_heads"], causal)
 
 
-def scored_probs(task2: TaskRun) -> Iterator[tuple[Case, torch.Tensor]]:
-    """Every non-causal probs with its case."""
+def scored_probs(task2: TaskRun, named: bool = False
+                 ) -> Iterator[tuple[Case, torch.Tensor]]:
+    """Every non-causal probs with its case (``named``: a wrong layout's
+    failure also names what is wrong with the values)."""
     for probe_id in task2.probe_ids("probs:"):
-        yield probs_of(task2, probe_id)
+        yield probs_of(task2, probe_id, values_diagnosis if named else None)
+
+
+def values_diagnosis(case: Case, probs: torch.Tensor
+                     ) -> tuple[list[str], str]:
+    """diagnose_probs, when probs differ from the reference."""
+    if close(probs, expected(case)[1]):
+        return [], ""
+    return diagnose_probs(case, probs)
 
 
 def scores_correct(task2: TaskRun) -> bool:
@@ -130,15 +208,41 @@ def diagnose_probs(case: Case, student: torch.Tensor
                   "over all hidden features of q and k: every head uses "
                   "the full projections instead of its own head_size "
                   "slice.")
+        more, said = mistakes.scale_diagnosis(
+            mistakes.full_width_scale(case, student), head_size ** 0.5, s)
+        ids += more
+        words += f" {said}" if said else ""
+    elif not ids:
+        ids, words = reordered_scale(case, student)
     return ids, words.strip()
+
+
+def reordered_scale(case: Case, student: torch.Tensor
+                    ) -> tuple[list[str], str]:
+    """head_order and a scale mistake together: the rows read head-major
+    are the reference's at another scale."""
+    s = case.sizes
+    head_size = s["hidden"] // s["num_heads"]
+    rows = mistakes.head_major_rows(student, s["batch_size"],
+                                    s["num_heads"])
+    ids, words = mistakes.scale_diagnosis(
+        mistakes.fit_scale_probs(case, rows), head_size ** 0.5, s)
+    if not ids:
+        return [], ""
+    return ["head_order"] + ids, (
+        f"{words} Read head-major (row i holds head i // batch_size of "
+        f"sequence i % batch_size), the rows are the reference's at that "
+        f"scale: row b * num_heads + h must hold head h of sequence b.")
 
 
 @pytest.mark.item("task2.scores")
 def test_probs_match_reference(task2: TaskRun) -> None:
     """Non-causal probs: right shape, batch-major, equal to the reference."""
-    with explained(hardcoded(task2, "probs")):
+    behind = on_cases_that_ran(task2, "probs", lambda probe_id:
+                               values_diagnosis(*probs_of(task2, probe_id)))
+    with explained(hardcoded(task2, "probs", behind)):
         require_ran(task2, task2.probe_ids("probs:"), CALL)
-        for case, probs in scored_probs(task2):
+        for case, probs in scored_probs(task2, named=True):
             want = expected(case)[1]
             if not close(probs, want):
                 ids, words = diagnose_probs(case, probs)
@@ -207,9 +311,11 @@ def hides_future(probs: torch.Tensor) -> bool:
     return bool(torch.all(probs[:, future] == 0))
 
 
-def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor
-                    ) -> tuple[list[str], str]:
-    """Known mask mistakes that explain wrong causal probabilities."""
+def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor,
+                    unmasked_id: str = "") -> tuple[list[str], str]:
+    """Known mask mistakes that explain wrong causal probabilities
+    (``unmasked_id``: the probe of the same input without the mask,
+    default ``probs:<case>``)."""
     base = case.name.removesuffix("-equal-scores")
     if base != case.name:
         # All scores equal: a mask read from the score values is empty
@@ -224,31 +330,51 @@ def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor
                 "seq_len).triu(1).")
         return [], ""
     ids, words = [], ""
-    unmasked = optional_probs(task2, f"probs:{case.name}")
+    unmasked = optional_probs(task2, unmasked_id or f"probs:{case.name}")
     if unmasked is not None and close(probs, unmasked):
         ids.append("mask_ignored")
     ids += mistakes.matching(probs, {
         "mask_zero_fill": lambda: mistakes.probs_variant(
             case, causal=True, fill=0.0)})
+    filled = mistakes.equal_fill(probs)
+    ids += filled
+    if "mask_zero_fill" in filled:
+        words += (" The masked positions of each row share one probability "
+                  "> 0: their scores are set to 0, not -inf.")
     if hides_diagonal(probs) or torch.isnan(probs[:, 0]).all() or (
             torch.all(probs.diagonal(dim1=1, dim2=2)[:, 1:] == 0)):
         ids.append("mask_diagonal")
-        words = ("Every later token gives itself probability 0, and the "
-                 "first token, with every score masked, has nothing left "
-                 "to attend to.")
+        words += (" Every later token gives itself probability 0, and the "
+                  "first token, with every score masked, has nothing left "
+                  "to attend to.")
     if sees_next(probs):
         ids.append("mask_sees_next")
-        words = ("Every token also attends to the token right after it "
-                 "(and to nothing later).")
+        words += (" Every token also attends to the token right after it "
+                  "(and to nothing later).")
     if mistakes.hides_past(probs):
         ids.append("mask_inverted")
-        words = ("Each token gives probability 0 to the tokens before it "
-                 "and attends to the ones after it: the mask is inverted. "
-                 "Hide j > i (torch.triu(..., diagonal=1)) where the mask "
-                 "is True.")
+        words += (" Each token gives probability 0 to the tokens before it "
+                  "and attends to the ones after it: the mask is inverted. "
+                  "Hide j > i (torch.triu(..., diagonal=1)) where the mask "
+                  "is True.")
     if not sums_to_one(probs) and sums_to_one(probs, dim=-2):
         ids.append("softmax_dim")
-    return list(dict.fromkeys(ids)), words
+    return list(dict.fromkeys(ids)), words.strip()
+
+
+def causal_diagnosis(task2: TaskRun, probe_id: str,
+                     probs: torch.Tensor | None = None
+                     ) -> tuple[list[str], str]:
+    """What is wrong with one probe's causal probs (nothing when their
+    structure is right); ``probs`` defaults to the probe's own."""
+    case = task2.case(probe_id)
+    if probs is None:
+        probs = probs_of(task2, probe_id)[1]
+    if causal_problem(probs) is None:
+        return [], ""
+    sibling = (probe_id.removesuffix(":causal") + ":probs"
+               if probe_id.startswith("size:") else "")
+    return diagnose_causal(task2, case, probs, sibling)
 
 
 def optional_probs(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
@@ -256,7 +382,8 @@ def optional_probs(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
     if probe_id not in task2.results or not task2.result(probe_id).ok:
         return None
     try:
-        return probs_of(task2, probe_id)[1]
+        flat = any_shape_probs(task2, probe_id)[1]
+        return flat if flat is not None else probs_of(task2, probe_id)[1]
     except AssertionError:
         return None
 
@@ -265,11 +392,14 @@ def optional_probs(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
 def test_causal_probs_structure(task2: TaskRun) -> None:
     """causal=True: 0 above the diagonal, > 0 on and below, rows sum 1,
     on random scores and on scores that are all equal."""
-    with explained(hardcoded(task2, "causal")):
+    behind = on_cases_that_ran(task2, "causal", lambda probe_id:
+                               causal_diagnosis(task2, probe_id))
+    with explained(hardcoded(task2, "causal", behind)):
         require_ran(task2, task2.probe_ids("causal:"),
                     CALL + " with causal=True")
         for probe_id in task2.probe_ids("causal:"):
-            case, probs = probs_of(task2, probe_id)
+            case, probs = probs_of(task2, probe_id, lambda case, probs:
+                                   causal_diagnosis(task2, probe_id, probs))
             problem = causal_problem(probs)
             if problem is None:
                 continue
@@ -278,6 +408,14 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
                 where += ", where every score is equal,"
             ids, words = diagnose_causal(task2, case, probs)
             fail(f"probs {where} {problem}. {words}".rstrip(), *ids)
+
+
+def output_diagnosis(case: Case, att: torch.Tensor
+                     ) -> tuple[list[str], str]:
+    """diagnose_output, when att differs from the reference."""
+    if close(att, expected(case)[0]):
+        return [], ""
+    return diagnose_output(case, att)
 
 
 def diagnose_output(case: Case, student: torch.Tensor
@@ -291,6 +429,10 @@ def diagnose_output(case: Case, student: torch.Tensor
         ids += mistakes.matching(student, {
             "reshape_not_transpose": lambda: mistakes.output_variant(
                 case, split_transpose=False, merge_transpose=False)})
+    if not ids and mistakes.matching(student, {
+            "both": lambda: mistakes.output_variant(
+                case, merge_transpose=False, mix=False)}):
+        return ["reshape_not_transpose", "no_mix"], ""
     words = ""
     for mixed in (True, False):
         if mistakes.moved_values(case, student, mixed=mixed):
@@ -314,7 +456,9 @@ def test_output_matches_reference(task2: TaskRun) -> None:
         prefix = "zero-qk:"
         note = (" (judged with zero query and key weights, where the "
                 "probabilities are uniform, because task2.scores failed)")
-    with explained(hardcoded(task2, "probs")):
+    behind = on_cases_that_ran(task2, "probs", lambda probe_id:
+                               output_diagnosis(*att_of(task2, probe_id)))
+    with explained(hardcoded(task2, "probs", behind)):
         require_ran(task2, task2.probe_ids(prefix), CALL)
         for probe_id in task2.probe_ids(prefix):
             case, att = att_of(task2, probe_id)
