@@ -50,6 +50,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.errors import BatchError
@@ -61,7 +62,6 @@ from grader.routes.judges import (JudgeOptions, judge_all, prewarm, row_of,
                                   save_error)
 from grader.routes.rows import (STATUS_ERROR, STATUS_GRADED, error_row,
                                 record_path, write_csv)
-
 
 # Seconds between two rewrites of a running batch's CSV (see run_batch).
 CSV_EVERY = 2.0
@@ -134,26 +134,53 @@ def _resumed(entries: list[Entry], reports: Path) -> dict[str, dict]:
     return rows
 
 
-def _prepare(args: argparse.Namespace, out: Path, reports: Path
-             ) -> tuple[ClassFolder, argparse.Namespace]:
+@dataclass(frozen=True)
+class BatchOptions:
+    """What a batch is asked to do: the typed options of :func:`run_batch`
+    (``python -m grader batch`` builds them with :meth:`from_args`)."""
+
+    dir: Path
+    out: Path
+    judges: JudgeOptions = field(default_factory=JudgeOptions)
+    resume: bool = False
+    shard: tuple[int, int] | None = None
+    only: tuple[str, ...] = ()
+    roster: Path | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BatchOptions:
+        """The options of a parsed ``batch`` command line."""
+        roster = getattr(args, "roster", None)
+        return cls(dir=Path(args.dir), out=Path(args.out),
+                   judges=JudgeOptions.from_args(args),
+                   resume=bool(getattr(args, "resume", False)),
+                   shard=getattr(args, "shard", None),
+                   only=tuple(getattr(args, "only", None) or ()),
+                   roster=Path(roster) if roster is not None else None)
+
+
+def _prepare(options: BatchOptions, out: Path, reports: Path
+             ) -> tuple[ClassFolder, str]:
     """Everything checked before grading starts: the class folder, the
-    outputs, the assignment. Raises CliError (exit 2) with one line."""
+    outputs, the assignment (returned). Raises CliError (exit 2) with one
+    line."""
     from grader.errors import CliError
     from grader.rubric import RubricError, get_assignment
 
     try:
-        if args.assignment:
-            get_assignment(args.assignment)
+        named = options.judges.assignment
+        if named:
+            get_assignment(named)
         from grader.routes.summary import summary_paths
 
         # The batch's own outputs, the summary too, are never students.
-        found = discover(args.dir, args.assignment,
+        found = discover(options.dir, named,
                          exclude=(out, reports, *summary_paths(out)))
         check_writable(out.parent if str(out.parent) else Path("."))
         check_writable(reports)
-        chosen = args.assignment or found.assignment
+        chosen = named or found.assignment
         if chosen:
-            how = ("--assignment" if args.assignment else
+            how = ("--assignment" if named else
                    "the nbgrader course's assignment id")
             found.notes.append(f"assignment {chosen} ({how})")
         else:
@@ -161,9 +188,7 @@ def _prepare(args: argparse.Namespace, out: Path, reports: Path
             found.notes.append(how)
     except (BatchError, RubricError) as exc:
         raise CliError(str(exc)) from exc
-    args = argparse.Namespace(**vars(args))
-    args.assignment = chosen
-    return found, args
+    return found, chosen
 
 
 def read_roster(path: Path) -> list[str]:
@@ -199,15 +224,15 @@ def absent_rows(roster: list[str], entries: list[Entry],
             for name in roster if name.lower() not in present]
 
 
-def run_batch(args: argparse.Namespace) -> int:
-    """Grade every submission of ``args.dir`` (or those of ``--only``,
+def run_batch(options: BatchOptions) -> int:
+    """Grade every submission of ``options.dir`` (or those of ``--only``,
     or one ``--shard``); return the exit status."""
-    out = Path(args.out)
+    out = options.out
     reports = out.with_name(out.name + ".reports")
-    found, args = _prepare(args, out, reports)
+    found, chosen = _prepare(options, out, reports)
     everyone = found.entries
-    entries, kept = _selected(args, everyone, out, reports)
-    roster = getattr(args, "roster", None)
+    entries, kept = _selected(options, everyone, out, reports)
+    roster = options.roster
     if roster is not None:
         listed = {row["student"] for row in kept}
         kept = kept + [row for row in absent_rows(
@@ -216,7 +241,7 @@ def run_batch(args: argparse.Namespace) -> int:
     for note in found.notes:
         sys.stderr.write(f"{note}\n")
 
-    rows: dict[str, dict] = _resumed(entries, reports) if args.resume \
+    rows: dict[str, dict] = _resumed(entries, reports) if options.resume \
         else {}
     if rows:
         sys.stderr.write(f"resuming: {len(rows)} already graded, "
@@ -229,7 +254,7 @@ def run_batch(args: argparse.Namespace) -> int:
             save_error(reports, entry, rows[entry.key])
             progress.update(rows[entry.key], 0.0)
     todo = [e for e in entries if e.key not in rows]
-    judges = JudgeOptions.from_args(args)
+    judges = replace(options.judges, assignment=chosen)
     prewarm(judges)
     write_csv(out, kept + list(rows.values()))
 
@@ -261,7 +286,7 @@ def run_batch(args: argparse.Namespace) -> int:
     for row in sorted(errors, key=lambda r: r["student"]):
         sys.stdout.write(f"  not graded: {row['student']}: "
                          f"{one_line(row['errors'])}\n")
-    shard = getattr(args, "shard", None)
+    shard = options.shard
     if shard:
         from grader.routes.shards import write_manifest
 
@@ -288,7 +313,7 @@ def summarise(out: Path, rows: list[dict], reports: Path) -> None:
                          f"summary {out} to retry\n")
 
 
-def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
+def _selected(options: BatchOptions, everyone: list[Entry], out: Path,
               reports: Path) -> tuple[list[Entry], list[dict]]:
     """The entries this run grades, and the rows it keeps as they are.
 
@@ -303,14 +328,14 @@ def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
 
     entries = everyone
     kept: list[dict] = []
-    if getattr(args, "shard", None):
+    if options.shard:
         from grader.routes.shards import shard_of
 
-        entries = shard_of(entries, *args.shard)
-    only = getattr(args, "only", None)
+        entries = shard_of(entries, *options.shard)
+    only = options.only
     if not only:
         return entries, kept
-    if args.resume:
+    if options.resume:
         raise CliError("--only regrades the students it names: it cannot "
                        "be combined with --resume")
     names = {n: e for e in entries for n in (e.student, e.path.name, e.key)}
@@ -318,7 +343,7 @@ def _selected(args: argparse.Namespace, everyone: list[Entry], out: Path,
     if unknown:
         raise CliError(f"--only: no student named "
                        f"{', '.join(label(n) for n in unknown[:5])} in "
-                       f"{label(str(args.dir))}")
+                       f"{label(str(options.dir))}")
     chosen = list({names[n].key: names[n] for n in only}.values())
     if out.is_file():
         from grader.routes.rows import RowsError, read_csv

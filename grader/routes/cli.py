@@ -414,9 +414,9 @@ def _shapes(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from grader.routes.batch import run_batch
+    from grader.routes.batch import BatchOptions, run_batch
 
-    return run_batch(args)
+    return run_batch(BatchOptions.from_args(args))
 
 
 def _summary(args: argparse.Namespace) -> int:
