@@ -380,6 +380,11 @@ def test_feedback_names_files_relative_to_the_submission(graded_class):
     assert "credit" not in forward["message"]
     row = read_csv(graded_class / "grades.csv")["dave"]
     assert row["path"] == "submissions/dave"  # the TA's CSV: as typed
+    carol = (graded_class / "grades.csv.reports" / "carol.py"
+             / "report.txt").read_text()
+    assert "zero-qk" not in carol and "equal-scores" not in carol
+    assert re.search(r"'(public|hidden-\d+)' with zero query and key "
+                     r"weights", " ".join(carol.split()))
 
 
 # --------------------------------------------------------------------------
