@@ -45,15 +45,25 @@ class Case:
     # A case that is not public is hidden, except in a public-only grade
     # (see :meth:`Plan.public_only`).
     hidden: bool = True
+    # Plain words for reports: the name of the case this one was made
+    # from, and how it was changed ("with zero query and key weights"),
+    # so that no internal id such as 'public-zero-qk' reaches a student.
+    shown: str = ""
+    variant: str = ""
+
+    def brief(self) -> str:
+        """The case in a few words: its name, quoted, and its variant."""
+        name = f"'{self.shown or self.name}'"
+        return f"{name} {self.variant}" if self.variant else name
 
     def describe(self) -> str:
         """Words for a report: which case, with which sizes."""
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         if self.public:
-            return f"the public test values '{self.name}' ({sizes})"
+            return f"the public test values {self.brief()} ({sizes})"
         if self.hidden:
-            return f"hidden case '{self.name}' ({sizes})"
-        return f"the grader's own case '{self.name}' ({sizes})"
+            return f"hidden case {self.brief()} ({sizes})"
+        return f"the grader's own case {self.brief()} ({sizes})"
 
     def float64(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The input and the weights in float64, for references."""

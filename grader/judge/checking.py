@@ -65,11 +65,12 @@ class Failure:
 
 def cases_phrase(cases: Iterable[tuple[str, str]]) -> str:
     """'hidden case 'a' (sizes)' or '3 cases (hidden case 'a' (sizes),
-    'b', 'c')': how many, and which (the first one in full)."""
+    'b', 'c')': how many, and which (the first one in full; the others by
+    their :meth:`grader.plan.Case.brief`, already quoted)."""
     unique = list(dict.fromkeys(tuple(case) for case in cases))
     if len(unique) == 1:
         return unique[0][1]
-    names = [unique[0][1]] + [f"'{name}'" for name, _ in unique[1:]]
+    names = [unique[0][1]] + [name for name, _ in unique[1:]]
     shown = ", ".join(names[:3])
     more = len(names) - 3
     if more > 0:
@@ -150,7 +151,7 @@ def failure_of(run: TaskRun, probe_id: str, what: str) -> Failure | None:
     if result.ok:
         return None
     case = result.info.case
-    where = ((case.name, case.describe()) if case
+    where = ((case.brief(), case.describe()) if case
              else (probe_id, "the grader's inputs"))
     error = result.error if isinstance(result.error, dict) else None
     if error:

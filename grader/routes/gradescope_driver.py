@@ -44,7 +44,7 @@ VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 #: Who sees the hidden cases' details (their names and sizes), by default:
 #: nobody before the due date, so the sizes stay secret while it matters.
 DEFAULT_HIDDEN_DETAILS = "after_due_date"
-_HIDDEN_CASE = re.compile(r"hidden case '[^'\n]*' \([^)\n]*\)")
+_HIDDEN_CASE = re.compile(r"hidden case '[^'\n]*'[^(\n]* \([^)\n]*\)")
 
 
 def kit_version(root: Path = KIT_ROOT) -> str:

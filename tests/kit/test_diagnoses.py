@@ -372,8 +372,9 @@ def test_item_messages_merge_the_same_failure() -> None:
 
     plain = CheckOutcome("t", "task2.output", "dropout", False,
                          message="Dropout is not random.")
-    a, b, c = (["a", "case 'a' (x=1)"], ["b", "case 'b' (x=2)"],
-               ["c", "case 'c' (x=3)"])
+    # (Case.brief(), Case.describe()): the short form is quoted already.
+    a, b, c = (["'a'", "case 'a' (x=1)"], ["'b'", "case 'b' (x=2)"],
+               ["'c'", "case 'c' (x=3)"])
     messages = item_messages([
         outcome("RuntimeError@40", [a, b]),
         outcome("RuntimeError@40", [b, c], note=" Look at line 40."),
@@ -592,8 +593,8 @@ def test_a_printed_torch_seed_is_not_the_grading_seed(grade_path,
 def test_public_tests_call_a_masked_diagonal_by_its_name(
         tmp_path: Path, name: str) -> None:
     """triu(..., diagonal=0) fails the public causal-structure test with
-    the grader's words (the current token is masked), not "tokens see the
-    future"."""
+    the grader's words (the mask also hides the current token), not
+    "tokens see the future"."""
     report = tmp_path / "junit.xml"
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -607,5 +608,6 @@ def test_public_tests_call_a_masked_diagonal_by_its_name(
     assert len(failures) == 2 and all(f is not None for f in failures)
     for failure in failures:
         message = failure.get("message", "")
-        assert "the current token is masked" in message, message
+        assert "The causal mask also hides the current token" in message, \
+            message
         assert "future" not in message, message

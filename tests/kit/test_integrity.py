@@ -186,7 +186,7 @@ def test_a_forged_report_line_never_reaches_a_report(grade_path) -> None:
         assert "\x1b" not in rendering and "\\u001b" not in rendering
     lines = text.split("\n")
     assert [line for line in lines if line.startswith("Total:")] == \
-        ["Total: 5 / 10"]
+        ["Total: 4 / 10 + 1 bonus"]
     assert not any(line.lstrip().startswith(("[PASS] task2.scores 3",
                                              "Coding Task 2: 6"))
                    for line in lines)

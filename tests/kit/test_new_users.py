@@ -380,6 +380,11 @@ def test_feedback_names_files_relative_to_the_submission(graded_class):
     assert "credit" not in forward["message"]
     row = read_csv(graded_class / "grades.csv")["dave"]
     assert row["path"] == "submissions/dave"  # the TA's CSV: as typed
+    carol = (graded_class / "grades.csv.reports" / "carol.py"
+             / "report.txt").read_text()
+    assert "zero-qk" not in carol and "equal-scores" not in carol
+    assert re.search(r"'(public|hidden-\d+)' with zero query and key "
+                     r"weights", " ".join(carol.split()))
 
 
 # --------------------------------------------------------------------------
@@ -533,3 +538,25 @@ def test_impl_across_several_assignments_refuses_in_one_line():
         "3 assignments (attention_basics, multi_head_attention, "
         "transformer_block): run one folder, e.g. python -m pytest "
         "tests/public/attention_basics --impl FILE"]
+
+
+def test_local_classroom_preview_has_no_red_line_for_a_github_step(
+        tmp_path):
+    """``python -m grader.classroom grade`` run locally (as
+    docs/github-classroom.md shows) on full marks: every line is green,
+    and the public tests, a GitHub-only step, are said to be so."""
+    env = {k: v for k, v in environment().items()
+           if k not in ("GITHUB_ACTIONS", "PUBLIC_TESTS_RESULT",
+                        "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
+    path = tmp_path / "modeling_attention.py"
+    path.write_text(solution_text())
+    run = subprocess.run(
+        [sys.executable, "-m", "grader.classroom", "grade", str(path),
+         "--assignment", "multi_head_attention", "--feedback",
+         str(tmp_path / "grading")], cwd=ROOT, env=env, text=True,
+        capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    preview = run.stdout[run.stdout.index("What GitHub Classroom will show"):]
+    assert "❌" not in preview and "no result" not in preview
+    assert ("publictests: a step of the workflow on GitHub only (here: "
+            "python -m pytest tests/public)") in preview

@@ -180,7 +180,9 @@ def zero_qk(case: Case) -> Case:
     for name in ("q.weight", "q.bias", "k.weight", "k.bias"):
         weights[name] = torch.zeros_like(weights[name])
     return Case(name=f"{case.name}-zero-qk", public=case.public,
-                sizes=case.sizes, x=case.x, weights=weights)
+                sizes=case.sizes, x=case.x, weights=weights,
+                shown=case.shown or case.name,
+                variant="with zero query and key weights")
 
 
 def equal_scores(case: Case) -> Case:
@@ -193,7 +195,9 @@ def equal_scores(case: Case) -> Case:
     for name in ("q.weight", "q.bias"):
         weights[name] = torch.zeros_like(weights[name])
     return Case(name=f"{case.name}-equal-scores", public=case.public,
-                sizes=case.sizes, x=case.x, weights=weights)
+                sizes=case.sizes, x=case.x, weights=weights,
+                shown=case.shown or case.name,
+                variant="with every score equal, from zero query weights")
 
 
 def dropout_case(seed: int) -> Case:
