@@ -35,6 +35,7 @@ from grader.rubric import Assignment, Task
 from grader.run import loadable
 from grader.run.observe import ProbeResult, TaskRun, format_error, observe
 from grader.run.sandbox import Job, JobResult, Limits, run_jobs, sandbox_paths
+from grader.shapes.sizes import all_size_sets
 
 FLAKE8_CONFIG = GRADER_DIR / "flake8.cfg"
 
@@ -75,8 +76,11 @@ def build_plan(assignment: Assignment, seed: int,
                public_only: bool = False) -> Plan:
     """The probes and cases of ``assignment`` under ``seed`` (a pure
     function of its arguments: a batch builds it once)."""
+    # Shapes are traced at the rubric's sizes and at secret ones drawn
+    # from the seed (docs/threat-model.md, principle 6).
     plan: Plan = plugin.of(assignment).build_plan(
-        seed, public_only, assignment.size_sets)
+        seed, public_only, all_size_sets(assignment.size_sets, seed,
+                                         assignment.id))
     if public_only:
         plan.public_only()
     plan.origin = (assignment.id, seed, public_only)

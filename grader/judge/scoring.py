@@ -206,15 +206,31 @@ def score_pep8_item(item: Item, analysis: TaskAnalysis,
         details=pep8.format_pep8(inside, analysis.source))
 
 
+def _size_sets(run: TaskRun) -> list[dict[str, int]]:
+    """The size sets the plan traced (the rubric's and the secret ones),
+    by index, read from the trace probes themselves."""
+    found: dict[int, dict[str, int]] = {}
+    for probe_id in run.probe_ids("trace:"):
+        index = probe_id.split(":")[1]
+        sizes = run.result(probe_id).info.sizes
+        if index.isdigit() and sizes:
+            found.setdefault(int(index), dict(sizes))
+    return [found[i] for i in sorted(found)]
+
+
 def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
                 dimensions: tuple[str, ...] = ()
                 ) -> tuple[list[tuple[dict, dict]], list[str]]:
     runs, problems = [], []
-    for index, all_sizes in enumerate(size_sets):
+    traced = _size_sets(run)
+    for index, all_sizes in enumerate(traced if len(traced) > len(
+            size_sets) else size_sets):
         sizes = {k: v for k, v in all_sizes.items()
                  if not dimensions or k in dimensions}
         records = []
         for probe_id in run.probe_ids(f"trace:{index}"):
+            if probe_id.split(":")[1] != str(index):
+                continue
             result = run.result(probe_id)
             if result.trace is None:
                 continue
