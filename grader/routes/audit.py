@@ -18,12 +18,13 @@ import itertools
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.catalog import (Catalog, CatalogError, Mutant, apply,
-                            reference_text, touched_lines)
+from grader.catalog import Catalog, CatalogError, Mutant, apply
 from grader.catalog import load as load_catalog
+from grader.catalog import reference_text, touched_lines
 from grader.constants import KIT_ROOT
 from grader.errors import CliError
 from grader.output.files import write_atomic
@@ -323,7 +324,7 @@ def _summary_line(summary: dict) -> str:
 
 
 def catalog_of(plugin: Plugin, path: Path | None,
-               only: list[str] | None = None) -> Catalog | None:
+               only: Sequence[str] | None = None) -> Catalog | None:
     """The plug-in's catalog, or the draft catalog ``path`` (validated
     against the same rubric; it need not cover every diagnosis); with
     ``only``, just those mutants (and every variant)."""
@@ -345,7 +346,30 @@ def catalog_of(plugin: Plugin, path: Path | None,
         mutant for mutant in catalog.mutants if mutant.id in only))
 
 
-def run_audit(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class AuditOptions:
+    """What ``python -m grader audit`` is asked: the typed options of
+    :func:`run_audit`."""
+
+    assignment: str
+    pairs: bool = False
+    jobs: int | None = None
+    out: Path | None = None
+    catalog: Path | None = None
+    only: tuple[str, ...] = ()
+    seed: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AuditOptions:
+        """The options of a parsed ``audit`` command line."""
+        return cls(assignment=args.assignment, pairs=bool(args.pairs),
+                   jobs=args.jobs,
+                   out=Path(args.out) if args.out else None,
+                   catalog=Path(args.catalog) if args.catalog else None,
+                   only=tuple(args.only or ()), seed=args.seed)
+
+
+def run_audit(args: AuditOptions) -> int:
     """``python -m grader audit ID``: 0 when every entry holds, 1 when
     one does not (or the plug-in has no catalog), 130 when interrupted."""
     from grader.engine import resolve_seed

@@ -440,9 +440,9 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _similarity(args: argparse.Namespace) -> int:
-    from grader.routes.similarity import run_similarity
+    from grader.routes.similarity import SimilarityOptions, run_similarity
 
-    return run_similarity(args)
+    return run_similarity(SimilarityOptions.from_args(args))
 
 
 def _nbgrader(args: argparse.Namespace) -> int:
@@ -461,9 +461,9 @@ def _bundle(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from grader.routes.audit import run_audit
+    from grader.routes.audit import AuditOptions, run_audit
 
-    return run_audit(args)
+    return run_audit(AuditOptions.from_args(args))
 
 
 def _assignments(args: argparse.Namespace) -> int:

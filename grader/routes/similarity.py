@@ -73,8 +73,8 @@ def own_code(student: str, assignment: object,
     from grader.analyse.static import stub_of
     from grader.judge.pep8 import NBGRADER_MARKERS
     from grader.locate.source import (find_class, find_function,
-                                      given_statements, node_span,
-                                      split_lines, student_code)
+                                      given_statements, node_span, split_lines,
+                                      student_code)
 
     stub = stub_of(assignment)  # type: ignore[arg-type]
     code = OwnCode(student)
@@ -296,7 +296,24 @@ def report_html(found: list[Pair], compared: int, students: int,
     return "\n".join(parts)
 
 
-def run_similarity(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class SimilarityOptions:
+    """What ``python -m grader similarity`` is asked: the typed options of
+    :func:`run_similarity`."""
+
+    dir: Path
+    out: Path
+    assignment: str | None = None
+    pairs: int = 20
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SimilarityOptions:
+        """The options of a parsed ``similarity`` command line."""
+        return cls(dir=Path(args.dir), out=Path(args.out),
+                   assignment=args.assignment, pairs=args.pairs)
+
+
+def run_similarity(args: SimilarityOptions) -> int:
     """``python -m grader similarity``: write the report; exit status."""
     from grader.errors import BatchError, CliError
     from grader.locate.submission import SubmissionError, locate
