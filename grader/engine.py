@@ -316,10 +316,11 @@ def task_codes(assignment: Assignment, submission: Submission,
                                                     method)
         others = []
         for other in assignment.tasks:
+            span = analyses[other.id].span
             if other.id == task.id or submission.sources[other.id].path \
-                    != source.path or analyses[other.id].span is None:
+                    != source.path or span is None:
                 continue
-            others.append(analyses[other.id].span)
+            others.append(span)
         executed = None
         if not analysis.syntax_error and run.results and \
                 maps[source.path].error is None:

@@ -21,7 +21,9 @@ import importlib
 import json
 import random
 import sys
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -273,6 +275,10 @@ def _stub_targets() -> list[Generated]:
     return targets
 
 
+def _public_value(make: Callable[[], dict[str, str]], name: str) -> str:
+    return make()[name]
+
+
 def public_value_targets() -> list[Generated]:
     """The files of public test values each plug-in ships in the student
     package (:attr:`grader.plugin.Plugin.public_values`)."""
@@ -284,8 +290,8 @@ def public_value_targets() -> list[Generated]:
             continue
         for name in plugin.public_values():
             targets.append(Generated(
-                PACKAGE / name,
-                lambda make=plugin.public_values, name=name: make()[name]))
+                PACKAGE / name, partial(_public_value, plugin.public_values,
+                                        name)))
     return targets
 
 

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 from grader.errors import GraderError
@@ -254,6 +254,14 @@ def release_files(assignment: Assignment) -> dict[Path, str]:
             _release(assignment.id, sources)}
 
 
+def _source_file(assignment: Assignment, path: Path) -> str:
+    return source_files(assignment)[path]
+
+
+def _release_file(assignment: Assignment, path: Path) -> str:
+    return release_files(assignment)[path]
+
+
 def generated_files() -> list[Generated]:
     """Source and release files of every assignment with a template."""
     targets = []
@@ -262,8 +270,8 @@ def generated_files() -> list[Generated]:
             continue
         for path in source_files(assignment):
             targets.append(Generated(
-                path, lambda a=assignment, p=path: source_files(a)[p]))
+                path, partial(_source_file, assignment, path)))
         for path in release_files(assignment):
             targets.append(Generated(
-                path, lambda a=assignment, p=path: release_files(a)[p]))
+                path, partial(_release_file, assignment, path)))
     return targets

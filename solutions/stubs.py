@@ -22,6 +22,7 @@ def _functions_by_line(tree: ast.Module) -> dict[int, str]:
             if isinstance(child, (ast.FunctionDef, ast.ClassDef)):
                 name = f"{prefix}{child.name}"
                 if isinstance(child, ast.FunctionDef):
+                    assert child.end_lineno is not None  # set by ast.parse
                     for line in range(child.lineno, child.end_lineno + 1):
                         names[line] = name
                 visit(child, name + ".")
@@ -77,7 +78,8 @@ def make_stub(text: str, name: str = "<reference>") -> str:
 
 def solution_blocks(text: str) -> list[str]:
     """The text of every solution block (used to check nothing leaks)."""
-    blocks, current = [], None
+    blocks: list[str] = []
+    current: list[str] | None = None
     for line in text.split("\n"):
         if BEGIN in line:
             current = []

@@ -81,14 +81,11 @@ def near_miss(tree: ast.Module, target: str, kind: type,
     while pending:
         node, inside = pending.pop()
         for child in ast.iter_child_nodes(node):
-            definition = isinstance(child, (ast.ClassDef, ast.FunctionDef,
-                                            ast.AsyncFunctionDef))
-            if definition:
-                pending.append((child, child.name))
-            else:
+            if not isinstance(child, (ast.ClassDef, ast.FunctionDef,
+                                      ast.AsyncFunctionDef)):
                 pending.append((child, inside))
-            if not definition:
                 continue
+            pending.append((child, child.name))
             if not isinstance(child, kind) and not (
                     kind is ast.FunctionDef
                     and isinstance(child, ast.AsyncFunctionDef)):
@@ -127,7 +124,8 @@ class TaskAnalysis:
         return self.span is not None
 
 
-def count_statements(function: ast.FunctionDef) -> int:
+def count_statements(function: ast.FunctionDef | ast.AsyncFunctionDef
+                     ) -> int:
     """Statements in a function's body at any depth, docstring excluded."""
     count = 0
     for statement in body_without_docstring(function):

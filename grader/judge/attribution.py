@@ -79,6 +79,7 @@ class SourceMap:
         try:
             module = compile_submission(source.text, code_filename(source))
             tree = source.parse()
+            assert isinstance(module, CodeType)  # compile() gives code
         except (SyntaxError, ValueError, RecursionError,
                 MemoryError) as exc:
             mapping.error = f"{type(exc).__name__}: {exc}"
@@ -134,7 +135,7 @@ def _definition_nodes(tree: ast.Module, lines: list[str]
     return found
 
 
-def _definition(code: CodeType, parents: dict[int, CodeType | None],
+def _definition(code: CodeType | None, parents: dict[int, CodeType | None],
                 nodes: dict[tuple[int, str], tuple]) -> Definition | None:
     """The definition a code object is part of (comprehensions belong to
     their function)."""
@@ -203,7 +204,8 @@ def ran(run: TaskRun, mapping: SourceMap) -> Ran:
 # What a task's penalty and bonus items judge
 
 
-def definition_key(node: ast.AST) -> tuple[int, str]:
+def definition_key(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+                   ) -> tuple[int, str]:
     """(first line, decorators included; name) of a def, as code objects
     know it (``co_firstlineno``, ``co_name``)."""
     name = getattr(node, "name", "<lambda>")
@@ -254,7 +256,7 @@ def statement_plan(source: SourceFile, stub: SourceFile | None = None
 
 
 def static_function(source: SourceFile, target: str,
-                    method: str | None) -> ast.AST | None:
+                    method: str | None) -> ast.FunctionDef | None:
     """The graded method as written (``target.method``, or the function
     ``target`` itself), or None."""
     from grader.locate.source import find_class, find_function, find_method
@@ -289,10 +291,11 @@ def _inside(span: tuple[int, int], outer: tuple[int, int]) -> bool:
 
 
 def task_code(*, static_span: tuple[int, int] | None,
-              static_method: ast.AST | None, stub: bool,
+              static_method: ast.FunctionDef | None, stub: bool,
               executed: Ran | None, plan: dict[tuple[int, str], list],
               other_spans: list[tuple[int, int]],
-              count: Callable[[ast.AST], int]) -> TaskCode:
+              count: Callable[[ast.FunctionDef | ast.AsyncFunctionDef],
+                              int]) -> TaskCode:
     """Combine the graded class as written with the code that ran.
 
     ``count`` counts a function's statements (the bonus rule);
@@ -331,7 +334,7 @@ def task_code(*, static_span: tuple[int, int] | None,
         o is not d and _inside(d.span, o.span) for o in called)]
     count_value = None
     if outermost:
-        count_value = sum(count(d.node) if d.function is not None else 1
+        count_value = sum(count(d.function) if d.function is not None else 1
                           for d in outermost)
     elif static_method is not None:
         count_value = count(static_method)

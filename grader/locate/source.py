@@ -320,8 +320,10 @@ class SourceFile:
         """Describe line ``line`` of :attr:`text` for a student to find it."""
         if self.origins is None:
             return f"line {line}"
-        if 1 <= line <= len(self.origins) and self.origins[line - 1]:
-            cell, cell_line = self.origins[line - 1]
+        origin = (self.origins[line - 1]
+                  if 1 <= line <= len(self.origins) else None)
+        if origin:
+            cell, cell_line = origin
             return f"cell {cell}, line {cell_line}"
         return f"line {line} of the assembled notebook code"
 
@@ -362,6 +364,7 @@ class SourceFile:
         tree, error = self._parsed
         if error is not None:
             raise error
+        assert tree is not None  # _parsed gives a tree or an error
         return tree
 
     @cached_property
@@ -427,7 +430,7 @@ def find_method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
     return found
 
 
-def node_span(node: ast.AST,
+def node_span(node: ast.stmt | ast.expr,
               lines: list[str] | None = None) -> tuple[int, int]:
     """First and last line of a definition, decorators included.
 
@@ -439,6 +442,7 @@ def node_span(node: ast.AST,
     first = min([node.lineno] + [d.lineno for d in getattr(
         node, "decorator_list", [])])
     last = node.end_lineno
+    assert last is not None  # set by ast.parse
     if lines is not None:
         indent = node.col_offset
         probe = last
@@ -454,7 +458,8 @@ def node_span(node: ast.AST,
     return first, last
 
 
-def body_without_docstring(func: ast.FunctionDef) -> list[ast.stmt]:
+def body_without_docstring(func: ast.FunctionDef | ast.AsyncFunctionDef
+                           ) -> list[ast.stmt]:
     """A function's statements, without its docstring."""
     body = list(func.body)
     if (body and isinstance(body[0], ast.Expr)
@@ -492,7 +497,8 @@ def simple_statements(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
 # Student regions and the student's code
 
 
-def _markers(source: SourceFile, func: ast.FunctionDef
+def _markers(source: SourceFile,
+             func: ast.FunctionDef | ast.AsyncFunctionDef
              ) -> list[tuple[int, str]]:
     """The region markers inside ``func``: (line, "start" | "end").
 
@@ -501,6 +507,7 @@ def _markers(source: SourceFile, func: ast.FunctionDef
     """
     found = []
     comments = source.comments
+    assert func.end_lineno is not None  # set by ast.parse
     for number in range(func.lineno, func.end_lineno + 1):
         comment = comments.get(number)
         if comment is None or not comment.whole_line:
@@ -513,7 +520,8 @@ def _markers(source: SourceFile, func: ast.FunctionDef
 
 
 def marked_regions(source: SourceFile,
-                   func: ast.FunctionDef) -> list[tuple[int, int]]:
+                   func: ast.FunctionDef | ast.AsyncFunctionDef
+                   ) -> list[tuple[int, int]]:
     """The lines strictly between each start marker and the next end
     marker inside ``func`` (a start with no end runs to the end of the
     function); [] when the function has no region marker."""
@@ -527,12 +535,14 @@ def marked_regions(source: SourceFile,
                 regions.append((start, number - 1))
             start = None
     if start is not None:
+        assert func.end_lineno is not None  # set by ast.parse
         regions.append((start, func.end_lineno))
     return regions
 
 
 def student_regions(source: SourceFile,
-                    func: ast.FunctionDef) -> list[tuple[int, int]]:
+                    func: ast.FunctionDef | ast.AsyncFunctionDef
+                    ) -> list[tuple[int, int]]:
     """The student regions of a function, as inclusive line ranges.
 
     The marked regions (see :func:`marked_regions`); when the function has
@@ -545,6 +555,7 @@ def student_regions(source: SourceFile,
     body = body_without_docstring(func)
     if not body:
         return []
+    assert func.end_lineno is not None  # set by ast.parse
     return [(node_span(body[0])[0], func.end_lineno)]
 
 
@@ -605,7 +616,8 @@ class StudentCode:
         return self.in_region(node.lineno) or id(node) in self._outside_ids
 
 
-def student_code(source: SourceFile, func: ast.FunctionDef,
+def student_code(source: SourceFile,
+                 func: ast.FunctionDef | ast.AsyncFunctionDef,
                  given: tuple[str, ...] | None) -> StudentCode:
     """The student's code of ``func``: its regions, and what stands
     outside them but is not the released stub's own code.
@@ -705,6 +717,7 @@ def untouched(source: SourceFile, node: ast.ClassDef | ast.FunctionDef,
     only raises ``NotImplementedError``, and nothing outside the regions is
     the student's (see :func:`student_code`).
     """
+    functions: list[tuple[str | None, ast.FunctionDef]]
     if isinstance(node, ast.ClassDef):
         functions = [(node.name, f) for f in node.body
                      if isinstance(f, ast.FunctionDef)]

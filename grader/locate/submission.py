@@ -352,7 +352,7 @@ def refusal(path: Path, inside: Path) -> str | None:
 
 def _listing(folder: Path) -> list[os.DirEntry]:
     """The visible entries of ``folder`` (sorted by name), bounded."""
-    entries = []
+    entries: list[os.DirEntry[str]] = []
     try:
         with os.scandir(folder) as scan:
             for entry in scan:

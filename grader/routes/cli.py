@@ -11,6 +11,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, Callable
 
 from grader import __version__
 from grader.errors import CliError
@@ -74,8 +75,8 @@ def _top_epilog() -> str:
             f"exit status means.\n")
 
 
-def _positive(kind: type) -> callable:
-    def parse(text: str):
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:

@@ -62,7 +62,8 @@ def _judge(entry: Entry, reports: Path, args: JudgeOptions,
     from grader.locate.submission import SubmissionError, locate
     from grader.run.sandbox import Limits
 
-    record = {"student": entry.student, "path": str(entry.path)}
+    record: dict[str, object] = {"student": entry.student,
+                                 "path": str(entry.path)}
     try:
         options = Options(seed=args.seed, public_only=args.public_only,
                           limits=Limits(timeout=args.timeout,
@@ -211,6 +212,7 @@ def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
         from grader.judge.checking import warm_up
         from grader.rubric import get_assignment
 
+        assert args.assignment  # a shared plan needs a known assignment
         warm_up(get_assignment(args.assignment))
     # What the coordinator holds now (torch, the plan) is never freed:
     # out of the garbage collector's sight, a judge neither walks it nor

@@ -44,11 +44,11 @@ def _cgroup_quota(root: Path, own_cgroup: Path) -> float | None:
         except (OSError, ValueError):
             pass
     try:
-        limit = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        length = int((root / "cpu" / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
-    return limit / period if limit > 0 and period > 0 else None
+    return quota / length if quota > 0 and length > 0 else None
 
 
 def default_jobs() -> int:

@@ -223,7 +223,8 @@ def _annotations(func: ast.FunctionDef | ast.AsyncFunctionDef
     return found + ([func.returns] if func.returns is not None else [])
 
 
-def definition_reads(node: ast.stmt, lazy_annotations: bool) -> set[str]:
+def definition_reads(node: ast.FunctionDef | ast.AsyncFunctionDef
+                     | ast.ClassDef, lazy_annotations: bool) -> set[str]:
     """The global names a definition reads while it is being made (not
     when it is called): decorators, bases and keywords, default values,
     annotations (unless ``from __future__ import annotations``) and the
@@ -321,6 +322,7 @@ def _blank(lines: list[str], nodes: list[ast.stmt],
         first = min([unit[0].lineno] + [d.lineno for d in getattr(
             unit[0], "decorator_list", [])])
         last = unit[-1].end_lineno
+        assert last is not None  # set by ast.parse
         if all(gone):
             for number in range(first, last + 1):
                 lines[number - 1] = ""
@@ -331,6 +333,7 @@ def _blank(lines: list[str], nodes: list[ast.stmt],
             if node.end_lineno != node.lineno:
                 return False
             line = lines[node.lineno - 1]
+            assert node.end_col_offset is not None  # set by ast.parse
             start = _char(line, node.col_offset)
             end = _char(line, node.end_col_offset)
             lines[node.lineno - 1] = (line[:start] + "0".ljust(end - start)
@@ -393,8 +396,10 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
     # it is called, an assignment when it runs.
     reads: dict[str, set[str]] = {}
     for name, index in last_definition.items():
-        reads[name] = global_names(body[index], lines) | definition_reads(
-            body[index], lazy)
+        definition = body[index]
+        assert isinstance(definition, _DEFINITIONS)  # as last_definition
+        reads[name] = global_names(definition, lines) | definition_reads(
+            definition, lazy)
     for name, index in last_value.items():
         reads[name] = _loaded(body[index])
     needed = _closure(set().union(*(reads[n] for n in last_definition))

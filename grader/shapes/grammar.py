@@ -155,6 +155,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             raise ShapeSyntaxError(
                 f"unexpected {text[position:end].lstrip()[:1]!r}")
         kind = match.lastgroup
+        assert kind is not None  # every alternative is a named group
         tokens.append((kind, match.group(kind)))
         position = match.end()
     return tokens
@@ -393,7 +394,7 @@ def _bracket_groups(comment: str,
                     ) -> list[tuple[str, tuple[Dim, ...] | str]]:
     """Each bracket group: its text (shortened for reports) and its dims,
     or why it is no shape."""
-    groups = []
+    groups: list[tuple[str, tuple[Dim, ...] | str]] = []
     for start, end, inside, rule in shape_groups(comment, notation):
         text = brief(" ".join(comment[start:end].split()))
         if is_index(comment, start):

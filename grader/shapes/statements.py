@@ -182,11 +182,17 @@ class _Comments:
         return "\n".join(self.text[n] for n in numbers) if numbers else None
 
 
+def _last_line(node: ast.stmt) -> int:
+    """The last line of a parsed statement (``ast.parse`` sets it)."""
+    assert node.end_lineno is not None
+    return node.end_lineno
+
+
 def _units(nodes: list[ast.stmt]) -> list[list[ast.stmt]]:
     """Group statements that share a line (``a = 1; b = 2``)."""
     units: list[list[ast.stmt]] = []
     for node in sorted(nodes, key=lambda n: (n.lineno, n.col_offset)):
-        if units and node.lineno <= units[-1][-1].end_lineno:
+        if units and node.lineno <= _last_line(units[-1][-1]):
             units[-1].append(node)
         else:
             units.append([node])
@@ -281,7 +287,7 @@ def function_statements(source: SourceFile,
     everything = list(simple_statements(func.body))
     untraceable = {id(node) for unit in _units(everything)
                    if _has_prefix(lines, unit[0]) for node in unit}
-    statements = []
+    statements: list[Statement] = []
     for node in sorted(everything, key=lambda n: (n.lineno, n.col_offset)):
         if not code.owns(node):
             continue
@@ -290,7 +296,7 @@ def function_statements(source: SourceFile,
             continue  # nothing it computes can be a tensor we can read
         kind, watch = watched
         verdict = facts.resolved(facts.statement(node)) if facts else NEVER
-        first, last = node.lineno, node.end_lineno
+        first, last = node.lineno, _last_line(node)
         inside = [n for n in range(first, last + 1) if n in comments.text]
         below = comments.block(range(last + 1, len(lines) + 1))
         gap = last + 1
@@ -299,6 +305,7 @@ def function_statements(source: SourceFile,
         detached = comments.block(range(gap, len(lines) + 1)) \
             if gap > last + 1 else []
         above = comments.block(range(first - 1, 0, -1))[::-1]
+        where: str | None
         comment, where = comments.join(inside), "trailing"
         if comment is None:
             comment, where = comments.join(below), "below"

@@ -163,7 +163,8 @@ class _Context:
 class TensorFacts:
     """The static tensor verdicts of one function's statements."""
 
-    def __init__(self, tree: ast.Module, func: ast.FunctionDef,
+    def __init__(self, tree: ast.Module,
+                 func: ast.FunctionDef | ast.AsyncFunctionDef,
                  cls: ast.ClassDef | None) -> None:
         """Read the imports, the class's layers and the function."""
         modules, functions, layer_classes = _imports(tree)
@@ -285,7 +286,8 @@ class TensorFacts:
 
     # -- names ---------------------------------------------------------------
 
-    def _bindings(self, func: ast.FunctionDef) -> dict[str, list[Verdict]]:
+    def _bindings(self, func: ast.FunctionDef | ast.AsyncFunctionDef
+                  ) -> dict[str, list[Verdict]]:
         """Every binding of every local name, as a verdict (NEVER for a
         binding whose value cannot be told: loops, ``with``, imports)."""
         bindings: dict[str, list[Verdict]] = {}

@@ -12,7 +12,7 @@ import re
 import textwrap
 from dataclasses import dataclass, replace
 from itertools import combinations_with_replacement
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypedDict
 
 from grader.errors import GraderError
 from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
@@ -54,11 +54,11 @@ def _executions(records: Any, statement_id: int) -> list[Execution]:
     if not isinstance(raw, list):
         raise ShapeRecordError(f"records of statement {statement_id} "
                                f"must be a list")
-    executions = []
+    executions: list[Execution] = []
     for execution in raw:
         if not isinstance(execution, list):
             raise ShapeRecordError("an execution must be a list")
-        values = []
+        values: list[Shape | None] = []
         for value in execution:
             if value is None:
                 values.append(None)
@@ -105,6 +105,14 @@ class Finding:
     def penalised(self) -> bool:
         """True when this finding costs the task's point."""
         return self.kind in PENALISED_KINDS
+
+
+class _Place(TypedDict):
+    """A finding's statement (line and text) and its real shapes."""
+
+    line: int
+    statement: str
+    real: tuple[RealShapes, ...]
 
 
 def penalised(findings: Iterable[Finding]) -> bool:
@@ -308,7 +316,8 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
                "grader cannot tell whether it ran")
     hint = None if statement.traceable else "put the statement on its own line"
     is_tensor = statement.tensor or bool(set(statement.operands) & tensors)
-    base = dict(line=statement.first_line, statement=statement.text, real=())
+    base = _Place(line=statement.first_line, statement=statement.text,
+                  real=())
     if is_tensor and statement.comment is None:
         return Finding(kind="missing", claimed=None,
                        message=f"this statement produces a tensor but has "
@@ -346,8 +355,8 @@ def _verify_statement(statement: Statement,
         return None  # ran and produced no tensor: nothing to claim
     real = tuple(_real(index, sizes, executions, claims, table)
                  for index, (sizes, executions) in enumerate(runs, 1))
-    base = dict(line=statement.first_line, statement=statement.text,
-                real=real)
+    base = _Place(line=statement.first_line, statement=statement.text,
+                  real=real)
     if statement.comment is None:
         hint = None
         if _fits(statement.above, runs, table):
@@ -486,14 +495,14 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
         for one in finding.real:
             real = ", ".join(one.shapes) or "no tensor"
             if not one.executions:
-                shown = "did not run"
+                seen = "did not run"
             elif finding.kind == "wrong_shape":
-                shown = f"claimed {one.expected}, real {real}"
+                seen = f"claimed {one.expected}, real {real}"
                 if not one.wrong:
-                    shown += " (right under these sizes)"
+                    seen += " (right under these sizes)"
             else:
-                shown = f"real {real}"
-            lines.append(_wrap(shown, f"  size set {one.index}: "))
+                seen = f"real {real}"
+            lines.append(_wrap(seen, f"  size set {one.index}: "))
         if finding.hint:
             lines.append(_wrap(finding.hint, "  hint: "))
         blocks.append("\n".join(lines))

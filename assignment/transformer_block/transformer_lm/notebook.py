@@ -25,7 +25,7 @@ def _raises_not_implemented(statement: ast.stmt) -> bool:
     return isinstance(error, ast.Name) and error.id == "NotImplementedError"
 
 
-def marked_regions_only_raise(function: ast.FunctionDef,
+def marked_regions_only_raise(function: ast.stmt,
                               lines: list[str]) -> bool | None:
     """Whether every student region of ``function`` only raises.
 
@@ -33,7 +33,9 @@ def marked_regions_only_raise(function: ast.FunctionDef,
     the next ``# YOUR CODE ENDS HERE``. Returns None when the function has
     no such markers (then it is entirely its author's code).
     """
-    regions, start = [], None
+    assert function.end_lineno is not None  # set by ast.parse
+    regions: list[tuple[int, int]] = []
+    start: int | None = None
     for number in range(function.lineno, function.end_lineno + 1):
         text = lines[number - 1].strip()
         if text.startswith("#") and START_MARKER in text and start is None:
