@@ -656,7 +656,7 @@ def student_code(source: SourceFile,
     return StudentCode(tuple(regions), tuple(outside), True)
 
 
-def _given_inside(func: ast.FunctionDef,
+def _given_inside(func: ast.FunctionDef | ast.AsyncFunctionDef,
                   given: tuple[str, ...]) -> tuple[ast.stmt, ...]:
     """The statements of ``func`` that match the stub's ``given`` keys,
     each key standing for at most one statement, in source order."""
