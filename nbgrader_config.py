@@ -37,3 +37,20 @@ c.CourseDirectory.release_directory = "assignment"
 # files themselves).
 c.Autograde.exclude_overwriting = {
     a.id: [f"transformer_lm/{a.module}.py"] for a in assignments()}
+
+# nbgrader zip_collect ASSIGNMENT: an LMS download (Canvas, Moodle,
+# Blackboard: one zip of every student's files) put in
+# downloaded/ASSIGNMENT/archive/, files named
+# <student>_<YYYY-MM-DD-HH-MM-SS>_<file name>, e.g.
+# alice_2026-11-20-17-05-00_multi_head_attention.ipynb (rename the
+# LMS's pattern to this one, or set your own named_regexp). The notebook
+# and the module (modeling_attention.py) land in
+# submitted/<student>/ASSIGNMENT/ with timestamp.txt; the module beside
+# the notebook is graded as transformer_lm/<module>.py is.
+c.ZipCollectApp.collector_plugin = \
+    "nbgrader.plugins.zipcollect.FileNameCollectorPlugin"
+c.FileNameCollectorPlugin.named_regexp = (
+    r".*/(?P<student_id>[^_/]+)_"
+    r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_"
+    r"(?P<file_id>[^/]+)")
+c.FileNameCollectorPlugin.valid_ext = [".ipynb", ".py"]
