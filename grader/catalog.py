@@ -2,32 +2,7 @@
 variants, as small named edits of the reference solution
 (docs/adding-an-assignment.md, "The audit").
 
-A plug-in's folder may hold ``audit.toml``
-(:attr:`grader.plugin.Plugin.catalog_file`)::
-
-    source = "solutions/modeling_x.py"   # the reference, from the kit root
-
-    [[mutants]]
-    id = "no_scaling"                    # unique, [a-z0-9_]
-    diagnosis = "no_scaling"             # a rubric [diagnoses] id
-    costs = ["task2.scores"]             # the items it must cost
-    title = "scores not divided by sqrt(head_size)"
-    edits = [{find = "k.T / self.scale", replace = "k.T"}]
-    # pairs = false: never paired (it forfeits its task unjudged)
-
-    [[variants]]                         # must earn full marks
-    id = "einsum"
-    edits = [{find = "q @ k.T", replace = "torch.einsum(...)"}]
-
-An edit replaces ``find`` by ``replace`` and must find it exactly
-``count`` times (default 1), or, with ``after = "class Name"``, the first
-``count`` times after that anchor; ``find`` may span lines, so one edit
-may replace a whole method (a replacement function). The reference is the
-source with its solution-marker lines (``### BEGIN SOLUTION``) dropped.
-:func:`load` reads and validates a catalog against its rubric;
-:func:`build` applies edits and says which lines of the reference they
-touch. The catalog is the instructor's: the student copies of the
-grader leave it out (``solutions/gradescope_bundle.py``).
+Details: docs/internals.md, `grader.catalog`.
 """
 from __future__ import annotations
 

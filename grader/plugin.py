@@ -1,16 +1,6 @@
 """The plug-in interface: what an assignment gives the generic grader.
 
-Each assignment is a package ``grader/assignments/<id>/`` whose
-``__init__.py`` exports one :class:`Plugin`, named ``PLUGIN``. The grader
-loads every plug-in at start-up (:func:`plugins`) and validates it
-(:func:`validate`): a missing piece, a piece of the wrong type or a
-plug-in that does not import is a :class:`PluginError` whose one-line
-message names the plug-in, never a silently missing feature.
-
-The generic modules (``grader/*.py``) know an assignment only through
-this record and its rubric (:class:`grader.rubric.Assignment`, read from
-``rubric.toml``); docs/adding-an-assignment.md is the checklist for
-writing one.
+Details: docs/internals.md, `grader.plugin`.
 """
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
 """The plain-data format that crosses the sandbox boundary, both ways.
 
-Everything that frames, checks or encodes what crosses between the
-trusted side and a worker is here, used by both sides (docs/architecture.md,
-"The wire"):
-
-* the job (trusted side to worker): :func:`job_frame` writes it, a 4-byte
-  big-endian length and that many bytes of UTF-8 JSON; :func:`read_job`
-  reads it in the worker;
-* result frames (worker to trusted side): :func:`result_writer` (the
-  worker's) writes the job's 16-byte magic, a 4-byte length, ASCII JSON and
-  an HMAC-SHA256 of length and body under the job's key;
-  :class:`AuthenticatedReader` (the trusted side's) skips the bytes and
-  frames the agent did not send, and :func:`check_frame` refuses a frame of
-  an unexpected form;
-* values: :func:`value_encoder` is the one encoder (the worker binds it
-  before a submission runs; :func:`encode_tensor` uses it for a plan's
-  tensors); :func:`decode_value` rebuilds what it sent. Tensors travel as
-  dtype, shape and raw float32 (or int64) bytes in base64. Nothing is ever
-  unpickled, so a frame can at worst carry wrong numbers, never code.
-
-The factories (:func:`result_writer`, :func:`value_encoder`) return
-closures that look up no global name: every reference they use is bound
-when the factory runs, before a submission's first line (a kit test reads
-their bytecode). Decoding is bounded by its cost: a frame larger than
-:data:`MAX_FRAME` or holding more than :data:`MAX_CONTAINERS` arrays and
-objects is refused before parsing. This module holds no grader state.
+Details: docs/internals.md, `grader.wire`.
 """
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
 """The code that runs, traced back to the submission's own source (trusted).
 
-The sandbox agent reports, for every probe, which code objects of the
-submission ran (by fingerprint, see
-:func:`grader.worker.agent.make_fingerprint`) while the object was built and
-while it was called, and which code ran that is neither the submission's nor a
-library's (made at run time by ``exec``, ``compile``, ``types.FunctionType``,
-``marshal``; read from another file). This module compiles the submission's
-source itself, maps each reported fingerprint to the definition it belongs to,
-and says, per task, which definitions are "the code that runs":
-
-* the pep8, shapes and bonus items and the static forbidden-API scan judge
-  those definitions (as well as the graded class as written), so that a
-  class swapped at run time (decorator, rebinding, ``setattr``, a base
-  class, a patched ``nn.Module.__call__``) is judged as the code that runs,
-  and a module-level helper a graded method calls is part of that method;
-* code that ran but cannot be traced to the submission's visible source
-  makes the task's correctness items earn nothing (:func:`untraceable`).
-
-Fingerprints that do not match the trusted compile (code compiled from
-other text under the submission's file name) count as untraceable too.
+Details: docs/internals.md, `grader.judge.attribution`.
 """
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
 """pytest as the correctness engine.
 
-Each correctness check is a pytest test in ``grader/assignments/<id>/
-checks/``, marked with the rubric item it decides::
-
-    @pytest.mark.item("task1.forward", part="scaled")
-    def test_forward_matches_reference(task1, reference): ...
-
-The tests run with pytest inside the grader's own trusted process (a fork
-of it, so pytest's global state never leaks between gradings) and see the
-submission only as observations: plain tensors and shapes that the sandbox
-handed over, through fixtures: one per task id of the rubric
-(:func:`task_fixtures`), returning a :class:`~grader.run.observe.TaskRun`, plus
-``runs``, ``plan``, ``public_only`` and ``assignment``
-(:class:`ChecksPlugin`). An instructor adds a check by writing
-one more marked test; the rubric table maps outcomes to points.
+Details: docs/internals.md, `grader.judge.checking`.
 """
 from __future__ import annotations
 

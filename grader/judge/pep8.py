@@ -1,29 +1,6 @@
 """PEP-8 findings: flake8 over a submission, attributed to its classes.
 
-The rubric takes a point from a task when flake8, run with the kit's own
-configuration (the ``[flake8]`` section of ``setup.cfg``), reports anything
-on a line of the task's class. Findings outside every class (module-level
-given code, imports) are reported and never penalised.
-
-What flake8 reads is what runs: it gets bytes that decode (by Python's own
-rules, the file's ``coding`` cookie included) to exactly the canonical text
-the sandbox compiles (:mod:`grader.locate.source`). It runs with
-``--disable-noqa``, so ``# noqa`` and ``# flake8: noqa`` hide nothing, in a
-subprocess with a time and memory limit; when it cannot check the code
-(it crashes, as pyflakes does with ``RecursionError`` on a 600-term sum,
-runs out of memory or time), :class:`Flake8Error` says why, and the code is
-not PEP-8 clean.
-
-A notebook is linted as the program it is (:class:`grader.locate.cells.LintText`:
-every Python cell in order, so a name imported in one cell and used in a
-later one is used), and findings are mapped back to the module the grader
-assembled and to ``cell 7, line 3``. Findings on the kit's own cells
-(nbgrader's read-only cells) outside the graded classes are not the
-student's and are dropped, and so are findings on lines IPython rewrote
-(magics), ``E402`` (imports in later cells are how notebooks are written),
-``F811`` for a definition redefined in a later cell (re-running an edited
-cell is how notebooks are written), and ``F821`` for the names the kernel
-itself defines (``get_ipython``, ``display``, ``In``, ...).
+Details: docs/internals.md, `grader.judge.pep8`.
 """
 from __future__ import annotations
 

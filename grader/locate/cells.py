@@ -1,36 +1,6 @@
 """Notebook code cells as the Jupyter kernel runs them (trusted side).
 
-A notebook is graded as the kernel would run it, not as raw cell text:
-
-* **Cell magics.** ``%%capture``, ``%%time``, ``%%prun`` and ``%%debug``
-  run their body as Python in the notebook's namespace, so the body is
-  graded (the magic line is not Python and is left out). Every other cell
-  magic (``%%bash``, ``%%writefile``, ``%%html``, ``%%timeit``, whose body
-  runs inside a timing function, an unknown one, ...) is not Python of the
-  notebook: the cell defines nothing and is not graded or linted.
-* **Line magics, shell escapes, help** (``%matplotlib inline``, ``!pip``,
-  ``x = !ls``, ``obj?``): rewritten by IPython's own input transformer
-  (``IPython.core.inputtransformer2``, installed with Jupyter and
-  nbgrader) into the Python the kernel runs, e.g.
-  ``get_ipython().run_line_magic('matplotlib', 'inline')``. Without
-  IPython, an equivalent rule rewrites a line that starts with ``%``,
-  ``!`` or ``NAME = %``/``NAME = !``, or ends with ``?``, the same way.
-  Rewritten lines are not the student's Python: flake8 findings on them
-  are dropped.
-* **Cleanup**, as IPython does before anything else: leading blank lines
-  are dropped, a cell indented as a whole is dedented, ``>>>`` and
-  ``In [1]:`` prompts are stripped.
-
-Every kernel line keeps the cell line it came from, so reports say
-``cell 7, line 3`` of the notebook as Jupyter shows it. Invalid text (not
-UTF-8, lone surrogates) is refused with one line; a cell Python cannot
-compile is reported as a cell error and left out.
-
-:func:`load_notebook` then builds two texts from the cells: the **module**
-the sandbox runs (every top-level import, the definitions, and the
-assignments they need; no experiment) and the **program** flake8 lints
-(:class:`LintText`: every Python cell in order, so a name imported in one
-cell and used in a later one is used).
+Details: docs/internals.md, `grader.locate.cells`.
 """
 from __future__ import annotations
 

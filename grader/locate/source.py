@@ -1,34 +1,6 @@
 """Reading a submission's source exactly as Python reads it.
 
-A submission reaches the grader as text, never as an imported module. This
-module turns a ``.py`` file or a notebook into a :class:`SourceFile`: the
-one **canonical text** that every stage uses (the sandbox compiles it,
-flake8 lints it, the region finder and the shape checker read it, reports
-quote it), so that what is linted is what runs.
-
-* **Reading** (:func:`read_bytes`): a regular file only, opened without
-  following a final symlink, at most a size cap (:data:`MAX_SOURCE_BYTES`
-  for Python, :data:`MAX_NOTEBOOK_BYTES` for a notebook).
-* **Decoding** (:func:`decode_python`): as the interpreter does, by PEP 263
-  (a UTF-8 BOM, a ``coding`` cookie on line 1 or 2, else UTF-8); what
-  Python refuses (an unknown or non-text encoding, a BOM that contradicts
-  the cookie, undecodable bytes, NUL) is refused with one line.
-* **Lines** (:func:`canonical`, :func:`split_lines`): ``\\r\\n`` and ``\\r``
-  become ``\\n``, as Python's tokenizer reads them; every other character
-  (form feed, ``\\x0b``, ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028``,
-  ``\\u2029``) stays where it is and never ends a line, because Python does
-  not end a line there. :func:`split_lines` is the kit's one line splitter
-  (``str.splitlines`` splits on all of them and would shift every line
-  number after such a character).
-* **Where the student's code is**: classes, methods, and the student
-  regions between ``# YOUR CODE STARTS HERE`` and ``# YOUR CODE ENDS HERE``,
-  whose markers count only as real comment tokens (never as text inside a
-  string); statements outside the regions that are not the released stub's
-  own given code are the student's too (:func:`student_code`).
-
-Notebooks are read by :mod:`grader.locate.cells` (cells as the Jupyter kernel
-runs them); :mod:`grader.locate.loading` chooses between a module and a
-notebook.
+Details: docs/internals.md, `grader.locate.source`.
 """
 from __future__ import annotations
 

@@ -1,39 +1,6 @@
 """Finding a submission and the source each task is graded from (trusted).
 
-``PATH`` may be a Python file of any name, a notebook, or a folder (a
-student repository, an nbgrader submission, a Gradescope upload). Locating
-is the first stage of grading and runs in the grader's own process, so it
-reads only what a student hands in, only regular files, and only inside the
-submission:
-
-* **Where a folder's work is.** Notebooks and ``.py`` files of any name at
-  the folder's top (but tool configuration such as ``nbgrader_config.py``
-  or ``setup.py``), ``transformer_lm/<module>.py``, and notebooks and
-  ``transformer_lm/<module>.py`` in ``assignment/<id>/``; nothing else
-  (never ``solutions/``, ``tests/``, ``docs/``, ``examples/``, ``bench/``,
-  build or hidden folders). A folder holding none of these but exactly one
-  ordinary subfolder (a zip extracted into a folder) is looked into.
-* **Nothing outside the submission.** A candidate that is a symbolic link
-  leaving the submission, a FIFO, a device or a socket is refused before
-  anything is read: it is never graded, an integrity flag says so, and
-  when nothing else is left the error says why. The path the user names
-  is followed wherever it leads; what lies inside it is not.
-* **Recognised by what it defines.** Without ``--assignment`` the
-  assignment is the one whose graded names the submission's own files
-  implement best (then define best); a notebook's nearby module
-  (``transformer_lm/<module>.py`` beside it) is considered only when the
-  notebook itself defines none. With an assignment named by the route, a
-  submission that fits another assignment better and implements nothing
-  of the named one is graded as the named one and flagged
-  ``wrong_assignment``.
-* **Each task from the first candidate that implements it** (defines the
-  task's class with something other than the untouched stub): notebooks,
-  then top-level files, then the package module. When no candidate
-  implements a task, the first that defines it is graded (and earns 0,
-  "not implemented yet").
-* **Bounded.** A folder listing, the number of candidates and the time
-  spent locating are capped; recognition scans each file once, line by
-  line (never a regular expression that can backtrack across lines).
+Details: docs/internals.md, `grader.locate.submission`.
 """
 from __future__ import annotations
 

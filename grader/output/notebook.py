@@ -1,23 +1,6 @@
 """The autograded cells of the kit's notebooks, as nbgrader sees them.
 
-Each checks item and each bonus of the rubric has an autograded cell in
-the notebook's final "Grading" section (grade id: the item id with ``_``
-for ``.``, e.g. ``task1_forward``), worth the item's points. Those cells
-are filled in **outside the student's kernel** by ``python -m grader
-nbgrader`` (:mod:`grader.routes.nbgrader`): the grader grades the submitted
-notebook in its sandbox, and this module turns its report into what each
-cell shows and the credit nbgrader records. Inside a kernel (a plain
-``nbgrader autograde``, or a student running the source notebook) a graded
-cell only prints where its points come from and counts 0 (its hidden part,
-written by ``solutions/notebook_build.py``): a kernel runs the student's
-code, so nothing computed there can be trusted.
-
-nbgrader's partial credit must lie in [0, the cell's points], so the
-rubric's penalties (PEP-8, shape comments) are taken from the task's
-point-bearing cells, largest first and never below 0
-(:func:`nbgrader_credits`); each task's cells then add up to the task's
-clamped total, exactly as the grader computes it. The bonus is a cell of
-its own.
+Details: docs/internals.md, `grader.output.notebook`.
 """
 from __future__ import annotations
 

@@ -1,45 +1,6 @@
 """``python -m grader batch DIR``: grading a whole class, losing nothing.
 
-**The class folder.** DIR is one of:
-
-* an nbgrader course root (it holds ``nbgrader_config.py``) or its
-  ``submitted/`` folder: one student per ``submitted/<student>/``, graded
-  from ``submitted/<student>/<assignment>/``; nothing else of the course
-  (``gradebook.db``, ``autograded/``, ``feedback/``, ``source/``...) is a
-  student;
-* a flat folder: every visible entry is one student's (a folder, a ``.py``
-  file, a notebook), whatever its name (``submitted/`` or ``feedback/``
-  there are students' folders). An entry of another kind (a ``.zip``, a
-  FIFO, a symbolic link, which the batch never follows) still gets a row,
-  with the reason it was not graded.
-
-A folder that is one submission (``transformer_lm/<module>.py`` at its
-top, as in a student repository or the kit) or that holds nothing any
-assignment defines is refused before grading starts. Each student is
-graded only from their own entry: a notebook's "module beside it" is never
-looked up in a batch (the files beside an entry are classmates').
-
-**The assignment** is ``--assignment``, else the course's assignment id
-(nbgrader), else the one the class as a whole fits: every entry is
-assessed first (what it defines), and the assignment most entries fit best
-is graded for everyone; an entry that fits another better is graded as
-the class's and flagged ``wrong_assignment``.
-
-**Rows and reports.** A warm coordinator (torch and the grader imported
-once) forks one *judge* per submission, ``--jobs`` at a time; each judge
-grades its submission exactly like ``python -m grader grade``, writes the
-student's record and feedback into ``FILE.csv.reports/<key>/`` and hands
-the coordinator one row. ``<key>`` is a safe file name unique to the entry
-(``alice.py`` and ``alice.json.py`` are two students with two folders);
-the ``student`` column shows the entry's name with control characters and
-undecodable bytes escaped. The CSV is rewritten atomically after every
-submission, so it is always whole, and no cell starts with ``=``, ``+``,
-``-`` or ``@`` (:func:`grader.output.text.csv_cell`).
-
-Nothing is lost: a judge that dies (killed from outside, out of memory) is
-retried once and then recorded as an error row; one that hangs is stopped
-at a deadline; an interrupted batch keeps every finished report, and
-``--resume`` grades only the submissions without one.
+Details: docs/internals.md, `grader.routes.batch`.
 """
 from __future__ import annotations
 

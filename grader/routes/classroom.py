@@ -1,46 +1,6 @@
 """GitHub Classroom's autograding: the grader's report as Classroom results.
 
-Classroom's ``autograding-grading-reporter`` action reads, for each id in
-its ``runners`` input, a base64 JSON result from the environment variable
-``<ID>_RESULTS`` (the format ``autograding-command-grader`` writes):
-``{"version": 1, "status", "max_score", "tests": [{"name", "status",
-"score", ...}]}``. It prints ``✅``/``❌`` and each test's name, a table of
-runners (id, ``passed tests / tests * max_score``, ``max_score``), sends
-Classroom the points (the sum of the tests' ``score`` over the runners
-with a ``max_score``), and fails the run when a runner's own ``status`` is
-``"fail"`` (or ``"error"``). Its ids must be letters and digits only.
-
-The command grader can only say pass or fail under a name fixed in the
-workflow, so a point lost to a PEP-8 penalty could only show as some
-correctness test failing. Instead, the workflow grades once with
-``python -m grader.classroom grade`` and that step writes the results:
-
-* one runner per task (id ``task1``), worth the task's points, with one
-  test per point. Passed tests are the points the task keeps, named by
-  the item that earned them (``task1.forward 3/3: point 2 of 3``); a point
-  a penalty takes is named by the penalty and its lines (``task1.pep8 -1:
-  PEP-8 penalty, takes 1 point of task1.forward (3/3 correct) - line 30:
-  E501 ...``); a point not earned is named by its item and the reason. The
-  penalties come off as :func:`grader.output.notebook.nbgrader_credits` takes
-  them (largest item first, never below 0), so each runner adds up to the
-  task's clamped score and the total is the grade. When a task's items or
-  penalties are worth half points (the warm-up's -0.5 penalties), its
-  tests are half points (``task4.causal 1/1: 0.5 point 1 of 2``), so that
-  the reporter's ``passed / tests * max_score`` is still the task's
-  score.
-* one runner per bonus item (``task1bonus``), worth its points; it never
-  fails the run (its status is ``"pass"`` whether or not its one test
-  passed), so full rubric marks without the optional bonus show a green
-  run with the bonus row at 0 / 1.
-* the public tests (``publictests``, 0 points): the command grader's
-  result for them, passed on through the environment and shown as passed
-  or failed, never failing the run: the rubric's points decide its colour.
-
-It also writes a job summary (``$GITHUB_STEP_SUMMARY``: every item, its
-points and the reason, on the run's page) and prints the grader's report
-between ``::stop-commands::`` markers, so nothing a submission prints can
-pass for a workflow command. ``python -m grader.classroom run`` runs the
-public tests so that a time-out leaves no process (:mod:`grader.run.proctree`).
+Details: docs/internals.md, `grader.routes.classroom`.
 """
 from __future__ import annotations
 

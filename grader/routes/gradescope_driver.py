@@ -1,17 +1,6 @@
 """The driver that runs inside a Gradescope autograder (trusted side).
 
-``run_autograder`` (written by :mod:`solutions.gradescope_bundle`, which builds
-the zip) calls ``python -m grader.routes.gradescope_driver run`` for every
-submission: :func:`run` grades ``$AUTOGRADER_ROOT/submission`` with ``python -m
-grader grade --format gradescope`` in a subprocess (whose sandbox forks the
-submission's workers) and writes ``results/results.json``. Whatever fails, a
-valid ``results.json`` is left behind (score 0, the reason in ``output``);
-never none.
-
-The secret seed baked into the zip (:data:`SEED_FILE`) reaches the grader
-through its environment, unless ``GRADER_SEED`` is set in the container.
-This module imports nothing of the bundle builder: the container needs
-only the grader.
+Details: docs/internals.md, `grader.routes.gradescope_driver`.
 """
 from __future__ import annotations
 

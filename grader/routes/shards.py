@@ -1,21 +1,7 @@
 """A class graded in shards (a Slurm array, a Kubernetes Indexed Job) and
 merged back into one CSV and summary.
 
-``python -m grader batch DIR --shard I/N --out part-I.csv`` grades the
-I-th of N parts of the class (``1 <= I <= N``): the entries of DIR in
-the order of their report keys, every N-th from the I-th, so that every
-shard that sees the same folder takes the same part and the parts are
-as even as they can be. Each shard chooses the assignment from the
-whole class, as a plain batch does, so that every shard grades the
-same one. Beside its reports it writes ``shard.json``: its index, N,
-and every student of the class.
-
-``python -m grader merge grades.csv part-1.csv part-2.csv ...`` writes one
-CSV of every part's rows, copies every part's report folders into
-``grades.csv.reports/`` and writes the class summary. It refuses a
-student graded in two parts (or a report folder two parts hold), and
-names the students of the class that no part graded and the shards that
-were not given.
+Details: docs/internals.md, `grader.routes.shards`.
 """
 from __future__ import annotations
 

@@ -1,31 +1,7 @@
 """``python -m grader similarity DIR --out similarity.html``: the most
 similar pairs of a class's solutions, ranked, never judged.
 
-**What is compared.** Each student's own code only: for every graded
-class or function of the assignment, the lines of the student regions
-(between ``# YOUR CODE STARTS HERE`` and ``# YOUR CODE ENDS HERE``) and
-the statements outside them that are not the released stub's given code
-(:func:`grader.locate.source.student_code`, as the pep8 and shapes items read
-them); in a function without markers, its body but the stub's given
-statements. The stub's given code, the docstrings and the markers are
-the same for everyone and are left out, and so is what the stub itself
-has in its regions (``raise NotImplementedError``): copydetect's
-boilerplate. Submissions are located as ``batch``
-locates them (the same class folder, the same assignment choice); nothing
-of a submission runs: its text is parsed, never imported.
-
-**How.** With copydetect (the optional extra ``similarity``): each
-student's code is tokenised with names, strings and layout normalised and
-fingerprinted by winnowing (Schleimer et al., the method of MOSS); a
-pair's similarity is, for each side, the share of its fingerprinted code
-found in the other's. Every pair is screened by its shared fingerprints;
-the best ``--pairs`` are compared in full and listed with their shared
-lines.
-
-**What it means.** Short solutions are similar by nature: a correct
-scaled dot-product attention is a handful of lines that most students
-write alike, and many will share them with the textbook. The report
-ranks pairs for an instructor to read; it accuses nobody, and says so.
+Details: docs/internals.md, `grader.routes.similarity`.
 """
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
 """The instructor's view of a class: what a batch's CSV and reports say
 about the class as a whole.
 
-:func:`summarise` reads a finished batch (its CSV rows and the records in
-``FILE.csv.reports/<key>/record.json``) and computes, in the grader's own
-process and from the grader's own records only:
-
-* how many submissions were graded and how many could not be;
-* the mean, median, minimum and maximum of the graded totals;
-* each rubric item's pass rate (the share of graded submissions whose
-  item passed, as its report says; an optional bonus counts as passed
-  only when earned);
-* each diagnosis id (a known mistake) with how many students made it and
-  who (the names in the JSON only; the table shows counts);
-* the slowest submissions (the grade's own seconds);
-* the integrity flags by kind, with who.
-
-:func:`write_summary` prints it as a short table, writes it as
-``FILE.csv.summary.json`` beside the CSV and draws it as
-``FILE.csv.summary.png``
-(matplotlib, Agg): a histogram of the totals, the items' pass rates and
-the most frequent mistakes. ``python -m grader summary grades.csv`` does
-the same from a finished batch. Every name a submission controls (a
-student's name, a flag's message) goes through :mod:`grader.output.text`.
+Details: docs/internals.md, `grader.routes.summary`.
 """
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
 """Clean worker processes: a fork server that holds nothing of a grading.
 
-A sandbox worker must not inherit anything secret or private from the
-process that asks for it: the grading seed, other students' paths, rows or
-reports (in a batch), the grader's own objects. A worker forked from the
-grading process would inherit all of that, on its stack and in its heap.
-So workers are forked by a *fork server*: a separate, freshly started
-Python (``python -m grader.run.forkserver``) that imports torch and the
-sandbox agent once, with a clean environment and command line, and then
-only ever forks. It never sees a job: the grading process hands it the
-ends of the worker's pipes (over a Unix socket, as file descriptors), the
-server forks a child that reads its job from its own pipe, and the server
-tells the client the child's pid and, later, its exit status.
-
-Both sides are here. :class:`ForkServer` (the client, in the trusted
-grading process) starts the server once per grading command and is shared
-by the processes forked from it (a batch's judges). The server side is
-:func:`serve`, which defines no classes and keeps no grading data.
-
-The worker process is ``grader.worker.agent.main``; it isolates itself
-(session, descriptors, limits, Landlock, seccomp) before running any student
-code.
+Details: docs/internals.md, `grader.run.forkserver`.
 """
 from __future__ import annotations
 

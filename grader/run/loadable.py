@@ -1,30 +1,7 @@
 """Grading what can be loaded of a file whose module-level code fails
 (trusted side: the file is parsed here, never run).
 
-Learners' files often fail to load on the grader's machine although their
-classes are fine: ``import tiktoken`` (installed on their machine, not
-here), ``open("the-verdict.txt")`` at module level, a leftover notebook
-line ``sa_v1 = SelfAttention_v1(d_in, d_out)`` whose ``d_in`` was defined
-in a cell that was not exported. When the sandbox reports that loading a
-submission raised, :func:`reduce_module` builds the module the notebook
-loader would have built (:mod:`grader.locate.cells`), in place:
-
-* the top-level imports that can succeed here: decided from the import
-  system's metadata (:func:`importable`, ``importlib.util.find_spec`` of
-  the top-level package, never running it) and the sandbox's allow-list;
-* the last definition of each top-level class and function;
-* the last top-level assignment of each global name those definitions
-  read (transitively), when what it reads is loaded before it;
-* nothing else: demos, prints, training loops, ``with open(...)`` blocks,
-  plots, tests are never run.
-
-A definition that cannot be made here (its decorators, bases, default
-values, annotations or class body read a name that is not loaded before
-it) is skipped too, so that one class cannot keep the others from being
-graded. Everything kept stays on its own lines; what is dropped is
-blanked out, so reports, flake8 findings and shape comments keep their
-line numbers. :class:`Skipped` records say, one line each, what was left
-out and why, and which graded names would have needed it.
+Details: docs/internals.md, `grader.run.loadable`.
 """
 from __future__ import annotations
 

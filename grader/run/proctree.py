@@ -1,34 +1,6 @@
 """Run a command and leave nothing of it running (trusted side).
 
-GitHub Classroom's command grader stops a test that runs past its
-``timeout`` by sending SIGTERM to the ``/bin/sh`` it started, and only to
-it; it also runs the command with a stripped environment, without the
-runner's ``RUNNER_TRACKING_ID``. A ``python -m pytest`` under that shell,
-and whatever the code under test started, would keep running: through the
-next steps, and on a self-hosted runner after the job.
-
-:func:`run_tree` runs a command so that, when it returns, no process the
-command started is left, whichever way it ends:
-
-* it makes the calling process a *child subreaper* (Linux), so that every
-  process the command starts, even one that double-forks into a new
-  session, stays a descendant of the caller: the set of processes to stop
-  is exactly the caller's descendants, read from ``/proc``;
-* the command runs in a session of its own, stopped at ``deadline``
-  seconds;
-* SIGTERM, SIGINT and SIGHUP, and the death of the caller's parent (the
-  shell the command grader kills: ``PR_SET_PDEATHSIG``), stop it at once;
-* however it ends (exit, deadline, signal), every remaining descendant is
-  sent SIGTERM, given ``grace`` seconds, then frozen with SIGSTOP and killed
-  with SIGKILL, round after round until ``/proc`` shows none, and reaped.
-
-Without ``/proc`` or ``prctl`` (not Linux) it falls back to killing the
-command's process group, which a process that left the group escapes.
-
-It is also the one home of two small pieces the trusted side needs in
-several places: :func:`fork_with_pipe` (run a function in a forked copy of
-this process and read what it writes) and :func:`kill_group` (kill a
-process and its process group; the fork server's own, re-exported).
+Details: docs/internals.md, `grader.run.proctree`.
 """
 from __future__ import annotations
 

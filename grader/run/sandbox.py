@@ -1,16 +1,6 @@
 """Running student code in sandboxed child processes (the parent's side).
 
-:func:`run_jobs` asks the fork server (:mod:`grader.run.forkserver`) for one
-worker per job (normally one per task), all at once, and collects their
-authenticated result frames and captured output until each has finished,
-died or run out of time. The parent never imports student code; a
-worker's death, hang or garbage costs only that worker's job.
-
-Workers are forked by the fork server, a warm process that holds nothing
-of any grading, so a submission finds nothing of the grader, its seed or
-other students in its worker. What a worker may read is an allow-list
-(:func:`sandbox_paths`): the interpreter, the libraries and the
-student-facing package, never the kit's grader, reference or tests.
+Details: docs/internals.md, `grader.run.sandbox`.
 """
 from __future__ import annotations
 

@@ -1,29 +1,6 @@
 """Shape comments: which statements need one, what they claim, and the truth.
 
-The rubric asks for a shape comment on every statement in a student region of
-``forward`` whose value is a tensor, and checks it by running the code. This
-module gathers the trusted side's two parts (each a module of its own);
-the third runs in the sandbox:
-
-1. **Static analysis** (trusted grader process): :class:`DimensionTable`
-   (the rubric's dimension names and aliases) and :func:`parse_shapes` (the
-   bracketed shapes of a comment) in :mod:`grader.shapes.grammar`;
-   :func:`collect_statements` in :mod:`grader.shapes.statements` (the
-   statements of a method's student regions, what to watch after each one
-   runs, and the comment that belongs to it). :meth:`Statement.to_plain` is
-   the plan handed to the sandbox.
-2. **Tracing** (untrusted sandbox worker): the agent's line tracer
-   (:func:`grader.worker.agent.line_tracer`) runs ``forward`` under
-   ``sys.settrace`` and records the shape of every watched value each time
-   a planned statement completes; its records are plain data.
-3. **Verification** (trusted grader process, :mod:`grader.shapes.verify`):
-   :func:`verify` compares the
-   claims with the records of every size set and returns :class:`Finding`
-   records; :func:`format_findings` turns them into a report a student can
-   act on.
-
-The grammar and the attribution rules are documented for students in
-``docs/shape-comments.md``.
+Details: docs/internals.md, `grader.shapes`.
 """
 from __future__ import annotations
 

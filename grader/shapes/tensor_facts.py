@@ -1,32 +1,6 @@
 """Which statements produce a tensor, decided from the source alone.
 
-The shape checker knows what a statement produced when it ran. A statement
-that never ran under the grader's cases (a branch not taken, a ``forward``
-that raised first) still needs a shape comment when it produces a tensor,
-and this module decides that statically, **conservatively**: a statement
-counts as a tensor statement only when its value is certainly a tensor
-whenever it runs. Anything in doubt is not, so an honest submission is
-never penalised by a guess.
-
-A value is certainly a tensor when it is
-
-* a call of a torch function that returns tensors (:data:`TENSOR_FUNCTIONS`,
-  through ``torch``, ``torch.nn.functional`` or ``torch.linalg`` under any
-  import alias, or imported by name);
-* a call of a tensor method that returns tensors (:data:`TENSOR_METHODS`,
-  in-place ``..._`` forms included) on a tensor;
-* a call of a layer the class's ``__init__`` built from
-  :data:`TENSOR_MODULES` (``self.q = nn.Linear(...)``) on a tensor;
-* arithmetic (``+ - * / // % ** @``, unary ``-``), a comparison, an index
-  (``t[..., 0]``) or ``t.T`` / ``t.mT`` / ``t.data`` of a tensor;
-* a name whose every binding in the function is a tensor, or the function's
-  first argument (the grader always passes a tensor there), as long as it
-  is never rebound to anything else; and, at verification time, a name the
-  grader saw hold a tensor every time (see :func:`grader.shapes.verify`).
-
-A statement's verdict is kept as "always" or "when one of these names is a
-tensor" (every rule above is an *or* of its operands), so that what the
-trace observed can complete it.
+Details: docs/internals.md, `grader.shapes.tensor_facts`.
 """
 from __future__ import annotations
 

@@ -1,41 +1,6 @@
 """The sandbox agent: the grader's only code that runs beside a submission.
 
-A worker is a child of the fork server (:mod:`grader.run.forkserver`), born
-with nothing of any grading in it. :func:`main` reads its job from a pipe,
-isolates the process (session, descriptors, environment, limits,
-:mod:`grader.worker.confine`'s Landlock and seccomp) and then runs the
-submission's module and the probes of its plan, reporting observations to
-the grading process as authenticated frames.
-
-Everything the agent does after the submission's first line runs is done
-by closures, made before it by the module-level factories of
-:data:`FACTORIES` (and the wire's), each over its own arguments:
-
-* they hold every reference they use (torch's functions, ``os.write``,
-  builtins) in closure cells, taken before the submission ran, and look up
-  no global name (a kit test checks their bytecode), so a submission that
-  replaces ``json.dumps``, ``builtins.len`` or ``torch.Tensor.numpy``
-  changes nothing the agent does;
-* no class of the agent exists (``object.__subclasses__()`` finds none),
-  the grader's modules are removed from ``sys.modules`` and this module's
-  namespace is emptied, so the tripwires a submission can reach (they
-  replace library functions) lead to nothing of the runtime;
-* the audit hook refuses, to the submission, every route to the agent's
-  frames and objects (``sys._getframe``, traceback and generator frames,
-  ``gc``, trace and profile hooks, new threads) except the frame look-ups
-  of a few standard-library functions that use them internally; it reports
-  every refusal at once, on the channel, before the code can go on;
-* every frame carries an HMAC under a key that only the audit hook holds
-  (the rest of the agent sends through it, with a token): bytes the
-  submission writes to the channel are recognised as foreign;
-* a trace function records which code runs during each probe (so that the
-  grading process judges the code that runs, wherever it came from) and
-  the shapes of the planned statements (shape comments).
-
-What stays possible, and is documented in ``docs/threat-model.md``: code
-that reads or writes raw process memory (a crafted ``__array_interface__``,
-a native library written to disk) could in principle find the key; the
-kernel layers still confine it.
+Details: docs/internals.md, `grader.worker.agent`.
 """
 from __future__ import annotations
 

@@ -1,36 +1,7 @@
 """Kernel-enforced confinement of a sandbox worker (Linux): Landlock and
 seccomp, set up through ctypes before any student code runs.
 
-The worker's audit hook and tripwires (:mod:`grader.worker.agent`) refuse what
-Python can see and say so in the report; but a process can reach the
-kernel by paths Python does not audit (a C extension that opens a file
-itself, ``signal.pidfd_send_signal``, ``_posixsubprocess.fork_exec``). These
-two layers close those paths in the kernel, for the worker and everything
-it could start, whatever the code does afterwards:
-
-* **capabilities**: all dropped, so a grader running as root (as on
-  Gradescope) forks workers that are root in name only;
-* **Landlock** (Linux >= 5.13, unprivileged): files may be created,
-  written, renamed or removed only inside the worker's scratch folder (and
-  ``/dev/null`` written); nothing may be executed; the protected folders
-  (the reference solution, the grader's assignments) cannot be read; with
-  Landlock ABI >= 4 no TCP port may be bound or connected; with ABI >= 6 no
-  signal may reach a process outside the worker (its parent, the other
-  worker, anything else) and no abstract UNIX socket outside it may be
-  reached. Landlock also forbids tracing any process outside the worker,
-  and so reading its memory or its environment (for a worker forked from
-  root, only once the capabilities are dropped).
-* **seccomp** (x86-64 and AArch64): no new process (``fork``, ``vfork``,
-  ``clone`` without ``CLONE_THREAD``; ``clone3`` reports ENOSYS so that
-  threads fall back to ``clone``), no ``execve``, no ``ptrace`` or
-  cross-process memory access, no mounts or namespaces, no kernel modules,
-  ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring`` or keyrings,
-  and ``kill``/``tgkill`` only towards the worker itself.
-
-Both are best effort: :func:`confine` applies what the kernel offers and
-returns what it applied; on another platform, or where a container's own
-policy forbids these system calls, the worker keeps its Python-level layers
-alone (``docs/threat-model.md`` says when to add a container).
+Details: docs/internals.md, `grader.worker.confine`.
 """
 from __future__ import annotations
 

@@ -341,3 +341,29 @@ def test_the_error_scan_sees_a_planted_error(tmp_path: Path) -> None:
     path = tmp_path / "x.py"
     path.write_text("class OopsError(ValueError):\n    pass\n")
     assert defined_exceptions(path) == [("OopsError", ["ValueError"])]
+
+
+# --------------------------------------------------------------------------
+# Docstrings
+
+
+MAX_MODULE_DOCSTRING = 12
+
+
+def test_module_docstrings_are_a_paragraph_that_points_to_docs() -> None:
+    """A module's docstring says what it is for in a paragraph or two; the
+    details live in docs/ (docs/internals.md, module by module)."""
+    long = {}
+    for name, path in kit_modules().items():
+        if not name.startswith("grader"):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")),
+                                clean=False) or ""
+        if len(doc.strip().splitlines()) > MAX_MODULE_DOCSTRING:
+            long[name] = len(doc.strip().splitlines())
+    assert long == {}
+    internals = (KIT / "docs" / "internals.md").read_text(encoding="utf-8")
+    for name, path in kit_modules().items():
+        if f"docs/internals.md, `{name}`" in path.read_text(
+                encoding="utf-8"):
+            assert f"## `{name}`" in internals, name
