@@ -107,7 +107,7 @@ def _entry_problem(path: Path) -> str:
 def _visible(folder: Path) -> list[Path]:
     from grader.locate.submission import MAX_LISTING
 
-    found = []
+    found: list[Path] = []
     try:
         with os.scandir(folder) as scan:
             for item in scan:

@@ -285,7 +285,7 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
             now = time.monotonic()
             wait = max(0.0, min(e.deadline for e in active) - now)
             for key, _ in selector.select(timeout=min(wait, 0.05)):
-                entry: _Running = key.data
+                entry = key.data
                 try:
                     data = os.read(key.fd, _READ)
                 except BlockingIOError:
