@@ -157,11 +157,13 @@ CORPUS: dict[str, Expected] = {
         T1_FULL, (0, 0, 0, 0, 0), 5, ALL_TASK2,
         why="forward raises before it returns probs on any other length"),
     "hardcoded_size_loops": Expected(
-        (1, 0, 0, 0, 0), (0, 0, 0, 0, -1), 1,
+        (1, 0, 0, -1, 0), (0, 0, 0, 0, -1), 0,
         {"task1.forward": ("hardcoded_size",), **ALL_TASK2},
         why="task 1 loops over 3 sequences, task 2 over 3 heads; under the "
             "second shape size set (2 heads) the stacked scores have 3 "
-            "heads, not the num_heads their comments claim"),
+            "heads, not the num_heads their comments claim; under the "
+            "secret size set (issue 24, principle 6) task 1's loop over 3 "
+            "sequences no longer matches the batch its comment claims"),
     # ----------------------------------------------------------- dropout
     "dropout_fixed_pattern": Expected(
         T1_FULL, DROPOUT_ONLY, 10,

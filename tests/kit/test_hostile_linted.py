@@ -64,11 +64,13 @@ CORPUS: dict[str, Expected] = {
                                     "has no shape comment",)),
     "zeros_early_return": Expected(says=("q = self.q(x)\n  this statement "
                                          "produces a tensor",)),
+    # It refuses the shape checks at the sizes it can recognise; the
+    # secret size set (issue 24, principle 6) is not one of them, so its
+    # wrong comments are judged there.
     "refuses_shape_checks": Expected(says=(
-        "SelfAttention.forward never ran to the end under the grader's "
-        "shape checks (it ran to the end in every graded case, but in none "
-        'of the 4 runs that check the shapes: RuntimeError: "not today"',
-        "a forward that refuses the shape checks cannot pass this item")),
+        "6 statement(s) in SelfAttention.forward have a missing or wrong "
+        "shape comment",
+        "size set 3: claimed [7, 12, 10], real [7, 12, 38]")),
     "outside_markers": Expected(says=(
         "line 29: missing shape comment\n    q = self.q(x)",
         "line 67: missing shape comment\n    k = self.k(x)")),

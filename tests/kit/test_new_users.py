@@ -235,7 +235,8 @@ def test_unchecked_items_are_not_passes_and_a_syntax_error_is_filterable(
     assert not shapes["passed"]
     assert shapes["message"] == ("not checked: MultiHeadSelfAttention."
                                  "forward has no code of yours yet")
-    summary = json.loads((graded_class / "summary.json").read_text())
+    summary = json.loads(
+        (graded_class / "grades.csv.summary.json").read_text())
     shapes = summary["items"]["task1.shapes"]
     pep8 = summary["items"]["task1.pep8"]
     # alice, dave, erin; and carol's stub for pep8
@@ -403,7 +404,8 @@ def test_a_zip_is_graded_and_the_roster_names_who_sent_nothing(
     assert rows["zoe"]["errors"] == (
         "submitted nothing: zoe is on the roster roster.csv but has no "
         "entry in the class folder")
-    summary = json.loads((graded_class / "summary.json").read_text())
+    summary = json.loads(
+        (graded_class / "grades.csv.summary.json").read_text())
     assert (summary["graded"], summary["not_graded"]) == (5, ["zoe"])
 
 
@@ -455,8 +457,9 @@ def test_summary_png_reads_exactly(graded_class):
 
     from grader.routes.summary import figure
 
-    assert (graded_class / "summary.png").stat().st_size > 10_000
-    summary = json.loads((graded_class / "summary.json").read_text())
+    assert (graded_class / "grades.csv.summary.png").stat().st_size > 10_000
+    summary = json.loads(
+        (graded_class / "grades.csv.summary.json").read_text())
     canvas = figure(summary, day="2026-11-27")
     try:
         title = canvas._suptitle.get_text()
