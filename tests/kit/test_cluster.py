@@ -291,9 +291,9 @@ def test_the_kubernetes_manifests_validate_offline():
 
 
 def _docker_pattern(pattern: str) -> re.Pattern:
-    """A .dockerignore pattern as a regular expression (Go's
-    filepath.Match, plus ``**`` for any number of folders); a path is
-    left out when it or a folder above it matches."""
+    """A .dockerignore pattern (without its "!") as a regular expression
+    (Go's filepath.Match, plus ``**`` for any number of folders); it
+    matches a path when it matches the path or a folder above it."""
     parts = []
     for piece in pattern.strip("/").split("/"):
         if piece == "**":
@@ -311,11 +311,18 @@ def test_the_dockerignore_keeps_course_data_out_and_the_kit_in():
     reports and summaries, a cluster run's parts and logs) is left out of
     the image; every file of the kit is kept."""
     lines = (ROOT / ".dockerignore").read_text(encoding="utf-8")
-    patterns = [_docker_pattern(line) for line in lines.splitlines()
+    patterns = [(line.startswith("!"), _docker_pattern(line.lstrip("!")))
+                for line in lines.splitlines()
                 if line.strip() and not line.startswith("#")]
 
     def ignored(path: str) -> bool:
-        return any(p.match(path) for p in patterns)
+        """Docker's rule: the last pattern that matches decides, and an
+        exception ("!") keeps the path."""
+        verdict = False
+        for exception, pattern in patterns:
+            if pattern.match(path):
+                verdict = not exception
+        return verdict
 
     for path in (".git/config", "submitted/ann/hw3/hw3.ipynb",
                  "course/autograded/ann/hw3/hw3.ipynb", "feedback/ann/x",
@@ -324,8 +331,10 @@ def test_the_dockerignore_keeps_course_data_out_and_the_kit_in():
                  "grades.csv.reports/ann/record.json",
                  "grades.csv.summary.json", "grades.csv.summary.png",
                  "grader_results/hw3.csv", "hw3/grading/parts/part-1.csv",
-                 "hw3/grading/logs/grade-1_1.out", ".nbgrader.log"):
+                 "hw3/grading/logs/grade-1_1.out", ".nbgrader.log",
+                 "tests/kit/__pycache__/x.pyc"):
         assert ignored(path), path
+    assert not ignored("tests/kit/hostile/course/submitted/zed/a.py")
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT,
                             capture_output=True, text=True)
     kit = listed.stdout.split() if listed.returncode == 0 else [
