@@ -1507,7 +1507,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     (traced when asked) and encode what it returned."""
     b_type, b_str, b_int, b_float, b_bool = type, str, int, float, bool
     b_list, b_dict, b_sorted, b_getattr = list, dict, sorted, getattr
-    b_enumerate, b_zip = enumerate, zip
+    b_enumerate, b_zip, b_len = enumerate, zip, len
     b_LookupError, b_RuntimeError, b_TypeError = (LookupError,
                                                   RuntimeError, TypeError)
     type_mro = type.__dict__["__mro__"].__get__
@@ -1523,8 +1523,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     Module = torch.nn.Module
     module_named_parameters = Module.named_parameters
     module_train = Module.train
-    module_parameters = Module.parameters
     autograd_grad = torch.autograd.grad
+    t_equal = torch.equal
     t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
 
@@ -1568,31 +1568,65 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             module_train(obj, b_bool(probe.get("train", False)))
         return obj
 
-    def fit(obj, spec):
+    def kept(params):
+        with no_torch_function():
+            return [t_clone(t_detach(p)) for p in params]
+
+    def only_stepped(obj, named, copies, method):
+        # The parameters are still the module's own objects and hold what
+        # the worker's last step left: nothing else wrote into them (the
+        # loss under no_grad or through .data, a hook, a finalizer, a
+        # replaced parameter). Checked before and after every call of the
+        # loss and once training is over (docs/threat-model.md,
+        # principle 5).
+        now = parameters_of(obj)
+        same = b_len(now) == b_len(named)
+        for (name, p), (_, q) in b_zip(named, now):
+            same = same and p is q
+        if not same:
+            raise b_RuntimeError(
+                method + " replaced the model's parameters during "
+                "training: they may change only through the gradient "
+                "steps of the loss")
+        with no_torch_function():
+            for (name, p), copy in b_zip(named, copies):
+                if not t_equal(t_detach(p), copy):
+                    raise b_RuntimeError(
+                        method + " wrote into the parameter " + name
+                        + " during training: parameters may change only "
+                        "through the gradient steps of the loss")
+
+    def fit(obj, spec, mode):
         # Adam steps (the usual betas and eps) on the object's own loss
         # method (a probe's "fit": method, lr, batches), in train mode with
-        # gradients on. What they achieved is judged by the grader on the
-        # values the probe's call returns afterwards, never on a loss the
-        # code reports.
+        # gradients on, then ``mode``. What they achieved is judged by the
+        # grader on the values the probe's call returns afterwards, never
+        # on a loss the code reports; a parameter that changed otherwise
+        # than by these steps stops training with an error.
         if not is_module(obj):
             raise b_TypeError("the object to train is not an nn.Module")
         module_train(obj, True)
-        params = b_list(module_parameters(obj))
+        named = parameters_of(obj)
+        params = [p for _, p in named]
         if not params:
             raise b_TypeError("the object to train has no parameters")
+        method = b_str(spec["method"])
         lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
         moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
-        step = b_getattr(obj, b_str(spec["method"]))
+        step = b_getattr(obj, method)
+        copies = kept(params)
         for number, batch in b_enumerate(spec["batches"]):
+            only_stepped(obj, named, copies, method)
             set_grad_enabled(True)
             try:
                 loss = step(t_clone(batch))
                 if not is_tensor(loss):
-                    raise b_TypeError(b_str(spec["method"]) + " did not "
-                                      "return a tensor")
+                    raise b_TypeError(method + " did not return a tensor")
                 grads = autograd_grad(loss, params, allow_unused=True)
             finally:
                 set_grad_enabled(False)
+            loss = None
+            only_stepped(obj, named, copies, method)
             done = number + 1
             for p, g, (m, v) in b_zip(params, grads, moments):
                 if g is None:
@@ -1602,6 +1636,10 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 m_hat = m / (1 - beta1 ** done)
                 v_hat = v / (1 - beta2 ** done)
                 p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+            copies = kept(params)
+        grads = None
+        module_train(obj, mode)
+        only_stepped(obj, named, copies, method)
 
     def run_probe(namespace, probe):
         phase["stage"] = "build"
@@ -1613,8 +1651,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         call = probe.get("call")
         if probe.get("fit"):
             manual_seed(b_int(probe.get("seed", 0)))
-            fit(obj, probe["fit"])
-            module_train(obj, b_bool(probe.get("train", False)))
+            fit(obj, probe["fit"], b_bool(probe.get("train", False)))
             # The trained weights, as training left them: the grader can
             # judge them with its own model, whatever else the object kept.
             with no_torch_function():

@@ -23,7 +23,8 @@ Probes of task 2 (ids are prefixes the checks select on):
 * ``att-only:<case>``: ``forward(x)``;
 * ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``: a hidden case large
   enough to measure a dropout rate, for two rates p and two random seeds
-  per rate;
+  per rate; ``dropout-off`` and ``dropout-zero:<draw>``: the same case at
+  p = 0 in eval and in train mode (the output dropout must leave alone);
 * ``size:<public case>:<dimension>:<probs|causal>``: the public sizes, and
   the public sizes with one dimension changed, so that a failure on the
   hidden cases can be traced to a size the code hard-codes;
@@ -250,6 +251,16 @@ def size_cases(seed: int, task: str) -> list[tuple[Case, str]]:
     return found
 
 
+def dropout_probe(p: float, draw: int | None) -> str:
+    """The id of the dropout probe at rate ``p`` (0: ``dropout-off`` in
+    eval mode, ``dropout-zero:<draw>`` in train mode), in eval mode
+    (``draw`` None) or in train mode under random seed ``draw``."""
+    if p == 0:
+        return "dropout-off" if draw is None else f"dropout-zero:{draw}"
+    return (f"dropout-eval:{p:g}" if draw is None
+            else f"dropout-train:{p:g}:{draw}")
+
+
 def _mha_init(case: Case, causal: bool = False,
               dropout: float = 0.0) -> dict:
     s = case.sizes
@@ -314,10 +325,9 @@ def build(seed: int, public_only: bool,
                             "MultiHeadSelfAttention", case=first,
                             layers=LAYERS_2, init=_mha_init(first)))
     drop = dropout_case(seed)
-    for p in DROPOUT_RATES:
+    for p in (0.0,) + DROPOUT_RATES:
         for draw in (None,) + tuple(range(DROPOUT_DRAWS)):
-            probe_id = (f"dropout-eval:{p:g}" if draw is None
-                        else f"dropout-train:{p:g}:{draw}")
+            probe_id = dropout_probe(p, draw)
             plan.add("task2", probe(
                 probe_id, "MultiHeadSelfAttention", case=drop,
                 layers=LAYERS_2, init=_mha_init(drop, dropout=p),

@@ -7,7 +7,10 @@ the future); task2.output's value point is judged on cases with zero
 query and key weights when task2.scores failed (the probabilities are then
 uniform whatever the score computation); its dropout point is judged by
 the properties of dropout on the student's own probabilities, whatever
-their layout, at two rates and under two random seeds each.
+their layout, at two rates and under two random seeds each, and by its
+effect on the output: att must be those dropped probabilities times the
+values, and the output without dropout in eval mode and at p = 0
+(docs/threat-model.md, principle 5).
 
 Every item is judged on hidden cases whose sizes all differ from the
 public ones; when the code only runs at the public sizes, the failure is
@@ -581,9 +584,12 @@ def uniform_scale(train: torch.Tensor, evaluated: torch.Tensor
 
 @pytest.mark.item("task2.output", part="dropout")
 def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
-    """Dropout on the probabilities, as randomness: at p = 0.5 and 0.2,
-    each prob is 0 or eval / (1 - p); two seeds drop different
-    probabilities; the share of zeros follows p."""
+    """Dropout on the probabilities, as randomness that reaches the
+    output: at p = 0.5 and 0.2, each prob is 0 or eval / (1 - p); two
+    seeds drop different probabilities; the share of zeros follows p;
+    att is those dropped probs times the values (docs/threat-model.md,
+    principle 5); in eval mode and at p = 0 att is the output without
+    dropout."""
     with explained(hardcoded(task2, "probs")):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
         for p in DROPOUT_RATES:
@@ -604,3 +610,134 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
                      f"{low:.1%} and {high:.1%}: the share of zeros must "
                      f"follow p (use self.dropout, built from the rate "
                      f"passed to __init__).")
+        dropout_reaches_output(task2)
+
+
+# --------------------------------------------------------------------------
+# The effect of dropout on the output (docs/threat-model.md, principle 5):
+# the returned probs are an intermediate the code controls; what counts is
+# att. Dropped probabilities must weight the values, so that the
+# randomness reaches att, and nothing else may.
+
+#: How att follows from probs: the reference's value step and the value
+#: steps of the known mistakes (each judged by the value point, not here).
+VALUE_STEPS = ({}, {"mix": False}, {"merge_transpose": False},
+               {"merge_transpose": False, "mix": False},
+               {"split_transpose": False},
+               {"split_transpose": False, "merge_transpose": False},
+               {"split_transpose": False, "merge_transpose": False,
+                "mix": False})
+
+
+def dropout_att(task2: TaskRun, probe_id: str
+                ) -> tuple[Case, torch.Tensor, torch.Tensor]:
+    """(case, att, probs) of a dropout probe, att checked to be
+    [bs, seq, hidden] (probs in any layout over the keys)."""
+    case, att, probs = any_layout(task2, probe_id)
+    s = case.sizes
+    shape = (s["batch_size"], s["seq_len"], s["hidden"])
+    if att is None or tuple(att.shape) != shape:
+        _, value, _ = pair(task2, probe_id)
+        tensor_of(value, "att", shape, OUT, case)
+    return case, att, probs
+
+
+def batch_major(case: Case, probs: torch.Tensor) -> list[torch.Tensor]:
+    """``probs`` as [bs * num_heads, seq, seq] in batch-major order, for
+    each layout they can be read in (none: a layout not understood)."""
+    s = case.sizes
+    bs, heads, seq = s["batch_size"], s["num_heads"], s["seq_len"]
+    dims = {bs: "b", heads: "h", seq: "q"}
+    if len(dims) < 3 or probs.numel() != bs * heads * seq * seq:
+        return []
+    if probs.dim() == 3 and tuple(probs.shape) == (bs * heads, seq, seq):
+        return [probs, mistakes.head_major_rows(probs, bs, heads)]
+    if probs.dim() == 4 and sorted(probs.shape[:3]) == sorted(
+            (bs, heads, seq)):
+        order = [dims[size] for size in probs.shape[:3]]
+        moved = probs.permute(*(order.index(d) for d in "bhq"), 3)
+        return [moved.reshape(bs * heads, seq, seq)]
+    return []
+
+
+def value_step(case: Case, probs: torch.Tensor, att: torch.Tensor
+               ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """How the code turns its probs into att on ``case``: the known value
+    step that gives ``att`` from ``probs`` (each layout probs can be read
+    in), as a function of probs in that layout; None when none does."""
+    for index, flat in enumerate(batch_major(case, probs)):
+        for how in VALUE_STEPS:
+            def step(student: torch.Tensor, index: int = index,
+                     how: dict = how) -> torch.Tensor | None:
+                layouts = batch_major(case, student)
+                if len(layouts) <= index:
+                    return None
+                return mistakes.output_variant(
+                    case, probs=layouts[index].double(), **how).float()
+            if close(att, mistakes.output_variant(
+                    case, probs=flat.double(), **how).float()):
+                return step
+    return None
+
+
+def values_earned(task2: TaskRun) -> bool:
+    """The value point's verdict, without failing."""
+    try:
+        test_output_matches_reference(task2)
+    except AssertionError:
+        return False
+    return True
+
+
+def dropout_reaches_output(task2: TaskRun) -> None:
+    """Without dropout (eval mode, or p = 0) att is deterministic and the
+    output without dropout; in train mode at p > 0 att changes with the
+    random seed, and it is the returned (dropped) probs times the values
+    whenever the code's value step is one the grader knows (always, when
+    the value point is earned: a value step the grader cannot follow on
+    this case alone earns nothing here)."""
+    case, off, off_probs = dropout_att(task2, "dropout-off")
+    for probe_id in task2.probe_ids("dropout-zero:") + task2.probe_ids(
+            "dropout-eval:"):
+        _, att, _ = dropout_att(task2, probe_id)
+        if not close(att, off):
+            rate = task2.result(probe_id).info.params.get("dropout", 0.0)
+            where = (f"In eval mode with dropout={rate:g}" if rate
+                     else "In train mode with dropout=0")
+            fail(f"{where} att differs from the same model's att with "
+                 f"dropout=0 in eval mode ({max_error(att, off)}): only "
+                 f"dropout of the probabilities may make att random, and "
+                 f"only in train mode.",
+                 *([] if rate else ["dropout_misplaced"]))
+    step = value_step(case, off_probs, off)
+    if step is None and values_earned(task2):
+        fail(f"On {case.describe()} att is not the returned probs times "
+             f"the values (with mix), though it is on the other cases: "
+             f"the effect of dropout on att cannot be judged. Return the "
+             f"probs whose dropout weights the values.",
+             "dropout_misplaced")
+    for p in DROPOUT_RATES:
+        _, evaluated, _ = dropout_att(task2, f"dropout-eval:{p:g}")
+        drawn = []
+        for draw in range(DROPOUT_DRAWS):
+            _, att, probs = dropout_att(task2, f"dropout-train:{p:g}:{draw}")
+            if close(att, evaluated):
+                fail(f"With dropout={p:g} in train mode the returned probs "
+                     f"are dropped but att is the same as in eval mode: "
+                     f"the dropped probabilities never weight the values. "
+                     f"Apply self.dropout to probs and multiply those "
+                     f"probs by the values.", "dropout_misplaced")
+            want = step(probs) if step is not None else None
+            if step is not None and (want is None or not close(att, want)):
+                error = "" if want is None else f" ({max_error(att, want)})"
+                fail(f"With dropout={p:g} in train mode att is not the "
+                     f"returned (dropped) probs times the values{error}: "
+                     f"the randomness of att is not the dropout of the "
+                     f"probabilities. Apply self.dropout to probs, then "
+                     f"multiply those probs by the values.",
+                     "dropout_misplaced")
+            drawn.append(att)
+        if all(close(att, drawn[0]) for att in drawn[1:]):
+            fail(f"With dropout={p:g} in train mode att is the same under "
+                 f"different random seeds: the randomness of dropout does "
+                 f"not reach the output.", "dropout_misplaced")

@@ -1,0 +1,115 @@
+"""Effects, not intermediates (issue 24, principle 5).
+
+``hostile/effects/dropout/`` attacks the dropout point of
+``multi_head_attention`` (task2.output): the returned probs look dropped,
+but the randomness never reaches att, or not as the dropout of those
+probs. ``hostile/effects/training/`` attacks ``transformer_block``'s
+training item: the loss writes into the weights (an optimizer of its
+own, ``.data``, parameters replaced from a gradient hook, a finalizer)
+instead of letting the grader's gradient steps train them. Each folder is
+graded once, by one real ``batch`` (a class of hostile files and one
+honest control), and every row is checked item by item, with its
+diagnoses and the words of its message. docs/threat-model.md
+("Principle 5") gives the argument.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.routes.rows import read_csv
+
+KIT = Path(__file__).resolve().parents[2]
+EFFECTS = Path(__file__).resolve().parent / "hostile" / "effects"
+ATTENTION = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+             "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+             "task2.pep8", "task2.shapes")
+TRANSFORMER = ("task1.layers", "task1.forward", "task1.pep8",
+               "task1.shapes", "task2.layers", "task2.logits",
+               "task2.causal", "task2.loss", "task2.training", "task2.pep8",
+               "task2.shapes")
+FULL_ATTENTION = (1, 3, 0, 0, 1, 3, 1, 2, 0, 0)
+NO_DROPOUT = (1, 3, 0, 0, 1, 3, 1, 1, 0, 0)
+FULL_TRANSFORMER = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
+NOT_TRAINED = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, 0)
+#: folder -> {file: (item scores, diagnoses of the judged item, words)}.
+CORPUS: dict[str, dict[str, tuple]] = {
+    "dropout": {
+        "drop_copy_discarded": (
+            NO_DROPOUT, ("dropout_misplaced",),
+            "att is the same as in eval mode"),
+        "drop_second_draw": (
+            NO_DROPOUT, ("dropout_misplaced",),
+            "att is not the returned (dropped) probs times the values"),
+        "drop_noise_helper": (
+            NO_DROPOUT, ("dropout_misplaced",),
+            "att is not the returned (dropped) probs times the values"),
+        "drop_flipped_layout": (
+            NO_DROPOUT, ("dropout_misplaced",),
+            "the effect of dropout on att cannot be judged"),
+        "honest_dropout_by_hand": (FULL_ATTENTION, (), "ok"),
+    },
+    "training": {
+        "train_inner_optimizer": (
+            NOT_TRAINED, (), "loss wrote into the parameter"),
+        "train_stats_data": (
+            NOT_TRAINED, (), "loss wrote into the parameter"),
+        "train_hook_replaces": (
+            NOT_TRAINED, (), "loss replaced the model's parameters"),
+        "train_finalizer_writes": (
+            NOT_TRAINED, (), "loss wrote into the parameter"),
+        "honest_no_grad_metric": (FULL_TRANSFORMER, (), "ok"),
+    },
+}
+JUDGED = {"dropout": "task2.output", "training": "task2.training"}
+ITEMS = {"dropout": ATTENTION, "training": TRANSFORMER}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
+    """Each folder graded by one batch: its rows by file, and where the
+    reports are."""
+    out = tmp_path_factory.mktemp("effects")
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
+    env["PYTHONPATH"] = str(KIT)
+    found = {}
+    for folder in CORPUS:
+        csv = out / f"{folder}.csv"
+        run = subprocess.run(
+            [sys.executable, "-m", "grader", "batch", str(EFFECTS / folder),
+             "--out", str(csv), "--jobs", "2"], cwd=KIT, env=env,
+            capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stderr[-2000:]
+        rows = {Path(row["student"]).stem: row for row in read_csv(csv)}
+        found[folder] = (rows, csv.with_name(csv.name + ".reports"))
+    return found
+
+
+def test_the_table_lists_every_effects_file() -> None:
+    for folder, table in CORPUS.items():
+        assert sorted(p.stem for p in (EFFECTS / folder).glob("*.py")) \
+            == sorted(table)
+
+
+@pytest.mark.parametrize("folder,name", [(folder, name) for folder in CORPUS
+                                         for name in CORPUS[folder]])
+def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
+    """Exact item scores, the judged item's diagnoses and words; no
+    flag (nothing was refused: the attacks are ordinary code)."""
+    scores, diagnoses, words = CORPUS[folder][name]
+    rows, reports = graded[folder]
+    row = rows[name]
+    assert row["status"] == "graded", row
+    assert {item: float(row[item]) for item in ITEMS[folder]} == dict(
+        zip(ITEMS[folder], map(float, scores))), row
+    assert row["flags"] == "", row["flags"]
+    report = json.loads((reports / f"{name}.py" / "report.json").read_text(
+        encoding="utf-8"))
+    item = next(i for i in report["items"] if i["id"] == JUDGED[folder])
+    assert tuple(item["diagnosis"]) == diagnoses, item
+    assert words in item["message"], item["message"]
