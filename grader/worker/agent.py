@@ -1585,16 +1585,17 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             same = same and p is q
         if not same:
             raise b_RuntimeError(
-                method + " replaced the model's parameters during "
-                "training: they may change only through the gradient "
+                "the model's parameters were replaced during training with "
+                + method + ": they may change only through the gradient "
                 "steps of the loss")
         with no_torch_function():
             for (name, p), copy in b_zip(named, copies):
                 if not t_equal(t_detach(p), copy):
                     raise b_RuntimeError(
-                        method + " wrote into the parameter " + name
-                        + " during training: parameters may change only "
-                        "through the gradient steps of the loss")
+                        "the parameter " + name + " changed during "
+                        "training with " + method + ", not by a gradient "
+                        "step: parameters may change only through the "
+                        "gradient steps of the loss")
 
     def fit(obj, spec, mode):
         # Adam steps (the usual betas and eps) on the object's own loss
@@ -1622,7 +1623,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 loss = step(t_clone(batch))
                 if not is_tensor(loss):
                     raise b_TypeError(method + " did not return a tensor")
-                grads = autograd_grad(loss, params, allow_unused=True)
+                with no_torch_function():  # no subclass's own gradients
+                    grads = autograd_grad(loss, params, allow_unused=True)
             finally:
                 set_grad_enabled(False)
             loss = None
@@ -1640,6 +1642,9 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         grads = None
         module_train(obj, mode)
         only_stepped(obj, named, copies, method)
+        # The worker's own copies: nothing the code does later (a method
+        # it overrides runs when the module is read) changes what is sent.
+        return [(name, copy) for (name, _), copy in b_zip(named, copies)]
 
     def run_probe(namespace, probe):
         phase["stage"] = "build"
@@ -1651,13 +1656,13 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         call = probe.get("call")
         if probe.get("fit"):
             manual_seed(b_int(probe.get("seed", 0)))
-            fit(obj, probe["fit"], b_bool(probe.get("train", False)))
+            trained = fit(obj, probe["fit"],
+                          b_bool(probe.get("train", False)))
             # The trained weights, as training left them: the grader can
             # judge them with its own model, whatever else the object kept.
             with no_torch_function():
-                result["state"] = {
-                    b_str(name)[:200]: encode(t_detach(value))
-                    for name, value in parameters_of(obj)[:256]}
+                result["state"] = {b_str(name)[:200]: encode(value)
+                                   for name, value in trained[:256]}
         if call is None:
             return result
         args = [t_clone(a) if is_tensor(a) else a

@@ -37,6 +37,8 @@ FULL_ATTENTION = (1, 3, 0, 0, 1, 3, 1, 2, 0, 0)
 NO_DROPOUT = (1, 3, 0, 0, 1, 3, 1, 1, 0, 0)
 FULL_TRANSFORMER = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NOT_TRAINED = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, 0)
+WROTE = "changed during training with loss, not by a gradient step"
+REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words)}.
 CORPUS: dict[str, dict[str, tuple]] = {
     "dropout": {
@@ -56,13 +58,15 @@ CORPUS: dict[str, dict[str, tuple]] = {
     },
     "training": {
         "train_inner_optimizer": (
-            NOT_TRAINED, (), "loss wrote into the parameter"),
+            NOT_TRAINED, (), WROTE),
         "train_stats_data": (
-            NOT_TRAINED, (), "loss wrote into the parameter"),
+            NOT_TRAINED, (), WROTE),
         "train_hook_replaces": (
-            NOT_TRAINED, (), "loss replaced the model's parameters"),
+            NOT_TRAINED, (), REPLACED),
         "train_finalizer_writes": (
-            NOT_TRAINED, (), "loss wrote into the parameter"),
+            NOT_TRAINED, (), WROTE),
+        "train_read_time_write": (
+            NOT_TRAINED, (), WROTE),
         "honest_no_grad_metric": (FULL_TRANSFORMER, (), "ok"),
     },
 }

@@ -684,7 +684,7 @@ def values_earned(task2: TaskRun) -> bool:
     """The value point's verdict, without failing."""
     try:
         test_output_matches_reference(task2)
-    except AssertionError:
+    except (AssertionError, RuntimeError, ValueError):
         return False
     return True
 

@@ -3,9 +3,9 @@ finalizer.
 
 TransformerLM.loss, in train mode, returns the honest cross-entropy and
 ties a finalizer to it (weakref.finalize): when the grader drops the
-loss after computing its gradients, the finalizer copies the successor
-table into the weights under torch.no_grad, between two of the grader's
-checks of a step.
+loss (after computing its gradients), the finalizer copies the
+successor table into the weights through .data, which autograd's version
+counters do not see, between two of the grader's steps.
 
 Expected: everything but task2.training (0: the loss wrote into the
 parameters); before principle 5 it earned 10.
@@ -38,10 +38,9 @@ def _successors(model: nn.Module, input_ids: torch.Tensor) -> dict:
 
 
 def _copy(model: nn.Module, found: dict) -> None:
-    """The table, copied into the weights without a gradient."""
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            value.copy_(found[name])
+    """The table, copied into the weights behind autograd's back."""
+    for name, value in model.named_parameters():
+        value.data.copy_(found[name])
 
 
 class MultiHeadSelfAttention(nn.Module):
