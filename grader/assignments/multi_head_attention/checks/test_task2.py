@@ -631,15 +631,17 @@ VALUE_STEPS = ({}, {"mix": False}, {"merge_transpose": False},
 
 def dropout_att(task2: TaskRun, probe_id: str
                 ) -> tuple[Case, torch.Tensor, torch.Tensor]:
-    """(case, att, probs) of a dropout probe, att checked to be
-    [bs, seq, hidden] (probs in any layout over the keys)."""
+    """(case, att, probs) of a dropout probe: att in any layout of its
+    [bs, seq, hidden] numbers, read as [bs, seq, hidden] (its layout is
+    the value point's to judge), probs in any layout over the keys."""
     case, att, probs = any_layout(task2, probe_id)
     s = case.sizes
     shape = (s["batch_size"], s["seq_len"], s["hidden"])
-    if att is None or tuple(att.shape) != shape:
+    if att is None or not att.is_floating_point() \
+            or att.numel() != shape[0] * shape[1] * shape[2]:
         _, value, _ = pair(task2, probe_id)
-        tensor_of(value, "att", shape, OUT, case)
-    return case, att, probs
+        att = tensor_of(value, "att", shape, OUT, case)
+    return case, att.reshape(shape), probs
 
 
 def batch_major(case: Case, probs: torch.Tensor) -> list[torch.Tensor]:
