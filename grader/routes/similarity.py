@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import ast
 import html
-import io
+import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +18,9 @@ from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import clean
 
-NOISE = 25       # copydetect's k: shorter shared runs are noise
-GUARANTEE = 25   # runs this long are always found (winnowing window 1)
+#: Fingerprints are runs of this many normalised tokens of one statement
+#: (a shorter statement is one fingerprint).
+GRAM = 5
 
 
 class SimilarityError(GraderError):
@@ -26,8 +29,10 @@ class SimilarityError(GraderError):
 
 @dataclass
 class OwnCode:
-    """A student's own code: the document compared and, for each of its
-    lines, where it came from (task id, line in the submission)."""
+    """A student's own code: the lines shown and, for each, where it came
+    from (task id, line in the submission); and what is compared: one
+    unit per executed statement (normalised tokens, the indexes of its
+    lines)."""
 
     student: str
     lines: list[str] = field(default_factory=list)
@@ -35,25 +40,51 @@ class OwnCode:
     # Why a task's code could not be read (it does not parse, the class
     # is missing): the true reason a student was not compared.
     problems: list[str] = field(default_factory=list)
+    units: list[tuple[tuple[str, ...], tuple[int, ...]]] = field(
+        default_factory=list)
 
-    @property
-    def text(self) -> str:
-        """The document copydetect reads."""
-        return "".join(line + "\n" for line in self.lines)
+
+def _graded_functions(node: ast.ClassDef | ast.FunctionDef,
+                      stub_tree: ast.Module | None
+                      ) -> list[tuple[str | None, ast.FunctionDef]]:
+    """The functions of a target that are graded: a function itself; of a
+    class, the methods the stub's class defines (all methods when the
+    stub has no such class), in the stub's order."""
+    if not isinstance(node, ast.ClassDef):
+        return [(None, node)]
+    from grader.locate.source import find_class, find_method
+
+    methods = [f for f in node.body if isinstance(f, ast.FunctionDef)]
+    stub_class = find_class(stub_tree, node.name) if stub_tree else None
+    if stub_class is None:
+        return [(node.name, f) for f in methods]
+    names = [f.name for f in stub_class.body
+             if isinstance(f, ast.FunctionDef)]
+    found = [(node.name, find_method(node, name)) for name in names]
+    return [(owner, f) for owner, f in found if f is not None]
 
 
 def own_code(student: str, assignment: object,
              sources: dict[str, object]) -> OwnCode:
-    """The student's own lines of every task of ``assignment``, in each
-    task's source (``sources``, a located submission's)."""
+    """The student's own code of every task of ``assignment``, in each
+    task's source (``sources``, a located submission's): what each graded
+    function executes, the file's helpers inlined
+    (:mod:`grader.analyse.executed`), and the lines it comes from."""
+    from grader.analyse.executed import (Expander, file_scope,
+                                         stub_vocabulary)
     from grader.analyse.static import stub_of
     from grader.judge.pep8 import NBGRADER_MARKERS
     from grader.locate.source import (find_class, find_function,
-                                      given_statements, node_span, split_lines,
-                                      student_code)
+                                      given_statements, node_span,
+                                      split_lines, student_code)
 
     stub = stub_of(assignment)  # type: ignore[arg-type]
+    stub_tree = _stub_tree(stub)
+    keep = stub_vocabulary(stub.text) if stub is not None else frozenset()
+    targets = frozenset(task.target for task in
+                        assignment.tasks)  # type: ignore[attr-defined]
     code = OwnCode(student)
+    index_of: dict[int, int] = {}
     for task in assignment.tasks:  # type: ignore[attr-defined]
         source = sources.get(task.id)
         if source is None:
@@ -75,14 +106,13 @@ def own_code(student: str, assignment: object,
         if node is None:
             code.problems.append(f"{task.target} is not defined")
             continue
-        functions = ([(node.name, f) for f in ast.walk(node)
-                      if isinstance(f, ast.FunctionDef)]
-                     if isinstance(node, ast.ClassDef)
-                     else [(None, node)])
+        functions = _graded_functions(node, stub_tree)
+        owners = {}
         owned: set[int] = set()
         for class_name, func in functions:
             given = given_statements(stub, class_name, func.name)
             mine = student_code(source, func, given)
+            owners[id(func)] = (class_name, mine)
             for start, end in mine.regions:
                 owned.update(range(start, end + 1))
             for statement in mine.outside:
@@ -93,13 +123,82 @@ def own_code(student: str, assignment: object,
                 # stub's given statements in it are still nobody's.
                 first, last = node_span(statement)
                 owned.difference_update(range(first, last + 1))
+        scope = file_scope(tree, keep, targets, frozenset(
+            (owner, f.name) for owner, f in functions if owner))
+        expander = Expander(scope, _ownership(owners, stub_tree, stub))
+        units = []
+        for class_name, func in functions:
+            units += expander.units(
+                func, node if isinstance(node, ast.ClassDef) else None)
+        for unit in units:
+            owned.update(unit.lines)
         for number in sorted(owned):
             text = lines[number - 1].strip() if 1 <= number <= len(lines) \
                 else ""
-            if text and text not in NBGRADER_MARKERS:
+            if text and text not in NBGRADER_MARKERS and \
+                    number not in index_of:
+                index_of[number] = len(code.lines)
                 code.lines.append(lines[number - 1])
                 code.origin.append((task.id, number))
+        for unit in units:
+            code.units.append((unit.tokens, tuple(sorted(
+                index_of[n] for n in unit.lines if n in index_of))))
     return code
+
+
+def _ownership(owners: dict[int, tuple[str | None, object]],
+               stub_tree: ast.Module | None,
+               stub: object) -> Callable[[ast.AST, ast.stmt], bool]:
+    """Whether a statement of a graded function is the student's: as
+    the pep8 item reads it, and a compound statement (``if``, ``for``)
+    only when the stub's same function has no such one outside its
+    regions."""
+    from grader.analyse.executed import header_key
+    from grader.locate.source import (StudentCode, find_class,
+                                      find_function, find_method,
+                                      marked_regions)
+
+    allowances: dict[int, Counter] = {}
+
+    def stub_headers(owner: str | None, name: str) -> Counter:
+        found = None
+        if stub_tree is not None and owner is None:
+            found = find_function(stub_tree, name)
+        elif stub_tree is not None:
+            cls = find_class(stub_tree, owner)
+            found = find_method(cls, name) if cls is not None else None
+        if found is None:
+            return Counter()
+        regions = StudentCode(tuple(marked_regions(stub, found)), (), True)
+        return Counter(key for node in ast.walk(found)
+                       if isinstance(node, ast.stmt)
+                       and not regions.in_region(node.lineno)
+                       and (key := header_key(node)) is not None)
+
+    def owns(func: ast.AST, node: ast.stmt) -> bool:
+        if id(func) not in owners:
+            return True
+        owner, mine = owners[id(func)]
+        key = header_key(node)
+        if key is not None:
+            if id(func) not in allowances:
+                allowances[id(func)] = stub_headers(
+                    owner, func.name)  # type: ignore[attr-defined]
+            if allowances[id(func)][key] > 0:
+                allowances[id(func)][key] -= 1
+                return False
+        return mine.owns(node)  # type: ignore[attr-defined]
+
+    return owns
+
+
+def _stub_tree(stub: object) -> ast.Module | None:
+    if stub is None:
+        return None
+    try:
+        return stub.parse()  # type: ignore[attr-defined]
+    except SyntaxError:
+        return None
 
 
 @dataclass
@@ -120,22 +219,52 @@ class Pair:
         return max(self.shares)
 
 
-def _lines_of(slices: object, text: str) -> list[int]:
-    """The line indexes of ``text`` that the character ``slices`` (2xN)
-    touch."""
-    starts = [0]
-    for index, char in enumerate(text):
-        if char == "\n":
-            starts.append(index + 1)
-    touched: set[int] = set()
-    import bisect
+def _grams(tokens: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The fingerprints of one statement: its runs of :data:`GRAM`
+    tokens (a shorter statement is one)."""
+    if len(tokens) <= GRAM:
+        return [tokens]
+    return [tokens[i:i + GRAM] for i in range(len(tokens) - GRAM + 1)]
 
-    for start, end in zip(*slices):  # type: ignore[call-overload]
-        first = bisect.bisect_right(starts, int(start)) - 1
-        last = bisect.bisect_right(starts, max(int(end) - 1, int(start))) - 1
-        touched.update(range(first, last + 1))
-    count = text.count("\n")
-    return sorted(i for i in touched if 0 <= i < count)
+
+@dataclass
+class _Prints:
+    """One student's fingerprints: how many times each occurs, and per
+    unit, its fingerprints and line indexes."""
+
+    code: OwnCode
+    counts: Counter
+    units: list[tuple[list[int], tuple[int, ...]]]
+
+
+def _fingerprints(code: OwnCode, ids: dict, common: set[int]) -> _Prints:
+    units = []
+    counts: Counter = Counter()
+    for tokens, indexes in code.units:
+        grams = [ids.setdefault(g, len(ids)) for g in _grams(tokens)]
+        grams = [g for g in grams if g not in common]
+        if grams:
+            units.append((grams, indexes))
+            counts.update(grams)
+    return _Prints(code, counts, units)
+
+
+def _shared_lines(prints: _Prints, other: Counter) -> tuple[list[int], int]:
+    """The line indexes of the units at least half of whose fingerprints
+    the other side has, and the tokens the shared fingerprints cover."""
+    lines: set[int] = set()
+    tokens = 0
+    for grams, indexes in prints.units:
+        hits = [g in other for g in grams]
+        if 2 * sum(hits) >= len(grams):
+            lines.update(indexes)
+        covered: set[int] = set()
+        for start, hit in enumerate(hits):
+            if hit:
+                covered.update(range(start, start + GRAM))
+        tokens += len(covered) if len(grams) > 1 or not hits[0] \
+            else GRAM
+    return sorted(lines), tokens
 
 
 def compare(codes: list[OwnCode], pairs: int,
@@ -143,50 +272,43 @@ def compare(codes: list[OwnCode], pairs: int,
             ) -> tuple[list[Pair], list[OwnCode]]:
     """The ``pairs`` most similar pairs among ``codes``, and the codes
     compared: those with any fingerprint left once the ``boilerplate``'s
-    (what the stub itself has in its regions) are taken out."""
-    try:
-        from copydetect import CodeFingerprint, compare_files
-    except ImportError as exc:
-        raise SimilarityError(
-            "copydetect is not installed: pip install copydetect (or the "
-            "kit's extra: pip install -e '.[similarity]')") from exc
-    window = GUARANTEE - NOISE + 1
-    common = []
-    if boilerplate is not None and boilerplate.lines:
-        common = list(CodeFingerprint(
-            "stub.py", NOISE, window, fp=io.StringIO(boilerplate.text),
-            language="python").hashes)
-    prints = []
-    for code in codes:
-        if not code.lines:
-            continue
-        fingerprint = CodeFingerprint(
-            f"{len(prints)}.py", NOISE, window, boilerplate=common,
-            fp=io.StringIO(code.text), language="python")
-        if fingerprint.hashes:
-            prints.append((code, fingerprint))
-    screened = []
-    for i, (_, first) in enumerate(prints):
+    (what the stub itself has in its regions) are taken out.
+
+    A fingerprint counts by how rare it is in the class (log(1 + N/n) for
+    one that n of the N students have): code most of the class writes
+    alike weighs little, code two students alone share weighs most."""
+    ids: dict[tuple[str, ...], int] = {}
+    common: set[int] = set()
+    if boilerplate is not None:
+        common = set(_fingerprints(boilerplate, ids, set()).counts)
+    prints = [p for p in (_fingerprints(code, ids, common) for code in codes)
+              if p.counts]
+    students: Counter = Counter()
+    for p in prints:
+        students.update(p.counts.keys())
+    weight = {g: math.log(1 + len(prints) / n) for g, n in students.items()}
+    mass = [sum(weight[g] * n for g, n in p.counts.items()) for p in prints]
+    scored = []
+    for i, one in enumerate(prints):
         for j in range(i + 1, len(prints)):
-            second = prints[j][1]
-            common = len(first.hashes & second.hashes)
-            if common:
-                screened.append((common / min(len(first.hashes),
-                                              len(second.hashes)), i, j))
-    screened.sort(key=lambda s: (-s[0], s[1], s[2]))
+            two = prints[j]
+            both = one.counts.keys() & two.counts.keys()
+            if not both:
+                continue
+            shared = sum(weight[g] * min(one.counts[g], two.counts[g])
+                         for g in both)
+            scored.append((shared / mass[i], shared / mass[j], i, j))
+    scored.sort(key=lambda s: (-max(s[0], s[1]), -min(s[0], s[1]),
+                               prints[s[2]].code.student,
+                               prints[s[3]].code.student))
     found = []
-    for _, i, j in screened[:max(3 * pairs, pairs + 20)]:
-        (left, one), (right, two) = prints[i], prints[j]
-        tokens, shares, slices = compare_files(one, two)
-        if not tokens:
-            continue
-        found.append(Pair(left, right,
-                          (float(shares[0]), float(shares[1])), int(tokens),
-                          (_lines_of(slices[0], left.text),
-                           _lines_of(slices[1], right.text))))
-    found.sort(key=lambda p: (-p.rank, -min(p.shares), p.left.student,
-                              p.right.student))
-    return found[:pairs], [code for code, _ in prints]
+    for left_share, right_share, i, j in scored[:pairs]:
+        one, two = prints[i], prints[j]
+        left_lines, tokens = _shared_lines(one, two.counts)
+        right_lines, _ = _shared_lines(two, one.counts)
+        found.append(Pair(one.code, two.code, (left_share, right_share),
+                          tokens, (left_lines, right_lines)))
+    return found, [p.code for p in prints]
 
 
 _STYLE = """
@@ -228,10 +350,13 @@ def report_html(found: list[Pair], compared: int, students: int,
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>Most similar solutions: {esc(assignment)}</h1>",
         f"<p>{compared} of {students} students had code of their own to "
-        f"compare (their student regions and what they added outside "
-        f"them; the stub's given code is left out). Compared with "
-        f"copydetect: names, strings and layout are normalised, so a "
-        f"renamed copy is found too.</p>",
+        f"compare: what each graded method executes (their student "
+        f"regions and what they added outside them, with the calls of "
+        f"the file's own helpers inlined; the stub's given code is left "
+        f"out). Names, strings, comments and layout are normalised and "
+        f"each statement is compared on its own, so a copy that was "
+        f"renamed, reordered or moved into helpers is found too; code "
+        f"most of the class writes alike counts less.</p>",
         "<p class='note'><b>Read this as a ranking, not a verdict.</b> "
         "Short solutions are similar by nature: a correct homework "
         "class is a few lines that most students write alike, often as "
@@ -241,8 +366,7 @@ def report_html(found: list[Pair], compared: int, students: int,
         "Talk to the students before concluding anything.</p>",
     ]
     if not found:
-        parts.append("<p>No two solutions share any code above the "
-                     "noise threshold.</p>")
+        parts.append("<p>No two solutions share any code.</p>")
     else:
         parts.append("<table class='pairs'><tr><th>#</th><th>student"
                      "</th><th>student</th><th>share of each found in "

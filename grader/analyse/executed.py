@@ -1,0 +1,745 @@
+"""What a graded function executes, read statically: its own statements
+with the calls of the file's own helpers inlined (module-level functions
+and lambdas, methods of the same class, classes of the file and their
+``__init__``/``forward``), as normalised token units, one per statement.
+
+Trusted side: the text is parsed, never run. Used by ``python -m grader
+similarity``; details: docs/internals.md, `grader.analyse.executed`.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import io
+import re
+import tokenize
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+#: How deep helpers are inlined into helpers.
+MAX_DEPTH = 4
+#: At most this many units per graded function, tokens per unit.
+MAX_UNITS = 600
+MAX_TOKENS = 400
+#: An argument is copied into a helper's body (instead of bound to a
+#: local) when the parameter is read once, or up to this many times when
+#: the argument is this small (syntax nodes).
+SMALL_ARGUMENT = 30
+MAX_COPIES = 3
+
+#: The placeholders: a local name, a module-level name that is no import
+#: nor inlined helper, an attribute the student chose (``self.A``), a
+#: long string. Parameters of a graded function are ``P1``, ``P2``...
+LOCAL, GLOBAL, ATTRIBUTE, STRING = "V", "G", "A", "'S'"
+#: Locals of an inlined helper are renamed to this prefix first, so that
+#: they never take the name of a caller's parameter.
+_HELPER_LOCAL = "_inlined_local_"
+_BUILTINS = frozenset(dir(builtins))
+#: The names that stand for a compound statement's keyword.
+_KEYWORDS = frozenset({"if", "while", "for"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One statement as executed: its normalised tokens and the source
+    lines it came from (the caller's and those of the helpers inlined
+    into it)."""
+
+    tokens: tuple[str, ...]
+    lines: frozenset[int]
+
+
+@dataclass
+class FileScope:
+    """What a file defines at module level (the last definition of a name
+    counts, as when the file runs), its imports and the names nothing may
+    normalise away (``keep``: the stub's vocabulary)."""
+
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    lambdas: dict[str, ast.Lambda]
+    classes: dict[str, ast.ClassDef]
+    imports: dict[str, str]
+    other_globals: set[str]
+    keep: frozenset[str]
+    # Targets compared in their own right, and the (class, method) pairs
+    # compared as such: never inlined into another.
+    graded: frozenset[str] = frozenset()
+    graded_methods: frozenset[tuple[str, str]] = frozenset()
+
+
+def file_scope(tree: ast.Module, keep: frozenset[str],
+               graded: frozenset[str],
+               graded_methods: frozenset[tuple[str, str]]) -> FileScope:
+    """The module-level definitions and imports of ``tree``."""
+    scope = FileScope({}, {}, {}, {}, set(), keep, graded, graded_methods)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    scope.imports[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    scope.imports[top] = top
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module if not node.level and node.module else None
+            for alias in node.names:
+                name = alias.asname or alias.name
+                scope.imports[name] = (f"{module}.{alias.name}" if module
+                                       else GLOBAL)
+    for node in tree.body:
+        _define(scope, node)
+    return scope
+
+
+def _define(scope: FileScope, node: ast.stmt) -> None:
+    for table in (scope.functions, scope.lambdas, scope.classes):
+        for name in _bound_names(node):
+            table.pop(name, None)
+    if isinstance(node, _FUNCTIONS):
+        scope.functions[node.name] = node
+    elif isinstance(node, ast.ClassDef):
+        scope.classes[node.name] = node
+    elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+          and isinstance(node.targets[0], ast.Name)
+          and isinstance(node.value, ast.Lambda)):
+        scope.lambdas[node.targets[0].id] = node.value
+    else:
+        scope.other_globals.update(_bound_names(node))
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, _DEFINITIONS):
+        return [node.name]
+    return [n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def stub_vocabulary(text: str) -> frozenset[str]:
+    """The names a stub fixes: every identifier of its code and every
+    ````literal```` of its docstrings and comments."""
+    names: set[str] = set()
+    try:
+        names.update(n.id for n in ast.walk(ast.parse(text))
+                     if isinstance(n, ast.Name))
+        names.update(n.attr for n in ast.walk(ast.parse(text))
+                     if isinstance(n, ast.Attribute))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    names.update(re.findall(r"``([A-Za-z_]\w*)", text))
+    return frozenset(names)
+
+
+# --------------------------------------------------------------------------
+# One function's scope: who is a parameter, a local, a helper
+
+
+@dataclass
+class _Frame:
+    """The function being expanded: its class (for ``self.m()``), its
+    local helpers (nested ``def`` and lambdas) and the instance
+    attributes that hold one of the file's classes."""
+
+    owner: ast.ClassDef | None
+    local_helpers: dict[str, ast.AST] = field(default_factory=dict)
+    members: dict[str, ast.ClassDef] = field(default_factory=dict)
+    stack: tuple[int, ...] = ()
+    depth: int = 0
+
+
+def _members(owner: ast.ClassDef | None,
+             scope: FileScope) -> dict[str, ast.ClassDef]:
+    """``self.name = Cls(...)`` anywhere in ``owner``, Cls a class of the
+    file that is not graded on its own: name -> Cls."""
+    found: dict[str, ast.ClassDef] = {}
+    if owner is None:
+        return found
+    for node in ast.walk(owner):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if (isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+                and isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id in scope.classes
+                and value.func.id not in scope.graded):
+            found[target.attr] = scope.classes[value.func.id]
+    return found
+
+
+def _local_helpers(func: ast.AST) -> dict[str, ast.AST]:
+    """Nested ``def`` and ``name = lambda ...`` of a function's body."""
+    found: dict[str, ast.AST] = {}
+    if not isinstance(func, _FUNCTIONS):
+        return found
+    for node in func.body:
+        if isinstance(node, _FUNCTIONS):
+            found[node.name] = node
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name)
+              and isinstance(node.value, ast.Lambda)):
+            found[node.targets[0].id] = node.value
+    return found
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.AST | None:
+    found = None
+    for node in cls.body:
+        if isinstance(node, _FUNCTIONS) and node.name == name:
+            found = node
+    return found
+
+
+def _is_static(func: ast.AST) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod"
+               for d in getattr(func, "decorator_list", []))
+
+
+# --------------------------------------------------------------------------
+# Inlining
+
+
+@dataclass
+class _Call:
+    """A resolved helper call: the helper (a function or a lambda), the
+    expression bound to its first parameter when it is a method, and the
+    class whose methods ``self.m()`` reaches inside it."""
+
+    helper: ast.AST
+    receiver: ast.expr | None
+    owner: ast.ClassDef | None
+
+
+class Expander:
+    """Expands the statements of graded functions of one file."""
+
+    def __init__(self, scope: FileScope,
+                 owns: Callable[[ast.AST, ast.stmt], bool]) -> None:
+        """``owns(function, statement)`` says whether a statement of a
+        function is the student's (given code is nobody's)."""
+        self.scope = scope
+        self.owns = owns
+        self.chosen: set[str] | None = None
+
+    def units(self, func: ast.FunctionDef | ast.AsyncFunctionDef,
+              owner: ast.ClassDef | None) -> list[Unit]:
+        """The units ``func`` executes, its parameters numbered."""
+        frame = _Frame(owner, _local_helpers(func),
+                       _members(owner, self.scope), (id(func),))
+        raw: list[tuple[ast.stmt | list[str], set[int]]] = []
+        self._block(func, func.body, frame, raw, owned_only=True)
+        params = [a.arg for a in func.args.posonlyargs + func.args.args
+                  + func.args.kwonlyargs]
+        positions = {name: f"P{i}" for i, name in enumerate(params)
+                     if not (i == 0 and owner is not None)}
+        if func.args.vararg:
+            positions[func.args.vararg.arg] = "P*"
+        if func.args.kwarg:
+            positions[func.args.kwarg.arg] = "P**"
+        members = self._attributes()
+        raw = _propagate_aliases(raw, set(positions) | {"self"})
+        found = []
+        for node, lines in raw[:MAX_UNITS]:
+            tokens = (tuple(node) if isinstance(node, list)
+                      else self._tokens(node, positions, members))
+            if tokens:
+                found.append(Unit(tokens[:MAX_TOKENS], frozenset(lines)))
+        return found
+
+    # -- statements
+
+    def _block(self, func: ast.AST, body: list[ast.stmt], frame: _Frame,
+               out: list, owned_only: bool) -> None:
+        for node in body:
+            if len(out) >= MAX_UNITS:
+                return
+            if _inert(node) or isinstance(node, (ast.Import, ast.ImportFrom,
+                                                 ast.Global, ast.Nonlocal)):
+                continue
+            if isinstance(node, _DEFINITIONS) or _lambda_binding(node):
+                continue  # a local helper: inlined where it is called
+            mine = not owned_only or self.owns(func, node)
+            blocks = _blocks(node)
+            if blocks:
+                if mine:
+                    header = _header(node)
+                    if header is not None:
+                        self._statement(header, node, frame, out)
+                for block in blocks:
+                    self._block(func, block, frame, out, owned_only)
+            elif mine:
+                self._statement(node, node, frame, out)
+
+    def _statement(self, node: ast.stmt, where: ast.stmt, frame: _Frame,
+                   out: list) -> None:
+        lines = set(range(where.lineno, (where.end_lineno or where.lineno)
+                          + 1))
+        if isinstance(node, list):
+            out.append((node, lines))
+            return
+        work = copy.deepcopy(node)
+        if isinstance(work, ast.AugAssign):
+            work = ast.Assign(targets=[_load_copy(work.target)],
+                              value=ast.BinOp(_load_copy(work.target),
+                                              work.op, work.value))
+        elif isinstance(work, ast.AnnAssign):
+            if work.value is None:
+                return
+            work = ast.Assign(targets=[work.target], value=work.value)
+        before: list = []
+        work = _Inliner(self, frame, before, lines).visit(work)
+        out.extend(before)
+        out.append((work, lines))
+
+    # -- helpers
+
+    def resolve(self, call: ast.Call, frame: _Frame) -> _Call | None:
+        """The helper a call reaches, or None (a library call)."""
+        func, scope = call.func, self.scope
+        if isinstance(func, ast.Name):
+            name = func.id
+            if name in frame.local_helpers:
+                return _Call(frame.local_helpers[name], None, frame.owner)
+            if name in scope.graded:
+                return None
+            if name in scope.functions:
+                return _Call(scope.functions[name], None, None)
+            if name in scope.lambdas:
+                return _Call(scope.lambdas[name], None, None)
+            if name in scope.classes:
+                cls = scope.classes[name]
+                init = _method(cls, "__init__")
+                return (_Call(init, ast.Name("self", ast.Load()), cls)
+                        if init is not None else None)
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        base = func.value
+        if isinstance(base, ast.Name) and base.id == "self":
+            if frame.owner is not None:
+                method = _method(frame.owner, func.attr)
+                if method is not None and not self._graded_method(
+                        frame.owner, func.attr):
+                    return _Call(method, None if _is_static(method)
+                                 else ast.Name("self", ast.Load()),
+                                 frame.owner)
+            return None
+        if isinstance(base, ast.Name) and base.id in scope.classes \
+                and base.id not in scope.graded:
+            cls = scope.classes[base.id]
+            method = _method(cls, func.attr)
+            if method is not None:
+                return _Call(method, None, cls)
+        if (isinstance(base, ast.Attribute)
+                and isinstance(base.value, ast.Name)
+                and base.value.id == "self" and func.attr == "forward"
+                and base.attr in frame.members):
+            return self._member_call(frame.members[base.attr])
+        return None
+
+    def member_call(self, call: ast.Call, frame: _Frame) -> _Call | None:
+        """``self.part(...)`` where ``self.part`` holds a class of the
+        file: its ``forward`` (or ``__call__``)."""
+        func = call.func
+        if (isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "self" and func.attr in frame.members
+                and (frame.owner is None
+                     or _method(frame.owner, func.attr) is None)):
+            return self._member_call(frame.members[func.attr])
+        return None
+
+    def _member_call(self, cls: ast.ClassDef) -> _Call | None:
+        method = _method(cls, "forward") or _method(cls, "__call__")
+        if method is None:
+            return None
+        return _Call(method, ast.Name("self", ast.Load()), cls)
+
+    def _graded_method(self, owner: ast.ClassDef, name: str) -> bool:
+        return (owner.name, name) in self.scope.graded_methods
+
+    def _attributes(self) -> set[str]:
+        """The attributes the student sets on ``self`` anywhere in the
+        file's classes, that the stub does not name: renamable, so
+        normalised (found once per file)."""
+        if self.chosen is None:
+            self.chosen = {
+                node.attr for cls in self.scope.classes.values()
+                for node in ast.walk(cls)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"} - self.scope.keep
+        return self.chosen
+
+    # -- normalisation
+
+    def _tokens(self, node: ast.stmt, positions: dict[str, str],
+                members: set[str]) -> tuple[str, ...]:
+        normal = _Normaliser(self.scope, positions, members).visit(node)
+        try:
+            text = ast.unparse(ast.fix_missing_locations(normal))
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return ()
+        return tuple(_lex(text))
+
+
+class _Inliner(ast.NodeTransformer):
+    """Replaces each helper call of a statement by the helper's returned
+    expression; the helper's other statements go to ``before``."""
+
+    def __init__(self, expander: Expander, frame: _Frame, before: list,
+                 lines: set[int]) -> None:
+        self.expander = expander
+        self.frame = frame
+        self.before = before
+        self.lines = lines
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        return node  # a lambda's body runs when it is called, not here
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        frame = self.frame
+        if frame.depth >= MAX_DEPTH:
+            return node
+        found = (self.expander.member_call(node, frame)
+                 or self.expander.resolve(node, frame))
+        if found is None or id(found.helper) in frame.stack:
+            return node
+        return self._inline(node, found)
+
+    def _inline(self, call: ast.Call, found: _Call) -> ast.AST:
+        helper = found.helper
+        arguments = helper.args  # type: ignore[attr-defined]
+        params = [a.arg for a in arguments.posonlyargs + arguments.args]
+        given = list(call.args)
+        if found.receiver is not None and params:
+            given.insert(0, found.receiver)
+        binding: dict[str, ast.expr] = {}
+        defaults = list(arguments.defaults)
+        first_default = len(params) - len(defaults)
+        for index, name in enumerate(params):
+            if index < len(given) and not isinstance(given[index],
+                                                     ast.Starred):
+                binding[name] = given[index]
+            elif index >= first_default:
+                binding[name] = defaults[index - first_default]
+        for keyword in call.keywords:
+            if keyword.arg in params:
+                binding[keyword.arg] = keyword.value
+        for kwonly, default in zip(arguments.kwonlyargs,
+                                   arguments.kw_defaults):
+            value = next((k.value for k in call.keywords
+                          if k.arg == kwonly.arg), default)
+            if value is not None:
+                binding[kwonly.arg] = value
+        if isinstance(helper, ast.Lambda):
+            body: list[ast.stmt] = [ast.Return(helper.body,
+                                               lineno=helper.lineno,
+                                               end_lineno=helper.end_lineno)]
+        else:
+            body = [n for n in helper.body  # type: ignore[attr-defined]
+                    if not _inert(n)]
+        body = _rename_locals(body, params, self.expander.scope,
+                              self.frame.local_helpers)
+        stored = {n.id for s in body for n in ast.walk(s)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        copies: dict[str, ast.expr] = {}
+        early: dict[str, tuple[int, ast.expr]] = {}
+        for name, value in binding.items():
+            until = _first_store(body, name) if name in stored else len(body)
+            reads = _reads(body, name, until)
+            small = sum(1 for _ in ast.walk(value)) <= SMALL_ARGUMENT
+            copied = reads <= 1 or (small and reads <= MAX_COPIES)
+            if copied and name not in stored:
+                copies[name] = value
+            elif copied and until < len(body):
+                # ``t = t.view(...)``: the argument is read until the
+                # parameter is first assigned, a local after.
+                early[name] = (until, value)
+            else:
+                self.before.append((ast.Assign(
+                    targets=[ast.Name(_HELPER_LOCAL + name, ast.Store())],
+                    value=copy.deepcopy(value)), set(self.lines)))
+        body = [_substituted(s, index, copies, early, params)
+                for index, s in enumerate(body)]
+        inner = _Frame(found.owner, _local_helpers(helper),
+                       _members(found.owner, self.expander.scope)
+                       if found.owner is not None else {},
+                       self.frame.stack + (id(helper),),
+                       self.frame.depth + 1)
+        result: ast.expr = ast.Name(LOCAL, ast.Load())
+        if body and isinstance(body[-1], ast.Return):
+            last = body.pop()
+            if last.value is not None:
+                before: list = []
+                result = _Inliner(self.expander, inner, before,
+                                  self.lines).visit(last.value)
+                self.lines.update(_span(last))
+                body_units: list = []
+                self.expander._block(helper, body, inner, body_units,
+                                     owned_only=False)
+                self.before.extend(body_units)
+                self.before.extend(before)
+                return result
+        body_units = []
+        self.expander._block(helper, body, inner, body_units,
+                             owned_only=False)
+        self.before.extend(body_units)
+        return result
+
+
+def _first_store(body: list[ast.stmt], name: str) -> int:
+    """The index of the first statement of ``body`` that assigns ``name``
+    by a plain assignment (``len(body)`` when another kind of statement
+    assigns it first: then it is bound, never copied)."""
+    for index, node in enumerate(body):
+        if any(isinstance(n, ast.Name) and n.id == name
+               and isinstance(n.ctx, ast.Store) for n in ast.walk(node)):
+            return index if isinstance(node, ast.Assign) else len(body)
+    return len(body)
+
+
+def _reads(body: list[ast.stmt], name: str, until: int) -> int:
+    """How often ``name`` is read in ``body[:until]`` and in the value of
+    ``body[until]``."""
+    nodes: list[ast.AST] = list(body[:until])
+    if until < len(body):
+        nodes.append(body[until].value)  # type: ignore[attr-defined]
+    return sum(1 for node in nodes for n in ast.walk(node)
+               if isinstance(n, ast.Name) and n.id == name
+               and isinstance(n.ctx, ast.Load))
+
+
+def _substituted(node: ast.stmt, index: int, copies: dict[str, ast.expr],
+                 early: dict[str, tuple[int, ast.expr]],
+                 params: list[str]) -> ast.stmt:
+    """Statement ``index`` of an inlined body with the arguments put in."""
+    work = copy.deepcopy(node)
+    live = dict(copies)
+    live.update({name: value for name, (until, value) in early.items()
+                 if index < until})
+    last = {name: value for name, (until, value) in early.items()
+            if index == until}
+    if last:
+        work.value = _Substitute(last, []).visit(  # type: ignore
+            work.value)  # type: ignore[attr-defined]
+    return _Substitute(live, params).visit(work)
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replaces reads of a helper's parameters by the caller's
+    arguments; the other parameters become the helper's locals."""
+
+    def __init__(self, copies: dict[str, ast.expr],
+                 params: list[str]) -> None:
+        self.copies = copies
+        self.params = set(params)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.copies and isinstance(node.ctx, ast.Load):
+            return copy.deepcopy(self.copies[node.id])
+        if node.id in self.params:
+            return ast.Name(_HELPER_LOCAL + node.id, node.ctx)
+        return node
+
+
+def _rename_locals(body: list[ast.stmt], params: list[str],
+                   scope: FileScope,
+                   helpers: dict[str, ast.AST]) -> list[ast.stmt]:
+    """A helper's own locals, renamed so that none is taken for a name of
+    its caller."""
+    stored = {n.id for s in body for n in ast.walk(s)
+              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    renamed = stored - set(params)
+    if not renamed:
+        return body
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if node.id in renamed:
+                return ast.copy_location(
+                    ast.Name(_HELPER_LOCAL + node.id, node.ctx), node)
+            return node
+
+    return [Rename().visit(copy.deepcopy(s)) for s in body]
+
+
+class _Normaliser(ast.NodeTransformer):
+    """Names to placeholders, imports to the module they name, keyword
+    arguments sorted, long strings and f-strings to one token."""
+
+    def __init__(self, scope: FileScope, positions: dict[str, str],
+                 members: set[str]) -> None:
+        self.scope = scope
+        self.positions = positions
+        self.members = members
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        name, scope = node.id, self.scope
+        if name.startswith(_HELPER_LOCAL):
+            new = LOCAL
+        elif name in self.positions:
+            new = self.positions[name]
+        elif name in ("self", LOCAL, STRING) or name in _KEYWORDS:
+            new = name
+        elif name in scope.imports:
+            new = scope.imports[name]
+        elif name in scope.functions or name in scope.classes or \
+                name in scope.lambdas or name in scope.other_globals:
+            new = name if name in scope.keep else GLOBAL
+        elif name in _BUILTINS:
+            new = name
+        else:
+            new = LOCAL
+        return ast.copy_location(ast.Name(new, node.ctx), node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if (isinstance(node.value, ast.Name) and node.value.id == "self"
+                and node.attr in self.members):
+            node.attr = ATTRIBUTE
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        node.keywords.sort(key=lambda k: k.arg or "")
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str) and len(node.value) > 12:
+            return ast.copy_location(ast.Name(STRING, ast.Load()), node)
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        return ast.copy_location(ast.Name(STRING, ast.Load()), node)
+
+
+def _simple(value: ast.expr, roots: set[str]) -> bool:
+    """A constant, or a name of ``roots`` and attributes of it
+    (``self.width``): what an alias may stand for."""
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, ast.Constant) or (
+        isinstance(value, ast.Name) and value.id in roots)
+
+
+def _aliases(node: object, roots: set[str]) -> dict[str, ast.expr]:
+    """``n = self.width`` or ``n, d = self.a, self.b``: name -> value."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+        return {}
+    target, value = node.targets[0], node.value
+    pairs = [(target, value)]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+            and len(target.elts) == len(value.elts):
+        pairs = list(zip(target.elts, value.elts))
+    if all(isinstance(t, ast.Name) and t.id not in roots
+           and _simple(v, roots) for t, v in pairs):
+        return {t.id: v for t, v in pairs}  # type: ignore[attr-defined]
+    return {}
+
+
+def _propagate_aliases(raw: list, roots: set[str]) -> list:
+    """Copy propagation: a local assigned once, from a constant or an
+    attribute of ``self`` or of a parameter, is read as that value (so
+    ``n = self.width; t.view(n)`` reads as ``t.view(self.width)``)."""
+    stores: dict[str, int] = {}
+    for node, _ in raw:
+        if isinstance(node, ast.AST):
+            for n in ast.walk(node):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    stores[n.id] = stores.get(n.id, 0) + 1
+    found: dict[str, ast.expr] = {}
+    dropped = set()
+    for index, (node, _) in enumerate(raw):
+        aliases = _aliases(node, roots)
+        if aliases and all(stores.get(name) == 1 for name in aliases):
+            found.update(aliases)
+            dropped.add(index)
+    if not found:
+        return raw
+    substitute = _Substitute(found, [])
+    return [(node if not isinstance(node, ast.AST)
+             else substitute.visit(node), lines)
+            for index, (node, lines) in enumerate(raw)
+            if index not in dropped]
+
+
+# --------------------------------------------------------------------------
+# Small helpers
+
+
+def _lex(text: str) -> Iterator[str]:
+    skip = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER, tokenize.COMMENT}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type not in skip:
+                yield token.string
+    except (tokenize.TokenError, SyntaxError):
+        return
+
+
+def _inert(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Pass) or (
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+
+
+def _lambda_binding(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Lambda))
+
+
+def _load_copy(target: ast.expr) -> ast.expr:
+    value = copy.deepcopy(target)
+    for node in ast.walk(value):
+        if hasattr(node, "ctx"):
+            node.ctx = ast.Load()  # type: ignore[attr-defined]
+    return value
+
+
+def _span(node: ast.AST) -> range:
+    first = getattr(node, "lineno", 0)
+    return range(first, (getattr(node, "end_lineno", None) or first) + 1)
+
+
+def _blocks(node: ast.stmt) -> list[list[ast.stmt]]:
+    blocks = [getattr(node, name) for name in ("body", "orelse",
+                                               "finalbody")
+              if isinstance(getattr(node, name, None), list)]
+    blocks += [h.body for h in getattr(node, "handlers", [])]
+    blocks += [c.body for c in getattr(node, "cases", [])]
+    return blocks
+
+
+def header_key(node: ast.stmt) -> str | None:
+    """What a compound statement's own part does (None for a simple
+    statement, or one too deep to describe)."""
+    header = _header(node) if _blocks(node) else None
+    if header is None:
+        return None
+    try:
+        return ast.dump(header)
+    except (RecursionError, MemoryError):
+        return None
+
+
+def _header(node: ast.stmt) -> ast.stmt | None:
+    """A compound statement's own part (its test, its loop), as a
+    statement whose tokens stand for it."""
+    if isinstance(node, (ast.If, ast.While)):
+        return ast.Expr(ast.Call(ast.Name(type(node).__name__.lower(),
+                                          ast.Load()), [node.test], []))
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return ast.Assign(targets=[node.target], value=ast.Call(
+            ast.Name("for", ast.Load()), [node.iter], []))
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return ast.Expr(ast.Tuple([i.context_expr for i in node.items],
+                                  ast.Load()))
+    return None
