@@ -1,0 +1,127 @@
+"""Principle 9 of issue 24: similarity sees through refactoring
+(docs/threat-model.md, "Principle 9").
+
+A class of independent solutions of ``multi_head_attention`` (one file of
+each family of the kit's corpus: the mutation corpora are one file with
+one statement changed, copies by construction, so only one of each is a
+student here) and three disguised copies from ``hostile/similarity/``,
+each of a different classmate and in its own style: helpers extracted and
+renamed; reordered, renamed and reformatted; a helper class, lambdas and a
+submodule with one product written with einsum. Each copy pair must rank
+above every unrelated pair, and the report must mark the shared lines
+(the copy's helpers too) and not the product that differs. Static: nothing
+runs, no sandbox (about a second).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.routes.similarity import (OwnCode, Pair, SimilarityOptions,
+                                      run_similarity)
+
+KIT = Path(__file__).resolve().parents[2]
+SUBMISSIONS = KIT / "tests" / "kit" / "submissions"
+COPIES = KIT / "tests" / "kit" / "hostile" / "similarity"
+
+#: Independent solutions: student -> file of the corpus.
+CLASS = {
+    "amy": "correct_matmul.py",
+    "ben": "correct_einsum.py",
+    "cat": "correct_flat_heads.py",
+    "dan": "correct_head_loop.py",
+    "eve": "correct_seed_notebook.py",
+    "fay": "diagnoses/correct_where_head_loop.py",
+    "gus": "diagnoses/heads_not_split_loop.py",
+}
+#: The copies: student -> (file, the classmate copied).
+COPIED = {
+    "hal": ("copy_helpers_renamed.py", "eve"),
+    "ida": ("copy_reordered_reformatted.py", "cat"),
+    "jon": ("copy_helper_class_lambdas.py", "amy"),
+}
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    """Every pair of the class, ranked, and the HTML report of the
+    command (run in this process: it is static)."""
+    from grader.analyse.static import stub_of
+    from grader.locate.submission import locate
+    from grader.routes.similarity import compare, own_code
+    from grader.rubric import get_assignment
+
+    folder = tmp_path_factory.mktemp("class")
+    for student, name in CLASS.items():
+        shutil.copy(SUBMISSIONS / name, folder / f"{student}.py")
+    for student, (name, _) in COPIED.items():
+        shutil.copy(COPIES / name, folder / f"{student}.py")
+    out = folder.parent / "similarity.html"
+    options = SimilarityOptions(folder, out, "multi_head_attention", 100)
+    assert run_similarity(options) == 0
+    assignment = get_assignment("multi_head_attention")
+    stub = stub_of(assignment)
+    codes = [own_code(path.stem, assignment,
+                      locate(path, assignment.id, nearby=False).sources)
+             for path in sorted(folder.glob("*.py"))]
+    boilerplate = own_code("the stub", assignment,
+                           {task.id: stub for task in assignment.tasks})
+    pairs, kept = compare(codes, 100, boilerplate)
+    assert len(kept) == len(CLASS) + len(COPIED)
+    return pairs, out.read_text(encoding="utf-8")
+
+
+def _pair(pairs: list[Pair], one: str, two: str) -> Pair:
+    return next(p for p in pairs
+                if {p.left.student, p.right.student} == {one, two})
+
+
+def _shared(pair: Pair, student: str) -> list[str]:
+    side = 0 if pair.left.student == student else 1
+    code: OwnCode = (pair.left, pair.right)[side]
+    return [code.lines[i].strip() for i in pair.shared[side]]
+
+
+@pytest.mark.parametrize("copy", sorted(COPIED))
+def test_a_disguised_copy_ranks_above_every_unrelated_pair(ranked, copy):
+    pairs, _ = ranked
+    original = COPIED[copy][1]
+    pair = _pair(pairs, copy, original)
+    copies = {frozenset((c, o)) for c, (_, o) in COPIED.items()}
+    unrelated = [p for p in pairs
+                 if frozenset((p.left.student, p.right.student))
+                 not in copies]
+    assert len(unrelated) == 45 - len(COPIED)
+    best = max(unrelated, key=lambda p: p.rank)
+    assert pair.rank > best.rank + 0.2, (pair.shares, best.left.student,
+                                         best.right.student, best.shares)
+    assert pair.rank >= 0.9
+
+
+def test_the_report_marks_the_shared_lines_helpers_included(ranked):
+    pairs, page = ranked
+    helpers = _pair(pairs, "hal", "eve")
+    assert ("return layer(inp).view(nb, length, n_parts, width)"
+            ".transpose(1, 2)") in _shared(helpers, "hal")
+    assert ("return raw.masked_fill(upper[None, None, :, :], "
+            "float('-inf'))") in _shared(helpers, "hal")
+    assert ("k = self.k(x).view(bs, seq, self.num_heads, self.head_size)"
+            ".transpose(1, 2)") in _shared(helpers, "eve")
+    reordered = _pair(pairs, "ida", "cat")
+    assert 'logits = logits.masked_fill(upper, float("-inf"))' in _shared(
+        reordered, "ida")
+    assert "q = q.transpose(1, 2).flatten(0, 1)" in _shared(reordered, "cat")
+    lambdas = _pair(pairs, "jon", "amy")
+    shared = _shared(lambdas, "jon")
+    assert "o.view(b, n, s, d).transpose(1, 2).reshape(b, s, -1))" in shared
+    assert "return t.transpose(1, 2).reshape(b * n, s, d)" in shared
+    # The one product written otherwise is not shared.
+    assert not any("einsum" in line for line in shared)
+    # The HTML report marks them, in the pair's section, escaped.
+    assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
+            "float(&#x27;-inf&#x27;))</mark>") in page
+    assert "compared 10 of 10" not in page  # that is the printed line
+    assert "10 of 10 students had code of their own" in page
+    assert "not a verdict" in page and "similar by nature" in page
