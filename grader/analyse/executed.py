@@ -186,12 +186,25 @@ def _local_helpers(func: ast.AST) -> dict[str, ast.AST]:
     return found
 
 
-def _method(cls: ast.ClassDef, name: str) -> ast.AST | None:
+def _method(cls: ast.ClassDef, name: str,
+            classes: dict[str, ast.ClassDef],
+            seen: frozenset[str] = frozenset()) -> ast.AST | None:
+    """The method ``name`` of ``cls`` or, when it has none, of its bases
+    that are classes of the file (the last definition counts)."""
     found = None
     for node in cls.body:
         if isinstance(node, _FUNCTIONS) and node.name == name:
             found = node
-    return found
+    if found is not None or len(seen) >= MAX_DEPTH:
+        return found
+    for base in cls.bases:
+        if (isinstance(base, ast.Name) and base.id in classes
+                and base.id not in seen | {cls.name}):
+            found = _method(classes[base.id], name, classes,
+                            seen | {cls.name})
+            if found is not None:
+                return found
+    return None
 
 
 def _is_static(func: ast.AST) -> bool:
@@ -312,7 +325,7 @@ class Expander:
                 return _Call(scope.lambdas[name], None, None)
             if name in scope.classes:
                 cls = scope.classes[name]
-                init = _method(cls, "__init__")
+                init = _method(cls, "__init__", scope.classes)
                 return (_Call(init, ast.Name("self", ast.Load()), cls)
                         if init is not None else None)
             return None
@@ -321,7 +334,7 @@ class Expander:
         base = func.value
         if isinstance(base, ast.Name) and base.id == "self":
             if frame.owner is not None:
-                method = _method(frame.owner, func.attr)
+                method = _method(frame.owner, func.attr, scope.classes)
                 if method is not None and not self._graded_method(
                         frame.owner, func.attr):
                     return _Call(method, None if _is_static(method)
@@ -331,7 +344,7 @@ class Expander:
         if isinstance(base, ast.Name) and base.id in scope.classes \
                 and base.id not in scope.graded:
             cls = scope.classes[base.id]
-            method = _method(cls, func.attr)
+            method = _method(cls, func.attr, scope.classes)
             if method is not None:
                 return _Call(method, None, cls)
         if (isinstance(base, ast.Attribute)
@@ -349,12 +362,15 @@ class Expander:
                 and isinstance(func.value, ast.Name)
                 and func.value.id == "self" and func.attr in frame.members
                 and (frame.owner is None
-                     or _method(frame.owner, func.attr) is None)):
+                     or _method(frame.owner, func.attr,
+                                self.scope.classes) is None)):
             return self._member_call(frame.members[func.attr])
         return None
 
     def _member_call(self, cls: ast.ClassDef) -> _Call | None:
-        method = _method(cls, "forward") or _method(cls, "__call__")
+        classes = self.scope.classes
+        method = (_method(cls, "forward", classes)
+                  or _method(cls, "__call__", classes))
         if method is None:
             return None
         return _Call(method, ast.Name("self", ast.Load()), cls)

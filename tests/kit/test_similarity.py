@@ -15,6 +15,7 @@ runs, no sandbox (about a second).
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,78 @@ def test_the_report_marks_the_shared_lines_helpers_included(ranked):
     assert "compared 10 of 10" not in page  # that is the printed line
     assert "10 of 10 students had code of their own" in page
     assert "not a verdict" in page and "similar by nature" in page
+
+
+# One refactoring at a time, of the same SelfAttention.forward: what is
+# compared (the multiset of normalised statements) does not change.
+FORWARD = '''\
+        scores = torch.bmm(q, k.transpose(1, 2)) / self.scale
+        # [batch_size, seq_len, seq_len]
+        probs = torch.softmax(scores, dim=-1)  # [batch_size, seq_len, seq_len]
+        return torch.bmm(probs, v)  # [batch_size, seq_len, hidden]
+'''
+MIX = '''\
+        s = torch.bmm(a, b.transpose(1, 2)) / self.scale
+        p = torch.softmax(s, dim=-1)
+        return torch.bmm(p, c)
+'''
+REFACTORED = {
+    "a method of the class": (
+        "        return self._mix(q, k, v)\n\n"
+        "    def _mix(self, a, b, c):\n" + MIX, None),
+    "a method of a base class of the file": (
+        "        return self._mix(q, k, v)\n",
+        ("class SelfAttention(nn.Module):",
+         "class Base(nn.Module):\n    def _mix(self, a, b, c):\n"
+         + MIX + "\n\nclass SelfAttention(Base):")),
+    "a static method of a helper class": (
+        "        return Ops.mix(q, k, v, self.scale)\n",
+        ("class SelfAttention(nn.Module):",
+         "class Ops:\n    @staticmethod\n    def mix(a, b, c, d):\n"
+         + MIX.replace("self.scale", "d")
+         + "\n\nclass SelfAttention(nn.Module):")),
+    "a module-level lambda": (
+        "        scores = score(q, k, self.scale)\n"
+        "        probs = torch.softmax(scores, dim=-1)\n"
+        "        return torch.bmm(probs, v)\n",
+        ("class SelfAttention(nn.Module):",
+         "score = lambda a, b, d: torch.bmm(a, b.transpose(1, 2)) / d"
+         "  # noqa\n\n\nclass SelfAttention(nn.Module):")),
+    "an alias of an attribute": (
+        "        d = self.scale\n" + FORWARD.replace("/ self.scale", "/ d"),
+        None),
+    "statements reordered": (
+        FORWARD, ("        k = self.k(x)  # [batch_size, seq_len, hidden]\n",
+                  "")),
+}
+
+
+def _statements(text: str) -> Counter:
+    from grader.locate.source import SourceFile
+    from grader.routes.similarity import own_code
+    from grader.rubric import get_assignment
+
+    assignment = get_assignment("multi_head_attention")
+    source = SourceFile(text, Path("student.py"))
+    code = own_code("x", assignment,
+                    {task.id: source for task in assignment.tasks})
+    return Counter(tokens for tokens, _ in code.units)
+
+
+@pytest.mark.parametrize("how", sorted(REFACTORED))
+def test_one_refactoring_changes_nothing_compared(how):
+    original = (SUBMISSIONS / "correct_bmm.py").read_text(encoding="utf-8")
+    assert FORWARD in original
+    body, change = REFACTORED[how]
+    text = original.replace(FORWARD, body)
+    if change is not None:
+        assert change[0] in text
+        text = text.replace(*change)
+        if how == "statements reordered":  # k after v
+            text = text.replace(
+                "        v = self.v(x)  # [batch_size, seq_len, hidden]\n",
+                "        v = self.v(x)  # [batch_size, seq_len, hidden]\n"
+                "        k = self.k(x)\n", 1)
+    assert text != original
+    compile(text, "student.py", "exec")
+    assert _statements(text) == _statements(original)
