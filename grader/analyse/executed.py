@@ -68,6 +68,8 @@ class FileScope:
     # compared as such: never inlined into another.
     graded: frozenset[str] = frozenset()
     graded_methods: frozenset[tuple[str, str]] = frozenset()
+    # Module-level names that hold an instance of a class of the file.
+    instances: dict[str, ast.ClassDef] = field(default_factory=dict)
 
 
 def file_scope(tree: ast.Module, keep: frozenset[str],
@@ -95,7 +97,8 @@ def file_scope(tree: ast.Module, keep: frozenset[str],
 
 
 def _define(scope: FileScope, node: ast.stmt) -> None:
-    for table in (scope.functions, scope.lambdas, scope.classes):
+    for table in (scope.functions, scope.lambdas, scope.classes,
+                  scope.instances):
         for name in _bound_names(node):
             table.pop(name, None)
     if isinstance(node, _FUNCTIONS):
@@ -106,6 +109,12 @@ def _define(scope: FileScope, node: ast.stmt) -> None:
           and isinstance(node.targets[0], ast.Name)
           and isinstance(node.value, ast.Lambda)):
         scope.lambdas[node.targets[0].id] = node.value
+    elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+          and isinstance(node.targets[0], ast.Name)
+          and _constructed(node.value, scope) is not None):
+        scope.instances[node.targets[0].id] = scope.classes[
+            node.value.func.id]  # type: ignore[attr-defined]
+        scope.other_globals.add(node.targets[0].id)
     else:
         scope.other_globals.update(_bound_names(node))
 
@@ -115,6 +124,28 @@ def _bound_names(node: ast.stmt) -> list[str]:
         return [node.name]
     return [n.id for n in ast.walk(node)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def canonical_tree(tree: ast.Module) -> ast.Module:
+    """A copy of ``tree`` in which every method's first parameter (the
+    instance, however the student named it) is called ``self``."""
+    tree = copy.deepcopy(tree)
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for method in cls.body:
+            if not isinstance(method, _FUNCTIONS) or _is_static(method):
+                continue
+            params = method.args.posonlyargs + method.args.args
+            if not params or params[0].arg == "self":
+                continue
+            old = params[0].arg
+            for node in ast.walk(method):
+                if isinstance(node, ast.arg) and node.arg == old:
+                    node.arg = "self"
+                elif isinstance(node, ast.Name) and node.id == old:
+                    node.id = "self"
+    return tree
 
 
 def stub_vocabulary(text: str) -> frozenset[str]:
@@ -146,29 +177,48 @@ class _Frame:
     local_helpers: dict[str, ast.AST] = field(default_factory=dict)
     members: dict[str, ast.ClassDef] = field(default_factory=dict)
     stack: tuple[int, ...] = ()
+    # Locals that hold an instance of a class of the file; attributes of
+    # ``self`` that hold a lambda or function of the file.
+    instances: dict[str, ast.ClassDef] = field(default_factory=dict)
+    bound: dict[str, ast.AST] = field(default_factory=dict)
     depth: int = 0
 
 
-def _members(owner: ast.ClassDef | None,
-             scope: FileScope) -> dict[str, ast.ClassDef]:
-    """``self.name = Cls(...)`` anywhere in ``owner``, Cls a class of the
-    file that is not graded on its own: name -> Cls."""
-    found: dict[str, ast.ClassDef] = {}
-    if owner is None:
-        return found
-    for node in ast.walk(owner):
+def _frame(owner: ast.ClassDef | None, func: ast.AST, scope: FileScope,
+           stack: tuple[int, ...], depth: int) -> _Frame:
+    """The frame of ``func`` (a method of ``owner``, or a function)."""
+    frame = _Frame(owner, _local_helpers(func), stack=stack, depth=depth)
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            cls = _constructed(node.value, scope)
+            if cls is not None:
+                frame.instances[node.targets[0].id] = cls
+    for node in ast.walk(owner) if owner is not None else ():
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target, value = node.targets[0], node.value
-        if (isinstance(target, ast.Attribute)
+        if not (isinstance(target, ast.Attribute)
                 and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-                and isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Name)
-                and value.func.id in scope.classes
-                and value.func.id not in scope.graded):
-            found[target.attr] = scope.classes[value.func.id]
-    return found
+                and target.value.id == "self"):
+            continue
+        cls = _constructed(value, scope)
+        if cls is not None:
+            frame.members[target.attr] = cls
+        elif isinstance(value, ast.Lambda):
+            frame.bound[target.attr] = value
+        elif isinstance(value, ast.Name) and value.id in scope.functions:
+            frame.bound[target.attr] = scope.functions[value.id]
+    return frame
+
+
+def _constructed(value: ast.expr, scope: FileScope) -> ast.ClassDef | None:
+    """The class of the file (not graded on its own) ``value`` builds."""
+    if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and value.func.id in scope.classes
+            and value.func.id not in scope.graded):
+        return scope.classes[value.func.id]
+    return None
 
 
 def _local_helpers(func: ast.AST) -> dict[str, ast.AST]:
@@ -241,8 +291,7 @@ class Expander:
     def units(self, func: ast.FunctionDef | ast.AsyncFunctionDef,
               owner: ast.ClassDef | None) -> list[Unit]:
         """The units ``func`` executes, its parameters numbered."""
-        frame = _Frame(owner, _local_helpers(func),
-                       _members(owner, self.scope), (id(func),))
+        frame = _frame(owner, func, self.scope, (id(func),), 0)
         raw: list[tuple[ast.stmt | list[str], set[int]]] = []
         self._block(func, func.body, frame, raw, owned_only=True)
         params = [a.arg for a in func.args.posonlyargs + func.args.args
@@ -312,47 +361,69 @@ class Expander:
 
     def resolve(self, call: ast.Call, frame: _Frame) -> _Call | None:
         """The helper a call reaches, or None (a library call)."""
-        func, scope = call.func, self.scope
+        func = call.func
         if isinstance(func, ast.Name):
-            name = func.id
-            if name in frame.local_helpers:
-                return _Call(frame.local_helpers[name], None, frame.owner)
-            if name in scope.graded:
-                return None
-            if name in scope.functions:
-                return _Call(scope.functions[name], None, None)
-            if name in scope.lambdas:
-                return _Call(scope.lambdas[name], None, None)
-            if name in scope.classes:
-                cls = scope.classes[name]
-                init = _method(cls, "__init__", scope.classes)
-                return (_Call(init, ast.Name("self", ast.Load()), cls)
-                        if init is not None else None)
-            return None
+            return self._by_name(func.id, frame)
         if not isinstance(func, ast.Attribute):
             return None
-        base = func.value
+        base, scope = func.value, self.scope
         if isinstance(base, ast.Name) and base.id == "self":
-            if frame.owner is not None:
-                method = _method(frame.owner, func.attr, scope.classes)
-                if method is not None and not self._graded_method(
-                        frame.owner, func.attr):
-                    return _Call(method, None if _is_static(method)
-                                 else ast.Name("self", ast.Load()),
-                                 frame.owner)
-            return None
-        if isinstance(base, ast.Name) and base.id in scope.classes \
-                and base.id not in scope.graded:
-            cls = scope.classes[base.id]
+            if func.attr in frame.bound:
+                return _Call(frame.bound[func.attr], None, frame.owner)
+            method = (_method(frame.owner, func.attr, scope.classes)
+                      if frame.owner is not None else None)
+            if method is None or self._graded_method(frame.owner, func.attr):
+                return None
+            return _Call(method, None if _is_static(method)
+                         else ast.Name("self", ast.Load()), frame.owner)
+        cls, receiver = self._class_of(base, frame)
+        if cls is not None:
             method = _method(cls, func.attr, scope.classes)
-            if method is not None:
-                return _Call(method, None, cls)
+            if method is not None and not self._graded_method(
+                    cls, func.attr):
+                return _Call(method, None if _is_static(method)
+                             else receiver, cls)
+        return None
+
+    def _by_name(self, name: str, frame: _Frame) -> _Call | None:
+        """``helper(...)``: a local helper, a function, lambda or class
+        of the file (its ``__init__``)."""
+        scope = self.scope
+        if name in frame.local_helpers:
+            return _Call(frame.local_helpers[name], None, frame.owner)
+        if name in scope.graded:
+            return None
+        if name in scope.functions:
+            return _Call(scope.functions[name], None, None)
+        if name in scope.lambdas:
+            return _Call(scope.lambdas[name], None, None)
+        if name in scope.classes:
+            cls = scope.classes[name]
+            init = _method(cls, "__init__", scope.classes)
+            return (_Call(init, ast.Name("self", ast.Load()), cls)
+                    if init is not None else None)
+        return None
+
+    def _class_of(self, base: ast.expr, frame: _Frame
+                  ) -> tuple[ast.ClassDef | None, ast.expr | None]:
+        """The class of the file whose method ``base.m(...)`` calls, and
+        the instance: ``Ops.m``, ``Ops().m``, ``ops.m`` (``ops = Ops()``
+        in the function or at module level), ``self.part.m``."""
+        classes = self.scope.classes
+        if isinstance(base, ast.Name):
+            if base.id in classes:
+                return classes[base.id], None
+            held = frame.instances.get(base.id) or self.scope.instances.get(
+                base.id)
+            return held, base
+        if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+                and base.func.id in classes):
+            return classes[base.func.id], ast.Name(LOCAL, ast.Load())
         if (isinstance(base, ast.Attribute)
                 and isinstance(base.value, ast.Name)
-                and base.value.id == "self" and func.attr == "forward"
-                and base.attr in frame.members):
-            return self._member_call(frame.members[base.attr])
-        return None
+                and base.value.id == "self" and base.attr in frame.members):
+            return frame.members[base.attr], ast.Name("self", ast.Load())
+        return None, None
 
     def member_call(self, call: ast.Call, frame: _Frame) -> _Call | None:
         """``self.part(...)`` where ``self.part`` holds a class of the
@@ -471,7 +542,8 @@ class _Inliner(ast.NodeTransformer):
             until = _first_store(body, name) if name in stored else len(body)
             reads = _reads(body, name, until)
             small = sum(1 for _ in ast.walk(value)) <= SMALL_ARGUMENT
-            copied = reads <= 1 or (small and reads <= MAX_COPIES)
+            copied = (reads <= 1 or _plain(value)
+                      or (small and reads <= MAX_COPIES))
             if copied and name not in stored:
                 copies[name] = value
             elif copied and until < len(body):
@@ -484,9 +556,7 @@ class _Inliner(ast.NodeTransformer):
                     value=copy.deepcopy(value)), set(self.lines)))
         body = [_substituted(s, index, copies, early, params)
                 for index, s in enumerate(body)]
-        inner = _Frame(found.owner, _local_helpers(helper),
-                       _members(found.owner, self.expander.scope)
-                       if found.owner is not None else {},
+        inner = _frame(found.owner, helper, self.expander.scope,
                        self.frame.stack + (id(helper),),
                        self.frame.depth + 1)
         result: ast.expr = ast.Name(LOCAL, ast.Load())
@@ -508,6 +578,14 @@ class _Inliner(ast.NodeTransformer):
                              owned_only=False)
         self.before.extend(body_units)
         return result
+
+
+def _plain(value: ast.expr) -> bool:
+    """A name or an attribute of one (``self``, ``self.width``): copied
+    wherever it is read, at no cost."""
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, ast.Name)
 
 
 def _first_store(body: list[ast.stmt], name: str) -> int:

@@ -70,8 +70,8 @@ def own_code(student: str, assignment: object,
     task's source (``sources``, a located submission's): what each graded
     function executes, the file's helpers inlined
     (:mod:`grader.analyse.executed`), and the lines it comes from."""
-    from grader.analyse.executed import (Expander, file_scope,
-                                         stub_vocabulary)
+    from grader.analyse.executed import (Expander, canonical_tree,
+                                         file_scope, stub_vocabulary)
     from grader.analyse.static import stub_of
     from grader.judge.pep8 import NBGRADER_MARKERS
     from grader.locate.source import (find_class, find_function,
@@ -85,12 +85,16 @@ def own_code(student: str, assignment: object,
                         assignment.tasks)  # type: ignore[attr-defined]
     code = OwnCode(student)
     index_of: dict[int, int] = {}
+    trees: dict[int, ast.Module] = {}
     for task in assignment.tasks:  # type: ignore[attr-defined]
         source = sources.get(task.id)
         if source is None:
             continue
         try:
-            tree = source.parse()  # type: ignore[attr-defined]
+            if id(source) not in trees:
+                trees[id(source)] = canonical_tree(
+                    source.parse())  # type: ignore[attr-defined]
+            tree = trees[id(source)]
         except SyntaxError as exc:
             code.problems.append(f"{task.target}: the code does not parse "
                                  f"(SyntaxError at line {exc.lineno}: "

@@ -166,6 +166,16 @@ REFACTORED = {
     "an alias of an attribute": (
         "        d = self.scale\n" + FORWARD.replace("/ self.scale", "/ d"),
         None),
+    "the instance not named self": (
+        FORWARD.replace("self.", "me."),
+        ("    def forward(self, x: torch.Tensor) -> torch.Tensor:",
+         "    def forward(me, x: torch.Tensor) -> torch.Tensor:")),
+    "an instance of a helper class": (
+        "        return OPS.mix(q, k, v, self.scale)\n",
+        ("class SelfAttention(nn.Module):",
+         "class Ops:\n    def mix(this, a, b, c, d):\n"
+         + MIX.replace("self.scale", "d")
+         + "\n\nOPS = Ops()\n\n\nclass SelfAttention(nn.Module):")),
     "statements reordered": (
         FORWARD, ("        k = self.k(x)  # [batch_size, seq_len, hidden]\n",
                   "")),
@@ -193,6 +203,11 @@ def test_one_refactoring_changes_nothing_compared(how):
     if change is not None:
         assert change[0] in text
         text = text.replace(*change)
+        if how == "the instance not named self":
+            for name in "qkv":
+                line = f"        {name} = self.{name}(x)  # [batch_size"
+                assert text.count(line) == 1
+                text = text.replace(line, line.replace("self.", "me."))
         if how == "statements reordered":  # k after v
             text = text.replace(
                 "        v = self.v(x)  # [batch_size, seq_len, hidden]\n",
