@@ -16,6 +16,7 @@ import re
 import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 #: How deep helpers are inlined into helpers.
 MAX_DEPTH = 4
@@ -46,10 +47,12 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 class Unit:
     """One statement as executed: its normalised tokens and the source
     lines it came from (the caller's and those of the helpers inlined
-    into it)."""
+    into it); with the temporaries it reads put in place, and ``parts``,
+    the statements it was made of (tokens and lines of each)."""
 
     tokens: tuple[str, ...]
     lines: frozenset[int]
+    parts: tuple[tuple[tuple[str, ...], frozenset[int]], ...] = ()
 
 
 @dataclass
@@ -303,13 +306,22 @@ class Expander:
         if func.args.kwarg:
             positions[func.args.kwarg.arg] = "P**"
         members = self._attributes()
-        raw = _propagate_aliases(raw, set(positions) | {"self"})
+        raw = _split_tuples(_propagate_aliases(
+            raw, set(positions) | {"self"}))[:MAX_UNITS]
+
+        def tokens_of(node: object) -> tuple[str, ...]:
+            return (tuple(node) if isinstance(node, list)
+                    else self._tokens(node, positions, members))
+
+        parts = [(tokens_of(node)[:MAX_TOKENS], frozenset(lines))
+                 for node, lines in raw]
         found = []
-        for node, lines in raw[:MAX_UNITS]:
-            tokens = (tuple(node) if isinstance(node, list)
-                      else self._tokens(node, positions, members))
+        for node, lines, made_of in _merge_temporaries(raw):
+            tokens = tokens_of(node)
             if tokens:
-                found.append(Unit(tokens[:MAX_TOKENS], frozenset(lines)))
+                found.append(Unit(tokens[:MAX_TOKENS], frozenset(lines),
+                                  tuple(parts[i] for i in made_of
+                                        if parts[i][0])))
         return found
 
     # -- statements
@@ -467,7 +479,8 @@ class Expander:
 
     def _tokens(self, node: ast.stmt, positions: dict[str, str],
                 members: set[str]) -> tuple[str, ...]:
-        normal = _Normaliser(self.scope, positions, members).visit(node)
+        normal = _Normaliser(self.scope, positions, members).visit(
+            copy.deepcopy(node))
         try:
             text = ast.unparse(ast.fix_missing_locations(normal))
         except (ValueError, TypeError, AttributeError, RecursionError):
@@ -762,6 +775,73 @@ def _propagate_aliases(raw: list, roots: set[str]) -> list:
              else substitute.visit(node), lines)
             for index, (node, lines) in enumerate(raw)
             if index not in dropped]
+
+
+def _split_tuples(raw: list) -> list:
+    """``a, b = f(x), g(x)`` as ``a = f(x)`` and ``b = g(x)`` (when no
+    value reads a name the statement assigns)."""
+    found = []
+    for node, lines in raw:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Tuple)
+                and isinstance(node.value, ast.Tuple)
+                and len(node.targets[0].elts) == len(node.value.elts)
+                and all(isinstance(t, ast.Name)
+                        for t in node.targets[0].elts)):
+            names = {t.id for t in node.targets[0].elts}  # type: ignore
+            if not any(isinstance(n, ast.Name) and n.id in names
+                       for n in ast.walk(node.value)):
+                found += [(ast.Assign(targets=[t], value=v), lines)
+                          for t, v in zip(node.targets[0].elts,
+                                          node.value.elts)]
+                continue
+        found.append((node, lines))
+    return found
+
+
+def _defined(node: object) -> str | None:
+    """The name a plain ``name = value`` statement assigns."""
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and not (isinstance(node.value, ast.Call)
+                     and isinstance(node.value.func, ast.Name)
+                     and node.value.func.id in _KEYWORDS)):
+        return node.targets[0].id
+    return None
+
+
+def _merge_temporaries(raw: list) -> list[tuple[Any, set[int], list[int]]]:
+    """A value assigned to a name and read once, by a later statement, is
+    put where it is read (so splitting an expression into temporaries, or
+    joining them, changes nothing compared)."""
+    current: dict[str, int] = {}
+    reads: dict[int, list[int]] = {}
+    for index, (node, _) in enumerate(raw):
+        if not isinstance(node, ast.AST):
+            continue
+        for n in ast.walk(node):
+            if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                    and n.id in current):
+                reads.setdefault(current[n.id], []).append(index)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                current.pop(n.id, None)
+        name = _defined(node)
+        if name is not None:
+            current[name] = index
+    work = [(node, set(lines), [index])
+            for index, (node, lines) in enumerate(raw)]
+    dropped = set()
+    for index, (node, lines, made_of) in enumerate(work):
+        uses = reads.get(index, [])
+        name = _defined(node)
+        if name is None or len(uses) != 1 or uses[0] <= index:
+            continue
+        use, use_lines, use_made_of = work[uses[0]]
+        work[uses[0]] = (_Substitute({name: node.value}, []).visit(
+            copy.deepcopy(use)), use_lines | lines, made_of + use_made_of)
+        dropped.add(index)
+    return [unit for index, unit in enumerate(work) if index not in dropped]
 
 
 # --------------------------------------------------------------------------

@@ -42,6 +42,10 @@ class OwnCode:
     problems: list[str] = field(default_factory=list)
     units: list[tuple[tuple[str, ...], tuple[int, ...]]] = field(
         default_factory=list)
+    # The statements the units were made of (a unit puts in place the
+    # temporaries it reads): what the report marks, line by line.
+    statements: list[tuple[tuple[str, ...], tuple[int, ...]]] = field(
+        default_factory=list)
 
 
 def _graded_functions(node: ast.ClassDef | ast.FunctionDef,
@@ -144,9 +148,15 @@ def own_code(student: str, assignment: object,
                 index_of[number] = len(code.lines)
                 code.lines.append(lines[number - 1])
                 code.origin.append((task.id, number))
+
+        def indexes(numbers: frozenset[int]) -> tuple[int, ...]:
+            return tuple(sorted(index_of[n] for n in numbers
+                                if n in index_of))
+
         for unit in units:
-            code.units.append((unit.tokens, tuple(sorted(
-                index_of[n] for n in unit.lines if n in index_of))))
+            code.units.append((unit.tokens, indexes(unit.lines)))
+            code.statements += [(tokens, indexes(numbers))
+                                for tokens, numbers in unit.parts]
     return code
 
 
@@ -233,32 +243,38 @@ def _grams(tokens: tuple[str, ...]) -> list[tuple[str, ...]]:
 
 @dataclass
 class _Prints:
-    """One student's fingerprints: how many times each occurs, and per
-    unit, its fingerprints and line indexes."""
+    """One student's fingerprints: how many times each occurs (what is
+    scored), and per statement, its fingerprints and line indexes (what
+    is marked), with the set of those."""
 
     code: OwnCode
     counts: Counter
-    units: list[tuple[list[int], tuple[int, ...]]]
+    statements: list[tuple[list[int], tuple[int, ...]]]
+    marks: set[int]
 
 
 def _fingerprints(code: OwnCode, ids: dict, common: set[int]) -> _Prints:
-    units = []
+    def grams(tokens: tuple[str, ...]) -> list[int]:
+        found = [ids.setdefault(g, len(ids)) for g in _grams(tokens)]
+        return [g for g in found if g not in common]
+
     counts: Counter = Counter()
-    for tokens, indexes in code.units:
-        grams = [ids.setdefault(g, len(ids)) for g in _grams(tokens)]
-        grams = [g for g in grams if g not in common]
-        if grams:
-            units.append((grams, indexes))
-            counts.update(grams)
-    return _Prints(code, counts, units)
+    for tokens, _ in code.units:
+        counts.update(grams(tokens))
+    statements = [(grams(tokens), indexes)
+                  for tokens, indexes in code.statements]
+    statements = [(g, indexes) for g, indexes in statements if g]
+    return _Prints(code, counts, statements,
+                   {g for found, _ in statements for g in found})
 
 
-def _shared_lines(prints: _Prints, other: Counter) -> tuple[list[int], int]:
-    """The line indexes of the units at least half of whose fingerprints
-    the other side has, and the tokens the shared fingerprints cover."""
+def _shared_lines(prints: _Prints, other: set[int]) -> tuple[list[int], int]:
+    """The line indexes of the statements at least half of whose
+    fingerprints the other side's statements have, and the tokens the
+    shared fingerprints cover."""
     lines: set[int] = set()
     tokens = 0
-    for grams, indexes in prints.units:
+    for grams, indexes in prints.statements:
         hits = [g in other for g in grams]
         if 2 * sum(hits) >= len(grams):
             lines.update(indexes)
@@ -308,8 +324,8 @@ def compare(codes: list[OwnCode], pairs: int,
     found = []
     for left_share, right_share, i, j in scored[:pairs]:
         one, two = prints[i], prints[j]
-        left_lines, tokens = _shared_lines(one, two.counts)
-        right_lines, _ = _shared_lines(two, one.counts)
+        left_lines, tokens = _shared_lines(one, two.marks)
+        right_lines, _ = _shared_lines(two, one.marks)
         found.append(Pair(one.code, two.code, (left_share, right_share),
                           tokens, (left_lines, right_lines)))
     return found, [p.code for p in prints]

@@ -176,6 +176,17 @@ REFACTORED = {
          "class Ops:\n    def mix(this, a, b, c, d):\n"
          + MIX.replace("self.scale", "d")
          + "\n\nOPS = Ops()\n\n\nclass SelfAttention(nn.Module):")),
+    "a nested function, two statements joined": (
+        "        def weights(a, b):\n"
+        "            return torch.softmax(torch.bmm(a, b.transpose(1, 2))"
+        " / self.scale,\n"
+        "                                 dim=-1)\n"
+        "        return torch.bmm(weights(q, k), v)\n", None),
+    "an expression split into temporaries": (
+        "        kt = k.transpose(1, 2)\n"
+        "        product = torch.bmm(q, kt)\n"
+        "        scores = product / self.scale\n"
+        + FORWARD.split("\n", 2)[2], None),
     "statements reordered": (
         FORWARD, ("        k = self.k(x)  # [batch_size, seq_len, hidden]\n",
                   "")),
