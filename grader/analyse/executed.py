@@ -130,25 +130,37 @@ def _bound_names(node: ast.stmt) -> list[str]:
 
 
 def canonical_tree(tree: ast.Module) -> ast.Module:
-    """A copy of ``tree`` in which every method's first parameter (the
-    instance, however the student named it) is called ``self``."""
-    tree = copy.deepcopy(tree)
-    for cls in ast.walk(tree):
-        if not isinstance(cls, ast.ClassDef):
+    """``tree``, or a copy of it in which every method's first parameter
+    (the instance, however the student named it) is called ``self``: the
+    classes that need it are copied, the rest is shared, never changed."""
+    body = [_canonical_class(node) if isinstance(node, ast.ClassDef)
+            else node for node in tree.body]
+    if all(new is old for new, old in zip(body, tree.body)):
+        return tree
+    return ast.Module(body=body, type_ignores=tree.type_ignores)
+
+
+def _renamed_instance(method: ast.AST) -> str | None:
+    if not isinstance(method, _FUNCTIONS) or _is_static(method):
+        return None
+    params = method.args.posonlyargs + method.args.args
+    return params[0].arg if params and params[0].arg != "self" else None
+
+
+def _canonical_class(cls: ast.ClassDef) -> ast.ClassDef:
+    if not any(_renamed_instance(method) for method in cls.body):
+        return cls
+    cls = copy.deepcopy(cls)
+    for method in cls.body:
+        old = _renamed_instance(method)
+        if old is None:
             continue
-        for method in cls.body:
-            if not isinstance(method, _FUNCTIONS) or _is_static(method):
-                continue
-            params = method.args.posonlyargs + method.args.args
-            if not params or params[0].arg == "self":
-                continue
-            old = params[0].arg
-            for node in ast.walk(method):
-                if isinstance(node, ast.arg) and node.arg == old:
-                    node.arg = "self"
-                elif isinstance(node, ast.Name) and node.id == old:
-                    node.id = "self"
-    return tree
+        for node in ast.walk(method):
+            if isinstance(node, ast.arg) and node.arg == old:
+                node.arg = "self"
+            elif isinstance(node, ast.Name) and node.id == old:
+                node.id = "self"
+    return cls
 
 
 def stub_vocabulary(text: str) -> frozenset[str]:
@@ -244,7 +256,7 @@ def _method(cls: ast.ClassDef, name: str,
             seen: frozenset[str] = frozenset()) -> ast.AST | None:
     """The method ``name`` of ``cls`` or, when it has none, of its bases
     that are classes of the file (the last definition counts)."""
-    found = None
+    found: ast.AST | None = None
     for node in cls.body:
         if isinstance(node, _FUNCTIONS) and node.name == name:
             found = node
@@ -253,10 +265,10 @@ def _method(cls: ast.ClassDef, name: str,
     for base in cls.bases:
         if (isinstance(base, ast.Name) and base.id in classes
                 and base.id not in seen | {cls.name}):
-            found = _method(classes[base.id], name, classes,
-                            seen | {cls.name})
-            if found is not None:
-                return found
+            inherited = _method(classes[base.id], name, classes,
+                                seen | {cls.name})
+            if inherited is not None:
+                return inherited
     return None
 
 
@@ -309,7 +321,7 @@ class Expander:
         raw = _split_tuples(_propagate_aliases(
             raw, set(positions) | {"self"}))[:MAX_UNITS]
 
-        def tokens_of(node: object) -> tuple[str, ...]:
+        def tokens_of(node: ast.stmt | list[str]) -> tuple[str, ...]:
             return (tuple(node) if isinstance(node, list)
                     else self._tokens(node, positions, members))
 
@@ -382,8 +394,9 @@ class Expander:
         if isinstance(base, ast.Name) and base.id == "self":
             if func.attr in frame.bound:
                 return _Call(frame.bound[func.attr], None, frame.owner)
-            method = (_method(frame.owner, func.attr, scope.classes)
-                      if frame.owner is not None else None)
+            if frame.owner is None:
+                return None
+            method = _method(frame.owner, func.attr, scope.classes)
             if method is None or self._graded_method(frame.owner, func.attr):
                 return None
             return _Call(method, None if _is_static(method)
@@ -530,7 +543,7 @@ class _Inliner(ast.NodeTransformer):
             elif index >= first_default:
                 binding[name] = defaults[index - first_default]
         for keyword in call.keywords:
-            if keyword.arg in params:
+            if keyword.arg is not None and keyword.arg in params:
                 binding[keyword.arg] = keyword.value
         for kwonly, default in zip(arguments.kwonlyargs,
                                    arguments.kw_defaults):
@@ -573,8 +586,9 @@ class _Inliner(ast.NodeTransformer):
                        self.frame.stack + (id(helper),),
                        self.frame.depth + 1)
         result: ast.expr = ast.Name(LOCAL, ast.Load())
-        if body and isinstance(body[-1], ast.Return):
-            last = body.pop()
+        last = body[-1] if body else None
+        if isinstance(last, ast.Return):
+            body.pop()
             if last.value is not None:
                 before: list = []
                 result = _Inliner(self.expander, inner, before,

@@ -10,13 +10,18 @@ import ast
 import html
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import clean
+
+if TYPE_CHECKING:
+    from grader.locate.source import SourceFile, StudentCode
+    from grader.rubric import Assignment
 
 #: Fingerprints are runs of this many normalised tokens of one statement
 #: (a shorter statement is one fingerprint).
@@ -68,8 +73,8 @@ def _graded_functions(node: ast.ClassDef | ast.FunctionDef,
     return [(owner, f) for owner, f in found if f is not None]
 
 
-def own_code(student: str, assignment: object,
-             sources: dict[str, object]) -> OwnCode:
+def own_code(student: str, assignment: Assignment,
+             sources: Mapping[str, SourceFile]) -> OwnCode:
     """The student's own code of every task of ``assignment``, in each
     task's source (``sources``, a located submission's): what each graded
     function executes, the file's helpers inlined
@@ -82,22 +87,22 @@ def own_code(student: str, assignment: object,
                                       given_statements, node_span,
                                       split_lines, student_code)
 
-    stub = stub_of(assignment)  # type: ignore[arg-type]
+    stub = stub_of(assignment)
     stub_tree = _stub_tree(stub)
     keep = stub_vocabulary(stub.text) if stub is not None else frozenset()
     targets = frozenset(task.target for task in
-                        assignment.tasks)  # type: ignore[attr-defined]
+                        assignment.tasks)
     code = OwnCode(student)
     index_of: dict[int, int] = {}
     trees: dict[int, ast.Module] = {}
-    for task in assignment.tasks:  # type: ignore[attr-defined]
+    for task in assignment.tasks:
         source = sources.get(task.id)
         if source is None:
             continue
         try:
             if id(source) not in trees:
                 trees[id(source)] = canonical_tree(
-                    source.parse())  # type: ignore[attr-defined]
+                    source.parse())
             tree = trees[id(source)]
         except SyntaxError as exc:
             code.problems.append(f"{task.target}: the code does not parse "
@@ -108,7 +113,7 @@ def own_code(student: str, assignment: object,
             code.problems.append(f"{task.target}: the code cannot be read "
                                  f"({type(exc).__name__})")
             continue
-        lines = split_lines(source.text)  # type: ignore[attr-defined]
+        lines = split_lines(source.text)
         node = find_class(tree, task.target) or find_function(
             tree, task.target)
         if node is None:
@@ -160,30 +165,32 @@ def own_code(student: str, assignment: object,
     return code
 
 
-def _ownership(owners: dict[int, tuple[str | None, object]],
+def _ownership(owners: dict[int, tuple[str | None, StudentCode]],
                stub_tree: ast.Module | None,
-               stub: object) -> Callable[[ast.AST, ast.stmt], bool]:
+               stub: SourceFile | None
+               ) -> Callable[[ast.AST, ast.stmt], bool]:
     """Whether a statement of a graded function is the student's: as
     the pep8 item reads it, and a compound statement (``if``, ``for``)
     only when the stub's same function has no such one outside its
     regions."""
     from grader.analyse.executed import header_key
-    from grader.locate.source import (StudentCode, find_class,
-                                      find_function, find_method,
-                                      marked_regions)
+    from grader.locate import source
 
     allowances: dict[int, Counter] = {}
 
     def stub_headers(owner: str | None, name: str) -> Counter:
-        found = None
-        if stub_tree is not None and owner is None:
-            found = find_function(stub_tree, name)
-        elif stub_tree is not None:
-            cls = find_class(stub_tree, owner)
-            found = find_method(cls, name) if cls is not None else None
+        if stub_tree is None or stub is None:
+            return Counter()
+        if owner is None:
+            found = source.find_function(stub_tree, name)
+        else:
+            cls = source.find_class(stub_tree, owner)
+            found = (source.find_method(cls, name) if cls is not None
+                     else None)
         if found is None:
             return Counter()
-        regions = StudentCode(tuple(marked_regions(stub, found)), (), True)
+        regions = source.StudentCode(
+            tuple(source.marked_regions(stub, found)), (), True)
         return Counter(key for node in ast.walk(found)
                        if isinstance(node, ast.stmt)
                        and not regions.in_region(node.lineno)
@@ -201,16 +208,16 @@ def _ownership(owners: dict[int, tuple[str | None, object]],
             if allowances[id(func)][key] > 0:
                 allowances[id(func)][key] -= 1
                 return False
-        return mine.owns(node)  # type: ignore[attr-defined]
+        return mine.owns(node)
 
     return owns
 
 
-def _stub_tree(stub: object) -> ast.Module | None:
+def _stub_tree(stub: SourceFile | None) -> ast.Module | None:
     if stub is None:
         return None
     try:
-        return stub.parse()  # type: ignore[attr-defined]
+        return stub.parse()
     except SyntaxError:
         return None
 
