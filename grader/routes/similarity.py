@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.errors import GraderError
 from grader.output.files import write_atomic
 from grader.output.text import clean
 
@@ -26,10 +25,6 @@ if TYPE_CHECKING:
 #: Fingerprints are runs of this many normalised tokens of one statement
 #: (a shorter statement is one fingerprint).
 GRAM = 5
-
-
-class SimilarityError(GraderError):
-    """The comparison cannot start (one line, exit status 2)."""
 
 
 @dataclass
@@ -440,8 +435,23 @@ class SimilarityOptions:
                    assignment=args.assignment, pairs=args.pairs)
 
 
-def run_similarity(args: SimilarityOptions) -> int:
-    """``python -m grader similarity``: write the report; exit status."""
+@dataclass
+class ClassSimilarity:
+    """A class folder compared: its assignment, how many entries it has,
+    the most similar pairs, how many students were compared, and why the
+    others were not."""
+
+    assignment: str
+    students: int
+    pairs: list[Pair]
+    compared: int
+    skipped: list[str]
+
+
+def rank_class(args: SimilarityOptions) -> ClassSimilarity:
+    """Locate every entry of the class folder as ``batch`` does and rank
+    the pairs of their own code (nothing is written)."""
+    from grader.analyse.static import stub_of
     from grader.errors import BatchError, CliError
     from grader.locate.submission import SubmissionError, locate
     from grader.routes.classfolder import class_assignment, discover
@@ -455,8 +465,6 @@ def run_similarity(args: SimilarityOptions) -> int:
             class_assignment(found.entries)[0]
     except (BatchError, RubricError) as exc:
         raise CliError(str(exc)) from exc
-    from grader.analyse.static import stub_of
-
     assignment = get_assignment(chosen)
     stub = stub_of(assignment)
     boilerplate = own_code("the stub", assignment, {
@@ -473,21 +481,26 @@ def run_similarity(args: SimilarityOptions) -> int:
             continue
         codes.append(own_code(entry.student, assignment,
                               submission.sources))
-    try:
-        pairs, kept = compare(codes, args.pairs, boilerplate)
-    except SimilarityError as exc:
-        raise CliError(str(exc)) from exc
+    pairs, kept = compare(codes, args.pairs, boilerplate)
     ids = {id(code) for code in kept}
     skipped += [f"{code.student}: "
                 + ("; ".join(dict.fromkeys(code.problems))
                    or "no code of their own beyond the stub's")
                 for code in codes if id(code) not in ids]
-    compared = len(kept)
+    return ClassSimilarity(chosen, len(found.entries), pairs, len(kept),
+                           skipped)
+
+
+def run_similarity(args: SimilarityOptions) -> int:
+    """``python -m grader similarity``: write the report; exit status."""
+    result = rank_class(args)
+    pairs = result.pairs
     write_atomic(Path(args.out), report_html(
-        pairs, compared, len(found.entries), chosen, skipped))
-    print(f"compared {compared} of {len(found.entries)} students' own "
-          f"code ({chosen}); {len(pairs)} most similar pairs -> {args.out} "
-          f"(a ranking: short solutions are similar by nature)")
+        pairs, result.compared, result.students, result.assignment,
+        result.skipped))
+    print(f"compared {result.compared} of {result.students} students' own "
+          f"code ({result.assignment}); {len(pairs)} most similar pairs -> "
+          f"{args.out} (a ranking: short solutions are similar by nature)")
     for pair in pairs[:5]:
         print(f"  {clean(pair.left.student)} ~ {clean(pair.right.student)}"
               f": {100 * pair.shares[0]:.0f}% / {100 * pair.shares[1]:.0f}%")
