@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import html
 import math
 from collections import Counter
@@ -168,12 +169,15 @@ def _ownership(owners: dict[int, tuple[str | None, StudentCode]],
     the pep8 item reads it, and a compound statement (``if``, ``for``)
     only when the stub's same function has no such one outside its
     regions."""
-    from grader.analyse.executed import header_key
     from grader.locate import source
 
     allowances: dict[int, Counter] = {}
 
-    def stub_headers(owner: str | None, name: str) -> Counter:
+    def stub_given(owner: str | None, name: str) -> Counter:
+        """The stub's own statements of the function outside its regions:
+        compound ones by their header, simple ones by what they do with
+        every name blanked (a renamed copy of given code is still the
+        stub's)."""
         if stub_tree is None or stub is None:
             return Counter()
         if owner is None:
@@ -188,24 +192,50 @@ def _ownership(owners: dict[int, tuple[str | None, StudentCode]],
             tuple(source.marked_regions(stub, found)), (), True)
         return Counter(key for node in ast.walk(found)
                        if isinstance(node, ast.stmt)
+                       and node is not found
                        and not regions.in_region(node.lineno)
-                       and (key := header_key(node)) is not None)
+                       and (key := _given_key(node)) is not None)
 
     def owns(func: ast.AST, node: ast.stmt) -> bool:
         if id(func) not in owners:
             return True
         owner, mine = owners[id(func)]
-        key = header_key(node)
-        if key is not None:
-            if id(func) not in allowances:
-                allowances[id(func)] = stub_headers(
-                    owner, func.name)  # type: ignore[attr-defined]
-            if allowances[id(func)][key] > 0:
-                allowances[id(func)][key] -= 1
-                return False
+        if id(func) not in allowances:
+            allowances[id(func)] = stub_given(
+                owner, func.name)  # type: ignore[attr-defined]
+        allowance = allowances[id(func)]
+        key = _given_key(node)
+        if key is not None and allowance[key] > 0:
+            allowance[key] -= 1
+            return False
         return mine.owns(node)
 
     return owns
+
+
+def _given_key(node: ast.stmt) -> str | None:
+    """A statement as the stub's given code is recognised: a compound
+    statement by its header; a simple one by its syntax with every name
+    blanked; None for a docstring or ``pass``."""
+    from grader.analyse.executed import header_key
+
+    if isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and
+                                      isinstance(node.value, ast.Constant)):
+        return None
+    header = header_key(node)
+    if header is not None:
+        return "header " + header
+    if any(isinstance(getattr(node, name, None), list)
+           for name in ("body", "orelse", "finalbody", "handlers")):
+        return None
+    blank = copy.deepcopy(node)
+    for child in ast.walk(blank):
+        if isinstance(child, ast.Name):
+            child.id = "_"
+    try:
+        return ast.dump(blank)
+    except (RecursionError, MemoryError):
+        return None
 
 
 def _stub_tree(stub: SourceFile | None) -> ast.Module | None:
