@@ -136,9 +136,15 @@ def own_code(student: str, assignment: Assignment,
             (owner, f.name) for owner, f in functions if owner))
         expander = Expander(scope, _ownership(owners, stub_tree, stub))
         units = []
-        for class_name, func in functions:
-            units += expander.units(
-                func, node if isinstance(node, ast.ClassDef) else None)
+        try:
+            for class_name, func in functions:
+                units += expander.units(
+                    func, node if isinstance(node, ast.ClassDef) else None)
+        except (RecursionError, MemoryError) as exc:
+            code.problems.append(f"{task.target}: the code is nested too "
+                                 f"deeply to compare "
+                                 f"({type(exc).__name__})")
+            continue
         for unit in units:
             owned.update(unit.lines)
         for number in sorted(owned):

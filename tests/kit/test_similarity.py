@@ -222,3 +222,26 @@ def test_one_refactoring_changes_nothing_compared(how):
     assert text != original
     compile(text, "student.py", "exec")
     assert _statements(text) == _statements(original)
+
+
+def test_code_too_deep_to_compare_is_a_reason_not_a_crash():
+    """A method the comparison cannot walk (a chain of 300 calls) is
+    that task's reason; the student's other task is still compared."""
+    from grader.locate.source import SourceFile
+    from grader.routes.similarity import own_code
+    from grader.rubric import get_assignment
+
+    text = (KIT / "solutions" / "modeling_attention.py").read_text(
+        encoding="utf-8")
+    assert "        return probs @ v\n" in text
+    text = text.replace("        return probs @ v\n",
+                        "        return (probs @ v)" + ".contiguous()" * 300
+                        + "\n", 1)
+    assignment = get_assignment("multi_head_attention")
+    source = SourceFile(text, Path("deep.py"))
+    code = own_code("deep", assignment,
+                    {task.id: source for task in assignment.tasks})
+    assert code.problems == ["SelfAttention: the code is nested too deeply "
+                             "to compare (RecursionError)"]
+    assert {code.origin[i][0] for _, indexes in code.units
+            for i in indexes} == {"task2"}
