@@ -243,11 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     similar = _command(
         commands, "similarity", "rank similar pairs of submissions",
-        "Compare the students' own code (their solutions, not the stub's "
-        "given code) across a class with copydetect and write an HTML "
-        "report of the most similar pairs and their shared lines. Short "
-        "solutions are similar by nature: a rank, not an accusation. "
-        "Needs the 'similarity' extra (pip install copydetect).")
+        "Compare the students' own code (what their graded methods "
+        "execute, their own helpers inlined; not the stub's given code) "
+        "across a class and write an HTML report of the most similar "
+        "pairs and their shared lines. Names and layout are normalised "
+        "and statements compared one by one, so renaming, reordering "
+        "or moving code into helpers hides nothing. Short solutions are "
+        "similar by nature: a rank, not an accusation.")
     similar.add_argument("dir", type=Path, metavar="DIR",
                          help="the class folder, as for batch")
     similar.add_argument("--out", type=Path,

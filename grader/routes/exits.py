@@ -39,8 +39,8 @@ EXIT_STATUS = {
               "part")),
     "similarity": (
         ("0", "the report was written"),
-        ("2", "DIR is no class folder, copydetect is not installed, the "
-              "report cannot be written")),
+        ("2", "DIR is no class folder, or the report cannot be "
+              "written")),
     "nbgrader": (
         ("0", "every submission was graded and recorded"),
         ("1", "some got 0 because they could not be graded, or a result "

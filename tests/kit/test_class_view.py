@@ -230,8 +230,6 @@ def test_similarity_ranks_a_renamed_copy_first(tmp_path):
     """A copy with renamed variables ranks first; the stub's given code
     is not compared; names are escaped; the report says it ranks and
     does not accuse."""
-    pytest.importorskip("copydetect", reason="the similarity extra "
-                        "(pip install copydetect) is not installed")
     folder = tmp_path / "class"
     folder.mkdir()
     original = (SUBMISSIONS / "correct_einsum.py").read_text()

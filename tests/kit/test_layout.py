@@ -50,7 +50,6 @@ HEAVY = {
     "nbconvert": "the nbgrader route only",
     "sqlalchemy": "nbgrader's gradebook only",
     "flake8": "the lint server only: a fresh flake8 per process",
-    "copydetect": "`similarity` only (an optional extra)",
     "_pytest": "pytest's session, prepared once in the checks' warm-up",
     "IPython": "notebook cells only: IPython's input transformer (magics)",
 }

@@ -267,7 +267,6 @@ def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
 def test_similarity_gives_the_true_reason(graded_class, tmp_path):
     """``similarity`` says bob's file does not parse (not that he wrote
     nothing) and carol has nothing of her own."""
-    pytest.importorskip("copydetect")
     folder = graded_class.parent
     out = finish(start("similarity", "submissions", "--out",
                        str(tmp_path / "similarity.html"), cwd=folder))

@@ -1,0 +1,247 @@
+"""Principle 9 of issue 24: similarity sees through refactoring
+(docs/threat-model.md, "Principle 9").
+
+A class of independent solutions of ``multi_head_attention`` (one file of
+each family of the kit's corpus: the mutation corpora are one file with
+one statement changed, copies by construction, so only one of each is a
+student here) and three disguised copies from ``hostile/similarity/``,
+each of a different classmate and in its own style: helpers extracted and
+renamed; reordered, renamed and reformatted; a helper class, lambdas and a
+submodule with one product written with einsum. Each copy pair must rank
+above every unrelated pair, and the report must mark the shared lines
+(the copy's helpers too) and not the product that differs. Static: nothing
+runs, no sandbox (a few seconds).
+"""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from grader.routes.similarity import (OwnCode, Pair, SimilarityOptions,
+                                      rank_class, report_html)
+
+KIT = Path(__file__).resolve().parents[2]
+SUBMISSIONS = KIT / "tests" / "kit" / "submissions"
+COPIES = KIT / "tests" / "kit" / "hostile" / "similarity"
+
+#: Independent solutions: student -> file of the corpus.
+CLASS = {
+    "amy": "correct_matmul.py",
+    "ben": "correct_einsum.py",
+    "cat": "correct_flat_heads.py",
+    "dan": "correct_head_loop.py",
+    "eve": "correct_seed_notebook.py",
+    "fay": "diagnoses/correct_where_head_loop.py",
+    "gus": "diagnoses/heads_not_split_loop.py",
+}
+#: The copies: student -> (file, the classmate copied).
+COPIED = {
+    "hal": ("copy_helpers_renamed.py", "eve"),
+    "ida": ("copy_reordered_reformatted.py", "cat"),
+    "jon": ("copy_helper_class_lambdas.py", "amy"),
+}
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    """Every pair of the class, ranked, and the HTML report of the
+    command (run in this process: it is static)."""
+    folder = tmp_path_factory.mktemp("class")
+    for student, name in CLASS.items():
+        shutil.copy(SUBMISSIONS / name, folder / f"{student}.py")
+    for student, (name, _) in COPIED.items():
+        shutil.copy(COPIES / name, folder / f"{student}.py")
+    # Two who are not compared, for their true reasons (issue 30).
+    shutil.copy(SUBMISSIONS / "broken_syntax_error.py", folder / "kim.py")
+    shutil.copy(KIT / "transformer_lm" / "modeling_attention.py",
+                folder / "lea.py")
+    out = folder.parent / "similarity.html"
+    options = SimilarityOptions(folder, out, "multi_head_attention", 100)
+    result = rank_class(options)
+    assert result.compared == len(CLASS) + len(COPIED)
+    page = report_html(result.pairs, result.compared, result.students,
+                       result.assignment, result.skipped)
+    return result.pairs, page
+
+
+def _pair(pairs: list[Pair], one: str, two: str) -> Pair:
+    return next(p for p in pairs
+                if {p.left.student, p.right.student} == {one, two})
+
+
+def _shared(pair: Pair, student: str) -> list[str]:
+    side = 0 if pair.left.student == student else 1
+    code: OwnCode = (pair.left, pair.right)[side]
+    return [code.lines[i].strip() for i in pair.shared[side]]
+
+
+@pytest.mark.parametrize("copy", sorted(COPIED))
+def test_a_disguised_copy_ranks_above_every_unrelated_pair(ranked, copy):
+    pairs, _ = ranked
+    original = COPIED[copy][1]
+    pair = _pair(pairs, copy, original)
+    copies = {frozenset((c, o)) for c, (_, o) in COPIED.items()}
+    unrelated = [p for p in pairs
+                 if frozenset((p.left.student, p.right.student))
+                 not in copies]
+    assert len(unrelated) == 45 - len(COPIED)
+    best = max(unrelated, key=lambda p: p.rank)
+    assert pair.rank > best.rank + 0.2, (pair.shares, best.left.student,
+                                         best.right.student, best.shares)
+    assert pair.rank >= 0.9
+
+
+def test_the_report_marks_the_shared_lines_helpers_included(ranked):
+    pairs, page = ranked
+    helpers = _pair(pairs, "hal", "eve")
+    assert ("return layer(inp).view(nb, length, n_parts, width)"
+            ".transpose(1, 2)") in _shared(helpers, "hal")
+    assert ("return raw.masked_fill(upper[None, None, :, :], "
+            "float('-inf'))") in _shared(helpers, "hal")
+    assert ("k = self.k(x).view(bs, seq, self.num_heads, self.head_size)"
+            ".transpose(1, 2)") in _shared(helpers, "eve")
+    reordered = _pair(pairs, "ida", "cat")
+    assert 'logits = logits.masked_fill(upper, float("-inf"))' in _shared(
+        reordered, "ida")
+    assert "q = q.transpose(1, 2).flatten(0, 1)" in _shared(reordered, "cat")
+    lambdas = _pair(pairs, "jon", "amy")
+    shared = _shared(lambdas, "jon")
+    assert "o.view(b, n, s, d).transpose(1, 2).reshape(b, s, -1))" in shared
+    assert "return t.transpose(1, 2).reshape(b * n, s, d)" in shared
+    # The one product written otherwise is not shared.
+    assert not any("einsum" in line for line in shared)
+    # The HTML report marks them, in the pair's section, escaped.
+    assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
+            "float(&#x27;-inf&#x27;))</mark>") in page
+    assert "10 of 12 students had code of their own" in page
+    assert "not a verdict" in page and "similar by nature" in page
+    assert ("kim: SelfAttention: the code does not parse (SyntaxError at "
+            "line 73: &#x27;(&#x27; was never closed)") in page
+    assert "lea: no code of their own beyond the stub&#x27;s" in page
+
+
+# One refactoring at a time, of the same SelfAttention.forward: what is
+# compared (the multiset of normalised statements) does not change.
+FORWARD = '''\
+        scores = torch.bmm(q, k.transpose(1, 2)) / self.scale
+        # [batch_size, seq_len, seq_len]
+        probs = torch.softmax(scores, dim=-1)  # [batch_size, seq_len, seq_len]
+        return torch.bmm(probs, v)  # [batch_size, seq_len, hidden]
+'''
+MIX = '''\
+        s = torch.bmm(a, b.transpose(1, 2)) / self.scale
+        p = torch.softmax(s, dim=-1)
+        return torch.bmm(p, c)
+'''
+REFACTORED = {
+    "a method of the class": (
+        "        return self._mix(q, k, v)\n\n"
+        "    def _mix(self, a, b, c):\n" + MIX, None),
+    "a method of a base class of the file": (
+        "        return self._mix(q, k, v)\n",
+        ("class SelfAttention(nn.Module):",
+         "class Base(nn.Module):\n    def _mix(self, a, b, c):\n"
+         + MIX + "\n\nclass SelfAttention(Base):")),
+    "a static method of a helper class": (
+        "        return Ops.mix(q, k, v, self.scale)\n",
+        ("class SelfAttention(nn.Module):",
+         "class Ops:\n    @staticmethod\n    def mix(a, b, c, d):\n"
+         + MIX.replace("self.scale", "d")
+         + "\n\nclass SelfAttention(nn.Module):")),
+    "a module-level lambda": (
+        "        scores = score(q, k, self.scale)\n"
+        "        probs = torch.softmax(scores, dim=-1)\n"
+        "        return torch.bmm(probs, v)\n",
+        ("class SelfAttention(nn.Module):",
+         "score = lambda a, b, d: torch.bmm(a, b.transpose(1, 2)) / d"
+         "  # noqa\n\n\nclass SelfAttention(nn.Module):")),
+    "an alias of an attribute": (
+        "        d = self.scale\n" + FORWARD.replace("/ self.scale", "/ d"),
+        None),
+    "the instance not named self": (
+        FORWARD.replace("self.", "me."),
+        ("    def forward(self, x: torch.Tensor) -> torch.Tensor:",
+         "    def forward(me, x: torch.Tensor) -> torch.Tensor:")),
+    "an instance of a helper class": (
+        "        return OPS.mix(q, k, v, self.scale)\n",
+        ("class SelfAttention(nn.Module):",
+         "class Ops:\n    def mix(this, a, b, c, d):\n"
+         + MIX.replace("self.scale", "d")
+         + "\n\nOPS = Ops()\n\n\nclass SelfAttention(nn.Module):")),
+    "a nested function, two statements joined": (
+        "        def weights(a, b):\n"
+        "            return torch.softmax(torch.bmm(a, b.transpose(1, 2))"
+        " / self.scale,\n"
+        "                                 dim=-1)\n"
+        "        return torch.bmm(weights(q, k), v)\n", None),
+    "an expression split into temporaries": (
+        "        kt = k.transpose(1, 2)\n"
+        "        product = torch.bmm(q, kt)\n"
+        "        scores = product / self.scale\n"
+        + FORWARD.split("\n", 2)[2], None),
+    "statements reordered": (
+        FORWARD, ("        k = self.k(x)  # [batch_size, seq_len, hidden]\n",
+                  "")),
+}
+
+
+def _statements(text: str) -> Counter:
+    from grader.locate.source import SourceFile
+    from grader.routes.similarity import own_code
+    from grader.rubric import get_assignment
+
+    assignment = get_assignment("multi_head_attention")
+    source = SourceFile(text, Path("student.py"))
+    code = own_code("x", assignment,
+                    {task.id: source for task in assignment.tasks})
+    return Counter(tokens for tokens, _ in code.units)
+
+
+@pytest.mark.parametrize("how", sorted(REFACTORED))
+def test_one_refactoring_changes_nothing_compared(how):
+    original = (SUBMISSIONS / "correct_bmm.py").read_text(encoding="utf-8")
+    assert FORWARD in original
+    body, change = REFACTORED[how]
+    text = original.replace(FORWARD, body)
+    if change is not None:
+        assert change[0] in text
+        text = text.replace(*change)
+        if how == "the instance not named self":
+            for name in "qkv":
+                line = f"        {name} = self.{name}(x)  # [batch_size"
+                assert text.count(line) == 1
+                text = text.replace(line, line.replace("self.", "me."))
+        if how == "statements reordered":  # k after v
+            text = text.replace(
+                "        v = self.v(x)  # [batch_size, seq_len, hidden]\n",
+                "        v = self.v(x)  # [batch_size, seq_len, hidden]\n"
+                "        k = self.k(x)\n", 1)
+    assert text != original
+    compile(text, "student.py", "exec")
+    assert _statements(text) == _statements(original)
+
+
+def test_code_too_deep_to_compare_is_a_reason_not_a_crash():
+    """A method the comparison cannot walk (a chain of 300 calls) is
+    that task's reason; the student's other task is still compared."""
+    from grader.locate.source import SourceFile
+    from grader.routes.similarity import own_code
+    from grader.rubric import get_assignment
+
+    text = (KIT / "solutions" / "modeling_attention.py").read_text(
+        encoding="utf-8")
+    assert "        return probs @ v\n" in text
+    text = text.replace("        return probs @ v\n",
+                        "        return (probs @ v)" + ".contiguous()" * 300
+                        + "\n", 1)
+    assignment = get_assignment("multi_head_attention")
+    source = SourceFile(text, Path("deep.py"))
+    code = own_code("deep", assignment,
+                    {task.id: source for task in assignment.tasks})
+    assert code.problems == ["SelfAttention: the code is nested too deeply "
+                             "to compare (RecursionError)"]
+    assert {code.origin[i][0] for _, indexes in code.units
+            for i in indexes} == {"task2"}
