@@ -1319,10 +1319,16 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             executions = records[key_id] = []
         # Every execution up to max_executions (so a report can say "wrong
         # in 3 of the 8 times this line ran"), then only shapes not seen
-        # yet, up to twice that: a loop cannot flood the channel.
+        # yet, up to twice that: a loop cannot flood the channel. Past the
+        # cap the report fails closed: an execution with shapes not
+        # recorded is counted, and the grader verifies nothing it did not
+        # see (the shapes item is not earned).
         count = b_len(executions)
-        if count >= max_executions and (values in executions
-                                        or count >= 2 * max_executions):
+        if count >= max_executions and values in executions:
+            return
+        if count >= 2 * max_executions:
+            left_out = phase["left_out"]
+            left_out[key_id] = left_out.get(key_id, 0) + 1
             return
         executions.append(values)
 
@@ -1633,6 +1639,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         tracing = b_bool(probe.get("trace"))
         if tracing:
             phase["records"] = {}
+            phase["left_out"] = {}
             phase["calls"] = phase["returns"] = 0
         phase["tracing"] = tracing
         try:
@@ -1641,9 +1648,11 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             phase["tracing"] = False
         if tracing:
             result["trace"] = {"records": phase["records"],
+                               "left_out": phase["left_out"],
                                "intact": phase["calls"] == phase["returns"]
                                and still_tracing()}
             phase["records"] = None
+            phase["left_out"] = {}
         result["value"] = encode(value)
         return result
 
@@ -2014,6 +2023,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(),
              "foreign": [], "foreign_left_out": 0, "records": None,
+             "left_out": {},
              "tracing": False, "returns": 0, "calls": 0, "silenced": False}
     busy = {"hook": [False], "tracer": [False]}
     watched: list = []
