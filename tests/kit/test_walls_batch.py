@@ -28,6 +28,7 @@ ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
          "task1.bonus", "task2.scores", "task2.causal", "task2.output",
          "task2.pep8", "task2.shapes")
 CLEAN_2 = (3, 1, 2, 0, 0)
+ZERO = (0, 0, 0, 0, 0)
 CAPPED_1 = (1, 3, 0, -1, 0)
 #: name -> (task 1 items, task 2 items, flag kinds, words of the report).
 CORPUS: dict[str, tuple] = {
@@ -41,6 +42,18 @@ CORPUS: dict[str, tuple] = {
     "cap_recursion_depth": (CAPPED_1, CLEAN_2, ("capped",),
                             ("more distinct shapes than the grader records",
                              )),
+    # -- Principle 4: work replayed where no trace function follows, by a
+    #    route no list names, earns nothing.
+    "replay_fx_interpreter": (ZERO, ZERO, ("refused", "untraceable",
+                                           "untraceable"),
+                              ("torch.fx.proxy.Proxy (a stand-in for tensors",
+                               "only the visible source can earn points")),
+    "replay_ir_text": (ZERO, CLEAN_2, ("untraceable",),
+                       ("torch._C.parse_ir",
+                        "torch._C._jit_interpret_graph")),
+    "replay_shared_unit": (ZERO, CLEAN_2, ("untraceable",),
+                           ("torch._C.CompilationUnit.define",
+                            "torch._C.ScriptFunction.__call__")),
 }
 
 
