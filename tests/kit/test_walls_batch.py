@@ -6,7 +6,9 @@ records past their cap (principle 2), or runs its work where the grader's
 trace function does not follow, through a route no list names
 (principle 4). The whole folder is graded by ONE ``python -m grader
 batch`` (the suite's time is tight); each row must earn exactly the
-scores below, item by item, with the flags that say what it did.
+scores below, item by item, with the flags that say what it did; the
+walker must say, in its own output, that it reached nothing of the
+grader.
 """
 from __future__ import annotations
 
@@ -54,7 +56,15 @@ CORPUS: dict[str, tuple] = {
     "replay_shared_unit": (ZERO, CLEAN_2, ("untraceable",),
                            ("torch._C.CompilationUnit.define",
                             "torch._C.ScriptFunction.__call__")),
+    # -- Principle 1: nothing of the grader is reachable from student code,
+    #    walked from inside a probe (the plan and the runner lie below).
+    "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
+                         ("refused", "refused", "tampered", "tampered"),
+                         ("inspect the grader's stack frames",
+                          "inspect the grader's objects (gc)")),
 }
+#: What a file must print in its task's output (its own verdict).
+PRINTS = {"reach_walk_probe": ("task1", "found none")}
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +111,7 @@ def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
                     .split())
     for words in says:
         assert words in text
+    if name in PRINTS:
+        task, verdict = PRINTS[name]
+        output = report["output"].get(task, "")
+        assert verdict in output, output[-500:]
