@@ -133,10 +133,11 @@ UNTRACEABLE = (
 # however torch names it (derived from the bindings, not listed).
 # (ScriptClass and ScriptObject are torch's custom C++ classes, whose
 # methods are native code like any operator's; the syntax tree of
-# TorchScript's frontend makes no code by itself.)
+# TorchScript's frontend makes no code by itself, but what takes one
+# compiles it.)
 JIT_SIGNATURE = (r"torch::jit::|torch\._C\.(?:Graph|Node|Value|Block|"
                  r"CompilationUnit|Script(?!Class\b|Object\b)\w*|"
-                 r"LiteScriptModule)\b")
+                 r"LiteScriptModule|_jit_tree_views\.\w+)\b")
 JIT_SYNTAX_TREE = "torch._C._jit_tree_views"
 CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 # The protocol through which a stand-in for tensors (torch.fx's Proxy, any

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from grader.routes.rows import RECORD
+from grader.worker import agent
 
 KIT = Path(__file__).resolve().parents[2]
 WALLS = Path(__file__).resolve().parent / "hostile" / "walls_batch"
@@ -115,3 +116,26 @@ def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
         task, verdict = PRINTS[name]
         output = report["output"].get(task, "")
         assert verdict in output, output[-500:]
+
+
+def test_torchscripts_ways_in_are_derived_from_the_bindings() -> None:
+    """Principle 4 by construction: the bindings whose C++ signature names
+    a TorchScript type include every compiler of the hand list that
+    exists, and the routes the invented files take; torch's custom C++
+    classes (native code, like any operator) are not among them."""
+    functions, methods = agent.jit_bindings()
+    names = {name for _, name in functions}
+    names |= {name for _, _, name in methods}
+    listed = [d for d in agent.UNTRACEABLE if d.startswith("torch._C.")
+              and agent._lookup(d) is not None]
+    assert listed and all(d in names or d + ".__init__" in names
+                          for d in listed)
+    for name in ("torch._C.parse_ir", "torch._C._jit_interpret_graph",
+                 "torch._C.CompilationUnit.define",
+                 "torch._C.ScriptFunction.__call__",
+                 "torch._C.ScriptMethod.__call__",
+                 "torch._C._jit_script_class_compile"):
+        assert name in names, name
+    assert not any(name.startswith(("torch._C.ScriptClass.",
+                                    "torch._C.ScriptObject."))
+                   for name in names)
