@@ -342,6 +342,10 @@ def _trace(value: Any) -> str | None:
                     for shape in execution)
                 for execution in executions)):
             return "trace records are not shapes"
+    left_out = value.get("left_out", {})
+    if not (isinstance(left_out, dict) and all(
+            _text(key) and _count(count) for key, count in left_out.items())):
+        return "a trace's count of unrecorded executions is malformed"
     return None
 
 

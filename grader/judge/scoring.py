@@ -19,6 +19,7 @@ from grader.analyse.static import TaskAnalysis, forbidden_uses
 from grader.judge import pep8
 from grader.judge.attribution import TaskCode
 from grader.judge.checking import CheckOutcome, item_messages
+from grader.locate.source import SourceFile
 from grader.locate.submission import Submission
 from grader.output.report import Flag, ItemReport, Report, TaskReport
 from grader.rubric import Assignment, Item
@@ -69,6 +70,15 @@ def integrity_flags(runs: dict[str, TaskRun],
                            f"the grader's result channel ({run.forged_frames}"
                            f" forged frame(s)); they were recognised and "
                            f"ignored.", task_id))
+    for task_id, run in runs.items():
+        unrecorded = sum(run.unrecorded().values())
+        if unrecorded:
+            flags.append(Flag(
+                "capped", f"{task_id}: {unrecorded} execution(s) of "
+                          f"shape-commented statements ran past the "
+                          f"grader's cap on the shapes it records per "
+                          f"statement and were not recorded; the shapes "
+                          f"item is not earned.", task_id))
     for task_id, code in codes.items():
         if code.untraceable:
             flags.append(Flag(
@@ -269,6 +279,25 @@ def _never_completed(run: TaskRun, method: str | None) -> str | None:
             f"{count} runs that check the shapes: {first}")
 
 
+def _unrecorded_words(unrecorded: dict[str, int],
+                      statements: list[shapes.Statement],
+                      source: SourceFile) -> str:
+    """The shapes item's sentence about executions the worker's records
+    left out past their cap (fail closed: not seen, not verified)."""
+    from grader.output.text import listing
+
+    lines = {str(s.id): s.first_line for s in statements}
+    where = [source.where(lines[key]) for key in sorted(
+        unrecorded, key=lambda k: lines.get(k, 0)) if key in lines]
+    total = sum(unrecorded.values())
+    text = (f"{total} execution(s) ran with more distinct shapes than the "
+            f"grader records per statement")
+    if where:
+        text += f" (at {listing(where)})"
+    return (text + ", so they were not recorded and the shape comments "
+                   "could not be verified")
+
+
 def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                       assignment: Assignment,
                       code: TaskCode | None = None) -> ItemReport:
@@ -287,6 +316,10 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return not_checked(item, "the code could not be loaded")
     trace_runs, problems = _trace_runs(run, assignment.size_sets,
                                        analysis.task.dimensions)
+    unrecorded = run.unrecorded()
+    if unrecorded:
+        problems.append(_unrecorded_words(unrecorded, statements,
+                                          analysis.source))
     if problems:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, "; ".join(problems) + ".")

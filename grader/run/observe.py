@@ -127,6 +127,17 @@ class TaskRun:
             raise KeyError(f"probe {probe_id} has no case")
         return case
 
+    def unrecorded(self) -> dict[str, int]:
+        """Statement id -> executions the worker's shape records left out
+        (past their cap), over every traced probe: those shapes were never
+        seen, so no shape comment they touch can be verified."""
+        counts: dict[str, int] = {}
+        for result in self.results.values():
+            left_out = (result.trace or {}).get("left_out") or {}
+            for key, count in left_out.items():
+                counts[str(key)] = counts.get(str(key), 0) + int(count)
+        return counts
+
     def probe_ids(self, prefix: str) -> list[str]:
         """Ids of the probes whose id starts with ``prefix``, in order."""
         return [p for p in self.results if p.startswith(prefix)]

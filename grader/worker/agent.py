@@ -125,6 +125,24 @@ UNTRACEABLE = (
     "torch._C._import_ir_module_from_package",
     "torch._C._load_for_lite_interpreter",
     "torch._C._load_for_lite_interpreter_from_buffer", "torch.compile")
+# TorchScript's engine (interpreter, static runtime, mobile runtime) is C++:
+# Python enters it only through bindings whose signature names one of its
+# types. Every function of torch's C extension whose signature says so, and
+# every method (and call) of a class whose methods say so, is a way into
+# code the grader cannot trace: each is replaced like the compilers above,
+# however torch names it (derived from the bindings, not listed).
+# (ScriptClass and ScriptObject are torch's custom C++ classes, whose
+# methods are native code like any operator's; the syntax tree of
+# TorchScript's frontend makes no code by itself, but what takes one
+# compiles it.)
+JIT_SIGNATURE = (r"torch::jit::|torch\._C\.(?:Graph|Node|Value|Block|"
+                 r"CompilationUnit|Script(?!Class\b|Object\b)\w*|"
+                 r"LiteScriptModule|_jit_tree_views\.\w+)\b")
+JIT_SYNTAX_TREE = "torch._C._jit_tree_views"
+CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
+# The protocol through which a stand-in for tensors (torch.fx's Proxy, any
+# recorder) records the code it runs through, to run it later elsewhere.
+STAND_IN_PROTOCOL = ("__torch_function__", "__torch_dispatch__")
 # Namespaces whose entries are remembered before the submission runs, so
 # that a replaced function (nn.Module.__call__, json.dumps) is reported;
 # the job's "sandbox" table (the rubric's) adds an assignment's own.
@@ -505,13 +523,69 @@ def refused_values() -> list[tuple[object, str]]:
 
 
 def untraceable_values() -> list[tuple[object, str]]:
-    """The compilers of UNTRACEABLE that exist, with their names."""
+    """The compilers of UNTRACEABLE that exist, and every function of
+    torch's C extension whose signature names a TorchScript type
+    (JIT_SIGNATURE), with their names."""
     found = []
     for dotted in UNTRACEABLE:
         value = _lookup(dotted)
         if value is not None:
             found.append((value, dotted))
+    functions, _ = jit_bindings()
+    known = {id(value) for value, _ in found}
+    found += [(value, name) for value, name in functions
+              if id(value) not in known]
     return found
+
+
+_JIT: dict[str, tuple] = {}
+
+
+def _says(signature: Any, value: object) -> bool:
+    """True when ``value``'s binding signature (its docstring) matches."""
+    doc = getattr(value, "__doc__", None)
+    return isinstance(doc, str) and bool(signature.search(doc[:2000]))
+
+
+def jit_bindings() -> tuple[list, list]:
+    """``(functions, methods)`` of torch's C extension (and its
+    submodules) whose binding signature names a TorchScript type:
+    ``[(function, dotted name)]`` and ``[(class, attribute, dotted
+    name)]`` (a class's ``__init__``, ``__call__`` and every method whose
+    signature says so, when one does). Computed once (the fork server's
+    index), inherited by every worker."""
+    if "found" in _JIT:
+        return _JIT["found"]
+    import re
+    import types
+
+    import torch
+
+    signature = re.compile(JIT_SIGNATURE)
+    modules = [("torch._C", torch._C)] + [
+        ("torch._C." + name, value) for name, value in
+        list(vars(torch._C).items()) if isinstance(value, types.ModuleType)
+        and "torch._C." + name != JIT_SYNTAX_TREE]
+    functions: list = []
+    methods: list = []
+    for module_name, module in modules:
+        for name, value in list(vars(module).items()):
+            label = module_name + "." + name
+            if isinstance(value, type) and label not in CUSTOM_CLASSES:
+                own = vars(value)
+                named = [a for a, m in own.items()
+                         if callable(m) and _says(signature, m)]
+                if named:
+                    named += [a for a in ("__init__", "__call__")
+                              if a in own and a not in named]
+                    methods += [(value, a, label + "." + a) for a in named
+                                if not a.startswith("__")
+                                or a in ("__init__", "__call__")]
+            elif not isinstance(value, type) and callable(value) and \
+                    _says(signature, value):
+                functions.append((value, label))
+    _JIT["found"] = (functions, methods)
+    return functions, methods
 
 
 def _bindings(modules: list[tuple[str, object]], wanted: set[int],
@@ -1298,16 +1372,72 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
 
 def shape_tracer(units: list, line_unit: dict, phase: dict,
                  classify: Callable, synthetic: dict, readers: tuple,
-                 tracer_busy: list) -> Callable:
+                 tracer_busy: list, note: Callable | None = None,
+                 tensor_base: type | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
     probe traces, the shapes of the planned statements
-    (:func:`line_tracer`)."""
-    b_len, b_str, b_id = len, str, id
+    (:func:`line_tracer`).
+
+    It also reports (``note``, kind "untraceable") the submission's code
+    running through a stand-in for tensors: an object that is no tensor
+    (no ``tensor_base`` in its classes) but answers torch's functions
+    through STAND_IN_PROTOCOL, called straight from the submission's
+    code. Such a stand-in records the code instead of computing it
+    (``torch.fx``'s symbolic tracing, any recorder), so that the recording
+    can run later where no trace function follows (an interpreter of the
+    recorded graph)."""
+    b_len, b_str, b_id, b_type = len, str, id, type
+    b_isinstance = isinstance
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
     gettrace, settrace = sys.gettrace, sys.settrace
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
+    protocol = frozenset(STAND_IN_PROTOCOL)
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    type_qualname = type.__dict__["__qualname__"].__get__
+
+    def stand_in_name(cls):
+        """The class's name when it is a stand-in for tensors: it answers
+        torch's functions (STAND_IN_PROTOCOL) and is no tensor."""
+        mro = type_mro(cls)
+        if tensor_base is not None and tensor_base in mro:
+            return None
+        for base in mro:
+            namespace = type_dict(base)
+            if "__torch_function__" in namespace or \
+                    "__torch_dispatch__" in namespace:
+                module = type_dict(cls).get("__module__")
+                return (b_str(module) + "." if b_type(module) is b_str
+                        else "") + b_str(type_qualname(cls))
+        return None
+
+    def stand_in(frame, code):
+        """The stand-in class whose protocol method the submission's code
+        called (None when it is not one)."""
+        caller = frame.f_back
+        if caller is None or code.co_argcount < 1:
+            return None
+        if classify(caller.f_code) not in ("submission", "synthetic"):
+            return None
+        first = frame.f_locals.get(code.co_varnames[0])
+        if not b_isinstance(first, b_type):
+            return None  # a mode (an instance), not a stand-in class
+        return stand_in_name(first)
+
+    def stand_in_argument(frame, code):
+        """The stand-in class of an argument the submission's code was
+        called with (None when none is one)."""
+        count = code.co_argcount + code.co_kwonlyargcount
+        if not count:
+            return None
+        local_values = frame.f_locals
+        for name in code.co_varnames[:count]:
+            found = stand_in_name(b_type(local_values.get(name)))
+            if found is not None:
+                return found
+        return None
 
     def record(statement, values):
         records = phase["records"]
@@ -1319,10 +1449,16 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             executions = records[key_id] = []
         # Every execution up to max_executions (so a report can say "wrong
         # in 3 of the 8 times this line ran"), then only shapes not seen
-        # yet, up to twice that: a loop cannot flood the channel.
+        # yet, up to twice that: a loop cannot flood the channel. Past the
+        # cap the report fails closed: an execution with shapes not
+        # recorded is counted, and the grader verifies nothing it did not
+        # see (the shapes item is not earned).
         count = b_len(executions)
-        if count >= max_executions and (values in executions
-                                        or count >= 2 * max_executions):
+        if count >= max_executions and values in executions:
+            return
+        if count >= 2 * max_executions:
+            left_out = phase["left_out"]
+            left_out[key_id] = left_out.get(key_id, 0) + 1
             return
         executions.append(values)
 
@@ -1333,11 +1469,27 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         tracer_busy[0] = True
         try:
             code = frame.f_code
+            recorder = (stand_in(frame, code) if note is not None
+                        and code.co_name in protocol else None)
         finally:
             tracer_busy[0] = False
+        if recorder is not None:
+            note("untraceable", "compile",
+                 recorder[:120] + " (a stand-in for tensors that records "
+                 "the code it runs through)")
         kind = classify(code)
         if kind == "library" or kind == "agent":
             return None
+        if note is not None:
+            tracer_busy[0] = True
+            try:
+                recorder = stand_in_argument(frame, code)
+            finally:
+                tracer_busy[0] = False
+            if recorder is not None:
+                note("untraceable", "compile",
+                     recorder[:120] + " (a stand-in for tensors that "
+                     "records the code it runs through)")
         if kind == "submission":
             phase["ran"].add((b_id(code), phase["stage"]))
         else:
@@ -1675,6 +1827,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         tracing = b_bool(probe.get("trace"))
         if tracing:
             phase["records"] = {}
+            phase["left_out"] = {}
             phase["calls"] = phase["returns"] = 0
         phase["tracing"] = tracing
         try:
@@ -1683,9 +1836,11 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             phase["tracing"] = False
         if tracing:
             result["trace"] = {"records": phase["records"],
+                               "left_out": phase["left_out"],
                                "intact": phase["calls"] == phase["returns"]
                                and still_tracing()}
             phase["records"] = None
+            phase["left_out"] = {}
         result["value"] = encode(value)
         return result
 
@@ -1856,6 +2011,12 @@ def install_tripwires(torch: Any, note: Callable,
         replacements[id(value)] = refused_call(note, what)
     for value, name in untraceable_values():
         replacements[id(value)] = untraceable_call(note, name, value)
+    for cls, attribute, name in jit_bindings()[1]:
+        try:
+            setattr(cls, attribute,
+                    untraceable_call(note, name, vars(cls)[attribute]))
+        except (TypeError, AttributeError, KeyError):
+            pass
     no_trace = no_trace_call()
     replacements[id(sys.gettrace)] = no_trace
     replacements[id(sys.getprofile)] = no_trace
@@ -2056,6 +2217,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(),
              "foreign": [], "foreign_left_out": 0, "records": None,
+             "left_out": {},
              "tracing": False, "returns": 0, "calls": 0, "silenced": False}
     busy = {"hook": [False], "tracer": [False]}
     watched: list = []
@@ -2077,7 +2239,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
     readers = value_readers(torch)
     units, line_unit = plan_units(job.get("statements", []))
     tracer, still_tracing = shape_tracer(units, line_unit, phase, who[0],
-                                         synthetic, readers, busy["tracer"])
+                                         synthetic, readers, busy["tracer"],
+                                         note, torch._C.TensorBase)
     describe = module_describer(torch, readers, _child_numbers(library))
     run_probe = probe_runner(torch, phase, readers, describe,
                              value_encoder(torch), note, forbidden_classes,

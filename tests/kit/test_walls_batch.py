@@ -1,0 +1,141 @@
+"""Walls by construction (issue 24), graded in one batch.
+
+Every file in ``hostile/walls_batch/`` attacks a worker-side wall of
+docs/threat-model.md ("Walls by construction"): it floods the shape
+records past their cap (principle 2), or runs its work where the grader's
+trace function does not follow, through a route no list names
+(principle 4). The whole folder is graded by ONE ``python -m grader
+batch`` (the suite's time is tight); each row must earn exactly the
+scores below, item by item, with the flags that say what it did; the
+walker must say, in its own output, that it reached nothing of the
+grader.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.routes.rows import RECORD
+from grader.worker import agent
+
+KIT = Path(__file__).resolve().parents[2]
+WALLS = Path(__file__).resolve().parent / "hostile" / "walls_batch"
+ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
+         "task1.bonus", "task2.scores", "task2.causal", "task2.output",
+         "task2.pep8", "task2.shapes")
+CLEAN_2 = (3, 1, 2, 0, 0)
+ZERO = (0, 0, 0, 0, 0)
+CAPPED_1 = (1, 3, 0, -1, 0)
+#: name -> (task 1 items, task 2 items, flag kinds, words of the report).
+CORPUS: dict[str, tuple] = {
+    # -- Principle 2: past the shape records' cap, what is left out is
+    #    counted, flagged, and the shapes item is not earned.
+    "cap_unpack_patterns": (CAPPED_1, CLEAN_2, ("capped",),
+                            ("more distinct shapes than the grader records",
+                             "not recorded")),
+    "cap_return_arity": (CAPPED_1, CLEAN_2, ("capped",),
+                         ("more distinct shapes than the grader records",)),
+    "cap_recursion_depth": (CAPPED_1, CLEAN_2, ("capped",),
+                            ("more distinct shapes than the grader records",
+                             )),
+    # -- Principle 4: work replayed where no trace function follows, by a
+    #    route no list names, earns nothing.
+    "replay_fx_interpreter": (ZERO, ZERO, ("refused", "untraceable",
+                                           "untraceable"),
+                              ("torch.fx.proxy.Proxy (a stand-in for tensors",
+                               "only the visible source can earn points")),
+    "replay_ir_text": (ZERO, CLEAN_2, ("untraceable",),
+                       ("torch._C.parse_ir",
+                        "torch._C._jit_interpret_graph")),
+    "replay_shared_unit": (ZERO, CLEAN_2, ("untraceable",),
+                           ("torch._C.CompilationUnit.define",
+                            "torch._C.ScriptFunction.__call__")),
+    # -- Principle 1: nothing of the grader is reachable from student code,
+    #    walked from inside a probe (the plan and the runner lie below).
+    "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
+                         ("refused", "refused", "tampered", "tampered"),
+                         ("inspect the grader's stack frames",
+                          "inspect the grader's objects (gc)")),
+}
+#: What a file must print in its task's output (its own verdict).
+PRINTS = {"reach_walk_probe": ("task1", "found none")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every file of the folder graded by one batch: name -> report."""
+    root = tmp_path_factory.mktemp("walls_batch")
+    folder = root / "class"
+    folder.mkdir()
+    for name in CORPUS:
+        shutil.copy(WALLS / f"{name}.py", folder / f"{name}.py")
+    out = root / "grades.csv"
+    env = {**os.environ, "PYTHONPATH": str(KIT)}
+    env.pop("GRADER_SEED", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--jobs", "2", "--no-feedback", "--timeout", "60",
+         "--assignment", "multi_head_attention"],
+        capture_output=True, text=True, env=env, timeout=900, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["student"] for row in csv.DictReader(out.open())}
+    assert rows == set(CORPUS)
+    reports = out.with_name(out.name + ".reports")
+    records = [json.loads(p.read_text()) for p in
+               reports.glob(f"*/{RECORD}")]
+    return {record["student"]: record["report"] for record in records}
+
+
+def test_the_table_lists_every_file() -> None:
+    assert sorted(p.stem for p in WALLS.glob("*.py")) == sorted(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
+    """Exact item scores, the flags' kinds, and what the report says."""
+    task1, task2, flags, says = CORPUS[name]
+    report = graded[name]
+    scores = {item["id"]: item["score"] for item in report["items"]}
+    assert scores == pytest.approx(dict(zip(ITEMS, task1 + task2))), \
+        [(i["id"], i["message"]) for i in report["items"]]
+    assert sorted(f["kind"] for f in report["flags"]) == sorted(flags), \
+        [f["message"] for f in report["flags"]]
+    text = " ".join(" ".join([i["message"] for i in report["items"]]
+                             + [f["message"] for f in report["flags"]])
+                    .split())
+    for words in says:
+        assert words in text
+    if name in PRINTS:
+        task, verdict = PRINTS[name]
+        output = report["output"].get(task, "")
+        assert verdict in output, output[-500:]
+
+
+def test_torchscripts_ways_in_are_derived_from_the_bindings() -> None:
+    """Principle 4 by construction: the bindings whose C++ signature names
+    a TorchScript type include every compiler of the hand list that
+    exists, and the routes the invented files take; torch's custom C++
+    classes (native code, like any operator) are not among them."""
+    functions, methods = agent.jit_bindings()
+    names = {name for _, name in functions}
+    names |= {name for _, _, name in methods}
+    listed = [d for d in agent.UNTRACEABLE if d.startswith("torch._C.")
+              and agent._lookup(d) is not None]
+    assert listed and all(d in names or d + ".__init__" in names
+                          for d in listed)
+    for name in ("torch._C.parse_ir", "torch._C._jit_interpret_graph",
+                 "torch._C.CompilationUnit.define",
+                 "torch._C.ScriptFunction.__call__",
+                 "torch._C.ScriptMethod.__call__",
+                 "torch._C._jit_script_class_compile"):
+        assert name in names, name
+    assert not any(name.startswith(("torch._C.ScriptClass.",
+                                    "torch._C.ScriptObject."))
+                   for name in names)
