@@ -621,3 +621,8 @@ def test_local_classroom_preview_has_no_red_line_for_a_github_step(
     assert "❌" not in preview and "no result" not in preview
     assert ("publictests: a step of the workflow on GitHub only (here: "
             "python -m pytest tests/public)") in preview
+    # One maximum (point 4): Classroom's is the rubric's 10; the earned
+    # bonus counts beyond it, as Gradescope's 11 of 10.
+    assert "task1: 4 / 4 (pass), +1 bonus in the points\n" in preview
+    assert "task1bonus: 0 / 0 (pass)\n" in preview
+    assert "Classroom points: 11 / 10" in preview
