@@ -37,6 +37,7 @@ from pathlib import Path
 
 from grader.errors import GraderError
 from grader.locate.source import GRADING_CELL_MARK, node_span
+from grader.output.notebook import cell_points
 from grader.rubric import Assignment, assignments
 from solutions.paths import (PACKAGE, ROOT, SOLUTIONS, Generated,
                              public_test_files)
@@ -126,9 +127,12 @@ def _test_source(assignment: Assignment, item_id: str) -> str:
     points are filled in outside the kernel by ``python -m grader
     nbgrader`` (:mod:`grader.routes.nbgrader`)."""
     item = assignment.item(item_id)
+    worth = (f"+{item.points:g} bonus point{'s' if item.points != 1 else ''}"
+             f", extra credit beyond the {assignment.max_score:g}"
+             if item.kind == "bonus" else
+             f"{item.points:g} point{'s' if item.points != 1 else ''}")
     return "\n".join([
-        f"# Autograded: {item_id} ({item.points:g} point"
-        f"{'s' if item.points != 1 else ''}): {item.title}.",
+        f"# Autograded: {item_id} ({worth}): {item.title}.",
         GRADING_CELL_MARK,
         "# Filled in by the kit's grader, outside the notebook, when your",
         "# work is collected. Check it yourself in a terminal with:",
@@ -170,7 +174,8 @@ def build_notebook(assignment: Assignment, template: str,
             cell.update(cell_type="code",
                         source=_test_source(assignment, item.id),
                         metadata=_nbgrader(grade_id, grade=True, locked=True,
-                                           points=item.points))
+                                           points=cell_points(assignment,
+                                                              item.id)))
         elif spec.kind == "answer":
             cell.update(cell_type="markdown",
                         source="### BEGIN SOLUTION\n" + spec.text

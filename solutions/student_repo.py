@@ -194,10 +194,12 @@ def student_readme(assignment: Assignment) -> str:
     module = f"transformer_lm/{assignment.module}.py"
     bonus = sum(i.points for i in assignment.items if i.kind == "bonus")
     bonus_text = (
-        f"The bonus is a row of its own, worth {bonus:g}: the maximum "
-        f"shown is {assignment.max_score + bonus:g}, and "
-        f"{assignment.max_score:g} / {assignment.max_score + bonus:g} with "
-        f"a green run is full marks.\n" if bonus else "")
+        f"The maximum is {assignment.max_score:g}, as in your grade. The "
+        f"bonus is a line of its own (`✅ ... earned` or `❌ ... not "
+        f"earned`, never a red run); Classroom has no bonus, so an earned "
+        f"bonus shows as points beyond the maximum "
+        f"({assignment.max_score + bonus:g} / {assignment.max_score:g}) "
+        f"while the table's bonus row stays 0 / 0.\n" if bonus else "")
     return f"""\
 # {assignment.title}
 

@@ -17,6 +17,14 @@ def grade_id(item_id: str) -> str:
     return item_id.replace(".", "_")
 
 
+def cell_points(assignment: Assignment, item_id: str) -> float:
+    """What an item's autograded cell is worth in nbgrader: its points,
+    but 0 for a bonus, which nbgrader records as the cell's extra credit
+    (so nbgrader's maximum is the rubric's, the bonus apart)."""
+    item = assignment.item(item_id)
+    return 0.0 if item.kind == "bonus" else float(item.points)
+
+
 def cell_items(assignment: Assignment) -> list[str]:
     """The items that have an autograded cell, in rubric order."""
     return [item.id for item in assignment.items
@@ -45,6 +53,18 @@ def nbgrader_credits(report: dict, assignment: Assignment
     return credits
 
 
+def cell_heading(assignment: Assignment, item_id: str, credit: float
+                 ) -> str:
+    """An autograded cell's first line: its credit out of its points, or
+    for a bonus the extra credit it gives."""
+    rubric = assignment.item(item_id)
+    if rubric.kind == "bonus":
+        return (f"{item_id}: +{credit:g} bonus, extra credit beyond the "
+                f"{assignment.max_score:g} points (this cell is worth 0 "
+                f"of them)  ({rubric.title})")
+    return f"{item_id}: {credit:g} / {rubric.points:g}  ({rubric.title})"
+
+
 def cell_text(report: dict, assignment: Assignment, item_id: str) -> str:
     """What an item's autograded cell says: its credit, the grader's
     message and diagnoses, the penalties taken from it, the task's notes
@@ -53,8 +73,7 @@ def cell_text(report: dict, assignment: Assignment, item_id: str) -> str:
     item = items[item_id]
     rubric = assignment.item(item_id)
     credit = nbgrader_credits(report, assignment)[item_id]
-    lines = [f"{item_id}: {credit:g} / {rubric.points:g}  "
-             f"({rubric.title})"]
+    lines = [cell_heading(assignment, item_id, credit)]
     if credit < float(item["score"]):
         # Said before the message, whose points are the checks' own.
         lines.append(f"The checks earned {float(item['score']):g} / "

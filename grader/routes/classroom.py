@@ -42,8 +42,9 @@ class Runner:
 
     id: str              # letters and digits: the step output and env name
     title: str           # what it stands for, for the workflow's comments
-    max_score: int       # whole points
+    max_score: int       # whole points (0 for a bonus and the public tests)
     optional: bool       # a bonus or the public tests: never fails the run
+    tests: int = 0       # how many tests a 0-point runner has (a bonus's)
 
     @property
     def env(self) -> str:
@@ -58,6 +59,10 @@ class Test:
 
     name: str
     passed: bool
+    # A bonus point this test carries into Classroom's points (which sum
+    # the tests' scores) beyond the table's share (which counts passed
+    # tests): see :func:`carry_bonus`.
+    extra: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,18 @@ class RunnerResult:
 
     @property
     def score(self) -> float:
-        """The points the reporter counts."""
+        """The runner's score in the reporter's table (passed tests /
+        tests x max_score)."""
         return 0 if self.error else \
             sum(t.passed for t in self.tests) * self.each
+
+    @property
+    def points(self) -> float:
+        """What the runner adds to the points sent to Classroom: its
+        tests' scores (bonus carried included), if it has a maximum."""
+        if self.error or not self.runner.max_score:
+            return 0.0
+        return self.score + sum(t.extra for t in self.tests)
 
     @property
     def status(self) -> str:
@@ -96,7 +110,7 @@ class RunnerResult:
                       "message": self.error}]
         else:
             tests = [{"name": t.name, "status": "pass" if t.passed else "fail",
-                      "score": self.each if t.passed else 0}
+                      "score": (self.each if t.passed else 0) + t.extra}
                      for t in self.tests]
         for test in tests:
             test.update(test_code="", filename="", line_no=0, duration=0)
@@ -174,8 +188,10 @@ def runners(assignment: Assignment) -> list[Runner]:
     found = [Runner(runner_id(task.id), task.title,
                     _whole(task.max_score, task.id), False)
              for task in assignment.tasks]
-    found += [Runner(runner_id(item.id), item.title,
-                     _whole(item.points, item.id), True)
+    # A bonus is worth 0 in the table: Classroom's maximum is the
+    # rubric's; an earned bonus is carried into the points (carry_bonus).
+    found += [Runner(runner_id(item.id), item.title, 0, True,
+                     _whole(item.points, item.id))
               for item in assignment.items if item.kind == "bonus"]
     ids = [r.id for r in found]
     bad = [i for i in ids if not RUNNER_ID.match(i)
@@ -258,9 +274,27 @@ def _bonus_tests(item: Item, entry: dict) -> list[Test]:
     reason = one_line(str(entry.get("message", "")).split("\n")[0], 160)
     reason = re.sub(r"^no bonus \(optional\):\s*", "", reason)
     return [Test(_name(f"{item.id} +1 (optional): "
-                       f"{'earned' if point <= earned else 'not earned'}"
+                       f"{BONUS_EARNED if point <= earned else 'not earned'}"
                        f" - {reason}"), point <= earned)
             for point in range(1, points + 1)]
+
+
+BONUS_EARNED = ("earned, +1 beyond the maximum in Classroom's points (the "
+                "table shows the bonus as 0 / 0)")
+
+
+def carry_bonus(task: RunnerResult, bonus: RunnerResult) -> RunnerResult:
+    """``task`` with ``bonus``'s earned points carried on one of its
+    tests (the first passed), so that Classroom's points are the grade
+    (10 + the bonus) while its maximum stays the rubric's."""
+    earned = float(sum(t.passed for t in bonus.tests))
+    if not earned or not task.tests:
+        return task
+    tests = list(task.tests)
+    at = next((i for i, t in enumerate(tests) if t.passed), 0)
+    tests[at] = Test(tests[at].name, tests[at].passed,
+                     tests[at].extra + earned)
+    return RunnerResult(task.runner, tuple(tests), task.error)
 
 
 def results(report: dict, assignment: Assignment) -> list[RunnerResult]:
@@ -290,12 +324,19 @@ def results(report: dict, assignment: Assignment) -> list[RunnerResult]:
         result = RunnerResult(runner, tuple(tests))
         expected = task_scores[task.id] if task else result.score
         count = (_units(runner.max_score, test_unit(assignment, task.id),
-                        task.id) if task else runner.max_score)
+                        task.id) if task else runner.tests)
         if len(tests) != count or abs(result.score - expected) > 1e-9:
             raise ValueError(f"{runner.id}: {result.score:g} points from "
                              f"{len(tests)} tests; the report says "
                              f"{expected:g} of {runner.max_score}")
         found.append(result)
+    for item in assignment.items:
+        if item.kind == "bonus":
+            bonus = next(r for r in found
+                         if r.runner.id == runner_id(item.id))
+            at = next(i for i, r in enumerate(found)
+                      if r.runner.id == runner_id(item.task))
+            found[at] = carry_bonus(found[at], bonus)
     return found
 
 
@@ -315,7 +356,7 @@ def summary_markdown(report: dict | None, assignment: Assignment,
                      found: list[RunnerResult]) -> str:
     """The job summary: the grade, every item with its reason, and the
     Classroom points."""
-    points = sum(r.score for r in found)
+    points = sum(r.points for r in found)
     most = sum(r.runner.max_score for r in found)
     lines = [f"## {_cell(assignment.title)}", ""]
     public = [t for r in found if r.runner == PUBLIC_TESTS for t in r.tests]
@@ -326,9 +367,11 @@ def summary_markdown(report: dict | None, assignment: Assignment,
         return "\n".join(lines) + "\n"
     grade = out_of(float(report["score"]), float(report["max_score"]),
                    float(report.get("bonus", 0)))
+    bonus = float(report.get("bonus", 0))
+    said = (": Classroom has no bonus, so its points count the bonus "
+            "beyond the maximum" if bonus else "")
     lines += [f"**Grade: {grade}** (Classroom points: {points:g} / "
-              f"{most}: Classroom counts the optional bonus in its "
-              f"maximum)", ""]
+              f"{most}{said})", ""]
     lines += [f"{'✅' if t.passed else '❌'} {_cell(t.name)}, 0 points"
               for t in public] + ([""] if public else [])
     lines += ["| item | points | why |", "|---|---|---|"]
@@ -369,13 +412,16 @@ def preview(found: list[RunnerResult]) -> str:
     """What the reporter will print, in short: each test, then the total."""
     lines = []
     for result in found:
+        carried = sum(t.extra for t in result.tests)
         lines.append(f"{result.runner.id}: {result.score:g} / "
-                     f"{result.runner.max_score} ({result.status})")
+                     f"{result.runner.max_score} ({result.status})"
+                     + (f", +{carried:g} bonus in the points" if carried
+                        else ""))
         if result.error:
             lines.append(f"  Error: {result.error}")
         for test in result.tests:
             lines.append(f"  {'✅' if test.passed else '❌'} {test.name}")
-    total = sum(r.score for r in found)
+    total = sum(r.points for r in found)
     most = sum(r.runner.max_score for r in found)
     lines.append(f"Classroom points: {total:g} / {most}")
     return "\n".join(lines)

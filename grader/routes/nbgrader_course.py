@@ -17,8 +17,8 @@ from grader.errors import GraderError
 from grader.locate.loading import load_source
 from grader.locate.source import SourceError
 from grader.output.files import write_atomic
-from grader.output.notebook import (cell_items, cell_text, grade_id,
-                                    nbgrader_credits)
+from grader.output.notebook import (cell_heading, cell_items, cell_points,
+                                    cell_text, grade_id, nbgrader_credits)
 from grader.output.text import clean, listing, one_line
 from grader.routes.classfolder import entry_keys
 from grader.routes.rows import RECORD, STATUS_ERROR
@@ -86,6 +86,8 @@ class Verdict:
     texts: dict[str, str]                # grade id -> the cell's message
     images: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # grade id -> extra credit: a bonus, recorded beyond the cell's points
+    extra: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         """The verdict as plain data."""
@@ -96,7 +98,8 @@ class Verdict:
         """The verdict :meth:`as_json` describes."""
         return cls({k: float(v) for k, v in data["credits"].items()},
                    dict(data["texts"]), dict(data.get("images", {})),
-                   list(data.get("notes", [])))
+                   list(data.get("notes", [])),
+                   {k: float(v) for k, v in data.get("extra", {}).items()})
 
 
 def _kit_notebook(notebooks: list[str], kit_id: str | None
@@ -155,12 +158,17 @@ def resolve_route(coursedir: Any, assignment_id: str,
                     if part))
         cells = []
         for name, item in wanted.items():
-            points = kit.item(item).points
+            points = cell_points(kit, item)
             if float(autograded[name].max_score) != points:
+                bonus = (" (a bonus cell is worth 0: nbgrader records the "
+                         "bonus as its extra credit)"
+                         if kit.item(item).kind == "bonus" else "")
                 raise CourseError(
                     f"cell {name} of {notebook_id}.ipynb is worth "
-                    f"{autograded[name].max_score:g} points; {item} is "
-                    f"worth {points:g}")
+                    f"{autograded[name].max_score:g} points; its cell for "
+                    f"{item} is worth {points:g}{bonus}: regenerate the "
+                    f"assignment from the kit's source notebook (nbgrader "
+                    f"generate_assignment {assignment_id} --force)")
             source = gradebook.find_source_cell(name, notebook_id,
                                                 assignment_id)
             cells.append(GradedCell(item, name, points, source.source,
@@ -317,7 +325,10 @@ def stage(submitted: Submitted, route: Route, root: Path,
             try:
                 load_source(path)
             except SourceError as exc:
-                submitted.problem = one_line(str(exc), 300)
+                # Said to the student: the file by its name in the
+                # submission, never the instructor's path.
+                submitted.problem = one_line(
+                    str(exc).replace(str(path), name), 300)
                 return
         destination = target / name
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -407,8 +418,13 @@ def verdict_from(route: Route, row: dict, record: dict | None,
     if full:
         first = route.cells[0].grade_id
         texts[first] += "\n\n" + REPORT_INTRO + "\n" + clean(full).rstrip()
-    return Verdict({c.grade_id: float(credits.get(c.item, 0.0))
-                    for c in route.cells}, texts, images)
+    bonus = {c.grade_id for c in route.cells
+             if route.kit.item(c.item).kind == "bonus"}
+    return Verdict({c.grade_id: 0.0 if c.grade_id in bonus
+                    else float(credits.get(c.item, 0.0))
+                    for c in route.cells}, texts, images,
+                   extra={c.grade_id: float(credits.get(c.item, 0.0))
+                          for c in route.cells if c.grade_id in bonus})
 
 
 def failed_verdict(route: Route, reason: str) -> Verdict:
@@ -416,11 +432,13 @@ def failed_verdict(route: Route, reason: str) -> Verdict:
     reason = one_line(reason.removeprefix("could not grade: "), 1000)
     texts = {}
     for cell in route.cells:
-        title = route.kit.item(cell.item).title
         texts[cell.grade_id] = clean(
-            f"{cell.item}: 0 / {cell.points:g}  ({title})\n"
+            f"{cell_heading(route.kit, cell.item, 0.0)}\n"
             f"Not graded: {reason}")
-    return Verdict({c.grade_id: 0.0 for c in route.cells}, texts)
+    bonus = {c.grade_id: 0.0 for c in route.cells
+             if route.kit.item(c.item).kind == "bonus"}
+    return Verdict({c.grade_id: 0.0 for c in route.cells}, texts,
+                   extra=bonus)
 
 
 def course_verdict(route: Route, submitted: Submitted, row: dict,
@@ -436,4 +454,23 @@ def course_verdict(route: Route, submitted: Submitted, row: dict,
         verdict = verdict_from(route, row, record,
                                reports / submitted.key)
     verdict.notes = submitted.notes + submitted.warnings + verdict.notes
+    return for_the_student(verdict, submitted, real)
+
+
+def for_the_student(verdict: Verdict, submitted: Submitted,
+                    real: str) -> Verdict:
+    """``verdict`` with the instructor's folders left out of what the
+    student reads: files named relative to their submission."""
+    prefixes = []
+    for folder in (submitted.folder, submitted.folder.resolve()):
+        prefixes.append(f"{folder}/")
+    prefixes.append(f"{real}/")
+
+    def relative(text: str) -> str:
+        for prefix in prefixes:
+            text = text.replace(prefix, "")
+        return text
+
+    verdict.texts = {k: relative(v) for k, v in verdict.texts.items()}
+    verdict.notes = [relative(n) for n in verdict.notes]
     return verdict

@@ -254,8 +254,10 @@ def fill_cell(cell: Any, verdict: Verdict, name: str, note: str = "") -> None:
 
 class SaveGraderScores(KitStep):
     """Each autograded cell's automatic score is the grader's credit,
-    whatever the notebook holds; a manual override stays and is flagged
-    for review, as nbgrader's SaveAutoGrades does."""
+    whatever the notebook holds, and a bonus cell's extra credit the
+    bonus the grader gave (the cell is worth 0: nbgrader's maximum is the
+    rubric's); a manual override stays and is flagged for review, as
+    nbgrader's SaveAutoGrades does."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         ids = resources["nbgrader"]
@@ -265,6 +267,8 @@ class SaveGraderScores(KitStep):
                 grade = gradebook.find_grade(
                     name, ids["notebook"], ids["assignment"], ids["student"])
                 grade.auto_score = credit
+                if name in verdict.extra:
+                    grade.extra_credit = verdict.extra[name]
                 grade.needs_manual_grade = grade.manual_score is not None
             gradebook.db.commit()
         return nb, resources

@@ -135,13 +135,15 @@ OUTPUT = "task2 ✅ task2.output 2/2: point {} of 2 - Attention output " \
 TASK2_FULL = [SCORES.format(1), SCORES.format(2), SCORES.format(3), CAUSAL,
               OUTPUT.format(1), OUTPUT.format(2)]
 NO_BONUS = "task1bonus ❌ task1.bonus +1 (optional): not earned - "
+EARNED = ("earned, +1 beyond the maximum in Classroom's points (the table "
+          "shows the bonus as 0 / 0)")
 
 CASES = {
     # name: (submission, the reporter's lines, green)
     "perfect": ("correct_matmul.py", [
         PUBLIC, INIT, *[f"task1 ✅ {FORWARD.format('3/3', k)}"
                         for k in (1, 2, 3)], *TASK2_FULL,
-        "task1bonus ✅ task1.bonus +1 (optional): earned - "
+        f"task1bonus ✅ task1.bonus +1 (optional): {EARNED} - "
         "SelfAttention.forward has 3 statement(s) and is correct: +1"],
         True),
     "full marks, no bonus": ("correct_bmm.py", [
@@ -154,7 +156,8 @@ CASES = {
     "full marks, a public test fails": ("broken_returns_float64.py", [
         PUBLIC_FAILED, INIT, *[f"task1 ✅ {FORWARD.format('3/3', k)}"
                                for k in (1, 2, 3)], *TASK2_FULL,
-        "task1bonus ✅ task1.bonus +1 (optional): earned - ..."], True),
+        f"task1bonus ✅ task1.bonus +1 (optional): {EARNED} - ..."],
+        True),
     "partial": ("mistake_no_scaling.py", [
         PUBLIC_FAILED, INIT,
         *[f"task1 ✅ {FORWARD.format('2/3', k)}" for k in (1, 2)],
@@ -215,12 +218,15 @@ def test_classroom_run_as_a_student_sees_it(jobs, case):
     reporter = job.reporter
     assert _matches(_shown(reporter), expected), _shown(reporter)
     task1, task2 = report["tasks"]
+    # One maximum: the rubric's 10. The table cannot show a score above
+    # a row's maximum, so the bonus row is 0 / 0; the points Classroom
+    # records are the grade, the bonus included (as Gradescope's).
     assert reporter.rows == [("publictests", 0, 0),
                              ("task1", task1["score"] - task1["bonus"], 4),
                              ("task2", task2["score"], 6),
-                             ("task1bonus", task1["bonus"], 1)]
-    assert reporter.points == (report["score"], 11)
-    assert reporter.table_total == report["score"]
+                             ("task1bonus", 0, 0)]
+    assert reporter.points == (report["score"], 10)
+    assert reporter.table_total == report["score"] - report["bonus"]
     assert reporter.green is green
     assert reporter.failed in (None, "Some tests failed.")
     # A correct item never shows a failed test.
@@ -247,7 +253,7 @@ def test_penalties_name_their_lines_in_the_step_output_and_summary(jobs):
     assert len(token) == 32 and first < last < grade.log.index(
         f"::{token}::")
     summary = grade.summary
-    assert "**Grade: 8 / 10** (Classroom points: 8 / 11" in summary
+    assert "**Grade: 8 / 10** (Classroom points: 8 / 10)" in summary
     assert ("| ❌ `task1.pep8` | -1 | line 30: E501 line too long \\(80 "
             "\\> 79 characters\\) |") in summary
     assert "| ❌ `task2.shapes` | -1 | line 92: missing shape comment |" \
@@ -326,7 +332,7 @@ def test_hanging_submission_whole_job(template, tmp_path):
     report = json.loads((repo / "grading" / "report.json").read_text())
     assert report["assignment"] == ASSIGNMENT
     reporter = job.reporter
-    assert reporter.points == (report["score"], 11)
+    assert reporter.points == (report["score"], 10)
     assert not reporter.green
     shown = _shown(reporter)
     assert shown[0] == PUBLIC_FAILED
@@ -481,9 +487,13 @@ def test_results_are_the_command_graders_format():
                                         "test_code", "filename", "line_no",
                                         "duration"}
     verdict = reporter_verdict(",".join(r.runner.id for r in found), env)
+    # The bonus: a 0 / 0 row; its point is carried by task1's first
+    # passed test into the points (the maximum stays the rubric's 10).
     assert verdict.rows == [("task1", 4, 4), ("task2", 5, 6),
-                            ("task1bonus", 1, 1)]
-    assert verdict.points == (report["score"], 11) == (10, 11)
+                            ("task1bonus", 0, 0)]
+    assert verdict.points == (report["score"], 10) == (10, 10)
+    task1 = json.loads(base64.b64decode(env["TASK1_RESULTS"]))
+    assert [t["score"] for t in task1["tests"]] == [2, 1, 1, 1]
     assert verdict.failed == "Some tests failed."
     with pytest.raises(ValueError, match="the report says 9"):
         broken = dict(report, tasks=[dict(report["tasks"][0]),
@@ -555,7 +565,7 @@ def test_not_graded_is_an_error_for_every_runner():
     assert verdict.failed == "Some tests errored."
     assert [t[1:] for t in verdict.tests] == [
         ("error", "not graded: the grader did not finish")] * 3
-    assert verdict.points == (0, 11)
+    assert verdict.points == (0, 10)
 
 
 @pytest.mark.parametrize("assignment_id", ["multi_head_attention",
@@ -616,7 +626,7 @@ def test_grade_command_takes_the_assignment_from_the_route(tmp_path):
     report = json.loads((tmp_path / "fb" / "report.json").read_text())
     assert report["assignment"] == ASSIGNMENT
     assert run.returncode == 0
-    assert "Classroom points: 0 / 11" in run.stdout
+    assert "Classroom points: 0 / 10" in run.stdout
 
 
 def test_grade_command_without_a_report_says_why(tmp_path):

@@ -101,12 +101,16 @@ def _cell(notebook: dict, cell_id: str) -> dict:
 
 def _auto_scores(course: Path, assignment: str, student: str,
                  notebook: str = HW) -> dict[str, float | None]:
+    """Each cell's automatic points: its automatic score, plus its extra
+    credit (where nbgrader keeps the bonus: the bonus cell is worth 0)."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         found = gradebook.find_submission_notebook(notebook, assignment,
                                                    student)
-        return {g.name: g.auto_score for g in found.grades}
+        return {g.name: None if g.auto_score is None
+                else g.auto_score + (g.extra_credit or 0.0)
+                for g in found.grades}
 
 
 def _submit_class(course: Path) -> None:
@@ -283,10 +287,10 @@ def test_route_reports_every_student(course):
     lines = route.stdout.splitlines()
     assert any("eve" in line and f"no {NOTEBOOK}" in line
                and "answers.txt" in line for line in lines)
-    frank = str(course.path.resolve() / "submitted" / "frank" / HW
-                / NOTEBOOK)
-    assert any("frank" in line and f"{frank} is not a valid notebook: "
-               f"invalid JSON" in line for line in lines), lines
+    # the file named in the submission (the line names the student)
+    assert any("frank" in line and f"{NOTEBOOK} is not a valid notebook: "
+               f"invalid JSON" in line and str(course.path) not in line
+               for line in lines), lines
     assert "not recorded" not in route.stdout
     assert any(line.startswith("  note: ivan: timestamp.txt is not a date")
                for line in lines), lines
@@ -297,6 +301,31 @@ def test_gradebook_scores_per_cell(course):
     for student, cells in EXPECTED.items():
         scores = _auto_scores(course.path, HW, student)
         assert {c: scores[c] for c in CELLS} == cells, student
+
+
+def test_the_bonus_is_extra_credit_and_the_maximum_is_ten(course):
+    """nbgrader's maximum is the rubric's: the automatic cells are worth
+    10, the bonus cell 0, and the bonus is that cell's extra credit
+    (counted in the score, as nbgrader counts extra credit); the feedback
+    page says so."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course.path / 'gradebook.db'}") as gb:
+        for student, cells in EXPECTED.items():
+            grade = gb.find_grade("task1_bonus", HW, HW, student)
+            assert (grade.max_score, grade.auto_score) == (0.0, 0.0)
+            assert (grade.extra_credit or 0.0) == cells["task1_bonus"]
+            assert grade.score == cells["task1_bonus"], student
+            notebook = gb.find_submission_notebook(HW, HW, student)
+            assert notebook.max_code_score == 10.0
+        assert gb.find_submission_notebook(HW, HW, "alice").code_score \
+            == 11.0
+    alice = _feedback(course.path, "alice")
+    # 10 automatic points + the bonus + the TA's Q1, out of 10 + Q1-Q5
+    assert f"{HW} (Score: 12.0 / 15.0)" in alice
+    assert "Test cell</a> (Score: 1.0 / 0.0)" in alice
+    assert ("task1.bonus: +1 bonus, extra credit beyond the 10 points "
+            "(this cell is worth 0 of them)") in alice
 
 
 def test_same_points_as_the_grade_command(course):
@@ -325,7 +354,8 @@ def test_same_points_as_the_grade_command(course):
 
 def test_manual_grades_survive_and_count(course):
     """The TA's manual grade is kept; export adds it to the automatic
-    points; every student is exported, max 11 automatic + Q1-Q5."""
+    points; every student is exported, max 10 automatic + Q1-Q5 (the
+    bonus is extra credit, in the score and never in the maximum)."""
     from nbgrader.api import Gradebook
 
     student, cell, points = MANUAL
@@ -340,7 +370,7 @@ def test_manual_grades_survive_and_count(course):
         if student == OVERRIDE[0]:
             manual += OVERRIDE[2] - cells[OVERRIDE[1]]
         assert float(row["raw_score"]) == sum(cells.values()) + manual
-        assert float(row["max_score"]) == 16.0
+        assert float(row["max_score"]) == 15.0
     assert float(rows[(WARMUP, "alice")]["raw_score"]) == 10.0
 
 
@@ -376,9 +406,15 @@ def test_autograded_cells_hold_the_grader_verdict(course):
             assert cell["outputs"][0]["name"] == "stdout"
             text = "".join(cell["outputs"][0]["text"])
             item = name.replace("_", ".", 1)
-            assert f"\n{item}: {cells[name]:g} / " in "\n" + text, text
+            said = (f"{item}: +{cells[name]:g} bonus"
+                    if KIT.item(item).kind == "bonus"
+                    else f"{item}: {cells[name]:g} / ")
+            assert f"\n{said}" in "\n" + text, text
             value = "".join(cell["outputs"][-1]["data"]["text/plain"])
-            assert float(value) == cells[name]
+            bonus = KIT.item(item).kind == "bonus"
+            # A bonus cell is worth 0: its value is 0, the bonus is its
+            # extra credit.
+            assert float(value) == (0.0 if bonus else cells[name])
     mallory = {c["metadata"]["nbgrader"]["grade_id"]: c
                for c in _autograded(course.path, "mallory")["cells"]
                if "grade_id" in c["metadata"].get("nbgrader", {})}
@@ -409,8 +445,14 @@ def test_feedback_shows_messages_and_attention_maps(course):
         pages["alice"] or "The grader's report on this submission:" in \
         pages["alice"]
     assert "Total: 10 / 10 + 1 bonus" in pages["alice"]
-    # A student's feedback names no folder of the instructor's.
-    assert str(course.path.resolve()) not in pages["alice"]
+    # A student's feedback and autograded notebook name no folder of the
+    # instructor's (the course, the route's staging folders).
+    for student, page in pages.items():
+        notebook = (course.path / "autograded" / student / HW / NOTEBOOK)
+        shown = page + (notebook.read_text() if notebook.exists() else "")
+        for folder in (str(course.path.resolve()), str(course.path),
+                       "grader-nbgrader-", "grader-verdicts-"):
+            assert folder not in shown, (student, folder)
     assert "Submission: " + HW in pages["alice"]
     assert f"Not graded: no {NOTEBOOK} in the submission" in pages["eve"]
     assert "Not graded:" in pages["frank"]

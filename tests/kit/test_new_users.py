@@ -484,23 +484,81 @@ def test_summary_png_reads_exactly(graded_class):
 # --------------------------------------------------------------------------
 # 8. Docs that match the kit
 
-COMMANDS = ("grade", "batch", "summary", "merge", "similarity", "nbgrader",
-            "gradescope-bundle", "shapes", "assignments")
+# Every command a person types: (module, subcommand); "" for the module's
+# own options.
+COMMANDS = [("grader", command) for command in (
+    "", "grade", "batch", "summary", "merge", "similarity", "nbgrader",
+    "gradescope-bundle", "shapes", "assignments", "audit")] + [
+    ("grader.classroom", "grade"), ("grader.classroom", "run"),
+    ("solutions.build", ""), ("solutions.build", "student-repo")]
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
 
 
-def test_the_readme_lists_every_option_help_lists():
-    """Every long option a command's ``--help`` lists is in the README
-    (its usage blocks or the text beside them)."""
+def usage_blocks(readme: str, module: str, command: str) -> str:
+    """The README's usage lines of ``python -m MODULE [COMMAND]``: each
+    ``python -m`` line of a code block that starts that command, with its
+    continuation lines, comments left out."""
+    head = re.escape(" ".join(["python -m", module,
+                               *filter(None, [command])]))
+    # the module alone: not followed by one of its commands
+    start = re.compile(head + (r"(\s|$)" if command
+                               else r"(?!\S)(?! +[a-z])"))
+    found = []
+    for block in re.findall(r"^```[a-z]*\n(.*?)^```", readme, re.S | re.M):
+        for part in re.split(r"(?=python -m )", block):
+            if start.match(part):
+                found.append(re.sub(r"#.*", "", part))
+    return "\n".join(found)
+
+
+def test_the_readme_usage_blocks_list_every_option_help_lists(capsys):
+    """For every command, the options in the usage paragraph of its
+    ``--help`` (argparse's, printed in this process) are the options of
+    the README's usage block of that command (a block exists for each)."""
+    from grader.routes import classroom, cli
+    from solutions import build
+
+    mains = {"grader": cli.main, "grader.classroom": classroom.main,
+             "solutions.build": build.main}
     readme = (ROOT / "README.md").read_text()
-    runs = {command: start(command, "--help") for command in COMMANDS}
     missing = {}
-    for command, run in runs.items():
-        options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+",
-                                 finish(run))) - {"--help"}
-        gone = sorted(option for option in options if option not in readme)
+    for module, command in COMMANDS:
+        with pytest.raises(SystemExit) as done:
+            mains[module]([*filter(None, [command]), "--help"])
+        assert done.value.code == 0
+        usage = capsys.readouterr().out.split("\n\n")[0]
+        assert usage.startswith(f"usage: python -m {module}"), usage
+        options = set(OPTION.findall(usage)) - {"--help"}
+        block = usage_blocks(readme, module, command)
+        assert block, f"no usage block for python -m {module} {command}"
+        gone = sorted(options - set(OPTION.findall(block)))
         if gone:
-            missing[command] = gone
+            missing[f"{module} {command}"] = gone
     assert missing == {}
+
+
+def test_the_layout_names_every_file_and_notebook():
+    """The README's layout block names every top-level entry of the
+    repository, every notebook of the three releases, every student
+    module and reference solution, and every notebook template."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):readme.index(
+        "## Regenerating generated files")]
+    named = set(re.findall(r"[\w.-]+", layout))
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, text=True,
+                             capture_output=True, check=True).stdout.split()
+    wanted = {path.split("/")[0] for path in tracked}
+    for path in map(Path, tracked):
+        parts = path.parts
+        if (parts[0] == "assignment" and path.suffix == ".ipynb") or \
+                (parts[0] in ("transformer_lm", "solutions")
+                 and len(parts) == 2 and path.suffix == ".py") or \
+                parts[:2] == ("solutions", "notebooks") or \
+                (parts[0] == "grader" and len(parts) == 2) or \
+                (parts[:2] == ("tests", "public") and len(parts) == 3):
+            wanted.add(path.name)
+    assert len([n for n in wanted if n.endswith(".ipynb")]) == 3
+    assert sorted(wanted - named) == []
 
 
 def test_the_readme_counts_three_assignments_and_guides_installs():
@@ -562,3 +620,8 @@ def test_local_classroom_preview_has_no_red_line_for_a_github_step(
     assert "❌" not in preview and "no result" not in preview
     assert ("publictests: a step of the workflow on GitHub only (here: "
             "python -m pytest tests/public)") in preview
+    # One maximum (point 4): Classroom's is the rubric's 10; the earned
+    # bonus counts beyond it, as Gradescope's 11 of 10.
+    assert "task1: 4 / 4 (pass), +1 bonus in the points\n" in preview
+    assert "task1bonus: 0 / 0 (pass)\n" in preview
+    assert "Classroom points: 11 / 10" in preview

@@ -225,7 +225,7 @@ def test_classroom_workflow_reports_the_rubric(student):
     assert f"--assignment {ASSIGNMENT} " in by_id["grade"]["run"]
     graded = classroom.runners(assignment)
     assert [(r.id, r.max_score, r.optional) for r in graded] == [
-        ("task1", 4, False), ("task2", 6, False), ("task1bonus", 1, True)]
+        ("task1", 4, False), ("task2", 6, False), ("task1bonus", 0, True)]
     (reporter,) = [s for s in steps
                    if s.get("uses", "").startswith(REPORTER + "@")]
     runners = reporter["with"]["runners"]
@@ -239,7 +239,8 @@ def test_classroom_workflow_reports_the_rubric(student):
     # never the run's colour).
     assert by_id["grade"]["env"] == {
         "PUBLIC_TESTS_RESULT": "${{ steps.publictests.outputs.result }}"}
-    assert sum(r.max_score for r in graded) == assignment.max_score + 1
+    # One maximum: Classroom's is the rubric's (the bonus counts beyond).
+    assert sum(r.max_score for r in graded) == assignment.max_score
     for step in steps[steps.index(public):]:
         assert step["if"] == "${{ !cancelled() }}", step["name"]
     install = "\n".join(s.get("run", "") for s in steps)
@@ -391,7 +392,7 @@ def test_student_repo_works_on_the_stub(student, tmp_path):
     assert run.returncode == 0, run.stderr
     report = json.loads((student / "grading" / "report.json").read_text())
     assert report["score"] == 0.0 and report["assignment"] == ASSIGNMENT
-    assert "Classroom points: 0 / 11" in run.stdout
+    assert "Classroom points: 0 / 10" in run.stdout
     written = dict(line.split("=", 1)
                    for line in outputs.read_text().splitlines())
     statuses = {k: json.loads(base64.b64decode(v))["status"]
