@@ -290,6 +290,15 @@ def start() -> None:
         pass  # reported when a worker is asked for
 
 
+def stop() -> None:
+    """Stop the shared fork server, if this process started one (its
+    workers are killed with it); the next :func:`shared` starts another."""
+    global _SHARED
+    server, _SHARED = _SHARED, None
+    if server is not None and server.owner == os.getpid():
+        server.close()
+
+
 # --------------------------------------------------------------------------
 # The server process (no classes, no grading data)
 
