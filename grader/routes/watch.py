@@ -1,20 +1,6 @@
 """``python -m grader grade PATH --watch``: a warm self-check that regrades
-on every save.
+in a fork of itself on every save and prints the items gained and lost.
 
-The watcher imports torch, flake8 and the checks once, starts the fork
-server once (sealed as for any grading: it holds nothing of a grading),
-and then, each time the content of a graded file changes, forks a copy of
-itself that grades the submission exactly as a batch's judge does
-(:func:`grader.engine.grade_submission` with ``judge=True``: lint forked
-warm, checks in the prepared pytest session, workers from the fork
-server). It prints the whole report the first time, then what changed:
-the items gained and lost, the total, and what is still not earned.
-
-A file is graded only once it is stable (two reads :data:`SETTLE` s apart
-give the same bytes and the same modification time), and a grade is
-shown only when the files it read are still the ones it graded; a save
-during a grade discards it and grades again. Ctrl-C (SIGINT) or SIGTERM
-stops the grade under way, the fork server and its workers, and exits 0.
 Details: docs/internals.md, `grader.routes.watch`.
 """
 from __future__ import annotations
