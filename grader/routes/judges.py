@@ -151,6 +151,8 @@ def prewarm(args: JudgeOptions) -> None:
     from grader.run import forkserver
 
     forkserver.start()
+    # Any student of a class may plot: the server imports matplotlib once.
+    forkserver.warm_plotting()
     import torch
 
     import grader.engine
