@@ -176,7 +176,8 @@ class Watcher:
             changes = self._changes(items)
             write("".join(changes.values()) or "[watch] no item changed\n")
             for item in items.values():
-                if (not item["passed"] and item["max_score"] > 0
+                costs = item["max_score"] > 0 or item["score"] < 0
+                if (not item["passed"] and costs
                         and item["id"] not in changes):
                     write(f"  still FAIL {item['id']}: "
                           f"{one_line(clean(item['message']), 160)}\n")
