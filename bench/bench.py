@@ -44,7 +44,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,12 +57,14 @@ CORPUS_PREFIXES = ("correct_", "mistake_", "partial_", "broken_")
 CLASS_OF = 300
 
 
-@dataclass
 class Measure:
-    """One command's wall and CPU seconds, run after run."""
+    """One command's wall and CPU seconds, run after run. (No dataclass
+    here: tests/kit/test_cluster.py loads this file without registering
+    it as a module.)"""
 
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
 
     def median(self, per: int = 1) -> tuple[float, float]:
         """(wall, CPU) medians, divided by ``per``."""
@@ -221,17 +222,15 @@ def scale(one: float, whole: float, size: int) -> tuple[float, float]:
     return warm_up, each
 
 
-@dataclass
 class Row:
-    """A line of the table: a measurement, its ratio of the floor and the
-    target it has (``limit`` x floor, or ``absolute`` seconds)."""
+    """A line of the table: a measurement, its ratios of the floor, its
+    target in words and whether it is met (None: no target)."""
 
-    label: str
-    wall: float
-    cpu: float
-    floor: tuple[float, float]
-    target: str = ""
-    met: bool | None = None
+    def __init__(self, label: str, wall: float, cpu: float,
+                 floor: tuple[float, float], target: str = "",
+                 met: bool | None = None) -> None:
+        self.label, self.wall, self.cpu = label, wall, cpu
+        self.floor, self.target, self.met = floor, target, met
 
     def line(self) -> str:
         ratio = self.wall / self.floor[0]
