@@ -1,46 +1,40 @@
-"""Benchmark the grader against its floor and against nbgrader.
+"""Benchmark the grader against its floor, ``python -c "import torch"``.
 
-    python bench/bench.py [--repeat 3] [--class 24] [--notebooks 24]
-                          [--autograde 3]
+    python bench/bench.py [--quick] [--repeat 3] [--class 300]
+                          [--notebooks 24] [--autograde 0] [--audit ID]
 
-Measured side by side, in one run, on the same machine:
+Measured side by side, in one run, on the same machine, each as a ratio
+of the floor measured in the same run (issue 28's targets beside it):
 
 * ``python -c "import torch"``: the per-process floor of any grader;
-* ``python -m grader grade`` of one submission (the example repository);
+* ``python -m grader grade FILE --public-only`` and ``grade FILE`` (one
+  file: a copy of the reference solution);
+* ``python -m pytest tests/public/<id>`` on the stub (the kit's
+  ``transformer_lm``) and on a solution (``--impl``);
 * ``python -m grader batch`` over a class of ``--class`` submissions
-  (correct, unscaled, stub and two known mistakes; no two files alike),
-  as wall time per submission and for the whole class: hidden cases,
-  flake8 and shape verification, feedback files, as an instructor runs
-  it;
-* ``python -m grader nbgrader`` on an nbgrader course of ``--notebooks``
-  submitted notebooks (solution, partly correct and untouched copies), as
-  wall time per notebook: the route a course follows (grading outside the
-  kernel and recording in the gradebook and autograded/);
-* ``nbgrader autograde`` of ``--autograde`` of those notebooks, per
-  notebook (a kernel per notebook; its graded cells count 0 there);
-* ``python -m grader batch`` of a class of one: with the class of
-  ``--class``, the batch's warm-up (what a run pays once: torch, flake8,
-  the fork server, the checks) and its cost per submission (the slope),
-  from which it prints the wall time of a class of 300, 3,000 and 30,000
-  cut into N shards on nodes like this one (docs/cluster.md).
-* ``python -m grader audit`` of ``--audit`` (default the homework): its
-  singles and variants, once (issue 27's goal: under a minute on 2
-  cores).
+  copied from the kit's corpus (``tests/kit/submissions``: correct,
+  mistaken, broken, partial, the stub; no two files alike), wall and CPU
+  time a submission, and a class of one, from which the batch's warm-up
+  and its cost a submission give a class of 300 (and of 3,000 and 30,000
+  in N shards, docs/cluster.md);
+* ``python -m grader nbgrader`` on a course of ``--notebooks`` submitted
+  notebooks, per notebook (plain ``nbgrader autograde`` of
+  ``--autograde`` of them beside it, when asked);
+* ``python -m grader audit ID`` once (singles and variants).
 
-The first four are measured in rounds (``--repeat`` of them), interleaved
-so that a change in the machine's load touches them alike; medians.
-
-It prints the timings and their ratios with the goals of issues 6, 11
-and 15: a single grade at most about twice ``import torch``; a submission
-in a batch at most a tenth of a single grade, and a class of 300
-(``--class 300``) in under a minute on 2 cores; a notebook through the
-nbgrader route at most a quarter of a single grade. Wall-clock medians;
-run it on an idle machine.
+Every command but the class and the audit runs ``--repeat`` times, in
+interleaved rounds (a change in the machine's load touches them alike);
+medians. CPU time is the command's whole process tree (this process is a
+child subreaper: the fork server's workers and anything orphaned are
+reaped here and counted). The machine's load average and cores are
+printed at the start and the end, and the run is called **loaded** when
+the load exceeds the cores: wall-clock ratios then say little, CPU ratios
+more. ``--quick``: a class of 30, 6 notebooks, 2 rounds.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import ctypes
 import os
 import platform
 import resource
@@ -55,64 +49,95 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "solutions" / "modeling_attention.py"
 STUB = ROOT / "transformer_lm" / "modeling_attention.py"
-EXAMPLE = ROOT / "examples" / "submission"
-MISTAKES = ROOT / "tests" / "kit" / "submissions"
+CORPUS = ROOT / "tests" / "kit" / "submissions"
 ASSIGNMENT = "multi_head_attention"
+# The corpus files a class is copied from: every kind a class holds
+# (nothing that hangs or sleeps on purpose).
+CORPUS_PREFIXES = ("correct_", "mistake_", "partial_", "broken_")
+CLASS_OF = 300
 
 
-# CPU seconds a run cost: the whole machine's busy time while it ran
-# (/proc/stat), so that the fork server's workers, which no process of the
-# run waits for, are counted too. Only meaningful on an otherwise idle
-# machine; the bench prints the machine's load beside it.
-CPU: dict[str, list[float]] = {}
-LOAD = 0.0
+class Measure:
+    """One command's wall and CPU seconds, run after run. (No dataclass
+    here: tests/kit/test_cluster.py loads this file without registering
+    it as a module.)"""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def median(self, per: int = 1) -> tuple[float, float]:
+        """(wall, CPU) medians, divided by ``per``."""
+        return (statistics.median(self.wall) / per,
+                statistics.median(self.cpu) / per)
 
 
-def _cpu() -> float:
+MEASURES: dict[str, Measure] = {}
+
+
+def _subreaper() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux),
+    so that their CPU time is counted in RUSAGE_CHILDREN."""
     try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    except OSError:
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-    ticks = [int(v) for v in fields[1:]]
-    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
-    return busy / os.sysconf("SC_CLK_TCK")
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
-def _run(args: list[str], cwd: Path = ROOT, name: str = "") -> float:
-    started, cpu = time.perf_counter(), _cpu()
+def _reap(deadline: float = 10.0) -> None:
+    """Wait for every descendant that is left (at most ``deadline``)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.02)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(name: str, args: list[str], cwd: Path = ROOT,
+        ok: tuple[int, ...] = (0, 1)) -> float:
+    """Run ``args``; record its wall and CPU seconds under ``name``."""
+    cpu, started = _children_cpu(), time.perf_counter()
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    CPU.setdefault(name, []).append(_cpu() - cpu)
-    if result.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr}")
-    return elapsed
+    wall = time.perf_counter() - started
+    _reap()
+    if result.returncode not in ok:
+        raise SystemExit(f"{' '.join(args)} failed ({result.returncode}):"
+                         f"\n{result.stderr[-3000:]}")
+    measure = MEASURES.setdefault(name, Measure())
+    measure.wall.append(wall)
+    measure.cpu.append(_children_cpu() - cpu)
+    return wall
 
 
-def _class(folder: Path, size: int) -> None:
-    """A class of ``size`` submissions, no two alike: correct, unscaled,
-    untouched stubs and two known mistakes, each with its own comment
-    line (so that nothing could be shared between identical files)."""
-    reference = REFERENCE.read_text()
-    kinds = [reference,
-             reference.replace(" / self.scale, dim=-1)", ", dim=-1)"),
-             STUB.read_text()]
-    kinds += [(MISTAKES / name).read_text() for name in
-              ("mistake_softmax_dim.py", "mistake_mask_diagonal.py")
-              if (MISTAKES / name).is_file()]
+def corpus_class(folder: Path, size: int) -> None:
+    """A class of ``size`` files copied from the corpus (and the stub and
+    the reference), each with its own last line, so that no two alike."""
+    kinds = [REFERENCE.read_text(), STUB.read_text()]
+    kinds += [path.read_text() for path in sorted(CORPUS.glob("*.py"))
+              if path.name.startswith(CORPUS_PREFIXES)]
     for index in range(size):
         text = kinds[index % len(kinds)].rstrip("\n")
         (folder / f"student{index:03d}.py").write_text(
             f"{text}\n# submitted by student {index:03d}\n")
 
 
-def _course(folder: Path, size: int) -> None:
-    """An nbgrader course with ``size`` submitted notebooks."""
+def course(folder: Path, size: int) -> None:
+    """An nbgrader course with ``size`` submitted notebooks (solutions,
+    partly correct and untouched copies)."""
     shutil.copy(ROOT / "nbgrader_config.py", folder)
     shutil.copytree(ROOT / "solutions" / "source",
                     folder / "solutions" / "source")
-    _run([sys.executable, "-m", "nbgrader", "generate_assignment",
-          ASSIGNMENT, "--force"], folder)
+    run("setup", [sys.executable, "-m", "nbgrader", "generate_assignment",
+                  ASSIGNMENT, "--force"], folder)
     source = folder / "solutions" / "source" / ASSIGNMENT
     release = folder / "assignment" / ASSIGNMENT
     notebook = f"{ASSIGNMENT}.ipynb"
@@ -125,35 +150,16 @@ def _course(folder: Path, size: int) -> None:
             (target / notebook).write_text(unscaled)
 
 
-def _autograde(course: Path, count: int) -> float:
-    """Per notebook: plain ``nbgrader autograde`` of ``count`` notebooks
-    of ``course`` (in a copy of it)."""
+def autograde(folder: Path, count: int) -> None:
+    """Plain ``nbgrader autograde`` of ``count`` notebooks of a copy of
+    the course ``folder``."""
     with tempfile.TemporaryDirectory(prefix="bench-plain-") as tmp:
         plain = Path(tmp) / "plain"
-        shutil.copytree(course, plain)
+        shutil.copytree(folder, plain)
         for extra in sorted((plain / "submitted").iterdir())[count:]:
             shutil.rmtree(extra)
-        return _run([sys.executable, "-m", "nbgrader", "autograde",
-                     ASSIGNMENT, "--create", "--force"], plain) / count
-
-
-def _audited(report: Path) -> str:
-    """What an audit graded, in words, from its audit.json."""
-    try:
-        summary = json.loads(report.read_text(encoding="utf-8"))["summary"]
-    except (OSError, ValueError, KeyError):
-        return "(no audit.json)"
-    return (f"{summary['mutants']} mutants, {summary['variants']} "
-            f"variants and the reference")
-
-
-def _judges() -> str:
-    """How many judges the batch ran at once (its default ``--jobs``)."""
-    result = subprocess.run(
-        [sys.executable, "-c", "from grader.run.cores import default_jobs; "
-                               "print(default_jobs())"],
-        cwd=ROOT, capture_output=True, text=True)
-    return result.stdout.strip() or "?"
+        run("autograde", [sys.executable, "-m", "nbgrader", "autograde",
+                          ASSIGNMENT, "--create", "--force"], plain)
 
 
 def machine() -> str:
@@ -166,11 +172,22 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    import torch
-
+    version = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True).stdout.strip()
     return (f"{model}, {os.cpu_count()} cores, Python "
-            f"{platform.python_version()}, torch {torch.__version__}, "
+            f"{platform.python_version()}, torch {version}, "
             f"{platform.system()} {platform.release()}")
+
+
+def load_line(when: str) -> tuple[str, bool]:
+    """The load average and cores now, and whether the machine is
+    loaded (its 1-minute load above its cores)."""
+    one, five, fifteen = os.getloadavg()
+    cores = os.cpu_count() or 1
+    loaded = one > cores
+    return (f"{when}: load average {one:.2f} {five:.2f} {fifteen:.2f} on "
+            f"{cores} cores{' (loaded)' if loaded else ''}", loaded)
 
 
 SIZES = (300, 3_000, 30_000)
@@ -185,10 +202,11 @@ def shard_wall(students: int, shards: int, warm_up: float,
     return warm_up + -(-students // shards) * each
 
 
-def scale(one: float, whole: float, size: int) -> None:
-    """Print the batch's warm-up and cost per submission (from a class of
+def scale(one: float, whole: float, size: int) -> tuple[float, float]:
+    """Print the batch's warm-up and cost a submission (from a class of
     one, ``one`` s, and of ``size``, ``whole`` s) and the wall time of the
-    classes of SIZES in N shards on nodes like this one."""
+    classes of SIZES in N shards on nodes like this one; return
+    (warm-up, each)."""
     each = (whole - one) / max(size - 1, 1)
     warm_up = max(one - each, 0.0)
     print(f"batch warm-up {warm_up:.2f} s, then {each:.3f} s a submission "
@@ -201,122 +219,177 @@ def scale(one: float, whole: float, size: int) -> None:
             wall = round(shard_wall(students, shards, warm_up, each))
             cells.append(f"{wall // 60:>5}:{wall % 60:02d}")
         print(f"{students:>9} " + " ".join(cells))
+    return warm_up, each
+
+
+class Row:
+    """A line of the table: a measurement, its ratios of the floor, its
+    target in words and whether it is met (None: no target)."""
+
+    def __init__(self, label: str, wall: float, cpu: float,
+                 floor: tuple[float, float], target: str = "",
+                 met: bool | None = None) -> None:
+        self.label, self.wall, self.cpu = label, wall, cpu
+        self.floor, self.target, self.met = floor, target, met
+
+    def line(self) -> str:
+        ratio = self.wall / self.floor[0]
+        cpu_ratio = self.cpu / self.floor[1]
+        verdict = {None: "", True: "met", False: "NOT met"}[self.met]
+        return (f"| {self.label} | {self.wall:.2f} | {ratio:.2f} | "
+                f"{self.cpu:.2f} | {cpu_ratio:.2f} | {self.target} | "
+                f"{verdict} |")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller run: --class 30 --notebooks 6 "
+                             "--repeat 2 (unless given)")
+    parser.add_argument("--repeat", type=int, help="rounds (default 3)")
+    parser.add_argument("--class", "--batch", dest="batch", type=int,
+                        metavar="N", help="submissions in the class "
+                                          f"(default {CLASS_OF})")
+    parser.add_argument("--notebooks", type=int,
+                        help="notebooks of the nbgrader course (default "
+                             "24; 0 skips the route)")
+    parser.add_argument("--autograde", type=int, default=0,
+                        help="plain 'nbgrader autograde' of this many of "
+                             "them, for comparison (default 0: skipped)")
+    parser.add_argument("--audit", default=ASSIGNMENT, metavar="ID",
+                        help=f"the assignment audited once (default "
+                             f"{ASSIGNMENT}; '' skips it)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.repeat = args.repeat or (2 if quick else 3)
+    args.batch = args.batch or (30 if quick else CLASS_OF)
+    if args.notebooks is None:
+        args.notebooks = 6 if quick else 24
+    return args
+
+
+def rounds(args: argparse.Namespace, tmp: Path) -> None:
+    """Every repeated measurement, round after round."""
+    python = sys.executable
+    single = tmp / "single" / "modeling_attention.py"
+    single.parent.mkdir()
+    shutil.copy(REFERENCE, single)
+    public = str(ROOT / "tests" / "public" / ASSIGNMENT)
+    pytest = [python, "-m", "pytest", public, "-q", "-p", "no:cacheprovider",
+              "-p", "no:xdist", "-o", "addopts="]
+    for _ in range(args.repeat):
+        run("floor", [python, "-c", "import torch"])
+        run("public-only", [python, "-m", "grader", "grade", str(single),
+                            "--public-only"])
+        run("grade", [python, "-m", "grader", "grade", str(single)])
+        run("pytest stub", pytest)
+        run("pytest solution", pytest + ["--impl", str(REFERENCE)])
+        if args.notebooks:
+            run("route", [python, "-m", "grader", "nbgrader", ASSIGNMENT],
+                tmp / "course")
+        run("one", [python, "-m", "grader", "batch", str(tmp / "alone"),
+                    "--out", str(tmp / "one.csv")])
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> None:
+    """Build the class and the course, then measure everything."""
+    python = sys.executable
+    for name, size in (("class", args.batch), ("alone", 1)):
+        (tmp / name).mkdir()
+        corpus_class(tmp / name, size)
+    if args.notebooks:
+        (tmp / "course").mkdir()
+        course(tmp / "course", args.notebooks)
+    rounds(args, tmp)
+    run("class", [python, "-m", "grader", "batch", str(tmp / "class"),
+                  "--out", str(tmp / "grades.csv")])
+    if args.notebooks and args.autograde:
+        autograde(tmp / "course", args.autograde)
+    if args.audit:
+        run("audit", [python, "-m", "grader", "audit", args.audit,
+                      "--out", str(tmp / "audit")])
+
+
+def table(args: argparse.Namespace) -> list[Row]:
+    """The rows of the table, with their targets (issue 28)."""
+    floor = MEASURES["floor"].median()
+    grade = MEASURES["grade"].median()
+    rows = [Row("`python -c \"import torch\"` (the floor)", *floor, floor)]
+
+    def ratio(name: str, label: str, limit: float, per: int = 1) -> None:
+        wall, cpu = MEASURES[name].median(per)
+        rows.append(Row(label, wall, cpu, floor, f"<= {limit:g} x floor",
+                        wall / floor[0] <= limit))
+
+    ratio("public-only", "`grade FILE --public-only`", 1.3)
+    ratio("grade", "`grade FILE`", 1.3)
+    ratio("pytest stub", f"`pytest tests/public/{ASSIGNMENT}` (stub)", 1.3)
+    ratio("pytest solution",
+          f"`pytest tests/public/{ASSIGNMENT} --impl` (solution)", 1.3)
+    size = args.batch
+    wall, cpu = MEASURES["class"].median(size)
+    rows.append(Row(f"`batch`, a submission (class of {size}, start-up "
+                    f"shared by {size})", wall, cpu, floor))
+    one_wall, one_cpu = MEASURES["one"].median()
+    each_wall = (wall * size - one_wall) / max(size - 1, 1)
+    each_cpu = (cpu * size - one_cpu) / max(size - 1, 1)
+    warm_wall = max(one_wall - each_wall, 0.0)
+    warm_cpu = max(one_cpu - each_cpu, 0.0)
+    projected = (warm_wall + CLASS_OF * each_wall,
+                 warm_cpu + CLASS_OF * each_cpu)
+    label = ("class of 300, measured" if size == CLASS_OF else
+             f"class of 300, from the class of {size} and of 1")
+    rows.append(Row(label, *projected, floor, "wall < 40 s",
+                    projected[0] < 40.0))
+    each = (projected[0] / CLASS_OF, projected[1] / CLASS_OF)
+    rows.append(Row("class of 300, a submission", *each, floor,
+                    "CPU <= 0.25 s", each[1] <= 0.25))
+    if args.notebooks:
+        wall, cpu = MEASURES["route"].median(args.notebooks)
+        rows.append(Row(f"`nbgrader` route, a notebook ({args.notebooks}"
+                        f", start-up shared by {args.notebooks})", wall,
+                        cpu, floor,
+                        "<= 0.15 x grade", wall <= 0.15 * grade[0]))
+    if "autograde" in MEASURES:
+        wall, cpu = MEASURES["autograde"].median(args.autograde)
+        rows.append(Row(f"plain `nbgrader autograde`, a notebook "
+                        f"({args.autograde})", wall, cpu, floor))
+    if args.audit:
+        wall, cpu = MEASURES["audit"].median()
+        rows.append(Row(f"`audit {args.audit}` (once)", wall, cpu, floor,
+                        "wall < 60 s", wall < 60.0))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every measurement and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs per median (default 3)")
-    parser.add_argument("--class", "--batch", dest="batch", type=int,
-                        default=24, metavar="N",
-                        help="submissions in the batch's class (default "
-                             "24; --class 300 checks the goal of a class "
-                             "of 300 in under 60 s)")
-    parser.add_argument("--notebooks", type=int, default=24,
-                        help="notebooks in the nbgrader course that "
-                             "'python -m grader nbgrader' grades (default "
-                             "24; 0 skips nbgrader)")
-    parser.add_argument("--autograde", type=int, default=3,
-                        help="of those, how many plain 'nbgrader "
-                             "autograde' runs (default 3; 0 skips it)")
-    parser.add_argument("--audit", default=ASSIGNMENT, metavar="ID",
-                        help="the assignment whose audit (singles and "
-                             "variants) is timed once (default "
-                             f"{ASSIGNMENT}; '' skips it)")
-    args = parser.parse_args(argv)
-    global LOAD
-    LOAD = os.getloadavg()[0]
-    python = sys.executable
-
-    # The measurements are interleaved, round after round, so that a
-    # change in the machine's load affects them all alike; medians.
-    times: dict[str, list[float]] = {"floor": [], "single": [], "batch": [],
-                                     "route": [], "one": []}
-    with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
-        folder = Path(tmp) / "class"
-        folder.mkdir()
-        _class(folder, args.batch)
-        alone = Path(tmp) / "alone"
-        alone.mkdir()
-        _class(alone, 1)
-        course = Path(tmp) / "course"
-        if args.notebooks:
-            course.mkdir()
-            _course(course, args.notebooks)
-        out = Path(tmp) / "grades.csv"
-        for _ in range(args.repeat):
-            times["floor"].append(_run([python, "-c", "import torch"]))
-            times["single"].append(_run([python, "-m", "grader", "grade",
-                                         str(EXAMPLE)]))
-            times["batch"].append(_run([python, "-m", "grader", "batch",
-                                        str(folder), "--out", str(out)],
-                                       name="batch") / args.batch)
-            times["one"].append(_run([python, "-m", "grader", "batch",
-                                      str(alone), "--out",
-                                      str(Path(tmp) / "one.csv")]))
-            if args.notebooks:
-                times["route"].append(_run(
-                    [python, "-m", "grader", "nbgrader", ASSIGNMENT],
-                    course) / args.notebooks)
-        notebook = (_autograde(course, args.autograde)
-                    if args.notebooks and args.autograde else None)
-        audit = (_run([python, "-m", "grader", "audit", args.audit,
-                       "--out", str(Path(tmp) / "audit")], name="audit")
-                 if args.audit else None)
-        entries = (_audited(Path(tmp) / "audit" / "audit.json")
-                   if args.audit else "")
-    floor, single, batch = (statistics.median(times[k])
-                            for k in ("floor", "single", "batch"))
-    route = statistics.median(times["route"]) if times["route"] else None
-
-    rows = [("python -c 'import torch'", floor),
-            ("grader grade (one submission)", single),
-            (f"grader batch, per submission ({args.batch})", batch)]
-    if route is not None:
-        rows.append((f"grader nbgrader, per notebook ({args.notebooks})",
-                     route))
-    if notebook is not None:
-        rows.append((f"nbgrader autograde, per notebook "
-                     f"({args.autograde})", notebook))
-    if audit is not None:
-        rows.append((f"grader audit {args.audit} (once)", audit))
+    args = parse(argv)
+    _subreaper()
+    start, loaded_before = load_line("start")
     print(f"machine: {machine()}")
-    print(f"{'measurement':<44} {'seconds':>8}")
-    for label, seconds in rows:
-        print(f"{label:<44} {seconds:>8.2f}")
+    print(start, flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        measure(args, Path(tmp))
+    end, loaded_after = load_line("end")
+    print(end)
+    print(f"command: python bench/bench.py "
+          f"{' '.join(sys.argv[1:]) if argv is None else ' '.join(argv)}")
+    print(f"medians of {args.repeat} rounds (the class and the audit: "
+          f"once); CPU: the command's whole process tree")
+    if loaded_before or loaded_after:
+        print("LOADED: the load exceeded the cores while measuring; "
+              "wall-clock figures are slowed by other jobs, CPU ratios "
+              "are the better guide")
     print()
-    print(f"grade / import torch          {single / floor:5.2f}  "
-          f"(goal: at most about 2)")
-    print(f"batch per submission / grade  {batch / single:5.2f}  "
-          f"(goal: at most 0.1)")
-    print(f"class of {args.batch} in one batch "
-          f"{batch * args.batch:7.1f} s  (goal for 300: under 60 s)")
-    print(f"batch per submission / import {batch / floor:5.2f}")
-    # The CPU time the class cost (the machine's busy time during the
-    # batch: coordinator, judges, fork server, workers, flake8; anything
-    # else the machine ran too, hence the load average beside it), and the
-    # share of the cores the batch kept busy.
-    cpu = statistics.median(CPU["batch"])
-    cores = os.cpu_count() or 1
-    wall = batch * args.batch
-    print(f"class of {args.batch}: CPU {cpu:7.1f} s in all, "
-          f"{cpu / args.batch:.2f} s a submission, the {cores} cores "
-          f"{100 * cpu / (cores * wall):.0f}% busy with {_judges()} judges "
-          f"(load average before: {LOAD:.2f})")
-    scale(statistics.median(times["one"]), batch * args.batch, args.batch)
-    if audit is not None:
-        print(f"audit of {args.audit}: {entries} in {audit:.1f} s "
-              f"(goal: under 60 s on 2 cores)")
-    if route is not None:
-        print(f"grader nbgrader per notebook / grade "
-              f"{route / single:5.2f}  (goal: at most 0.25)")
-    if notebook is not None:
-        print(f"nbgrader autograde per notebook / grade "
-              f"{notebook / single:5.2f}")
-        if route is not None:
-            print(f"nbgrader autograde / grader nbgrader, per notebook "
-                  f"{notebook / route:5.2f}")
+    print("| measurement | wall s | x floor | CPU s | CPU x floor | target "
+          "| met |")
+    print("|---|---:|---:|---:|---:|---|---|")
+    for row in table(args):
+        print(row.line())
+    print()
+    wall, _ = MEASURES["class"].median()
+    scale(MEASURES["one"].median()[0], wall, args.batch)
     return 0
 
 

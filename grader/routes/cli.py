@@ -26,7 +26,8 @@ EXAMPLES = {
         "python -m grader grade notebook.ipynb --format json",
         "python -m grader grade submission/ --format gradescope "
         "> results.json",
-        "python -m grader grade . --feedback feedback/   # report + PNGs"),
+        "python -m grader grade . --feedback feedback/   # report + PNGs",
+        "python -m grader grade . --public-only --watch  # regrade on save"),
     "shapes": ("python -m grader shapes transformer_lm/MODULE.py",),
     "batch": ("python -m grader batch submissions/ --out grades.csv "
               "--jobs 2",
@@ -162,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write feedback files into DIR: report.txt, report.json "
              "and PNG pictures of failing items (when the assignment "
              "draws them)")
+    grade.add_argument(
+        "--watch", action="store_true",
+        help="stay warm and regrade whenever a graded file is saved, "
+             "printing the items gained and lost (text only; Ctrl-C "
+             "stops)")
     _add_grading_options(grade)
 
     shapes = _command(
@@ -369,6 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    if args.watch:
+        if args.format != "text" or args.output is not None:
+            raise CliError("--watch prints text reports on the terminal: "
+                           "drop --format and --output")
+        from grader.routes.watch import watch
+
+        return watch(args)
     from grader.locate.submission import locate
 
     submission = locate(args.path, args.assignment)

@@ -10,7 +10,8 @@ import textwrap
 EXIT_STATUS = {
     "grade": (
         ("0", "a grade was produced, whatever the score (code that raises, "
-              "hangs or does not import earns 0 for what it affects)"),
+              "hangs or does not import earns 0 for what it affects); "
+              "with --watch: stopped by Ctrl-C"),
         ("2", "the submission could not be graded: a bad path, an "
               "unreadable file, no graded class, bad options (one line on "
               "standard error)")),

@@ -151,6 +151,8 @@ def prewarm(args: JudgeOptions) -> None:
     from grader.run import forkserver
 
     forkserver.start()
+    # Any student of a class may plot: the server imports matplotlib once.
+    forkserver.warm_plotting()
     import torch
 
     import grader.engine
@@ -162,12 +164,21 @@ def prewarm(args: JudgeOptions) -> None:
 
     torch.set_num_threads(1)
     plugins()
+    # What every judge would otherwise do again: the shapes' torch
+    # catalogue, the folders a worker may read.
+    import grader.shapes.tensor_facts  # noqa: F401
+    from grader.run.sandbox import sandbox_paths
+
+    sandbox_paths()
     if not args.no_feedback:
         import matplotlib
 
         matplotlib.use("Agg", force=True)
         import matplotlib.font_manager  # noqa: F401
+        import PIL.Image
         import PIL.ImageDraw  # noqa: F401
+
+        PIL.Image.preinit()  # the PNG writer, imported by the first save
 
         import grader.output.figures  # noqa: F401
     # Every judge asks this one server for its workers: it must be ready

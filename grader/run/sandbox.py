@@ -243,6 +243,12 @@ def _describe_status(status: int) -> tuple[str, str]:
     return "exited", "the process ended"
 
 
+#: Words of a source that make the fork server import matplotlib before
+#: its worker starts (a batch's server always does): a submission that
+#: plots finds it loaded and its fonts listed, not built in the sandbox.
+PLOTTING = ("matplotlib", "pylab")
+
+
 def _start(job: Job, limits: Limits) -> _Running:
     """Ask the fork server for a worker and hand it the job."""
     key, magic = secrets.token_bytes(32), secrets.token_bytes(16)
@@ -265,6 +271,8 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
     ``after_fork`` runs once every worker has been started (the place to
     start work of the grading process's own, such as flake8).
     """
+    if any(name in job.source for job in jobs for name in PLOTTING):
+        forkserver.warm_plotting()
     running: list[_Running] = []
     try:
         for job in jobs:

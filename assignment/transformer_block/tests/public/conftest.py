@@ -18,6 +18,7 @@ short line saying which task is not written yet, not a traceback.
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import os
@@ -36,6 +37,17 @@ for folder in (ROOT, HERE):  # the package, and the shared adapters
         sys.path.insert(0, str(folder))
 
 IMPL_ENV = "TRANSFORMER_LM_IMPL"
+
+# Speed, not behaviour. torch's own objects are never garbage: out of the
+# garbage collector's sight (gc.freeze), pytest's collections at the end
+# of the session cost nothing instead of walking torch's heap. And
+# torch.testing.assert_close looks for distributed tensors, importing
+# torch.distributed.tensor on its first call (a third of the cost of
+# importing torch); these tests never compare one.
+gc.freeze()
+_COMPARISON = importlib.import_module("torch.testing._comparison")
+if getattr(_COMPARISON, "_HAS_DTENSOR", False):
+    _COMPARISON._HAS_DTENSOR = False
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
