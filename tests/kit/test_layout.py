@@ -21,7 +21,6 @@ import ast
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -272,23 +271,77 @@ def test_the_sandbox_side_imports_only_itself_and_the_wire() -> None:
         assert outside == set(), name
 
 
-def _import_alone(module: str) -> tuple[str, int, str]:
-    completed = subprocess.run(
-        [sys.executable, "-c", f"import {module}"], cwd=KIT,
-        capture_output=True, text=True, timeout=300)
-    return module, completed.returncode, completed.stderr[-400:]
+# One fresh interpreter imports the third-party libraries the kit's modules
+# use (never a module of the kit), then forks once per kit module: each
+# child imports its module alone, as a fresh interpreter would, without
+# paying torch's import again (about 2 s of CPU each, 60 times).
+_IMPORT_EACH_ALONE = r"""
+import importlib, io, os, sys, traceback
+for library in sys.argv[1].split(","):
+    try:
+        importlib.import_module(library)
+    except ImportError:
+        pass
+kit = ("grader", "solutions", "transformer_lm", "bench")
+assert not [m for m in sys.modules if m.split(".")[0] in kit], "kit preloaded"
+for module in sys.argv[2:]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        status, text = 0, ""
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            status, text = 1, traceback.format_exc()[-400:]
+        os.write(write_end, text.encode())
+        os._exit(status)
+    os.close(write_end)
+    with io.open(read_end, "rb") as pipe:
+        text = pipe.read().decode()
+    _, wait_status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
+    print(f"{module}\t{code}\t{text!r}", flush=True)
+"""
 
 
 def test_every_module_imports_alone() -> None:
+    """Each module of the kit imports in an interpreter where no other
+    module of the kit was imported before it (third-party libraries are
+    loaded once, before the fork, to save their import time)."""
     modules = [m for m in kit_modules() if not m.endswith("__main__")]
     modules += [f"grader.assignments.{folder.name}" for folder in
                 sorted((GRADER / "assignments").iterdir())
                 if (folder / "__init__.py").is_file()]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_import_alone, modules))
-    failed = [(m, err) for m, code, err in results if code != 0]
+    libraries = ",".join(sorted(set(HEAVY) - {"_pytest"}) + ["pytest"])
+    completed = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_ALONE, libraries, *modules],
+        cwd=KIT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    results = [line.split("\t", 2) for line in completed.stdout.splitlines()
+               if line.count("\t") >= 2]
+    assert [name for name, _, _ in results] == modules
+    failed = [(name, text) for name, code, text in results if code != "0"]
     assert failed == []
     assert len(results) > 50
+
+
+def test_a_module_that_needs_another_first_is_found(tmp_path: Path) -> None:
+    """The fork-per-module check catches a module that works only after
+    another kit module was imported (the failure the test exists for)."""
+    package = tmp_path / "grader_probe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "first.py").write_text("import sys\nsys.FLAG = 1\n")
+    (package / "second.py").write_text("import sys\nassert sys.FLAG\n")
+    completed = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_ALONE, "json",
+         "grader_probe_pkg.first", "grader_probe_pkg.second"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    codes = dict(line.split("\t")[:2]
+                 for line in completed.stdout.splitlines())
+    assert codes == {"grader_probe_pkg.first": "0",
+                     "grader_probe_pkg.second": "1"}
 
 
 @pytest.mark.parametrize("command", [
