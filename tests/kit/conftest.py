@@ -33,3 +33,19 @@ def grade_path():
                                         memory_mb=memory_mb))
         return grade(Path(path), assignment, options)
     return run
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the usable cores (at most one per
+    3 GB of memory). Much of a worker's time is spent waiting on the
+    grader's child processes (a sandbox worker's time limit, nbgrader,
+    Slurm, a browser), which a third worker fills on two cores."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 0
+    by_memory = max(1, memory // (3 * 2**30)) if memory else cores + 1
+    return max(1, min(cores + 1, by_memory))
