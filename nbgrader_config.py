@@ -18,7 +18,8 @@ The source assignments (notebooks with solutions) live in solutions/source/
 and are generated, like the release in assignment/, by
 ``python -m solutions.build``.
 """
-from grader.routes.nbgrader_steps import kit_steps
+from grader.routes.nbgrader_steps import (kernel_free_validation,
+                                          kit_steps)
 from grader.rubric import assignments
 
 c = get_config()  # noqa: F821 (nbgrader provides get_config)
@@ -30,6 +31,12 @@ c.CourseDirectory.release_directory = "assignment"
 # the grader's verdicts (grader/routes/nbgrader_steps.py).
 (c.Autograde.sanitize_preprocessors,
  c.Autograde.autograde_preprocessors) = kit_steps()
+
+# nbgrader validate (and the Validate button of a server started here)
+# would run the notebook in a kernel and say "Success!" for graded cells
+# that only the kit's grader fills in: it says in one line what to run
+# instead (python -m grader grade FOLDER --public-only), and runs nothing.
+kernel_free_validation()
 
 # A student may write the classes in the notebook or in the module the
 # notebook imports: keep the submitted module in autograded/ instead of
@@ -47,8 +54,10 @@ c.Autograde.exclude_overwriting = {
 # and the module (modeling_attention.py) land in
 # submitted/<student>/ASSIGNMENT/ with timestamp.txt; the module beside
 # the notebook is graded as transformer_lm/<module>.py is.
+# (LmsFileNames: nbgrader's FileNameCollectorPlugin, reading that
+# timestamp as the time it says).
 c.ZipCollectApp.collector_plugin = \
-    "nbgrader.plugins.zipcollect.FileNameCollectorPlugin"
+    "grader.routes.nbgrader_steps.LmsFileNames"
 c.FileNameCollectorPlugin.named_regexp = (
     r".*/(?P<student_id>[^_/]+)_"
     r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_"
