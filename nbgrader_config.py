@@ -18,9 +18,17 @@ The source assignments (notebooks with solutions) live in solutions/source/
 and are generated, like the release in assignment/, by
 ``python -m solutions.build``.
 """
-from grader.routes.nbgrader_steps import (kernel_free_validation,
-                                          kit_steps)
-from grader.rubric import assignments
+try:
+    from grader.routes.nbgrader_steps import (kernel_free_validation,
+                                              kit_steps)
+    from grader.rubric import assignments
+except ImportError as missing:
+    # Without the kit's steps nbgrader would grade in a kernel, as the
+    # instructor: stop every nbgrader command here instead.
+    raise SystemExit(
+        f"nbgrader_config.py: the kit's grader cannot be imported here "
+        f"({missing}); install the kit (pip install -e KIT) or run nbgrader "
+        f"from the kit's root: nothing was done") from missing
 
 c = get_config()  # noqa: F821 (nbgrader provides get_config)
 

@@ -491,6 +491,30 @@ def test_validate_says_what_to_run_instead(course):
     assert not (course.path / "stolen_seed.txt").exists()
 
 
+def test_without_the_grader_nbgrader_refuses_in_one_line(tmp_path):
+    """Where the kit's grader cannot be imported, the course's
+    configuration stops every nbgrader command with one line, instead of
+    letting nbgrader fall back to grading in a kernel."""
+    planted = tmp_path / "elsewhere" / "grader"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text(
+        'raise ImportError("No module named grader (planted)")\n')
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", HW], cwd=course,
+        capture_output=True, text=True, timeout=300,
+        env={**ENV, "PYTHONPATH": str(planted.parent)})
+    said = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 1
+    assert said == [
+        "nbgrader_config.py: the kit's grader cannot be imported here (No "
+        "module named grader (planted)); install the kit (pip install -e "
+        "KIT) or run nbgrader from the kit's root: nothing was done"], said
+    assert not (course / "gradebook.db").exists()
+
+
 # An LMS download: files named <student>_<YYYY-MM-DD-HH-MM-SS>_<file>.
 # Canvas's comes flat; Moodle's holds a folder. yuki uploaded twice (the
 # release, then carol's partly right notebook: the newer one counts);
