@@ -18,8 +18,17 @@ The source assignments (notebooks with solutions) live in solutions/source/
 and are generated, like the release in assignment/, by
 ``python -m solutions.build``.
 """
-from grader.routes.nbgrader_steps import kit_steps
-from grader.rubric import assignments
+try:
+    from grader.routes.nbgrader_steps import (kernel_free_validation,
+                                              kit_steps)
+    from grader.rubric import assignments
+except ImportError as missing:
+    # Without the kit's steps nbgrader would grade in a kernel, as the
+    # instructor: stop every nbgrader command here instead.
+    raise SystemExit(
+        f"nbgrader_config.py: the kit's grader cannot be imported here "
+        f"({missing}); install the kit (pip install -e KIT) or run nbgrader "
+        f"from the kit's root: nothing was done") from missing
 
 c = get_config()  # noqa: F821 (nbgrader provides get_config)
 
@@ -30,6 +39,12 @@ c.CourseDirectory.release_directory = "assignment"
 # the grader's verdicts (grader/routes/nbgrader_steps.py).
 (c.Autograde.sanitize_preprocessors,
  c.Autograde.autograde_preprocessors) = kit_steps()
+
+# nbgrader validate (and the Validate button of a server started here)
+# would run the notebook in a kernel and say "Success!" for graded cells
+# that only the kit's grader fills in: it says in one line what to run
+# instead (python -m grader grade FOLDER --public-only), and runs nothing.
+kernel_free_validation()
 
 # A student may write the classes in the notebook or in the module the
 # notebook imports: keep the submitted module in autograded/ instead of
@@ -47,8 +62,10 @@ c.Autograde.exclude_overwriting = {
 # and the module (modeling_attention.py) land in
 # submitted/<student>/ASSIGNMENT/ with timestamp.txt; the module beside
 # the notebook is graded as transformer_lm/<module>.py is.
+# (LmsFileNames: nbgrader's FileNameCollectorPlugin, reading that
+# timestamp as the time it says).
 c.ZipCollectApp.collector_plugin = \
-    "nbgrader.plugins.zipcollect.FileNameCollectorPlugin"
+    "grader.routes.nbgrader_steps.LmsFileNames"
 c.FileNameCollectorPlugin.named_regexp = (
     r".*/(?P<student_id>[^_/]+)_"
     r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)_"

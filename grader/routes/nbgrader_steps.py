@@ -2,8 +2,10 @@
 is recorded"): the steps that replace its kernel, which the kit's
 ``nbgrader_config.py`` puts in ``Autograde``'s preprocessor lists (so a
 plain ``nbgrader autograde``, formgrader's button and ``NbGraderAPI``
-grade outside the kernel too), and the converter ``python -m grader
-nbgrader`` records with. Imported only where nbgrader runs.
+grade outside the kernel too), the converter ``python -m grader
+nbgrader`` records with, the step that keeps ``nbgrader validate`` out of
+a kernel and ``zip_collect``'s collector. Imported only where nbgrader
+runs.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.apps.baseapp import NbGrader
 from nbgrader.converters import Autograde, BaseConverter
+from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from nbgrader.preprocessors import (AssignLatePenalties, Execute,
                                     NbGraderPreprocessor, SaveAutoGrades)
 from nbgrader.utils import find_all_files
@@ -303,6 +306,61 @@ def kit_steps(sanitize: list | None = None, autograde: list | None = None
         else:
             later.append(SaveGraderScores)
     return first, later
+
+
+def validate_instead(folder: Path) -> str:
+    """The one line ``nbgrader validate`` says in a kit course: what to
+    run instead, for the notebook in ``folder``."""
+    return (f"nbgrader validate runs no kernel here: the kit's notebooks "
+            f"are graded outside the notebook; check this one with "
+            f"`python -m grader grade {folder} --public-only` (a class: "
+            f"`python -m grader nbgrader ASSIGNMENT`)")
+
+
+class GradedOutsideKernel(NbGraderPreprocessor):
+    """``nbgrader validate``'s step in place of ``Execute``: it runs
+    nothing and stops the validation with :func:`validate_instead`'s
+    line (exit status 1), so that no kernel runs the notebook and no
+    "Success! Your notebook passes all the tests." is printed for graded
+    cells that only the kit's grader fills in."""
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        # nbgrader's Validator runs its steps in the notebook's folder.
+        raise SystemExit(validate_instead(Path.cwd()))
+
+
+def kernel_free_validation() -> None:
+    """Put :class:`GradedOutsideKernel` in place of ``Execute`` in
+    nbgrader's ``Validator`` (``nbgrader validate`` and the notebook's
+    Validate button, wherever the course's ``nbgrader_config.py`` is
+    loaded). nbgrader 0.9 does not make that list configurable, so the
+    kit's ``nbgrader_config.py`` calls this to change its default."""
+    from nbgrader.validator import Validator
+
+    trait = Validator.class_traits()["preprocessors"]
+    steps = [GradedOutsideKernel if p is Execute else p
+             for p in trait.make_dynamic_default()]
+    trait.default_args = (steps,)
+
+
+class LmsFileNames(FileNameCollectorPlugin):
+    """``nbgrader zip_collect``'s collector for an LMS download (the kit's
+    ``nbgrader_config.py`` names it): nbgrader's file-name collector,
+    with a timestamp written ``YYYY-MM-DD-HH-MM-SS`` (a file name holds no
+    colon) read as that time. nbgrader's date parser would take the
+    ``-MM-SS`` for something else and write 17:00:00 for 17:05:00, which
+    moves late penalties."""
+
+    def collect(self, submitted_file: str) -> dict | None:
+        found = super().collect(submitted_file)
+        stamp = found.get("timestamp") if found else None
+        if isinstance(stamp, str):
+            parts = re.fullmatch(
+                r"(\d{4}-\d\d-\d\d)[-_ T](\d\d)-(\d\d)-(\d\d)", stamp)
+            if parts:
+                day, hour, minute, second = parts.groups()
+                found["timestamp"] = f"{day} {hour}:{minute}:{second}"
+        return found
 
 
 # --------------------------------------------------------------------------

@@ -6,7 +6,8 @@ under another id (``warmup``, its notebook keeping the kit's name). Every
 step runs for real with nbgrader 0.9.6: ``generate_assignment``; a class in
 ``submitted/`` (the solution notebook, the untouched release, a partly
 correct notebook, the release with the classes in the module, a notebook
-that hijacks its kernel, one with forged graded cells, no notebook, a
+that hijacks its kernel, one with forged graded cells, one whose class
+cell does not parse, no notebook, a
 notebook that is not JSON, a module that is a link to the reference
 solution, a timestamp that is not a date); a plain ``nbgrader autograde``
 of the class first (with the kit's configuration it grades outside the
@@ -25,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -59,13 +61,15 @@ EXPECTED = {
     "dave": FULL,                        # the release + a written module
     "mallory": ZERO,                     # the release + a kernel hijack
     "trudy": ZERO,                       # the release + forged graded cells
+    "oscar": ZERO,                       # a class cell that does not parse
     "eve": ZERO,                         # no notebook at all
     "frank": ZERO,                       # a notebook that is not JSON
     "grace": ZERO,                       # module: a link to the solution
     "ivan": FULL,                        # timestamp.txt is not a date
 }
 # Graded from their notebook: the same points as `python -m grader grade`.
-GRADED = ("alice", "bob", "carol", "dave", "mallory", "trudy")
+GRADED = ("alice", "bob", "carol", "dave", "mallory", "trudy",
+          "oscar")
 MANUAL = ("alice", "q1", 1.0)            # a TA's grade that must survive
 OVERRIDE = ("carol", "task1_forward", 3.0)   # a TA's override of a score
 # What a plain `nbgrader autograde` cannot take in (nbgrader's own
@@ -164,6 +168,12 @@ def _submit_class(course: Path) -> None:
             "cell_type": "code", "execution_count": None,
             "metadata": {"nbgrader": meta}, "outputs": [], "source": code})
     (trudy / NOTEBOOK).write_text(json.dumps(notebook))
+
+    oscar = submit("oscar", release)
+    notebook = json.loads((oscar / NOTEBOOK).read_text())
+    _edit_cell(notebook, "self_attention", "# YOUR CODE STARTS HERE",
+               "# YOUR CODE STARTS HERE\n        scores = (q @ k\n")
+    (oscar / NOTEBOOK).write_text(json.dumps(notebook))
 
     eve = course / "submitted" / "eve" / HW
     eve.mkdir(parents=True)
@@ -282,7 +292,7 @@ def test_route_reports_every_student(course):
     """Exit 1 (some could not be graded); each of them named, with why."""
     route = course.route
     assert route.returncode == 1, route.stderr[-3000:]
-    assert "graded 8 of 10 submissions of multi_head_attention" in \
+    assert "graded 9 of 11 submissions of multi_head_attention" in \
         route.stdout
     lines = route.stdout.splitlines()
     assert any("eve" in line and f"no {NOTEBOOK}" in line
@@ -505,6 +515,103 @@ def test_student_option_regrades_only_them(course, tmp_path):
     assert (copy / "grader_results" / f"{HW}.csv.summary.png").is_file()
 
 
+def test_validate_says_what_to_run_instead(course):
+    """``nbgrader validate`` in the course runs no kernel (the hijacker
+    steals nothing) and prints no "Success": one line saying what to run
+    instead, exit status 1."""
+    folder = course.path / "submitted" / "mallory" / HW
+    result = _run(course.path, "nbgrader", "validate",
+                  str(folder / NOTEBOOK), check=False)
+    said = result.stdout + result.stderr
+    assert result.returncode == 1, said
+    assert "Success" not in said and "passes" not in said, said
+    line = f"`python -m grader grade {folder} --public-only`"
+    assert [x for x in said.splitlines() if "INFO" not in x] == [
+        "nbgrader validate runs no kernel here: the kit's notebooks are "
+        f"graded outside the notebook; check this one with {line} (a "
+        "class: `python -m grader nbgrader ASSIGNMENT`)"], said
+    assert not (course.path / "stolen_seed.txt").exists()
+
+
+def test_without_the_grader_nbgrader_refuses_in_one_line(tmp_path):
+    """Where the kit's grader cannot be imported, the course's
+    configuration stops every nbgrader command with one line, instead of
+    letting nbgrader fall back to grading in a kernel."""
+    planted = tmp_path / "elsewhere" / "grader"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text(
+        'raise ImportError("No module named grader (planted)")\n')
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", HW], cwd=course,
+        capture_output=True, text=True, timeout=300,
+        env={**ENV, "PYTHONPATH": str(planted.parent)})
+    said = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 1
+    assert said == [
+        "nbgrader_config.py: the kit's grader cannot be imported here (No "
+        "module named grader (planted)); install the kit (pip install -e "
+        "KIT) or run nbgrader from the kit's root: nothing was done"], said
+    assert not (course / "gradebook.db").exists()
+
+
+# An LMS download: files named <student>_<YYYY-MM-DD-HH-MM-SS>_<file>.
+# Canvas's comes flat; Moodle's holds a folder. yuki uploaded twice (the
+# release, then carol's partly right notebook: the newer one counts);
+# zack uploaded the release and the module he wrote.
+LMS = {"canvas.zip": (("", "yuki", "2026-11-20-09-00-00", "release"),
+                      ("", "yuki", "2026-11-21-17-05-00", "carol")),
+       "moodle.zip": (("hw-submissions/", "zack", "2026-11-21-18-30-00",
+                       "release"),
+                      ("hw-submissions/", "zack", "2026-11-21-18-30-00",
+                       "module"))}
+
+
+def test_zip_collect_from_an_lms_download(course, tmp_path):
+    """``nbgrader zip_collect`` with the kit's configuration takes a
+    Canvas- and a Moodle-style zip into submitted/ (the newer upload wins,
+    timestamp.txt written); the route grades them (the module beside the
+    notebook counts); ``nbgrader export`` writes their rows."""
+    copy = tmp_path / "course"
+    shutil.copytree(course.path, copy, symlinks=True)
+    files = {"release": copy / "assignment" / HW / NOTEBOOK,
+             "carol": course.path / "submitted" / "carol" / HW / NOTEBOOK,
+             "module": ROOT / "solutions" / "modeling_attention.py"}
+    archive = copy / "downloaded" / HW / "archive"
+    archive.mkdir(parents=True)
+    for name, entries in LMS.items():
+        with zipfile.ZipFile(archive / name, "w") as bundle:
+            for folder, student, stamp, what in entries:
+                bundle.write(files[what], f"{folder}{student}_{stamp}_"
+                                          f"{files[what].name}")
+    collected = _run(copy, "nbgrader", "zip_collect", HW)
+    log = collected.stdout + collected.stderr
+    yuki, zack = (copy / "submitted" / s / HW for s in ("yuki", "zack"))
+    assert (yuki / NOTEBOOK).read_bytes() == files["carol"].read_bytes(), \
+        log[-3000:]
+    assert (yuki / "timestamp.txt").read_text().startswith(
+        "2026-11-21 17:05:00")
+    assert (zack / NOTEBOOK).read_bytes() == files["release"].read_bytes()
+    assert (zack / "modeling_attention.py").read_bytes() == \
+        files["module"].read_bytes()
+
+    route = _run(copy, "grader", "nbgrader", HW, "--student", "yuki",
+                 "zack")
+    assert "graded 2 of 2 submissions" in route.stdout, route.stdout
+    for student, cells in (("yuki", EXPECTED["carol"]), ("zack", FULL)):
+        scores = _auto_scores(copy, HW, student)
+        assert {c: scores[c] for c in CELLS} == cells, student
+    _run(copy, "nbgrader", "export", "--to", "lms.csv", "--log-level=ERROR")
+    rows = {row["student_id"]: row for row in csv.DictReader(
+        (copy / "lms.csv").open()) if row["assignment"] == HW}
+    assert float(rows["yuki"]["score"]) == sum(EXPECTED["carol"].values())
+    assert float(rows["zack"]["score"]) == sum(FULL.values())
+    assert rows["yuki"]["timestamp"].startswith("2026-11-21 17:05:00")
+    assert float(rows["zack"]["max_score"]) == 16.0
+
+
 @pytest.mark.parametrize("args, message", [
     (("homework9",), "'homework9' is not in the gradebook"),
     ((HW, "--student", "nobody"), "no submission of multi_head_attention "
@@ -524,6 +631,67 @@ def test_not_a_course(tmp_path):
     result = _run(tmp_path, "grader", "nbgrader", HW, check=False)
     assert result.returncode == 2
     assert "not an nbgrader course root" in result.stderr
+
+
+def test_the_release_says_what_the_self_check_needs():
+    """Every released notebook's Grading section names the self-check and
+    plainly what it needs: the grader's folder beside the notebook (the
+    release does not hold it) and the packages to install."""
+    from grader.rubric import assignments
+
+    for kit in assignments():
+        notebook = json.loads((ROOT / "assignment" / kit.id / kit.notebook)
+                              .read_text())
+        grading = next("".join(c["source"]) for c in notebook["cells"]
+                       if "".join(c["source"]).startswith("## Grading"))
+        said = " ".join(grading.split())
+        assert "python -m grader grade . " in said, kit.id
+        assert "put the kit's `grader/` folder beside this notebook" in \
+            said, kit.id
+        assert 'pip install "torch==2.13.0" numpy pytest flake8 ' \
+            'matplotlib' in said, kit.id
+        assert not (ROOT / "assignment" / kit.id / "grader").exists()
+
+
+def test_the_docs_show_formgrader_screenshots():
+    """The README's nbgrader section and docs/nbgrader.md show the
+    screenshots tests/kit/test_formgrader_browser.py took: each exists,
+    is a PNG and is small (scaled down, 64 colours)."""
+    import re
+
+    for page in (ROOT / "README.md", ROOT / "docs" / "nbgrader.md"):
+        shown = re.findall(r"!\[[^]]*\]\(([^)]+formgrader/[^)]+\.png)\)",
+                           page.read_text())
+        assert len(shown) >= 2, page
+        for link in shown:
+            image = page.parent / link
+            assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", link
+            assert image.stat().st_size < 120_000, link
+
+
+# What a course run from the kit's root writes: grades and students' work.
+COURSE_FILES = (
+    "gradebook.db", ".nbgrader.log", f"submitted/alice/{HW}/{NOTEBOOK}",
+    f"autograded/alice/{HW}/{NOTEBOOK}", f"feedback/alice/{HW}/{HW}.html",
+    f"downloaded/{HW}/archive/canvas.zip",
+    f"downloaded/{HW}/extracted/alice_{NOTEBOOK}", "grades.csv",
+    f"grader_results/{HW}.csv", f"grader_results/{HW}.csv.summary.png",
+    f"grader_results/{HW}.csv.reports/alice/report.json",
+    "grades.csv.summary.json", "grades.csv.reports/alice/report.json",
+    "similarity.html", f"release/{HW}/{NOTEBOOK}")
+
+
+def test_course_grade_files_are_git_ignored():
+    """Every file a course run in the kit's root writes (nbgrader's and
+    the grader's) is git-ignored: no grade is committed by mistake."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin", "-z"],
+        cwd=ROOT, input="\0".join(COURSE_FILES), capture_output=True,
+        text=True, timeout=60)
+    ignored = set(filter(None, result.stdout.split("\0")))
+    assert ignored == set(COURSE_FILES), set(COURSE_FILES) - ignored
 
 
 def test_solution_notebook_counts_zero_in_a_kernel(tmp_path):
