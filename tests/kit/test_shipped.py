@@ -81,10 +81,6 @@ TARGETS = {
     "transformer_block": ("reference", ["encoder_layer", "lm_logits",
                                         "next_token_loss"]),
 }
-#: What still computes a correct answer without a kernel (the residual
-#: risk docs/threat-model.md names): a language model with no layers is
-#: embeddings, positions and the output projection.
-KNOWN = {"transformer_block": {"reference.lm_logits"}}
 #: Argument names a candidate call fills from a case.
 _HEADS = ("num_heads", "heads")
 #: Cases per task tried (the public values and hidden ones).
@@ -296,18 +292,16 @@ def test_no_shipped_function_computes_an_answer_without_a_kernel(
     """Every function and method of every shipped plug-in module is
     called on the grading's cases with every argument it can be given
     (each flag flipped, each scale tried), the forbidden kernels
-    tripped: none returns a task's correct answer (save the residual
-    risk KNOWN names). A function written by hand is caught (control)."""
+    tripped: none returns a task's correct answer. A function written by
+    hand is caught (the control)."""
     modules = _modules(assignment)
     functions = _functions(modules)
     assert any(label.startswith("reference.") for label in functions)
     if assignment == "multi_head_attention":
         functions["control._by_hand"] = _by_hand
     found = _offenders(functions, assignment, modules)
-    expected = set(KNOWN.get(assignment, set()))
-    if assignment == "multi_head_attention":
-        expected.add("control._by_hand")
-    assert found == expected
+    assert found == ({"control._by_hand"}
+                     if assignment == "multi_head_attention" else set())
 
 
 def _calls_softmax(tree: ast.AST) -> list[int]:

@@ -110,6 +110,29 @@ def encoder_layer(x: torch.Tensor, w: Weights, num_heads: int,
     return norm(x * residual[1] + fcn(x), "norm2")
 
 
+def _embedded(input_ids: torch.Tensor, w: Weights,
+              positions: bool) -> torch.Tensor:
+    """The token embeddings (plus the position embeddings), looked up by
+    torch's attention kernel: each position attends, with equal scores,
+    to its token's row (and its position's row) of the tables, so even a
+    model with no layers has no correct output computed without it."""
+    tables = [w["token_embeddings.weight"]]
+    if positions:
+        tables.append(w["position_embeddings.weight"])
+    values = torch.cat(tables)                          # [rows, hidden]
+    batch, seq = input_ids.shape
+    rows = values.shape[0]
+    allowed = torch.zeros(batch, seq, rows, dtype=torch.bool)
+    allowed.scatter_(2, input_ids[..., None], True)
+    if positions:
+        where = torch.arange(seq)
+        allowed[:, where, tables[0].shape[0] + where] = True
+    looked_up = F.scaled_dot_product_attention(
+        values.new_zeros(batch, seq, 1), values.new_zeros(batch, rows, 1),
+        values.expand(batch, *values.shape), attn_mask=allowed)
+    return looked_up * len(tables)
+
+
 def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
               num_layers: int, *, positions: bool = True,
               causal: bool = True) -> torch.Tensor:
@@ -118,10 +141,7 @@ def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
     ``positions=False`` leaves out the position embeddings; ``causal=False``
     builds non-causal layers (the two diagnosed mistakes).
     """
-    x = F.embedding(input_ids, w["token_embeddings.weight"])
-    if positions:
-        seq = input_ids.shape[-1]
-        x = x + w["position_embeddings.weight"][:seq]
+    x = _embedded(input_ids, w, positions)
     for index in range(num_layers):
         x = encoder_layer(x, sub(w, f"layers.{index}"), num_heads, causal)
     return _linear(x, w, "out_proj")
