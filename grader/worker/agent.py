@@ -1329,7 +1329,7 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
         if items is None:
             return
         if depth >= max_depth:
-            state[1] = bool(items) or state[1]
+            state[1] = state[1] or b_len(items) > 0
             return
         for item in items:
             walk(item, depth + 1, found, state)
