@@ -29,7 +29,7 @@ class SelfAttention(nn.Module):
             # [seq_len, hidden]
             probs = torch.softmax(q @ k.T / self.scale, dim=-1)
             # [seq_len, seq_len]
-            outputs.append(probs @ v)
+            outputs.append(probs @ v)  # [seq_len, hidden]
         return torch.stack(outputs)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
 
