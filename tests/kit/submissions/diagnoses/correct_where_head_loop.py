@@ -66,6 +66,7 @@ class MultiHeadSelfAttention(nn.Module):
         parts = [q[..., h * self.head_size:(h + 1) * self.head_size]
                  @ k[..., h * self.head_size:(h + 1) * self.head_size].mT
                  for h in range(self.num_heads)]
+        # [batch_size, seq_len, seq_len] each
         scores = torch.stack(parts, dim=1) / self.scale
         # [batch_size, num_heads, seq_len, seq_len]
         # YOUR CODE ENDS HERE
