@@ -19,6 +19,9 @@ from grader.errors import GraderError
 
 MAX_FRAME = 16 * 1024 * 1024
 MAX_CONTAINERS = 200_000
+# The tensor shapes one trace record of a list, tuple or dict may hold
+# (grader.worker.agent.MAX_HELD).
+MAX_HELD_SHAPES = 64
 MAGIC_SIZE = 16
 MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
@@ -337,8 +340,7 @@ def _trace(value: Any) -> str | None:
     for key, executions in records.items():
         if not (_text(key) and isinstance(executions, list) and all(
                 isinstance(execution, list) and all(
-                    shape is None or (isinstance(shape, list) and all(
-                        _count(size) for size in shape))
+                    shape is None or _shape(shape) or _held(shape)
                     for shape in execution)
                 for execution in executions)):
             return "trace records are not shapes"
@@ -347,6 +349,20 @@ def _trace(value: Any) -> str | None:
             _text(key) and _count(count) for key, count in left_out.items())):
         return "a trace's count of unrecorded executions is malformed"
     return None
+
+
+def _shape(value: Any) -> bool:
+    return isinstance(value, list) and all(_count(size) for size in value)
+
+
+def _held(value: Any) -> bool:
+    """The shapes of the tensors a list, tuple or dict holds, with None
+    last when it holds more than the tracer reads."""
+    if not (isinstance(value, list) and value
+            and len(value) <= MAX_HELD_SHAPES + 1):
+        return False
+    shapes = value[:-1] if value[-1] is None else value
+    return all(isinstance(s, list) and _shape(s) for s in shapes)
 
 
 def _coverage(value: Any) -> str | None:

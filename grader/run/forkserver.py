@@ -404,15 +404,19 @@ def _warm_up() -> None:
     import torch
 
     torch.set_num_threads(1)
+    # The operations one by one, on unrelated values: nothing shipped
+    # spells out an attention computation (docs/threat-model.md, 10).
     x = torch.randn(2, 3, 4)
-    layer = torch.nn.Linear(4, 4)
-    scores = layer(x) @ x.transpose(1, 2) / 2.0
-    mask = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)
-    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    torch.nn.functional.dropout(probs, 0.5, training=True)
+    product = torch.nn.Linear(4, 4)(x) @ torch.randn(2, 4, 3) / 2.0
+    upper = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)
+    filled = torch.randn(3, 3).masked_fill(upper, float("-inf"))
+    exps = torch.randn(2, 3, 3).exp()
+    normalised = exps / exps.sum(dim=0, keepdim=True)
+    torch.nn.functional.dropout(normalised, 0.5, training=True)
     torch.nn.functional.cross_entropy(torch.randn(4, 5),
                                       torch.tensor([0, 1, 2, 3]))
-    probs.view(-1).reshape(2, 9).permute(1, 0).contiguous().sum().item()
+    product.view(-1).reshape(2, 9).permute(1, 0).contiguous().sum().item()
+    filled.exp().sum().item()
 
 
 def _warm_plotting() -> None:

@@ -46,6 +46,10 @@ TENSOR_METHODS = frozenset({
 #: torch functions and tensor methods whose result is a tuple of tensors:
 #: unpacking it gives tensors, the tuple itself is no tensor.
 SPLITTING = frozenset({"chunk", "split", "tensor_split", "unbind"})
+#: Methods that store a value into a list, set or dict, with the index
+#: of the argument stored (``heads.append(t)``, ``d.setdefault(k, t)``).
+CONTAINER_METHODS = {"append": 0, "appendleft": 0, "add": 0, "extend": 0,
+                     "insert": 1, "update": 0, "setdefault": 1}
 #: nn modules whose call on a tensor returns a tensor.
 TENSOR_MODULES = frozenset({
     "Dropout", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax",
@@ -348,15 +352,44 @@ class TensorFacts:
 
     # -- statements ----------------------------------------------------------
 
+    def held(self, node: ast.expr | None) -> Verdict:
+        """When a list, tuple, set or dict display, or a comprehension,
+        holds a tensor (NEVER for any other expression)."""
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return _any(self.verdict(e.value if isinstance(e, ast.Starred)
+                                     else e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return _any(self.verdict(v) for v in node.values)
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            return self.verdict(node.elt)
+        if isinstance(node, ast.DictComp):
+            return self.verdict(node.value)
+        return NEVER
+
+    def _stored(self, call: ast.Call) -> Verdict:
+        """When a call that stores into a container (``heads.append(t)``,
+        ``d.update({...})``) stores a tensor."""
+        method = call.func.attr if isinstance(call.func,
+                                              ast.Attribute) else ""
+        where = CONTAINER_METHODS.get(method)
+        if where is None or len(call.args) <= where:
+            return NEVER
+        argument = call.args[where]
+        if method in ("extend", "update"):
+            return self.held(argument) | self.verdict(argument)
+        return self.verdict(argument)
+
     def statement(self, node: ast.stmt) -> Verdict:
         """When ``node`` produces a tensor (what it assigns, returns, or
-        changes in place)."""
+        changes in place), or keeps one in a list, tuple or dict."""
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             value = node.value
             if value is None:
                 return NEVER
-            if isinstance(value, (ast.Tuple, ast.List)):
-                return _any(self.verdict(e) for e in value.elts)
+            if isinstance(value, (ast.Tuple, ast.List, ast.Set, ast.Dict,
+                                  ast.ListComp, ast.SetComp, ast.DictComp,
+                                  ast.GeneratorExp)):
+                return self.held(value)
             targets = (node.targets if isinstance(node, ast.Assign)
                        else [node.target])
             if any(isinstance(t, (ast.Tuple, ast.List)) for t in targets):
@@ -371,9 +404,11 @@ class TensorFacts:
                 return _any(self.verdict(e) for e in node.value.elts)
             return self.verdict(node.value)
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
-                and isinstance(node.value.func, ast.Attribute) \
-                and node.value.func.attr.endswith("_"):
-            return self._call(node.value, 0)
+                and isinstance(node.value.func, ast.Attribute):
+            if node.value.func.attr in CONTAINER_METHODS:
+                return self._stored(node.value)
+            if node.value.func.attr.endswith("_"):
+                return self._call(node.value, 0)
         return NEVER
 
     def resolved(self, verdict: Verdict) -> Verdict:

@@ -43,7 +43,38 @@ class ShapeRecordError(GraderError, ValueError):
 
 
 Shape = tuple[int, ...]
-Execution = tuple[Shape | None, ...]
+#: Stands for the values of a container the tracer did not read (it held
+#: more than it reads): no claim matches it, so the comment fails closed.
+UNREAD: Shape = (-1,)
+
+
+@dataclass(frozen=True)
+class Held:
+    """The tensors a list, tuple or dict held after a statement ran: their
+    shapes in order, and whether it held more than the tracer reads."""
+
+    shapes: tuple[Shape, ...]
+    unread: bool = False
+
+
+Execution = tuple[Shape | Held | None, ...]
+
+
+def _entry(value: Any) -> Shape | Held | None:
+    """One recorded value: None, a tensor's shape, or a container's."""
+    if value is None:
+        return None
+    if isinstance(value, list) and all(
+            type(size) is int and size >= 0 for size in value):
+        return tuple(value)
+    if isinstance(value, list) and value:
+        unread = value[-1] is None
+        shapes = value[:-1] if unread else value
+        if all(isinstance(shape, list) and all(
+                type(size) is int and size >= 0 for size in shape)
+               for shape in shapes):
+            return Held(tuple(tuple(shape) for shape in shapes), unread)
+    raise ShapeRecordError(f"not a shape: {value!r}")
 
 
 def _executions(records: Any, statement_id: int) -> list[Execution]:
@@ -58,16 +89,7 @@ def _executions(records: Any, statement_id: int) -> list[Execution]:
     for execution in raw:
         if not isinstance(execution, list):
             raise ShapeRecordError("an execution must be a list")
-        values: list[Shape | None] = []
-        for value in execution:
-            if value is None:
-                values.append(None)
-            elif (isinstance(value, list) and all(
-                    type(size) is int and size >= 0 for size in value)):
-                values.append(tuple(value))
-            else:
-                raise ShapeRecordError(f"not a shape: {value!r}")
-        executions.append(tuple(values))
+        executions.append(tuple(_entry(value) for value in execution))
     return executions
 
 
@@ -121,6 +143,8 @@ def penalised(findings: Iterable[Finding]) -> bool:
 
 
 def _show(shape: Iterable[int]) -> str:
+    if tuple(shape) == UNREAD:
+        return "more values than the grader reads"
     return brief("[" + ", ".join(str(size) for size in shape) + "]")
 
 
@@ -148,7 +172,35 @@ def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
 
 
 def _tensors(execution: Execution) -> list[Shape]:
-    return [value for value in execution if value is not None]
+    """The shapes of the tensors an execution produced, those a list,
+    tuple or dict holds included (in order)."""
+    found: list[Shape] = []
+    for value in execution:
+        if isinstance(value, Held):
+            found += list(value.shapes) + ([UNREAD] if value.unread else [])
+        elif value is not None:
+            found.append(value)
+    return found
+
+
+def _show_all(tensors: list[Shape]) -> str:
+    """The shapes of an execution's tensors, runs of one shape counted
+    (``3 x [6, 5, 11] and [2, 5, 33]``)."""
+    runs: list[list] = []
+    for shape in tensors:
+        if runs and runs[-1][0] == shape:
+            runs[-1][1] += 1
+        else:
+            runs.append([shape, 1])
+    return " and ".join(_show(shape) if count == 1
+                        else f"{count} x {_show(shape)}"
+                        for shape, count in runs)
+
+
+def _holds(runs: list[tuple[dict[str, int], list[Execution]]]) -> bool:
+    """Whether a statement kept tensors in a list, tuple or dict."""
+    return any(isinstance(value, Held) for _, executions in runs
+               for execution in executions for value in execution)
 
 
 def _expected(claims: list[ShapeClaim], count: int, sizes: dict[str, int],
@@ -173,7 +225,7 @@ def _real(index: int, sizes: dict[str, int], executions: list[Execution],
         if not tensors:
             continue
         count = max(count, len(tensors))
-        shown = " and ".join(_show(shape) for shape in tensors)
+        shown = _show_all(tensors)
         if shown not in seen:
             seen.append(shown)
         if claims and not _claims_match(tensors, claims, sizes, table):
@@ -292,7 +344,9 @@ def observed_tensors(statements: list[Statement],
                 for execution in executions:
                     if index >= len(execution):
                         continue
-                    (tensor if execution[index] is not None
+                    value = execution[index]
+                    (tensor if value is not None
+                     and not isinstance(value, Held)
                      else other).add(chain[0])
     return frozenset(tensor - other)
 
@@ -365,9 +419,11 @@ def _verify_statement(statement: Statement,
         elif _fits(statement.detached, runs, table):
             hint = ("a blank line separates this statement from the comment "
                     "below it; remove the blank line")
+        what = ("keeps tensors in a list, tuple or dict" if _holds(runs)
+                else "produces a tensor")
         return Finding(kind="missing", claimed=None,
-                       message="this statement produces a tensor but has "
-                               "no shape comment", hint=hint, **base)
+                       message=f"this statement {what} but has no shape "
+                               f"comment", hint=hint, **base)
     if not claims:
         fix = shape_fix(statement.comment, table)
         ignored = ignored_brackets(statement.comment, table)
@@ -397,6 +453,10 @@ def _verify_statement(statement: Statement,
     executions = sum(one.executions for one in real)
     wrong = sum(one.wrong for one in real)
     message = f"the comment claims {claimed}, the real shape differs"
+    if any(UNREAD in _tensors(e) for _, executions in runs
+           for e in executions):
+        message += (" (it keeps more values in a list, tuple or dict than "
+                    "the grader reads, so its comment cannot be verified)")
     if wrong < executions:
         message += (f" (wrong in {wrong} of the {executions} times this "
                     f"line ran, right in the others)")

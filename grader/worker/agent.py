@@ -13,6 +13,13 @@ from typing import Any, Callable
 # submission's own files get.
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
+# A list, tuple or dict a statement keeps tensors in: the elements read
+# (nested ones included), the tensor shapes recorded (then only new
+# ones), and the nesting followed; past any of them the record says so
+# and the statement's comment cannot be verified (it fails closed).
+MAX_HELD_SCAN = 4096
+MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
+MAX_HELD_DEPTH = 8
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
 # forbidden use is always listed); past them, only their number.
@@ -242,7 +249,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     A unit of statements completes when a line event belongs to another
     unit (or to no planned statement), or when the frame returns; then
     ``record(statement, values)`` receives the shapes of what each of its
-    statements wrote (``read_chain`` finds a value, ``shape_of`` its shape);
+    statements wrote (``read_chain`` finds a value, ``shape_of`` its shape,
+    or the shapes of the tensors a list, tuple or dict holds);
     a ``return`` statement records the returned value (``expand``: one shape
     per element of a tuple). A unit that raised records nothing.
     ``counters["returns"]`` counts the traced frames that returned.
@@ -1308,6 +1316,8 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     type_mro = type.__dict__["__mro__"].__get__
     tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
     list_len, list_item = list.__len__, list.__getitem__
+    dict_values, b_len, b_min = dict.values, len, min
+    max_scan, max_held, max_depth = MAX_HELD_SCAN, MAX_HELD, MAX_HELD_DEPTH
     TensorBase = torch._C.TensorBase
     t_size = TensorBase.size
     no_torch_function = torch._C.DisableTorchFunction
@@ -1357,15 +1367,73 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
             value = found
         return value
 
-    def expand(value):
+    def items_of(value):
+        """The first elements of a list or tuple, or the first values of
+        a dict (read with the base types' own methods), or None."""
+        mro = type_mro(b_type(value))
+        if b_tuple in mro:
+            count, item = tuple_len(value), tuple_item
+        elif b_list in mro:
+            count, item = list_len(value), list_item
+        elif b_dict in mro:
+            found = []
+            for one in dict_values(value):
+                if b_len(found) > max_scan:
+                    break
+                found.append(one)
+            return found
+        else:
+            return None
+        return [item(value, i) for i in b_range(b_min(count,
+                                                      max_scan + 1))]
+
+    def walk(value, depth, found, state):
+        if state[0] >= max_scan:
+            state[1] = True
+            return
+        state[0] += 1
+        if is_tensor(value):
+            shape = shape_of(value)
+            if b_len(found) < max_held:
+                found.append(shape)
+            elif shape not in found:
+                state[1] = True
+            return
+        items = items_of(value)
+        if items is None:
+            return
+        if depth >= max_depth:
+            state[1] = state[1] or b_len(items) > 0
+            return
+        for item in items:
+            walk(item, depth + 1, found, state)
+
+    def held_of(value):
+        """A tensor's shape; for a list, tuple or dict, the shapes of the
+        tensors it holds (nested ones too, in order), with None last when
+        it holds more than the grader reads; None when it holds none."""
+        if is_tensor(value):
+            return shape_of(value)
+        found, state = [], [0, False]
+        walk(value, 0, found, state)
+        if state[1]:
+            found.append(None)
+        return found or None
+
+    def expand(value, whole=False):
+        """The shape of each element of a returned tuple or list (each a
+        tensor's shape or a container's, as :func:`held_of` reads it);
+        ``whole``: ``held_of(value)``."""
+        if whole:
+            return held_of(value)
         kind = b_type(value)
         if b_tuple in type_mro(kind):
-            return [shape_of(tuple_item(value, i))
+            return [held_of(tuple_item(value, i))
                     for i in b_range(tuple_len(value))]
         if b_list in type_mro(kind):
-            return [shape_of(list_item(value, i))
+            return [held_of(list_item(value, i))
                     for i in b_range(list_len(value))]
-        return [shape_of(value)]
+        return [held_of(value)]
 
     return is_tensor, shape_of, instance_dict, read_chain, expand
 
@@ -1462,7 +1530,10 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             return
         executions.append(values)
 
-    local_tracer = line_tracer(units, line_unit, record, shape_of,
+    def held(value):
+        return expand(value, True)
+
+    local_tracer = line_tracer(units, line_unit, record, held,
                                read_chain, expand, phase)
 
     def global_tracer(frame, event, arg):

@@ -1,10 +1,13 @@
 """Known mistakes, reproduced, so that a failing item can say what is wrong.
 
-Each ``*_variant`` function computes, in float64, what a submission with
-one classic mistake returns on a case (its keyword arguments name the
-mistake; the defaults are the correct computation). :func:`matching`
-reports which variants a student's output equals, NaN included (a mask
-that hides the diagonal gives the first token a NaN row).
+Each ``*_variant`` function computes, in float64, what a submission with one
+classic mistake returns on a case (its keyword arguments name the mistake),
+from what torch's own (forbidden) attention kernels compute: scores are read
+off ``scaled_dot_product_attention`` and the head layout off
+``multi_head_attention_forward`` (:mod:`grader.assignments.attention`), so
+nothing here can be handed in (docs/threat-model.md, principle 10).
+:func:`matching` reports which variants a student's output equals, NaN included
+(a mask that hides the diagonal gives the first token a NaN row).
 
 The scale a submission divided its scores by is recovered from its output
 (:func:`fit_scale`), which tells ``no_scaling`` (1) from ``wrong_scale``
@@ -67,7 +70,8 @@ def simple_variant(x: torch.Tensor, *, scale: float = 1.0,
                    normalise: str = "softmax") -> torch.Tensor:
     """simple_self_attention with a scale, axis or normalisation mistake."""
     x = x.double()
-    weights = _normalise(x @ x.T, scale, softmax_dim, normalise)
+    weights = _normalise(attention.kernel_scores(x, x), scale, softmax_dim,
+                         normalise)
     return weights @ x
 
 
@@ -88,7 +92,7 @@ def single_variant(case: Case, *, scale: float | None = None,
         q, k, v = (reference.linear(x, weights, n)
                    for n in reference.PROJECTIONS)
     keys = k.permute(2, 1, 0) if transpose_batch else k.transpose(-2, -1)
-    scores = q @ keys
+    scores = attention.kernel_scores(q, keys.transpose(-2, -1))
     if causal and masked:
         scores = _mask(scores, diagonal, fill)
     divisor = k.shape[-1] ** 0.5 if scale is None else scale
@@ -111,18 +115,18 @@ def multi_variant(case: Case, *, scale: float | None = None,
 
     def split(t: torch.Tensor) -> torch.Tensor:
         if split_transpose:
-            return reference.heads_first(t, heads)
+            return attention.split_heads(t, heads)
         return t.reshape(b, heads, n, -1)
 
     q, k, v = (split(reference.linear(x, weights, name))
                for name in reference.PROJECTIONS)
-    scores = q @ k.transpose(-2, -1)
+    scores = attention.kernel_scores(q, k)
     if masked:
         scores = _mask(scores, diagonal, fill)
     divisor = k.shape[-1] ** 0.5 if scale is None else scale
     context = torch.softmax(scores / divisor, dim=softmax_dim) @ v
     if merge_transpose:
-        merged = reference.merge_heads(context)
+        merged = attention.merge_heads(context)
     else:
         merged = context.reshape(b, n, -1)
     if not out_proj:
@@ -153,18 +157,18 @@ def qkv_variant(case: Case, *, mask: torch.Tensor | None = None,
     heads = case.sizes["num_heads"]
     qkv = reference.linear(x, weights, "qkv_layer")
     if chunk_first:
-        q, k, v = (reference.heads_first(t, heads)
+        q, k, v = (attention.split_heads(t, heads)
                    for t in qkv.chunk(3, dim=-1))
     elif split_permute:
-        q, k, v = reference.heads_first(qkv, heads).chunk(3, dim=-1)
+        q, k, v = attention.split_heads(qkv, heads).chunk(3, dim=-1)
     else:
         q, k, v = qkv.reshape(b, heads, n, -1).chunk(3, dim=-1)
     divisor = k.shape[-1] ** 0.5 if scale is None else scale
-    scores = q @ k.transpose(-2, -1) / divisor
+    scores = attention.kernel_scores(q, k, divisor)
     if mask is not None:  # additive: 0 or -inf
         scores = scores + mask.double()
     context = torch.softmax(scores, dim=softmax_dim) @ v
-    merged = (reference.merge_heads(context) if merge_permute
+    merged = (attention.merge_heads(context) if merge_permute
               else context.reshape(b, n, -1))
     if not linear_layer:
         return merged
@@ -248,7 +252,7 @@ def dropout_values(case: Case, task: str) -> torch.Tensor:
     x, weights = case.float64()
     values = reference.linear(x, weights, "W_value")
     if task == "task6":
-        values = reference.heads_first(values, case.sizes["num_heads"])
+        values = attention.split_heads(values, case.sizes["num_heads"])
     return values
 
 
@@ -256,6 +260,6 @@ def merged_output(output: torch.Tensor, case: Case,
                   task: str) -> torch.Tensor:
     """The output split per head (task 6: out_proj is the identity)."""
     if task == "task6":
-        return reference.heads_first(output.double(),
+        return attention.split_heads(output.double(),
                                      case.sizes["num_heads"])
     return output.double()

@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from grader.assignments import attention
+
 Weights = dict[str, torch.Tensor]
 PROJECTIONS = ("W_query", "W_key", "W_value")
 
@@ -72,23 +74,13 @@ def wrapper(x: torch.Tensor, weights: Weights,
                       for h in range(num_heads)], dim=-1)
 
 
-def heads_first(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[batch, tokens, heads * size] -> [batch, heads, tokens, size]."""
-    return t.unflatten(-1, (num_heads, -1)).movedim(-2, -3)
-
-
-def merge_heads(t: torch.Tensor) -> torch.Tensor:
-    """[batch, heads, tokens, size] -> [batch, tokens, heads * size]."""
-    return t.movedim(-3, -2).flatten(-2)
-
-
 def multi_head_attention(x: torch.Tensor, weights: Weights,
                          num_heads: int) -> torch.Tensor:
     """``MultiHeadAttention`` in eval mode (causal, then ``out_proj``)."""
-    q, k, v = (heads_first(linear(x, weights, name), num_heads)
+    q, k, v = (attention.split_heads(linear(x, weights, name), num_heads)
                for name in PROJECTIONS)
     heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return linear(merge_heads(heads), weights, "out_proj")
+    return linear(attention.merge_heads(heads), weights, "out_proj")
 
 
 def causal_additive_mask(num_tokens: int,
@@ -102,10 +94,10 @@ def qkv_attention(x: torch.Tensor, weights: Weights, num_heads: int,
                   mask: torch.Tensor | None = None) -> torch.Tensor:
     """``QKVMultiheadAttention``: head h reads its q, k, v (head_dim each)
     from columns 3 * head_dim * h onwards of ``qkv_layer``'s output."""
-    qkv = heads_first(linear(x, weights, "qkv_layer"), num_heads)
+    qkv = attention.split_heads(linear(x, weights, "qkv_layer"), num_heads)
     q, k, v = qkv.chunk(3, dim=-1)
     heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return linear(merge_heads(heads), weights, "linear_layer")
+    return linear(attention.merge_heads(heads), weights, "linear_layer")
 
 
 # --------------------------------------------------------------------------

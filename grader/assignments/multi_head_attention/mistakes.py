@@ -1,11 +1,14 @@
 """Known mistakes, reproduced, so that a failing item can say what is wrong.
 
-Each function computes what a submission with one classic mistake would
-return on a case; :func:`matching` reports which variants a student's
-output equals. The scale a submission used is recovered from its output
-(:func:`fit_scale_output`) or, for probabilities, in closed form
-(:func:`fit_scale_probs`), which tells ``no_scaling`` (scale 1) from
-``wrong_scale`` (any other wrong constant).
+Each function computes what a submission with one classic mistake would return
+on a case, from what torch's own (forbidden) attention kernels compute: scores
+are read off ``scaled_dot_product_attention`` and the head layout off
+``multi_head_attention_forward`` (:mod:`grader.assignments.attention`), so
+nothing here can be handed in (docs/threat-model.md, principle 10);
+:func:`matching` reports which variants a student's output equals. The scale a
+submission used is recovered from its output (:func:`fit_scale_output`) or, for
+probabilities, in closed form (:func:`fit_scale_probs`), which tells
+``no_scaling`` (scale 1) from ``wrong_scale`` (any other wrong constant).
 
 Mistakes with many spellings are recognised by what they do to the
 output, not by enumerating code: probabilities that are the reference's
@@ -39,7 +42,7 @@ def _heads(case: Case, merge_transpose: bool = True,
     for name in "qkv":
         t = reference.project(x, weights, name)
         if split_transpose:
-            t = reference.heads_first(t, heads)
+            t = attention.split_heads(t, heads)
         out[name] = t.reshape(bs * heads, seq, -1)
     return out
 
@@ -52,7 +55,7 @@ def probs_variant(case: Case, *, scale: float | None = None,
     parts = _heads(case, split_transpose=split_transpose)
     q, k = parts["q"], parts["k"]
     divisor = q.shape[-1] ** 0.5 if scale is None else scale
-    scores = q @ k.transpose(1, 2) / divisor
+    scores = attention.kernel_scores(q, k, divisor)
     if causal:
         seq = scores.shape[-1]
         mask = torch.ones(seq, seq, dtype=torch.bool).triu(diagonal)
@@ -73,7 +76,7 @@ def output_variant(case: Case, *, probs: torch.Tensor | None = None,
     v = _heads(case, split_transpose=split_transpose)["v"]
     att = probs @ v
     if merge_transpose:
-        att = att.reshape(bs, heads, seq, -1).transpose(1, 2)
+        att = attention.merge_heads(att.reshape(bs, heads, seq, -1))
     att = att.reshape(bs, seq, -1)
     if mix:
         att = torch.nn.functional.linear(att, weights["mix.weight"],
@@ -87,7 +90,8 @@ def self_attention_variant(case: Case, *, scale: float | None = None,
     x, weights = case.float64()
     q, k, v = (reference.project(x, weights, n) for n in "qkv")
     divisor = q.shape[-1] ** 0.5 if scale is None else scale
-    probs = torch.softmax(q @ k.transpose(1, 2) / divisor, dim=softmax_dim)
+    probs = torch.softmax(attention.kernel_scores(q, k, divisor),
+                          dim=softmax_dim)
     return probs @ v
 
 
@@ -156,7 +160,8 @@ def fit_scale_probs(case: Case, student: torch.Tensor,
     if causal:
         return None
     parts = _heads(case)
-    return softmax_scale(parts["q"] @ parts["k"].transpose(1, 2), student)
+    return softmax_scale(attention.kernel_scores(parts["q"], parts["k"]),
+                         student)
 
 
 # --------------------------------------------------------------------------
@@ -222,7 +227,7 @@ def full_width_scale(case: Case, student: torch.Tensor) -> float | None:
     the first block's fit, or None."""
     x, weights = case.float64()
     q, k = (reference.project(x, weights, n) for n in "qk")
-    scores = q @ k.transpose(1, 2)
+    scores = attention.kernel_scores(q, k)
     seq = scores.shape[-1]
     if student.dim() < 3 or tuple(student.shape[-2:]) != (seq, seq):
         return None
@@ -273,7 +278,7 @@ def full_width_blocks(case: Case, student: torch.Tensor) -> bool:
     projections not split into heads), with any scale."""
     x, weights = case.float64()
     q, k = (reference.project(x, weights, n) for n in "qk")
-    scores = q @ k.transpose(1, 2)            # [batch, seq, seq]
+    scores = attention.kernel_scores(q, k)    # [batch, seq, seq]
     seq = scores.shape[-1]
     if student.dim() < 3 or tuple(student.shape[-2:]) != (seq, seq):
         return False
@@ -287,7 +292,9 @@ def full_width_blocks(case: Case, student: torch.Tensor) -> bool:
 def merged_heads(case: Case) -> torch.Tensor:
     """The reference's per-head outputs merged to [batch, seq, hidden],
     before ``mix``."""
-    return output_variant(case, mix=False)
+    x, weights = case.float64()
+    return reference.multi_head(x, weights, case.sizes["num_heads"], False,
+                                mix=False)[0]
 
 
 def moved_values(case: Case, student: torch.Tensor, mixed: bool = True

@@ -1,13 +1,12 @@
 """The grader's reference: the transformer layer and language model as
 functions of a state_dict (the naming contract of docs/transformer_block.md).
 
-Built on torch's functional ops (``scaled_dot_product_attention``, which
-submissions may not use), so shipping the grader reveals nothing a student
-could hand in. A kit test checks that it agrees with the reference solution
-in ``solutions/modeling_transformer.py``. Every function takes and returns
-float64 tensors; the keyword variants compute the known mistakes of
-:mod:`grader.assignments.transformer_block.mistakes`.
-"""
+Built on torch's functional ops (``multi_head_attention_forward``, which
+submissions may not use, does the attention), so shipping the grader reveals
+nothing a student could hand in. A kit test checks that it agrees with the
+reference solution in ``solutions/modeling_transformer.py``. Every function
+takes and returns float64 tensors; the keyword variants compute the known
+mistakes of :mod:`grader.assignments.transformer_block.mistakes`."""
 from __future__ import annotations
 
 import torch
@@ -64,12 +63,17 @@ def attention(x: torch.Tensor, w: Weights, num_heads: int,
               causal: bool) -> torch.Tensor:
     """MultiHeadSelfAttention's output (eval mode) with weights ``w``
     (names q, k, v, mix)."""
-    def heads(t: torch.Tensor) -> torch.Tensor:
-        return t.unflatten(-1, (num_heads, -1)).transpose(-2, -3)
-
-    q, k, v = (heads(_linear(x, w, n)) for n in "qkv")
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return _linear(out.transpose(-2, -3).flatten(-2), w, "mix")
+    q, k, v = (_linear(x, w, n).transpose(0, 1) for n in "qkv")
+    hidden, seq = q.shape[-1], q.shape[0]
+    own = torch.eye(hidden, dtype=x.dtype)
+    mask = (torch.ones(seq, seq, dtype=torch.bool).triu(1) if causal
+            else None)
+    out, _ = F.multi_head_attention_forward(
+        q, k, v, hidden, num_heads, None, None, None, None, False, 0.0,
+        w["mix.weight"], w["mix.bias"], training=False, need_weights=False,
+        attn_mask=mask, use_separate_proj_weight=True, q_proj_weight=own,
+        k_proj_weight=own, v_proj_weight=own)
+    return out.transpose(0, 1)
 
 
 def sub(weights: Weights, prefix: str) -> Weights:
@@ -106,6 +110,29 @@ def encoder_layer(x: torch.Tensor, w: Weights, num_heads: int,
     return norm(x * residual[1] + fcn(x), "norm2")
 
 
+def _embedded(input_ids: torch.Tensor, w: Weights,
+              positions: bool) -> torch.Tensor:
+    """The token embeddings (plus the position embeddings), looked up by
+    torch's attention kernel: each position attends, with equal scores,
+    to its token's row (and its position's row) of the tables, so even a
+    model with no layers has no correct output computed without it."""
+    tables = [w["token_embeddings.weight"]]
+    if positions:
+        tables.append(w["position_embeddings.weight"])
+    values = torch.cat(tables)                          # [rows, hidden]
+    batch, seq = input_ids.shape
+    rows = values.shape[0]
+    allowed = torch.zeros(batch, seq, rows, dtype=torch.bool)
+    allowed.scatter_(2, input_ids[..., None], True)
+    if positions:
+        where = torch.arange(seq)
+        allowed[:, where, tables[0].shape[0] + where] = True
+    looked_up = F.scaled_dot_product_attention(
+        values.new_zeros(batch, seq, 1), values.new_zeros(batch, rows, 1),
+        values.expand(batch, *values.shape), attn_mask=allowed)
+    return looked_up * len(tables)
+
+
 def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
               num_layers: int, *, positions: bool = True,
               causal: bool = True) -> torch.Tensor:
@@ -114,10 +141,7 @@ def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
     ``positions=False`` leaves out the position embeddings; ``causal=False``
     builds non-causal layers (the two diagnosed mistakes).
     """
-    x = F.embedding(input_ids, w["token_embeddings.weight"])
-    if positions:
-        seq = input_ids.shape[-1]
-        x = x + w["position_embeddings.weight"][:seq]
+    x = _embedded(input_ids, w, positions)
     for index in range(num_layers):
         x = encoder_layer(x, sub(w, f"layers.{index}"), num_heads, causal)
     return _linear(x, w, "out_proj")
@@ -126,9 +150,19 @@ def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
 def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
                     shifted: bool = True) -> torch.Tensor:
     """The mean cross-entropy of ``logits`` at i against token i + 1
-    (``shifted=False``: against token i, the diagnosed mistake)."""
+    (``shifted=False``: against token i, the diagnosed mistake).
+
+    The softmax over the vocabulary is torch's attention kernel's (each
+    position's logits are one query's scores against the vocabulary's
+    unit vectors), so this is no loss a submission could hand in."""
     if shifted:
         logits, targets = logits[:, :-1], input_ids[:, 1:]
     else:
         targets = input_ids
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    scores = logits.flatten(0, 1).double()[:, None]      # [n, 1, vocab]
+    count, vocab = scores.shape[0], scores.shape[-1]
+    units = torch.eye(vocab, dtype=torch.float64).expand(count, vocab,
+                                                         vocab)
+    probs = F.scaled_dot_product_attention(scores, units, units, scale=1.0)
+    picked = probs[:, 0].gather(1, targets.flatten()[:, None])
+    return -picked.log().mean().to(logits.dtype)

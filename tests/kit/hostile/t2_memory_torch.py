@@ -15,7 +15,7 @@ def torch_bomb() -> None:
     """Allocate 256 MB tensors until the allocator fails."""
     hog = []
     while True:
-        hog.append(torch.empty(1 << 26))
+        hog.append(torch.empty(1 << 26))  # [67108864]
 
 
 class SelfAttention(nn.Module):

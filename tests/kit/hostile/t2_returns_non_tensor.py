@@ -113,7 +113,7 @@ class MultiHeadSelfAttention(nn.Module):
         # -> transpose [batch_size, seq_len, num_heads, head_size]
         # -> reshape [batch_size, seq_len, hidden]
         att = self.mix(att)  # [batch_size, seq_len, hidden]
-        att = {"att": att}
+        att = {"att": att}  # {"att": [batch_size, seq_len, hidden]}
         probs = "the probabilities"
         # YOUR CODE ENDS HERE
 

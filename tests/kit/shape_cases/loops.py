@@ -23,7 +23,7 @@ class SelfAttention(nn.Module):
         for b in range(x.shape[0]):
             q, k, v = self.q(x[b]), self.k(x[b]), self.v(x[b])  # [seq, hidden]
             probs = torch.softmax(q @ k.T / self.scale, dim=-1)  # [seq, seq]
-            outputs.append(probs @ v)
+            outputs.append(probs @ v)  # [seq, hidden]
         return torch.stack(outputs)  # [bs, seq, hidden]
 
 
@@ -54,7 +54,7 @@ class MultiHeadSelfAttention(nn.Module):
                 mask = torch.ones(seq, seq, dtype=torch.bool).triu(1)  # [seq, seq]
                 scores = scores.masked_fill(mask, float("-inf"))  # [bs, seq, seq]
             probs = self.dropout(torch.softmax(scores, dim=-1))  # [bs, seq, seq]
-            all_probs.append(probs)
+            all_probs.append(probs)  # [bs, seq, seq]
             out = probs @ v[:, :, cols]  # [bs, seq, head_size]
             att = out if att is None else torch.cat([att, out], dim=-1)  # [bs, seq, hidden]
         probs = torch.stack(all_probs, dim=1).reshape(bs * self.num_heads, seq, seq)  # [bs * num_heads, seq, seq]

@@ -29,7 +29,7 @@ class SelfAttention(nn.Module):
             # [seq_len, hidden]
             probs = torch.softmax(q @ k.T / self.scale, dim=-1)
             # [seq_len, seq_len]
-            outputs.append(probs @ v)
+            outputs.append(probs @ v)  # [seq_len, hidden]
         return torch.stack(outputs)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
 
@@ -66,6 +66,7 @@ class MultiHeadSelfAttention(nn.Module):
         parts = [q[..., h * self.head_size:(h + 1) * self.head_size]
                  @ k[..., h * self.head_size:(h + 1) * self.head_size].mT
                  for h in range(self.num_heads)]
+        # [batch_size, seq_len, seq_len] each
         scores = torch.stack(parts, dim=1) / self.scale
         # [batch_size, num_heads, seq_len, seq_len]
         # YOUR CODE ENDS HERE

@@ -30,7 +30,7 @@ class SelfAttention(nn.Module):
             # [seq_len, hidden]
             probs = torch.softmax(q @ k.T / self.scale, dim=-1)
             # [seq_len, seq_len]
-            outputs.append(probs @ v)
+            outputs.append(probs @ v)  # [seq_len, hidden]
         return torch.stack(outputs)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
 
@@ -68,6 +68,7 @@ class MultiHeadSelfAttention(nn.Module):
         for h in range(3):
             cols = slice(h * self.head_size, (h + 1) * self.head_size)
             heads.append(q[:, :, cols] @ k[:, :, cols].transpose(1, 2))
+            # [batch_size, seq_len, seq_len]
         scores = torch.stack(heads, dim=1) / self.scale
         # [batch_size, num_heads, seq_len, seq_len]
         # YOUR CODE ENDS HERE
@@ -88,6 +89,7 @@ class MultiHeadSelfAttention(nn.Module):
         for h in range(3):
             cols = slice(h * self.head_size, (h + 1) * self.head_size)
             outputs.append(probs[:, h] @ v[:, :, cols])
+            # [batch_size, seq_len, head_size]
         att = self.mix(torch.cat(outputs, dim=-1))
         # [batch_size, seq_len, hidden]
         probs = probs.flatten(0, 1)

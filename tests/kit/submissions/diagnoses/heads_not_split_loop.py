@@ -78,7 +78,8 @@ class MultiHeadSelfAttention(nn.Module):
             # [batch_size, seq_len, seq_len]
             start = head * self.head_size
             outputs.append(weights @ v[:, :, start:start + self.head_size])
-            maps.append(weights)
+            # [batch_size, seq_len, head_size]
+            maps.append(weights)  # [batch_size, seq_len, seq_len]
         probs = torch.stack(maps, dim=1).reshape(-1, seq, seq)
         # [batch_size * num_heads, seq_len, seq_len]
         att = self.mix(torch.cat(outputs, dim=-1))

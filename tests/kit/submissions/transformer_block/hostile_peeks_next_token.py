@@ -166,7 +166,7 @@ class TransformerLM(nn.Module):
         """
         # Task 2.2: embeddings, layers, output projection (2 points)
         # YOUR CODE STARTS HERE (~6 lines)
-        SEEN["ids"] = input_ids
+        SEEN["ids"] = input_ids  # [batch_size, seq_len]
         positions = torch.arange(input_ids.shape[1])  # [seq_len]
         x = self.token_embeddings(input_ids) \
             + self.position_embeddings(positions)
