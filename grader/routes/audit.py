@@ -239,7 +239,8 @@ def judge(entry: Built, report: dict, baseline: dict[str, float],
             outcome.problems.append(
                 f"{mutant.diagnosis} ({mutant.id}) is not named on "
                 f"{' or '.join(mutant.costs)}")
-    if outcome.excused == "masked":
+    if exception is not None and exception.kind == "masked" \
+            and outcome.lost:
         check_masked(outcome, report, singles or {})
     return outcome
 
@@ -248,7 +249,8 @@ def check_masked(outcome: Outcome, report: dict,
                  singles: dict[str, dict[str, float]]) -> None:
     """A pair declared masked must grade item by item exactly as the
     mistake that masks its partner does alone (else the declaration is
-    wrong: the partner does act, and must be named)."""
+    wrong: the partner does act, and must be named), whether or not the
+    partner happens to be named."""
     exception = outcome.built.exception
     alone = singles.get(exception.other)
     if alone is None:
