@@ -56,7 +56,6 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
     ids += mistakes.matching(student, {
         "reshape_not_transpose": variant(split_permute=False,
                                          merge_permute=False),
-        "qkv_split_order": variant(chunk_first=True, merge_permute=False),
         "no_out_proj": variant(linear_layer=False)})
     if not ids:
         ids, words = mistakes.two_mistakes(
