@@ -155,6 +155,11 @@ def build(catalog: Catalog, reference: str, pairs: bool
         built.append(Built("pair", f"{a.id}__{b.id}", text, (a, b),
                            title=f"{a.title}; {b.title}",
                            exception=catalog.exception(a.id, b.id)))
+    graded = {entry.exception for entry in built if entry.exception}
+    notes += [f"the exception of pair {' + '.join(unused.pair)} is never "
+              f"graded (its mistakes touch the same line, or one is never "
+              f"paired): remove it" for unused in catalog.exceptions
+              if pairs and unused not in graded]
     return built, notes
 
 

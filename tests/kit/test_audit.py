@@ -69,6 +69,9 @@ def test_every_edit_applies_and_every_built_file_differs(
         first, second = entry.mutants
         assert not (touched_lines(reference, first.edits)
                     & touched_lines(reference, second.edits))
+    # Every declared exception is a pair the audit grades.
+    assert {entry.exception for entry in pairs if entry.exception} == set(
+        catalog.exceptions)
 
 
 def test_the_catalogs_do_not_ship_to_students() -> None:
