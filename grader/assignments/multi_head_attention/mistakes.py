@@ -265,9 +265,9 @@ def equal_fill(probs: torch.Tensor) -> list[str]:
         return []
     rows = probs.reshape(-1, seq, seq).double()
 
-    def filled(region: torch.Tensor) -> bool:
+    def filled(region: torch.Tensor, min_rows: int = 1) -> bool:
         judged = [i for i in range(seq) if int(region[i].sum()) >= 2]
-        if not judged:
+        if len(judged) < min_rows:
             return False
         for i in judged:
             values = rows[:, i][:, region[i]]
@@ -284,7 +284,9 @@ def equal_fill(probs: torch.Tensor) -> list[str]:
         return ["mask_zero_fill"]
     if filled(ones.tril(-1)):
         return ["mask_zero_fill", "mask_inverted"]
-    if filled(ones.triu(2)):
+    # Two rows at least: a first row masked whole (mask_diagonal with a
+    # finite fill) is uniform too.
+    if filled(ones.triu(2), min_rows=2):
         return ["mask_zero_fill", "mask_sees_next"]
     return []
 

@@ -577,8 +577,12 @@ def diagnose_output(case: Case, student: torch.Tensor
                 case, split_transpose=False, mix=False)}):
         return ["reshape_not_transpose", "no_mix"], ""
     words = ""
-    for split, mixed in ((True, True), (True, False), (False, True),
-                         (False, False)):
+    # Values of heads split without transpose, moved: only when no known
+    # output explains it (a split and a merge by reshape alone are
+    # reshape_not_transpose, docs/diagnoses.md).
+    steps = ((True, True), (True, False)) + (
+        () if ids else ((False, True), (False, False)))
+    for split, mixed in steps:
         if mistakes.moved_values(case, student, mixed, split):
             ids += (["merge_wrong_axes"] + ([] if mixed else ["no_mix"])
                     + ([] if split else ["reshape_not_transpose"]))
