@@ -264,9 +264,14 @@ def equal_fill(probs: torch.Tensor) -> list[str]:
     if seq < 3 or probs.dim() < 2 or probs.shape[-2] != seq:
         return []
     rows = probs.reshape(-1, seq, seq).double()
+    # A row with one value everywhere (masked whole, with a finite fill)
+    # says nothing about what the masked scores were set to.
+    uniform = [bool(torch.allclose(rows[:, i], rows[:, i, :1].expand(
+        -1, seq), rtol=RTOL, atol=ATOL)) for i in range(seq)]
 
     def filled(region: torch.Tensor, min_rows: int = 1) -> bool:
-        judged = [i for i in range(seq) if int(region[i].sum()) >= 2]
+        judged = [i for i in range(seq)
+                  if int(region[i].sum()) >= 2 and not uniform[i]]
         if len(judged) < min_rows:
             return False
         for i in judged:
