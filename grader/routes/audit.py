@@ -246,17 +246,16 @@ def judge(entry: Built, report: dict, baseline: dict[str, float],
                 f"{' or '.join(mutant.costs)}")
     if exception is not None and exception.kind == "masked" \
             and outcome.lost:
-        check_masked(outcome, report, singles or {})
+        check_masked(outcome, exception, report, singles or {})
     return outcome
 
 
-def check_masked(outcome: Outcome, report: dict,
+def check_masked(outcome: Outcome, exception: PairException, report: dict,
                  singles: dict[str, dict[str, float]]) -> None:
     """A pair declared masked must grade item by item exactly as the
     mistake that masks its partner does alone (else the declaration is
     wrong: the partner does act, and must be named), whether or not the
     partner happens to be named."""
-    exception = outcome.built.exception
     alone = singles.get(exception.other)
     if alone is None:
         outcome.problems.append(f"declared masked by {exception.other}, "
@@ -314,7 +313,7 @@ def _row(outcome: Outcome) -> list[str]:
     verdict = "ok" if outcome.ok else "FAIL: " + "; ".join(
         outcome.problems)
     exception = built.exception
-    if outcome.ok and outcome.excused:
+    if outcome.ok and outcome.excused and exception is not None:
         what = ("masked by construction" if outcome.excused == "masked"
                 else "known gap")
         verdict = (f"ok, {what}: {exception.unnamed} not named "
