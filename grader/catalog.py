@@ -66,6 +66,28 @@ class Variant:
     title: str = ""
 
 
+#: The kinds of a declared pair exception (docs/adding-an-assignment.md,
+#: "The audit"): ``masked``, one mistake hides the other by construction
+#: (the pair must grade exactly as the other mistake alone, which the
+#: audit verifies); ``gap``, a known limit of the diagnosis, kept visible.
+EXCEPTION_KINDS = ("masked", "gap")
+
+
+@dataclass(frozen=True)
+class PairException:
+    """A mistake pair in which ``unnamed`` need not be named, and why."""
+
+    pair: tuple[str, str]
+    unnamed: str
+    kind: str
+    reason: str
+
+    @property
+    def other(self) -> str:
+        """The mistake of the pair that must still be named."""
+        return self.pair[1] if self.pair[0] == self.unnamed else self.pair[0]
+
+
 @dataclass(frozen=True)
 class Catalog:
     """An assignment's mutants and variants, and where its reference is."""
@@ -74,6 +96,14 @@ class Catalog:
     mutants: tuple[Mutant, ...]
     variants: tuple[Variant, ...]
     path: Path = Path()
+    exceptions: tuple[PairException, ...] = ()
+
+    def exception(self, first: str, second: str) -> PairException | None:
+        """The declared exception of the pair ``first`` + ``second``."""
+        for entry in self.exceptions:
+            if set(entry.pair) == {first, second}:
+                return entry
+        return None
 
     def mutant(self, mutant_id: str) -> Mutant:
         """The mutant named ``mutant_id``."""
@@ -158,6 +188,31 @@ def _variant(raw: dict, number: int, path: Path) -> Variant:
                    str(raw.get("title", "")))
 
 
+def _exception(raw: dict, number: int, mutants: set[str],
+               path: Path) -> PairException:
+    where = f"exception {number}"
+    unknown = set(raw) - {"pair", "unnamed", "kind", "reason"}
+    if unknown:
+        raise _fail(path, f"{where}: unknown key(s) {sorted(unknown)}")
+    pair = raw.get("pair")
+    if not isinstance(pair, list) or len(pair) != 2 \
+            or len(set(pair)) != 2 or not set(pair) <= mutants:
+        raise _fail(path, f"{where}: pair must name two different mutants "
+                          f"of the catalog, not {pair!r}")
+    if raw.get("unnamed") not in pair:
+        raise _fail(path, f"{where}: unnamed must be one of the pair "
+                          f"{pair}, the mistake that cannot be named")
+    if raw.get("kind") not in EXCEPTION_KINDS:
+        raise _fail(path, f"{where}: kind must be one of "
+                          f"{', '.join(EXCEPTION_KINDS)}")
+    reason = raw.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise _fail(path, f"{where}: say why in reason (the audit prints "
+                          f"it)")
+    return PairException((pair[0], pair[1]), raw["unnamed"], raw["kind"],
+                         " ".join(reason.split()))
+
+
 def load(path: Path, rubric: Assignment, complete: bool = True) -> Catalog:
     """Read and validate the catalog ``path`` against ``rubric``: known
     keys, unique ids, diagnoses and items of the rubric, and (when
@@ -167,7 +222,7 @@ def load(path: Path, rubric: Assignment, complete: bool = True) -> Catalog:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise _fail(path, f"cannot be read: {exc}") from exc
-    unknown = set(raw) - {"source", "mutants", "variants"}
+    unknown = set(raw) - {"source", "mutants", "variants", "exceptions"}
     if unknown:
         raise _fail(path, f"unknown key(s) {sorted(unknown)}")
     source = raw.get("source")
@@ -188,7 +243,14 @@ def load(path: Path, rubric: Assignment, complete: bool = True) -> Catalog:
         raise _fail(path, f"no mutant exercises the diagnosis(es) "
                           f"{', '.join(missing)}: add one per diagnosis "
                           f"of rubric.toml")
-    return Catalog(source, mutants, variants, path)
+    known = {mutant.id for mutant in mutants}
+    exceptions = tuple(
+        _exception(entry, number, known, path) for number, entry
+        in enumerate(_tables(raw, "exceptions", path), 1))
+    pairs = [frozenset(entry.pair) for entry in exceptions]
+    if len(set(pairs)) != len(pairs):
+        raise _fail(path, "a pair has two exceptions")
+    return Catalog(source, mutants, variants, path, exceptions)
 
 
 def _tables(raw: dict, key: str, path: Path) -> list[dict]:

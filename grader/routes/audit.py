@@ -8,8 +8,11 @@ reference itself, whose item scores are the baseline. A mutant must lose
 exactly the items it declares and be named by its diagnosis on one of
 them; a variant must lose nothing. ``--pairs`` also grades every pair of
 mutants that touch different lines: each mistake must be named on one of
-its items. The table, ``audit.json`` and ``audit.md`` say what held
-(docs/adding-an-assignment.md, "The audit").
+its items, unless the catalog declares the pair an exception (one mistake
+masks the other by construction, which the audit verifies, or a known gap
+of the diagnosis), which the table reports as such. The table,
+``audit.json`` and ``audit.md`` say what held (docs/adding-an-assignment.md,
+"The audit").
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.catalog import Catalog, CatalogError, Mutant, apply
+from grader.catalog import (Catalog, CatalogError, Mutant,
+                            PairException, apply)
 from grader.catalog import load as load_catalog
 from grader.catalog import reference_text, touched_lines
 from grader.constants import KIT_ROOT
@@ -47,6 +51,8 @@ class Built:
     text: str
     mutants: tuple[Mutant, ...] = ()
     title: str = ""
+    #: The catalog's declared exception for a pair, if any.
+    exception: PairException | None = None
 
     @property
     def file_name(self) -> str:
@@ -63,6 +69,11 @@ class Outcome:
     named: dict[str, list[str]] = field(default_factory=dict)
     score: float | None = None
     problems: list[str] = field(default_factory=list)
+    #: A pair whose declared exception was used (its ``unnamed`` mistake
+    #: was indeed not named): "masked" or "gap"; "" otherwise.
+    excused: str = ""
+    #: A declared exception the grading did not need (both were named).
+    stale: bool = False
 
     @property
     def ok(self) -> bool:
@@ -78,6 +89,11 @@ class Outcome:
                 "expected_costs": expected_costs(built),
                 "score": self.score, "lost": self.lost,
                 "named": self.named, "ok": self.ok,
+                "excused": self.excused or None,
+                "exception": (None if built.exception is None else {
+                    "unnamed": built.exception.unnamed,
+                    "kind": built.exception.kind,
+                    "reason": built.exception.reason}),
                 "problems": self.problems}
 
 
@@ -137,7 +153,13 @@ def build(catalog: Catalog, reference: str, pairs: bool
             notes.append(f"not graded: {exc}")
             continue
         built.append(Built("pair", f"{a.id}__{b.id}", text, (a, b),
-                           title=f"{a.title}; {b.title}"))
+                           title=f"{a.title}; {b.title}",
+                           exception=catalog.exception(a.id, b.id)))
+    graded = {entry.exception for entry in built if entry.exception}
+    notes += [f"the exception of pair {' + '.join(unused.pair)} is never "
+              f"graded (its mistakes touch the same line, or one is never "
+              f"paired): remove it" for unused in catalog.exceptions
+              if pairs and unused not in graded]
     return built, notes
 
 
@@ -180,9 +202,11 @@ def item_scores(report: dict) -> dict[str, float]:
     return {item["id"]: float(item["score"]) for item in report["items"]}
 
 
-def judge(entry: Built, report: dict, baseline: dict[str, float]
-          ) -> Outcome:
-    """Compare one graded submission with the reference's scores."""
+def judge(entry: Built, report: dict, baseline: dict[str, float],
+          singles: dict[str, dict[str, float]] | None = None) -> Outcome:
+    """Compare one graded submission with the reference's scores
+    (``singles``: each mutant's item scores, for a pair whose exception
+    says one mistake masks the other)."""
     outcome = Outcome(entry)
     if "error" in report:
         outcome.problems.append(f"not graded: {report['error']}")
@@ -209,13 +233,43 @@ def judge(entry: Built, report: dict, baseline: dict[str, float]
         if extra:
             outcome.problems.append(f"it also costs {', '.join(extra)} "
                                     f"(not declared)")
+    exception = entry.exception
     for mutant in entry.mutants if outcome.lost else ():
-        if not any(mutant.diagnosis in outcome.named.get(item, [])
-                   for item in mutant.costs):
+        named = any(mutant.diagnosis in outcome.named.get(item, [])
+                    for item in mutant.costs)
+        if exception is not None and mutant.id == exception.unnamed:
+            outcome.stale = named
+            outcome.excused = "" if named else exception.kind
+        elif not named:
             outcome.problems.append(
                 f"{mutant.diagnosis} ({mutant.id}) is not named on "
                 f"{' or '.join(mutant.costs)}")
+    if exception is not None and exception.kind == "masked" \
+            and outcome.lost:
+        check_masked(outcome, exception, report, singles or {})
     return outcome
+
+
+def check_masked(outcome: Outcome, exception: PairException, report: dict,
+                 singles: dict[str, dict[str, float]]) -> None:
+    """A pair declared masked must grade item by item exactly as the
+    mistake that masks its partner does alone (else the declaration is
+    wrong: the partner does act, and must be named), whether or not the
+    partner happens to be named."""
+    alone = singles.get(exception.other)
+    if alone is None:
+        outcome.problems.append(f"declared masked by {exception.other}, "
+                                f"which was not graded alone")
+        return
+    scores = item_scores(report)
+    differ = sorted(item for item in alone
+                    if abs(alone[item] - scores.get(item, 0.0)) > EPSILON)
+    if differ:
+        outcome.problems.append(
+            f"declared masked by {exception.other}, but it grades "
+            f"differently from {exception.other} alone on "
+            f"{', '.join(differ)}: {exception.unnamed} acts and must be "
+            f"named")
 
 
 def _items(lost: dict[str, float]) -> str:
@@ -238,8 +292,11 @@ def judge_all_built(built: list[Built], reports: dict[str, dict],
         first.problems.append(f"the reference earns {first.score:g} of "
                               f"{max_score:g}")
     baseline = item_scores(reference)
-    return [first] + [judge(entry, reports[entry.file_name], baseline)
-                      for entry in built[1:]]
+    singles = {entry.id: item_scores(reports[entry.file_name])
+               for entry in built if entry.kind == "mutant"
+               and "error" not in reports[entry.file_name]}
+    return [first] + [judge(entry, reports[entry.file_name], baseline,
+                            singles) for entry in built[1:]]
 
 
 # --------------------------------------------------------------------------
@@ -255,6 +312,12 @@ def _row(outcome: Outcome) -> list[str]:
                     for name in names})
     verdict = "ok" if outcome.ok else "FAIL: " + "; ".join(
         outcome.problems)
+    exception = built.exception
+    if outcome.ok and outcome.excused and exception is not None:
+        what = ("masked by construction" if outcome.excused == "masked"
+                else "known gap")
+        verdict = (f"ok, {what}: {exception.unnamed} not named "
+                   f"({exception.reason})")
     return [built.kind, built.id, expected, got, diagnoses,
             ", ".join(named) or "-", verdict]
 
@@ -296,16 +359,28 @@ def summarise(assignment_id: str, outcomes: list[Outcome],
                    and (ok is None or o.ok == ok))
 
     pairs = count("pair")
+
+    def excused(kind: str) -> int:
+        return sum(1 for o in outcomes if o.built.kind == "pair" and o.ok
+                   and o.excused == kind)
+
+    named = count("pair", True) - excused("masked") - excused("gap")
+    stale = [f"the exception of pair {o.built.id} is not needed: both "
+             f"mistakes are named (remove it from the catalog)"
+             for o in outcomes if o.stale]
     return {"assignment": assignment_id, "seed": seed,
             "seconds": round(seconds, 1),
             "mutants": count("mutant"),
             "mutants_caught_and_named": count("mutant", True),
             "variants": count("variant"),
             "variants_full_marks": count("variant", True),
-            "pairs": pairs, "pairs_named": count("pair", True),
-            "pairs_named_share": (round(count("pair", True) / pairs, 4)
+            "pairs": pairs, "pairs_named": named,
+            "pairs_masked": excused("masked"),
+            "pairs_known_gaps": excused("gap"),
+            "pairs_failed": count("pair", False),
+            "pairs_named_share": (round(named / pairs, 4)
                                   if pairs else None),
-            "ok": all(o.ok for o in outcomes), "notes": notes}
+            "ok": all(o.ok for o in outcomes), "notes": notes + stale}
 
 
 def _summary_line(summary: dict) -> str:
@@ -315,7 +390,10 @@ def _summary_line(summary: dict) -> str:
             f"correct variants at full marks")
     if summary["pairs"]:
         text += (f", {summary['pairs_named']} of {summary['pairs']} pairs "
-                 f"fully named ({100 * summary['pairs_named_share']:.0f} %)")
+                 f"fully named ({100 * summary['pairs_named_share']:.0f} %)"
+                 f", {summary['pairs_masked']} masked by construction and "
+                 f"{summary['pairs_known_gaps']} known gaps (declared), "
+                 f"{summary['pairs_failed']} failed")
     return text + f"; {summary['seconds']:g} s (seed {summary['seed']})."
 
 
@@ -342,8 +420,11 @@ def catalog_of(plugin: Plugin, path: Path | None,
     if unknown:
         raise CliError(f"--only: no mutant {', '.join(unknown)} in the "
                        f"catalog of {plugin.id}")
-    return replace(catalog, mutants=tuple(
-        mutant for mutant in catalog.mutants if mutant.id in only))
+    return replace(
+        catalog,
+        mutants=tuple(m for m in catalog.mutants if m.id in only),
+        exceptions=tuple(e for e in catalog.exceptions
+                         if set(e.pair) <= set(only)))
 
 
 @dataclass(frozen=True)
@@ -404,9 +485,10 @@ def run_audit(args: AuditOptions) -> int:
         {"summary": summary,
          "entries": [o.as_json() for o in outcomes]}, indent=2) + "\n")
     write_atomic(out / "audit.md", markdown(outcomes, summary))
-    shown = [o for o in outcomes if o.built.kind != "pair" or not o.ok]
+    shown = [o for o in outcomes
+             if o.built.kind != "pair" or not o.ok or o.excused]
     sys.stdout.write(f"audit of {plugin.id}\n{table(shown)}")
-    for note in notes:
+    for note in summary["notes"]:
         sys.stdout.write(f"note: {note}\n")
     sys.stdout.write(f"{_summary_line(summary)}\n"
                      f"written: {out / 'audit.json'}, {out / 'audit.md'}\n")

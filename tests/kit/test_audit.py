@@ -6,7 +6,9 @@ The catalogs are checked without grading (every diagnosis exercised,
 every edit applies, nothing ships to students); one end-to-end audit of a
 small draft catalog pins that a hole makes the audit fail: a mutant that
 changes nothing, a variant that loses a point, and a mistake pair whose
-mistakes are named. The full audits run in CI (.ci/run).
+mistakes are named; and that a declared pair exception is reported as
+such (masked, verified against the masking mistake alone; a known gap)
+and fails when the claim is false. The full audits run in CI (.ci/run).
 """
 from __future__ import annotations
 
@@ -67,6 +69,9 @@ def test_every_edit_applies_and_every_built_file_differs(
         first, second = entry.mutants
         assert not (touched_lines(reference, first.edits)
                     & touched_lines(reference, second.edits))
+    # Every declared exception is a pair the audit grades.
+    assert {entry.exception for entry in pairs if entry.exception} == set(
+        catalog.exceptions)
 
 
 def test_the_catalogs_do_not_ship_to_students() -> None:
@@ -197,6 +202,13 @@ def _entry(kind: str, entry_id: str, find: str, replace: str,
     return head + _edit(find, replace)
 
 
+def _exception(first: str, unnamed: str, kind: str, reason: str) -> str:
+    """A declared pair exception as TOML."""
+    return (f'\n[[exceptions]]\npair = ["{first}", "{unnamed}"]\n'
+            f'unnamed = "{unnamed}"\nkind = "{kind}"\n'
+            f'reason = "{reason}"\n')
+
+
 DRAFT = ('source = "solutions/modeling_attention.py"\n'
          + _entry("mutants", "no_scaling", SCORES,
                   "scores = q @ k.transpose(1, 2)\n", "no_scaling",
@@ -213,7 +225,17 @@ DRAFT = ('source = "solutions/modeling_attention.py"\n'
                   'scores = torch.einsum("bqd,bkd->bqk", q, k) '
                   '/ self.scale\n')
          # Not a correct variant: self.mix is dropped.
-         + _entry("variants", "loses_mix", MIX, ""))
+         + _entry("variants", "loses_mix", MIX, "")
+         + _entry("mutants", "mask_ignored", "scores = scores.masked_fill(",
+                  "scores.masked_fill(", "mask_ignored", "task2.causal")
+         + _exception("mask_ignored", "mask_inverted", "masked",
+                      "the mask is never applied")
+         # A false claim: no scaling does not hide a mask mistake.
+         + _exception("no_scaling", "mask_diagonal", "masked", "wrong")
+         + _exception("mask_diagonal", "changes_nothing", "gap",
+                      "a hole stays a hole")
+         # Not needed: both are named.
+         + _exception("no_scaling", "mask_ignored", "gap", "stale"))
 
 
 @pytest.fixture(scope="module")
@@ -252,11 +274,11 @@ def test_a_hole_and_a_variant_losing_a_point_fail_the_audit(
     assert caught["ok"] and caught["lost"] == {"task2.scores": 3.0}
     assert "no_scaling" in caught["named"]["task2.scores"]
     summary = report["summary"]
-    assert (summary["mutants"], summary["mutants_caught_and_named"]) == (4, 3)
+    assert (summary["mutants"], summary["mutants_caught_and_named"]) == (5, 4)
     assert (summary["variants"], summary["variants_full_marks"]) == (2, 1)
     # The table names what failed and why; the Markdown holds every row.
     assert "changes_nothing" in done.stdout and "FAIL: hole" in done.stdout
-    assert "3 of 4 mutants caught and named" in done.stdout
+    assert "4 of 5 mutants caught and named" in done.stdout
     markdown = (out / "audit.md").read_text(encoding="utf-8")
     assert markdown.count("\n| ") == len(report["entries"]) + 1
     assert (out / "submissions" / "mutant__changes_nothing.py").is_file()
@@ -270,7 +292,8 @@ def test_pairs_touch_different_lines_and_each_mistake_is_named(
     assert sorted(pairs) == sorted([
         "no_scaling__changes_nothing", "no_scaling__mask_diagonal",
         "no_scaling__mask_inverted", "changes_nothing__mask_diagonal",
-        "changes_nothing__mask_inverted"])
+        "changes_nothing__mask_inverted", "no_scaling__mask_ignored",
+        "mask_diagonal__mask_ignored", "mask_inverted__mask_ignored"])
     both = pairs["no_scaling__mask_inverted"]
     assert both["ok"], both["problems"]
     assert "no_scaling" in both["named"]["task2.scores"]
@@ -279,7 +302,46 @@ def test_pairs_touch_different_lines_and_each_mistake_is_named(
     half = pairs["no_scaling__changes_nothing"]
     assert half["problems"] == ["mask_zero_fill (changes_nothing) is not "
                                 "named on task2.causal"]
-    assert report["summary"]["pairs"] == 5
+    summary = report["summary"]
+    assert (summary["pairs"], summary["pairs_named"],
+            summary["pairs_masked"], summary["pairs_known_gaps"]) == (
+                8, 2, 1, 1)
+    # Declared exceptions: a masked pair grades as the masking mistake
+    # alone (verified), a known gap is reported, a false claim fails.
+    masked = pairs["mask_inverted__mask_ignored"]
+    assert masked["ok"] and masked["excused"] == "masked"
+    assert masked["exception"]["unnamed"] == "mask_inverted"
+    gap = pairs["changes_nothing__mask_diagonal"]
+    assert gap["ok"] and gap["excused"] == "gap"
+    false = pairs["no_scaling__mask_diagonal"]
+    assert false["problems"] == [
+        "declared masked by no_scaling, but it grades differently from "
+        "no_scaling alone on task2.causal: mask_diagonal acts and must be "
+        "named"]
+    assert pairs["no_scaling__mask_ignored"]["ok"]
+    assert any("no_scaling__mask_ignored is not needed" in note
+               for note in summary["notes"])
+
+
+@pytest.mark.parametrize("entry, words", [
+    ('pair = ["no_scaling", "nope"]', "pair must name two different"),
+    ('unnamed = "wrong_scale"', "unnamed must be one of the pair"),
+    ('kind = "maybe"', "kind must be one of masked, gap"),
+    ('reason = " "', "say why in reason"),
+])
+def test_a_malformed_exception_is_named(tmp_path: Path, entry: str,
+                                        words: str) -> None:
+    fields = {"pair": '["no_scaling", "mask_ignored"]',
+              "unnamed": '"mask_ignored"', "kind": '"masked"',
+              "reason": '"dead code"'}
+    key, value = entry.split(" = ")
+    fields[key] = value
+    catalog = (MHA / CATALOG_FILE).read_text(encoding="utf-8")
+    path = tmp_path / CATALOG_FILE
+    path.write_text(catalog + "\n[[exceptions]]\n" + "".join(
+        f"{k} = {v}\n" for k, v in fields.items()), encoding="utf-8")
+    with pytest.raises(CatalogError, match=words):
+        load(path, plugin.load("multi_head_attention").rubric)
 
 
 def test_only_bounds_the_audit_to_named_mutants() -> None:

@@ -126,6 +126,13 @@ CORPUS: dict[str, Expected] = {
     "mistake_lm_not_causal_mean": Expected(
         {"task2.logits": 0.0, "task2.causal": 0.0},
         {"task2.causal": ("lm_not_causal",)}),
+    "mistake_pre_norm_lm_not_causal": Expected(
+        {"task1.forward": 0.0, "task2.causal": 0.0},
+        {"task1.forward": ("pre_norm",), "task2.causal": ("lm_not_causal",)},
+        why="a pre-norm layer built with causal=True is still causal, so "
+            "task2.causal is judged with the student's layers and the "
+            "non-causal model is caught; the logits are judged without "
+            "layers (docs/transformer_block.md, Isolation)"),
     "hostile_peeks_next_token": Expected(
         {"task2.logits": 0.0, "task2.causal": 0.0},
         {"task2.causal": ("lm_not_causal",)},
@@ -171,6 +178,7 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "mistake_loss_not_shifted_view": 8,
           "mistake_loss_not_shifted_gather": 8,
           "mistake_loss_not_shifted_transpose": 8, "penalties": 8,
+          "mistake_pre_norm_lm_not_causal": 6,
           "broken_syntax_error": 0, "broken_lm_forward_raises": 5,
           "hostile_constant_loss": 8, "hostile_constant_loss_graph": 8,
           "hostile_memorises_training": 9,

@@ -299,9 +299,11 @@ def with_context(case: Case, context_length: int, suffix: str) -> Case:
 
 
 def square_case(seed: int) -> Case:
-    """batch_size = num_tokens = d_out = 4: ``keys.T`` runs here."""
+    """batch_size = num_tokens = d_out = 4: ``keys.T`` runs here (and
+    context_length = num_tokens, so an unsliced mask runs too: behind it,
+    ``transpose_batch`` is still named)."""
     rng = _rng(seed, "square")
-    sizes = {"batch_size": 4, "num_tokens": 4, "context_length": 6,
+    sizes = {"batch_size": 4, "num_tokens": 4, "context_length": 4,
              "d_in": 3, "d_out": 4}
     return Case("square", False, sizes, random_input(rng, "task4", sizes),
                 random_weights(rng, "task4", sizes, False))

@@ -11,10 +11,12 @@ nothing here can be handed in (docs/threat-model.md, principle 10).
 
 The scale a submission divided its scores by is recovered from its output
 (:func:`fit_scale`), which tells ``no_scaling`` (1) from ``wrong_scale``
-(any other wrong constant).
+(any other wrong constant). :func:`two_mistakes` names two mistakes
+that coexist (the composites ``python -m grader audit --pairs`` grades).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -198,6 +200,27 @@ def fit_scale(variant: Callable[[float], torch.Tensor],
         return c if same(student, variant(c)) else None
     except RuntimeError:  # a shape the variant cannot produce
         return None
+
+
+def two_mistakes(student: torch.Tensor, variant: Callable[..., torch.Tensor],
+                 known: list[tuple[str, dict]], expected_scale: float,
+                 sizes: dict[str, int]) -> tuple[list[str], str]:
+    """Two mistakes of ``known`` (id, the variant's keyword arguments)
+    together: the first pair whose arguments do not overlap and whose
+    variant equals ``student``, else the first mistake that does with a
+    scale mistake too. ``([], "")`` when none explains it."""
+    for (first, one), (second, other) in itertools.combinations(known, 2):
+        if set(one) & set(other):
+            continue
+        if matching(student, {"both": lambda: variant(**one, **other)}):
+            return list(dict.fromkeys([first, second])), ""
+    for name, kwargs in known:
+        ids, words = scale_diagnosis(fit_scale(
+            lambda c: variant(scale=c, **kwargs), student), expected_scale,
+            sizes)
+        if ids:
+            return [name] + ids, words
+    return [], ""
 
 
 def scale_candidates(sizes: dict[str, int]) -> dict[str, float]:

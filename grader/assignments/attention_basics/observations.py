@@ -94,13 +94,25 @@ def optional_output(run: TaskRun, probe_id: str, task: str | None = None
         return None
 
 
-def mask_not_sliced(run: TaskRun, case: Case) -> list[str]:
+def mask_not_sliced(run: TaskRun, case: Case,
+                    expected: Callable[[Case], torch.Tensor] | None = None,
+                    diagnose: Callable[[Case, torch.Tensor],
+                                       tuple[list[str], str]] | None = None
+                    ) -> list[str]:
     """["mask_not_sliced"] when the same case runs with context_length =
-    num_tokens: the mask buffer is used at its full size."""
+    num_tokens: the mask buffer is used at its full size. With
+    ``expected`` and ``diagnose``, also the mistakes that run shows (a
+    second mistake behind the unsliced mask)."""
     exact = EXACT.format(case.name)
-    if exact in run.results and run.result(exact).ok:
-        return ["mask_not_sliced"]
-    return []
+    if exact not in run.results or not run.result(exact).ok:
+        return []
+    found = ["mask_not_sliced"]
+    student = optional_output(run, exact)
+    if student is not None and expected is not None and diagnose is not None:
+        right = run.case(exact)
+        if not close(student, expected(right)):
+            found += diagnose(right, student)[0]
+    return found
 
 
 def compare(run: TaskRun, prefix: str,
@@ -133,11 +145,14 @@ def compare(run: TaskRun, prefix: str,
 
 
 def seeded(run: TaskRun, expected: Callable[[Case], torch.Tensor],
-           alternative: Callable[[Case], torch.Tensor | None] | None = None
-           ) -> None:
+           alternative: Callable[[Case], torch.Tensor | None] | None = None,
+           diagnose: Callable[[Case, torch.Tensor],
+                              tuple[list[str], str]] | None = None) -> None:
     """The lecture's construction after its manual_seed gives its numbers.
 
-    ``alternative`` (the wrapper) is a second acceptable output.
+    ``alternative`` (the wrapper) is a second acceptable output. With
+    ``diagnose``, ``init_order`` is also named behind another mistake: the
+    loaded weights show a known mistake that the seeded output does not.
     """
     target = TARGETS[run.task]
     for probe_id in run.probe_ids("seeded:"):
@@ -166,6 +181,14 @@ def seeded(run: TaskRun, expected: Callable[[Case], torch.Tensor],
                     "it computes the right numbers, so the parameters "
                     "are not created (or initialised) as the docstring "
                     "says.")
+        elif loaded is not None and diagnose is not None \
+                and diagnose(case, loaded)[0] \
+                and not diagnose(case, student)[0]:
+            ids = ["init_order"]
+            hint = (" With the same weights loaded into its parameters "
+                    "it shows a known mistake (named on this item), but "
+                    "this output does not: the parameters are also not "
+                    "created (or initialised) as the docstring says.")
         fail(f"{built} on the lecture's input does not give the lecture's "
              f"numbers ({max_error(student, want)}).{hint}", *ids)
 

@@ -28,6 +28,11 @@ Probes of task 2 (ids are prefixes the checks select on):
 * ``size:<public case>:<dimension>:<probs|causal>``: the public sizes, and
   the public sizes with one dimension changed, so that a failure on the
   hidden cases can be traced to a size the code hard-codes;
+* ``public-equal:<public case>``, ``public-dropout-eval``,
+  ``public-dropout-train``: the first public case with every score equal
+  (causal), and in eval and train mode with dropout 0.5, so that a mask
+  read from the scores or a misplaced dropout is still named when a
+  hard-coded size stops the hidden cases;
 * ``trace:...``: forward under the rubric's size sets (shape comments).
 
 Every random stream a submission can observe (inputs, weights, the torch
@@ -341,6 +346,18 @@ def build(seed: int, public_only: bool,
             for causal in (False, True):
                 kind = "causal" if causal else "probs"
                 _attention(plan, f"size:{base}:{key}:{kind}", case, causal)
+        public = cases["task2"][0]
+        equal = equal_scores(public)
+        _attention(plan, f"public-equal:{public.name}", equal, causal=True)
+        for train in (False, True):
+            mode = "train" if train else "eval"
+            plan.add("task2", probe(
+                f"public-dropout-{mode}", "MultiHeadSelfAttention",
+                case=public, layers=LAYERS_2,
+                init=_mha_init(public, dropout=0.5),
+                kwargs={"return_attention": True}, train=train,
+                seed=derive_seed(seed, "multi_head_attention", "dropout",
+                                 "public"), params={"dropout": 0.5}))
 
     # Shape comments: forward under every size set, every branch taken,
     # on zeros and on random non-zero inputs (code that refuses one kind of

@@ -84,6 +84,25 @@ def output_variant(case: Case, *, probs: torch.Tensor | None = None,
     return att
 
 
+def scale_in_other_steps(case: Case, student: torch.Tensor
+                         ) -> tuple[list[str], float] | None:
+    """A scale mistake behind a split or softmax mistake: the first of
+    (heads split without transpose, softmax over the queries, both) under
+    which some constant c gives ``student``, as (the ids of those steps,
+    c); None when none does (the composites ``--pairs`` audits)."""
+    for split, dim in ((False, -1), (True, -2), (False, -2)):
+        parts = _heads(case, split_transpose=split)
+        scores = attention.kernel_scores(parts["q"], parts["k"])
+        probs = student
+        if dim == -2:
+            scores, probs = scores.transpose(1, 2), student.transpose(1, 2)
+        c = softmax_scale(scores, probs)
+        if c is not None:
+            return ((["reshape_not_transpose"] if not split else [])
+                    + (["softmax_dim"] if dim == -2 else [])), c
+    return None
+
+
 def self_attention_variant(case: Case, *, scale: float | None = None,
                            softmax_dim: int = -1) -> torch.Tensor:
     """SelfAttention's output with a scale or softmax-dimension mistake."""
@@ -244,15 +263,21 @@ def equal_fill(probs: torch.Tensor) -> list[str]:
     in every row the masked positions share one probability > 0 (their
     scores were all set to 0). ``["mask_zero_fill"]`` when the future is
     so filled, with ``"mask_diagonal"`` when the current token is too,
-    with ``"mask_inverted"`` when the past is filled instead."""
+    with ``"mask_inverted"`` when the past is filled instead, with
+    ``"mask_sees_next"`` when the future after the next token is."""
     seq = probs.shape[-1]
     if seq < 3 or probs.dim() < 2 or probs.shape[-2] != seq:
         return []
     rows = probs.reshape(-1, seq, seq).double()
+    # A row with one value everywhere (masked whole, with a finite fill)
+    # says nothing about what the masked scores were set to.
+    uniform = [bool(torch.allclose(rows[:, i], rows[:, i, :1].expand(
+        -1, seq), rtol=RTOL, atol=ATOL)) for i in range(seq)]
 
-    def filled(region: torch.Tensor) -> bool:
-        judged = [i for i in range(seq) if int(region[i].sum()) >= 2]
-        if not judged:
+    def filled(region: torch.Tensor, min_rows: int = 1) -> bool:
+        judged = [i for i in range(seq)
+                  if int(region[i].sum()) >= 2 and not uniform[i]]
+        if len(judged) < min_rows:
             return False
         for i in judged:
             values = rows[:, i][:, region[i]]
@@ -269,16 +294,24 @@ def equal_fill(probs: torch.Tensor) -> list[str]:
         return ["mask_zero_fill"]
     if filled(ones.tril(-1)):
         return ["mask_zero_fill", "mask_inverted"]
+    # Two rows at least: a first row masked whole (mask_diagonal with a
+    # finite fill) is uniform too.
+    if filled(ones.triu(2), min_rows=2):
+        return ["mask_zero_fill", "mask_sees_next"]
     return []
 
 
-def full_width_blocks(case: Case, student: torch.Tensor) -> bool:
+def full_width_blocks(case: Case, student: torch.Tensor,
+                      over_queries: bool = False) -> bool:
     """True when every ``[seq, seq]`` block of ``student`` is single-head
     attention of one sequence over the full ``hidden`` width (the
-    projections not split into heads), with any scale."""
+    projections not split into heads), with any scale (``over_queries``:
+    with the softmax over the queries, both transposed)."""
     x, weights = case.float64()
     q, k = (reference.project(x, weights, n) for n in "qk")
     scores = attention.kernel_scores(q, k)    # [batch, seq, seq]
+    if over_queries:
+        scores, student = scores.transpose(1, 2), student.transpose(-1, -2)
     seq = scores.shape[-1]
     if student.dim() < 3 or tuple(student.shape[-2:]) != (seq, seq):
         return False
@@ -289,19 +322,20 @@ def full_width_blocks(case: Case, student: torch.Tensor) -> bool:
     return True
 
 
-def merged_heads(case: Case) -> torch.Tensor:
+def merged_heads(case: Case, split_transpose: bool = True) -> torch.Tensor:
     """The reference's per-head outputs merged to [batch, seq, hidden],
-    before ``mix``."""
-    x, weights = case.float64()
-    return reference.multi_head(x, weights, case.sizes["num_heads"], False,
-                                mix=False)[0]
+    before ``mix`` (``split_transpose=False``: heads split without the
+    transpose)."""
+    return output_variant(case, mix=False, split_transpose=split_transpose)
 
 
-def moved_values(case: Case, student: torch.Tensor, mixed: bool = True
-                 ) -> bool:
+def moved_values(case: Case, student: torch.Tensor, mixed: bool = True,
+                 split_transpose: bool = True) -> bool:
     """True when ``student`` is the reference output with the merged
     per-head values moved to other places (another batch, position or
-    channel) before ``mix`` (``mixed=False``: with no ``mix`` at all).
+    channel) before ``mix`` (``mixed=False``: with no ``mix`` at all;
+    ``split_transpose=False``: per-head values of heads split without
+    the transpose).
 
     The student's values before ``mix`` are recovered by solving the
     ``mix`` layer; pairing them with the reference's by rank gives the
@@ -309,7 +343,7 @@ def moved_values(case: Case, student: torch.Tensor, mixed: bool = True
     must equal the student's (at the rubric's tolerance).
     """
     _, weights = case.float64()
-    merged = merged_heads(case)
+    merged = merged_heads(case, split_transpose)
     if tuple(student.shape) != tuple(merged.shape):
         return False
     weight, bias = weights["mix.weight"], weights["mix.bias"]
@@ -412,18 +446,22 @@ def _size_of(sizes: dict[str, int], key: str) -> int:
     return sizes[key]
 
 
-def fit_scale_output(case: Case, student: torch.Tensor) -> float | None:
-    """The constant c for which SelfAttention's output equals ``student``.
+def fit_scale_output(case: Case, student: torch.Tensor,
+                     softmax_dim: int = -1) -> float | None:
+    """The constant c for which SelfAttention's output (with the softmax
+    over ``softmax_dim``) equals ``student``.
 
     A golden-section search on log c over [1e-2, 1e3] of the squared error;
     returned only when the output at c matches the student's.
     """
     def error(scale: float) -> float:
-        variant = self_attention_variant(case, scale=scale)
+        variant = self_attention_variant(case, scale=scale,
+                                         softmax_dim=softmax_dim)
         return float(((variant - student.double()) ** 2).sum())
 
     c = fit_log_scale(error)
-    if close(student, self_attention_variant(case, scale=c).float()):
+    if close(student, self_attention_variant(
+            case, scale=c, softmax_dim=softmax_dim).float()):
         return c
     return None
 

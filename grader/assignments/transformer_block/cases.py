@@ -11,6 +11,10 @@ Probes of task 1 (TransformerEncoderLayer):
 
 * ``init:<n>``: the layer built with two sets of sizes, described;
 * ``forward:<case>:causal=<c>``: ``forward(x)`` in eval mode;
+* ``layer-future:<case>:<i>``: the causal layer on the same case with
+  every position after i changed, so that task2.causal can tell a layer
+  that keeps ``causal=True`` causal (however wrong its values) from one
+  that does not (docs/transformer_block.md, "Isolation");
 * ``trace:...``: forward under the rubric's size sets (shape comments).
 
 Probes of task 2 (TransformerLM), each at two depths, ``d2`` (two encoder
@@ -149,6 +153,17 @@ def with_future_changed(case: Case, position: int,
                 sizes=case.sizes, x=ids, weights=case.weights)
 
 
+def with_future_rows(case: Case, position: int,
+                     rng: np.random.Generator) -> Case:
+    """A layer ``case`` with every row of x after ``position`` redrawn."""
+    x = case.x.clone()
+    tail = x[:, position + 1:]
+    x[:, position + 1:] = torch.from_numpy(
+        rng.standard_normal(tuple(tail.shape)).astype(np.float32))
+    return Case(name=f"{case.name}-future-{position}", public=False,
+                sizes=case.sizes, x=x, weights=case.weights)
+
+
 def lm_init(sizes: dict[str, int]) -> dict:
     """TransformerLM's constructor arguments for ``sizes``."""
     return {"args": [sizes["vocab_size"], sizes["hidden"],
@@ -240,6 +255,7 @@ def build(seed: int, public_only: bool,
             init=layer_init(sizes, causal=False, dropout=sizes["dropout"]),
             describe=True))
     rng = _rng(seed, "task1")
+    future_rng = _rng(seed, "task1", "future")
     for index in range(count):
         case = layer_case(rng, f"hidden-{index}")
         for causal in (False, True):
@@ -247,6 +263,12 @@ def build(seed: int, public_only: bool,
                 f"forward:{case.name}:causal={causal}",
                 "TransformerEncoderLayer", case,
                 layer_init(case.sizes, causal), causal=causal))
+        for position in future_positions(case.sizes["seq_len"]):
+            plan.add("task1", weighted(
+                f"layer-future:{case.name}:{position}",
+                "TransformerEncoderLayer",
+                with_future_rows(case, position, future_rng),
+                layer_init(case.sizes, True), causal=True))
 
     # Task 2: TransformerLM, at both depths.
     for depth, layers in DEPTHS.items():

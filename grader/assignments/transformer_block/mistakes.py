@@ -75,19 +75,50 @@ def layer_passes(task1: TaskRun) -> bool:
     return True
 
 
+def layer_keeps_causal(task1: TaskRun) -> bool:
+    """Whether the student's layer built with ``causal=True`` is causal,
+    whatever its values: on every ``layer-future`` probe the output at
+    0..i equals the output on the unchanged input, and the output after i
+    changes on some probe (the layer reads its input). task2.causal is
+    then judged with the student's layers even when they fail
+    task1.forward (docs/transformer_block.md, "Isolation")."""
+    probes = task1.probe_ids("layer-future:")
+    if task1.import_error or not probes:
+        return False
+    reads_input = False
+    for probe_id in probes:
+        name, position = probe_id.split(":")[1:]
+        position = int(position)
+        base = layer_output(task1, f"forward:{name}:causal=True")
+        changed = layer_output(task1, probe_id)
+        if base is None or changed is None:
+            return False
+        if not close(changed[:, :position + 1], base[:, :position + 1]):
+            return False
+        reads_input = reads_input or not close(changed[:, position + 1:],
+                                               base[:, position + 1:])
+    return reads_input
+
+
 def lm_diagnoses(case: Case, student: torch.Tensor) -> list[str]:
-    """The diagnosis ids that explain wrong logits."""
+    """The diagnosis ids that explain wrong logits (each mistake alone,
+    or both together)."""
     _, w = case.float64()
     s = case.sizes
-    found = []
-    if close(student, reference.lm_logits(case.x, w, s["num_heads"],
-                                          s["num_layers"],
-                                          positions=False)):
-        found.append("no_position_embeddings")
-    if s["num_layers"] and close(student, reference.lm_logits(
-            case.x, w, s["num_heads"], s["num_layers"], causal=False)):
-        found.append("lm_not_causal")
-    return found
+
+    def matches(**mistakes: bool) -> bool:
+        return close(student, reference.lm_logits(
+            case.x, w, s["num_heads"], s["num_layers"], **mistakes))
+
+    if matches(positions=False):
+        return ["no_position_embeddings"]
+    if not s["num_layers"]:
+        return []
+    if matches(causal=False):
+        return ["lm_not_causal"]
+    if matches(positions=False, causal=False):
+        return ["no_position_embeddings", "lm_not_causal"]
+    return []
 
 
 def check_parameters(what: str, info: dict, expected: dict) -> None:

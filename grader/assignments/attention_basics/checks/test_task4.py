@@ -41,7 +41,20 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
             case, causal=True, fill=0.0),
         "mask_ignored": lambda: mistakes.single_variant(
             case, causal=True, masked=False)})
+    if not ids:
+        ids, words = mistakes.two_mistakes(
+            student, lambda **kw: mistakes.single_variant(
+                case, causal=True, **kw), MISTAKES,
+            case.sizes["d_out"] ** 0.5, case.sizes)
     return ids, words
+
+
+#: The mistakes :func:`mistakes.two_mistakes` combines, as the keyword
+#: arguments of :func:`mistakes.single_variant`.
+MISTAKES = [("softmax_dim", {"softmax_dim": 1}),
+            ("mask_diagonal", {"diagonal": 0}),
+            ("mask_zero_fill", {"fill": 0.0}),
+            ("mask_ignored", {"masked": False})]
 
 
 def transposed_batch(task4: TaskRun) -> list[str]:
@@ -51,9 +64,16 @@ def transposed_batch(task4: TaskRun) -> list[str]:
     if student is None:
         return []
     case = task4.case("square:square")
-    return mistakes.matching(student, {
+    found = mistakes.matching(student, {
         "transpose_batch": lambda: mistakes.single_variant(
             case, causal=True, transpose_batch=True)})
+    for name, kwargs in MISTAKES if not found else ():
+        found = mistakes.matching(student, {
+            "transpose_batch": lambda: mistakes.single_variant(
+                case, causal=True, transpose_batch=True, **kwargs)})
+        if found:
+            return found + [name]
+    return found
 
 
 @pytest.mark.item("task4.causal", part="causal")
@@ -69,7 +89,8 @@ def test_layers_and_mask_buffer(task4: TaskRun) -> None:
 def test_forward_matches_reference(task4: TaskRun) -> None:
     """Causal scaled attention with the case's weights loaded."""
     def on_error(case: Case) -> list[str]:
-        return mask_not_sliced(task4, case) + transposed_batch(task4)
+        return mask_not_sliced(task4, case, expected, diagnose) \
+            + transposed_batch(task4)
 
     def explain(case: Case, student: torch.Tensor
                 ) -> tuple[list[str], str]:

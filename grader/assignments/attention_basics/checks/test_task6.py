@@ -52,6 +52,17 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
         "mask_zero_fill": variant(fill=0.0),
         "mask_ignored": variant(masked=False),
         "no_out_proj": variant(out_proj=False)})
+    if not ids:
+        ids, words = mistakes.two_mistakes(
+            student, lambda **kw: mistakes.multi_variant(case, **kw), [
+                ("softmax_dim", {"softmax_dim": -2}),
+                ("reshape_not_transpose", {"split_transpose": False}),
+                ("reshape_not_transpose", {"merge_transpose": False}),
+                ("mask_diagonal", {"diagonal": 0}),
+                ("mask_zero_fill", {"fill": 0.0}),
+                ("mask_ignored", {"masked": False}),
+                ("no_out_proj", {"out_proj": False})],
+            head_dim ** 0.5, case.sizes)
     return list(dict.fromkeys(ids)), words
 
 
@@ -71,7 +82,7 @@ def test_layers(task6: TaskRun) -> None:
 def test_forward_matches_reference(task6: TaskRun) -> None:
     """Split, causal scaled attention per head, merge, out_proj."""
     compare(task6, "values:", expected, diagnose,
-            lambda case: mask_not_sliced(task6, case))
+            lambda case: mask_not_sliced(task6, case, expected, diagnose))
 
 
 @pytest.mark.item("task6.values", part="values")
@@ -80,7 +91,7 @@ def test_seeded_construction_gives_the_lecture_numbers(
     """torch.manual_seed(123); MultiHeadAttention(3, 2, 6, 0.0, 2): the
     lecture's [0.3190, 0.4858] for the first token; the same with
     context_length 10."""
-    seeded(task6, expected)
+    seeded(task6, expected, diagnose=diagnose)
 
 
 @pytest.mark.item("task6.dropout", part="dropout")

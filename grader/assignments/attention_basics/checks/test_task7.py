@@ -56,8 +56,16 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
     ids += mistakes.matching(student, {
         "reshape_not_transpose": variant(split_permute=False,
                                          merge_permute=False),
-        "qkv_split_order": variant(chunk_first=True, merge_permute=False),
         "no_out_proj": variant(linear_layer=False)})
+    if not ids:
+        ids, words = mistakes.two_mistakes(
+            student, lambda **kw: mistakes.qkv_variant(case, **kw), [
+                ("softmax_dim", {"softmax_dim": -2}),
+                ("qkv_split_order", {"chunk_first": True}),
+                ("reshape_not_transpose", {"split_permute": False}),
+                ("reshape_not_transpose", {"merge_permute": False}),
+                ("no_out_proj", {"linear_layer": False})],
+            head_dim ** 0.5, case.sizes)
     return list(dict.fromkeys(ids)), words
 
 

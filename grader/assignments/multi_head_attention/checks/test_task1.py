@@ -48,6 +48,13 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
     ids += mistakes.matching(student, {
         "softmax_dim": lambda: mistakes.self_attention_variant(
             case, softmax_dim=1)})
+    if not ids:  # a scale mistake behind a softmax over the queries
+        more, said = mistakes.scale_diagnosis(mistakes.fit_scale_output(
+            case, student, softmax_dim=1), expected, case.sizes)
+        if more:
+            ids, words = ["softmax_dim"] + more, (
+                f"{said} The softmax is taken over the queries (dim=1); "
+                f"take it over the keys (dim=-1).")
     return ids, words
 
 

@@ -197,14 +197,27 @@ def diagnose_probs(case: Case, student: torch.Tensor
         "softmax_dim": lambda: mistakes.probs_variant(case, softmax_dim=-2),
         "reshape_not_transpose": lambda: mistakes.probs_variant(
             case, split_transpose=False)})
-    order = mistakes.block_order(student, expected(case)[1])
+    # Softmax over the queries: the other mistakes are read on columns.
+    over_queries = not sums_to_one(student) and sums_to_one(student, -2)
+    right = (mistakes.probs_variant(case, softmax_dim=-2) if over_queries
+             else expected(case)[1])
+    order = mistakes.block_order(student, right)
+    if order == list(range(len(order or ()))):
+        order = None      # the blocks in place: nothing reordered
     if order is not None:
-        ids.append("head_order")
+        ids += ["head_order"] + (["softmax_dim"] if over_queries else [])
         how = mistakes.describe_order(order, s["batch_size"],
                                       s["num_heads"])
         words += (f" Each [seq_len, seq_len] block of probs is a right "
-                  f"head distribution, but {how}: row b * num_heads + h "
-                  f"must hold head h of sequence b.")
+                  f"head distribution{COLUMNS if over_queries else ''}, "
+                  f"but {how}: row b * num_heads + h must hold head h of "
+                  f"sequence b.")
+    elif over_queries and mistakes.full_width_blocks(case, student, True):
+        ids += ["heads_not_split", "softmax_dim"]
+        words += (f" Each [seq_len, seq_len] block of probs is attention "
+                  f"over all hidden features of q and k{COLUMNS}: every "
+                  f"head uses the full projections instead of its own "
+                  f"head_size slice.")
     elif mistakes.full_width_blocks(case, student):
         ids.append("heads_not_split")
         words += (" Each [seq_len, seq_len] block of probs is attention "
@@ -217,7 +230,34 @@ def diagnose_probs(case: Case, student: torch.Tensor
         words += f" {said}" if said else ""
     elif not ids:
         ids, words = reordered_scale(case, student)
-    return ids, words.strip()
+    if not ids:
+        ids, words = scale_behind_steps(case, student)
+    return list(dict.fromkeys(ids)), words.strip()
+
+
+#: How a message says the softmax ran over the queries.
+COLUMNS = (" taken over the queries (each column sums to 1, not each row: "
+           "softmax over dim=-1)")
+
+
+def scale_behind_steps(case: Case, student: torch.Tensor
+                       ) -> tuple[list[str], str]:
+    """A scale mistake together with a split or softmax mistake (both
+    named): :func:`mistakes.scale_in_other_steps`."""
+    s = case.sizes
+    found = mistakes.scale_in_other_steps(case, student)
+    if found is None:
+        return [], ""
+    steps, c = found
+    ids, words = mistakes.scale_diagnosis(c, (s["hidden"] // s["num_heads"])
+                                          ** 0.5, s)
+    if "reshape_not_transpose" in steps:
+        words += (" The heads are split with reshape/view alone: view as "
+                  "[batch_size, seq_len, num_heads, head_size] and "
+                  "transpose(1, 2) first.")
+    if "softmax_dim" in steps:
+        words += f" The softmax is{COLUMNS}."
+    return steps + ids, words
 
 
 def reordered_scale(case: Case, student: torch.Tensor
@@ -323,8 +363,11 @@ def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor,
     if base != case.name:
         # All scores equal: a mask read from the score values is empty
         # (or hides everything) here, while it worked on random scores.
+        # (Nothing else is read here: equal scores make every region of
+        # a row look filled with one value.)
         sibling = optional_probs(task2, f"causal:{base}")
-        if sibling is not None and hides_future(sibling):
+        if sibling is not None and hides_future(sibling) \
+                and not hides_future(probs):
             return ["mask_from_scores"], (
                 "With every score equal (zero query weights) the mask "
                 "does not hide the future, though it does on random "
@@ -339,6 +382,7 @@ def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor,
     ids += mistakes.matching(probs, {
         "mask_zero_fill": lambda: mistakes.probs_variant(
             case, causal=True, fill=0.0)})
+    ids += over_queries_masks(case, probs)
     filled = mistakes.equal_fill(probs)
     ids += filled
     if "mask_zero_fill" in filled:
@@ -363,6 +407,30 @@ def diagnose_causal(task2: TaskRun, case: Case, probs: torch.Tensor,
     if not sums_to_one(probs) and sums_to_one(probs, dim=-2):
         ids.append("softmax_dim")
     return list(dict.fromkeys(ids)), words.strip()
+
+
+def over_queries_masks(case: Case, probs: torch.Tensor) -> list[str]:
+    """Mask mistakes behind a softmax over the queries: ``probs`` are the
+    reference's with that mask and the softmax over dim=1 (NaN where a
+    whole column is masked, as in the student's)."""
+    found = []
+    for name, kwargs in (("mask_diagonal", {"diagonal": 0}),
+                         ("mask_sees_next", {"diagonal": 2}),
+                         ("mask_zero_fill", {"fill": 0.0})):
+        variant = mistakes.probs_variant(case, causal=True, softmax_dim=-2,
+                                         **kwargs).float()
+        if same_with_nan(probs, variant):
+            found += [name, "softmax_dim"]
+    return found
+
+
+def same_with_nan(student: torch.Tensor, want: torch.Tensor) -> bool:
+    """``close``, with NaN where (and only where) ``want`` has NaN."""
+    if tuple(student.shape) != tuple(want.shape):
+        return False
+    nan = torch.isnan(want)
+    return bool(torch.equal(torch.isnan(student), nan)
+                and close(student[~nan], want[~nan]))
 
 
 def causal_diagnosis(task2: TaskRun, probe_id: str,
@@ -391,26 +459,99 @@ def optional_probs(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
         return None
 
 
+def both(*diagnoses: Callable[[], tuple[list[str], str]]
+         ) -> Callable[[], tuple[list[str], str]]:
+    """Every diagnosis of ``diagnoses`` together."""
+    def diagnose() -> tuple[list[str], str]:
+        ids, words = [], ""
+        for found, said in (run() for run in diagnoses):
+            ids += [name for name in found if name not in ids]
+            words = f"{words} {said}".strip()
+        return ids, words
+    return diagnose
+
+
+def public_mask_from_scores(task2: TaskRun) -> tuple[list[str], str]:
+    """``mask_from_scores`` on the first public case, where the code runs
+    (``public-equal:``): its mask hides the future on random scores but
+    not when every score is equal."""
+    for probe_id in task2.probe_ids("public-equal:"):
+        name = probe_id.split(":", 1)[1]
+        probs = optional_probs(task2, probe_id)
+        sibling = optional_probs(task2, f"size:{name}:same:causal")
+        if probs is not None and sibling is not None \
+                and hides_future(sibling) and not hides_future(probs):
+            return ["mask_from_scores"], (
+                "Where the code runs, with every score equal the mask "
+                "does not hide the future: it is computed from the score "
+                "values; build it from the positions alone.")
+    return [], ""
+
+
+def public_dropout_misplaced(task2: TaskRun) -> tuple[list[str], str]:
+    """``dropout_misplaced`` on the first public case, where the code runs
+    (``public-dropout-*``): dropout changes att but not probs."""
+    ids = ("public-dropout-eval", "public-dropout-train")
+    if not all(probe_id in task2.results and task2.result(probe_id).ok
+               for probe_id in ids):
+        return [], ""
+    try:
+        _, eval_att, eval_probs = any_layout(task2, ids[0])
+        _, train_att, train_probs = any_layout(task2, ids[1])
+    except CheckFailed:
+        return [], ""
+    if not att_alone_changes(eval_att, eval_probs, train_att, train_probs):
+        return [], ""
+    return ["dropout_misplaced"], (
+        "Where the code runs, dropout in train mode changes att but not "
+        "the returned probs: apply self.dropout to probs.")
+
+
 @pytest.mark.item("task2.causal")
 def test_causal_probs_structure(task2: TaskRun) -> None:
     """causal=True: 0 above the diagonal, > 0 on and below, rows sum 1,
     on random scores and on scores that are all equal."""
-    behind = on_cases_that_ran(task2, "causal", lambda probe_id:
-                               causal_diagnosis(task2, probe_id))
+    behind = both(on_cases_that_ran(task2, "causal", lambda probe_id:
+                                    causal_diagnosis(task2, probe_id)),
+                  lambda: public_mask_from_scores(task2))
     with explained(hardcoded(task2, "causal", behind)):
         require_ran(task2, task2.probe_ids("causal:"),
                     CALL + " with causal=True")
+        failures = []
         for probe_id in task2.probe_ids("causal:"):
-            case, probs = probs_of(task2, probe_id, lambda case, probs:
-                                   causal_diagnosis(task2, probe_id, probs))
-            problem = causal_problem(probs)
-            if problem is None:
-                continue
-            where = f"with causal=True on {case.describe()}"
-            if case.name.endswith("-equal-scores"):
-                where += ", where every score is equal,"
-            ids, words = diagnose_causal(task2, case, probs)
-            fail(f"probs {where} {problem}. {words}".rstrip(), *ids)
+            try:
+                causal_probe(task2, probe_id)
+            except CheckFailed as exc:
+                failures.append(exc)
+        if failures:
+            raise every_mistake(failures)
+
+
+def causal_probe(task2: TaskRun, probe_id: str) -> None:
+    """Fail when one causal probe's probs have the wrong structure."""
+    case, probs = probs_of(task2, probe_id, lambda case, probs:
+                           causal_diagnosis(task2, probe_id, probs))
+    problem = causal_problem(probs)
+    if problem is None:
+        return
+    where = f"with causal=True on {case.describe()}"
+    if case.name.endswith("-equal-scores"):
+        where += ", where every score is equal,"
+    ids, words = diagnose_causal(task2, case, probs)
+    fail(f"probs {where} {problem}. {words}".rstrip(), *ids)
+
+
+def every_mistake(failures: list[CheckFailed]) -> CheckFailed:
+    """The first probe's failure, with the mistakes only later probes
+    show (a mask read from the scores shows on equal scores alone, after
+    a first failure that named another mistake)."""
+    first = failures[0]
+    for later in failures[1:]:
+        new = [name for name in later.diagnoses
+               if name not in first.diagnoses]
+        if new:
+            first = first.extended(new, later.message)
+    return first
 
 
 def output_diagnosis(case: Case, att: torch.Tensor
@@ -434,12 +575,20 @@ def diagnose_output(case: Case, student: torch.Tensor
                 case, split_transpose=False, merge_transpose=False)})
     if not ids and mistakes.matching(student, {
             "both": lambda: mistakes.output_variant(
-                case, merge_transpose=False, mix=False)}):
+                case, merge_transpose=False, mix=False),
+            "split": lambda: mistakes.output_variant(
+                case, split_transpose=False, mix=False)}):
         return ["reshape_not_transpose", "no_mix"], ""
     words = ""
-    for mixed in (True, False):
-        if mistakes.moved_values(case, student, mixed=mixed):
-            ids += ["merge_wrong_axes"] + ([] if mixed else ["no_mix"])
+    # Values of heads split without transpose, moved: only when no known
+    # output explains it (a split and a merge by reshape alone are
+    # reshape_not_transpose, docs/diagnoses.md).
+    steps = ((True, True), (True, False)) + (
+        () if ids else ((False, True), (False, False)))
+    for split, mixed in steps:
+        if mistakes.moved_values(case, student, mixed, split):
+            ids += (["merge_wrong_axes"] + ([] if mixed else ["no_mix"])
+                    + ([] if split else ["reshape_not_transpose"]))
             words = ("The per-head outputs are right, but merging them "
                      "back to [batch_size, seq_len, hidden] puts values "
                      "in the wrong sequence, position or feature: from "
@@ -519,8 +668,10 @@ def dropout_at(task2: TaskRun, p: float) -> tuple[list[torch.Tensor], int]:
             fail(f"In eval mode the probabilities of a model with "
                  f"dropout={p:g} are not a distribution: their rows do "
                  f"not sum to 1 but their columns do, so the softmax runs "
-                 f"over the queries; dropout cannot be judged on them.",
-                 "softmax_dim")
+                 f"over the queries; dropout cannot be judged on them. "
+                 f"{misplaced(task2, p, eval_att, eval_probs)}".rstrip(),
+                 "softmax_dim", *(["dropout_misplaced"] if misplaced(
+                     task2, p, eval_att, eval_probs) else []))
         fail(f"In eval mode (model.eval()) the probabilities of a model "
              f"with dropout={p:g} are not a distribution (rows must sum "
              f"to 1): dropout must act only in training. Use "
@@ -567,6 +718,30 @@ def dropout_at(task2: TaskRun, p: float) -> tuple[list[torch.Tensor], int]:
     return masks, int(judged.sum())
 
 
+def misplaced(task2: TaskRun, p: float, eval_att: torch.Tensor | None,
+              eval_probs: torch.Tensor) -> str:
+    """Words when dropout at rate ``p`` changes att but not the returned
+    probs (dropout applied elsewhere), else ""."""
+    _, train_att, train_probs = any_layout(task2, f"dropout-train:{p:g}:0")
+    if not att_alone_changes(eval_att, eval_probs, train_att, train_probs):
+        return ""
+    return ("Also, in train mode att changes but the returned probs do "
+            "not: dropout is applied elsewhere, not to probs.")
+
+
+def att_alone_changes(eval_att: torch.Tensor | None,
+                      eval_probs: torch.Tensor,
+                      train_att: torch.Tensor | None,
+                      train_probs: torch.Tensor) -> bool:
+    """True when train mode changes att but not the returned probs: the
+    dropout is applied somewhere other than the probabilities."""
+    return (eval_att is not None and train_att is not None
+            and train_probs.shape == eval_probs.shape
+            and train_att.shape == eval_att.shape
+            and close(train_probs, eval_probs)
+            and not close(train_att, eval_att))
+
+
 def uniform_scale(train: torch.Tensor, evaluated: torch.Tensor
                   ) -> float | None:
     """The one factor c with train = c * eval wherever train is not 0, if
@@ -590,7 +765,8 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     att is those dropped probs times the values (docs/threat-model.md,
     principle 5); in eval mode and at p = 0 att is the output without
     dropout."""
-    with explained(hardcoded(task2, "probs")):
+    with explained(hardcoded(task2, "probs", lambda:
+                             public_dropout_misplaced(task2))):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
         for p in DROPOUT_RATES:
             masks, _ = dropout_at(task2, p)

@@ -29,6 +29,30 @@ def depth(runs: dict[str, TaskRun]) -> str:
     return "d2" if mistakes.layer_passes(runs["task1"]) else "d0"
 
 
+@pytest.fixture
+def causal_depth(runs: dict[str, TaskRun], depth: str) -> str:
+    """task2.causal's depth: also "d2" when the layer fails task1.forward
+    but keeps ``causal=True`` causal (mistakes.layer_keeps_causal) and the
+    model runs with two of them, so that a non-causal model is caught
+    behind a wrong layer; "d0" otherwise."""
+    task2 = runs["task2"]
+    if depth == "d2" or not mistakes.layer_keeps_causal(runs["task1"]):
+        return depth
+    probes = task2.probe_ids("future:d2:") + task2.probe_ids("logits:d2:")
+    return "d2" if probes and all(forward_ran(task2, probe_id)
+                                  for probe_id in probes) else "d0"
+
+
+def forward_ran(task2: TaskRun, probe_id: str) -> bool:
+    """True when a forward probe returned logits of the contract shape."""
+    result = task2.result(probe_id)
+    value = result.value if result.ok else None
+    s = task2.case(probe_id).sizes
+    return (value is not None and value.kind == "tensor"
+            and value.tensor is not None and tuple(value.shape) == (
+                s["batch_size"], s["seq_len"], s["vocab_size"]))
+
+
 def depth_words(depth: str) -> str:
     """How a message says which models were used."""
     return ("" if depth == "d2" else " (judged with num_layers=0, since "
@@ -83,9 +107,16 @@ def test_logits_match_reference(task2: TaskRun, depth: str) -> None:
 
 
 @pytest.mark.item("task2.causal")
-def test_logits_ignore_the_future(task2: TaskRun, depth: str) -> None:
+def test_logits_ignore_the_future(task2: TaskRun, depth: str,
+                                  causal_depth: str) -> None:
     """Changing the tokens after i leaves the logits at 0..i unchanged,
-    and changes the logits after i somewhere (the model reads its input)."""
+    and changes the logits after i somewhere (the model reads its input).
+    Judged with the student's layers whenever they keep causal=True
+    causal, even if their values are wrong (``causal_depth``)."""
+    words = depth_words(depth) if causal_depth == depth else (
+        " (judged with two of your layers: they fail task1.forward, but "
+        "built with causal=True they are causal)")
+    depth = causal_depth
     probes = task2.probe_ids(f"future:{depth}:")
     require_ran(task2, probes + task2.probe_ids(f"logits:{depth}:"),
                 "TransformerLM.forward")
@@ -101,7 +132,7 @@ def test_logits_ignore_the_future(task2: TaskRun, depth: str) -> None:
                  f"position {position} changes the logits at positions "
                  f"0..{position} "
                  f"({max_error(changed[:, kept], base[:, kept])})"
-                 f"{depth_words(depth)}.", "lm_not_causal")
+                 f"{words}.", "lm_not_causal")
         if not close(changed[:, position + 1:], base[:, position + 1:]):
             reads_input = True
     if not reads_input:
