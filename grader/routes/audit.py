@@ -1,18 +1,13 @@
 """``python -m grader audit ID``: mutation testing of an assignment's rubric.
 
-Every known mistake of the plug-in's catalog (:mod:`grader.catalog`) is
-applied to the reference solution and graded through the real pipeline
-(sandbox, checks, pep8, shapes), in parallel as a batch grades a class
-(:mod:`grader.routes.judges`); so is every correct variant, and the
-reference itself, whose item scores are the baseline. A mutant must lose
-exactly the items it declares and be named by its diagnosis on one of
-them; a variant must lose nothing. ``--pairs`` also grades every pair of
-mutants that touch different lines: each mistake must be named on one of
-its items, unless the catalog declares the pair an exception (one mistake
-masks the other by construction, which the audit verifies, or a known gap
-of the diagnosis), which the table reports as such. The table,
-``audit.json`` and ``audit.md`` say what held (docs/adding-an-assignment.md,
-"The audit").
+Every known mistake of the plug-in's catalog (:mod:`grader.catalog`), every
+correct variant and (with ``--pairs``) every pair of mistakes on different
+lines is applied to the reference and graded through the real pipeline, in
+parallel as a batch grades a class; a mutant must lose exactly its items
+and be named, a variant must lose nothing, a pair must have both mistakes
+named unless the catalog declares it an exception (verified). What it
+checks and how to read its table: docs/adding-an-assignment.md, "The
+audit".
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ def grade_path():
     return run
 
 
+@pytest.hookimpl(optionalhook=True)  # only with pytest-xdist
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the usable cores (at most one per
     3 GB of memory). Much of a worker's time is spent waiting on the
@@ -49,3 +50,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         memory = 0
     by_memory = max(1, memory // (3 * 2**30)) if memory else cores + 1
     return max(1, min(cores + 1, by_memory))
+
+
+#: The test files that take longest (measured: a full run's per-file
+#: seconds), longest first. With ``--dist loadfile`` each worker takes the
+#: next file in collection order; starting the long ones first keeps one
+#: long file from running alone at the end of the run.
+LONGEST_FIRST = (
+    "test_nbgrader_route.py", "test_classroom.py", "test_batch.py",
+    "test_diagnoses.py", "test_routes_agree.py", "test_grader_corpus.py",
+    "test_transformer_block_routes.py", "test_attention_basics_grading.py",
+    "test_front_doors.py", "test_cluster.py", "test_starved.py",
+    "test_new_users.py", "test_hostile.py", "test_notebook_cells.py",
+    "test_formgrader_browser.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Run the longest test files first (a stable sort: every file keeps
+    its tests' order, the others keep theirs)."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -195,9 +195,11 @@ def test_a_submission_or_an_unrelated_folder_is_refused(tmp_path):
                                          r"\(nbgrader_config.py\) without "
                                          "a submitted/ folder"):
         discover(KIT)
+    _put("# Notes\n", tmp_path / "documents" / "README.md")
+    _put("notes\n", tmp_path / "documents" / "notes.txt")
     with pytest.raises(BatchError, match="neither a class folder nor a "
                                          "submission"):
-        discover(KIT / "docs")
+        discover(tmp_path / "documents")
     _put("X = 1\n", tmp_path / "class" / "a.py")
     _put("def f():\n    pass\n", tmp_path / "class" / "b" / "b.py")
     found = discover(tmp_path / "class")

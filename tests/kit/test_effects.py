@@ -37,6 +37,9 @@ FULL_ATTENTION = (1, 3, 0, 0, 1, 3, 1, 2, 0, 0)
 NO_DROPOUT = (1, 3, 0, 0, 1, 3, 1, 1, 0, 0)
 FULL_TRANSFORMER = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NOT_TRAINED = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, 0)
+#: ... and keeps its made-up weights in a dict of tensors with no shape
+#: comment: the container rule (principle 6) charges task2.shapes too.
+NOT_TRAINED_DICT = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, -1)
 WROTE = "changed during training with loss, not by a gradient step"
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words)}.
@@ -60,13 +63,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_inner_optimizer": (
             NOT_TRAINED, (), WROTE),
         "train_stats_data": (
-            NOT_TRAINED, (), WROTE),
+            NOT_TRAINED_DICT, (), WROTE),
         "train_hook_replaces": (
-            NOT_TRAINED, (), REPLACED),
+            NOT_TRAINED_DICT, (), REPLACED),
         "train_finalizer_writes": (
-            NOT_TRAINED, (), WROTE),
+            NOT_TRAINED_DICT, (), WROTE),
         "train_read_time_write": (
-            NOT_TRAINED, (), WROTE),
+            NOT_TRAINED_DICT, (), WROTE),
         "honest_no_grad_metric": (FULL_TRANSFORMER, (), "ok"),
     },
 }

@@ -15,6 +15,7 @@ runs, no sandbox (a few seconds).
 from __future__ import annotations
 
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -239,8 +240,15 @@ def test_code_too_deep_to_compare_is_a_reason_not_a_crash():
                         + "\n", 1)
     assignment = get_assignment("multi_head_attention")
     source = SourceFile(text, Path("deep.py"))
-    code = own_code("deep", assignment,
-                    {task.id: source for task in assignment.tasks})
+    # Python's default limit (a library imported earlier in this process,
+    # e.g. torch._dynamo, may have raised it).
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        code = own_code("deep", assignment,
+                        {task.id: source for task in assignment.tasks})
+    finally:
+        sys.setrecursionlimit(limit)
     assert code.problems == ["SelfAttention: the code is nested too deeply "
                              "to compare (RecursionError)"]
     assert {code.origin[i][0] for _, indexes in code.units
