@@ -1536,31 +1536,28 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     local_tracer = line_tracer(units, line_unit, record, held,
                                read_chain, expand, phase)
 
-    def global_tracer(frame, event, arg):
+    def note_recorder(find, frame, code):
+        """Report a stand-in for tensors that ``find`` sees at ``frame``
+        (the tracer is busy meanwhile: what it calls is not traced)."""
         tracer_busy[0] = True
         try:
-            code = frame.f_code
-            recorder = (stand_in(frame, code) if note is not None
-                        and code.co_name in protocol else None)
+            recorder = find(frame, code)
         finally:
             tracer_busy[0] = False
         if recorder is not None:
             note("untraceable", "compile",
                  recorder[:120] + " (a stand-in for tensors that records "
                  "the code it runs through)")
+
+    def global_tracer(frame, event, arg):
+        code = frame.f_code
+        if note is not None and code.co_name in protocol:
+            note_recorder(stand_in, frame, code)
         kind = classify(code)
         if kind == "library" or kind == "agent":
             return None
         if note is not None:
-            tracer_busy[0] = True
-            try:
-                recorder = stand_in_argument(frame, code)
-            finally:
-                tracer_busy[0] = False
-            if recorder is not None:
-                note("untraceable", "compile",
-                     recorder[:120] + " (a stand-in for tensors that "
-                     "records the code it runs through)")
+            note_recorder(stand_in_argument, frame, code)
         if kind == "submission":
             phase["ran"].add((b_id(code), phase["stage"]))
         else:
