@@ -19,6 +19,7 @@ MAX_EXECUTIONS = 64
 # and the statement's comment cannot be verified (it fails closed).
 MAX_HELD_SCAN = 4096
 MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
+CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 MAX_HELD_DEPTH = 8
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
@@ -1441,7 +1442,8 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
 def shape_tracer(units: list, line_unit: dict, phase: dict,
                  classify: Callable, synthetic: dict, readers: tuple,
                  tracer_busy: list, note: Callable | None = None,
-                 tensor_base: type | None = None) -> Callable:
+                 tensor_base: type | None = None,
+                 operations: tuple | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -1455,7 +1457,12 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     code. Such a stand-in records the code instead of computing it
     (``torch.fx``'s symbolic tracing, any recorder), so that the recording
     can run later where no trace function follows (an interpreter of the
-    recorded graph)."""
+    recorded graph).
+
+    ``operations`` (:func:`operation_judge`'s ``judge`` and ``in_force``,
+    and the code of the grader's torch function mode's handler): every
+    torch operation is judged at the call of the handler, and every
+    library and submission frame checks that the mode is in force."""
     b_len, b_str, b_id, b_type = len, str, id, type
     b_isinstance = isinstance
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
@@ -1465,6 +1472,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
+    judge, in_force, handler_code = operations or (None, None, None)
 
     def stand_in_name(cls):
         """The class's name when it is a stand-in for tensors: it answers
@@ -1551,13 +1559,19 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     def global_tracer(frame, event, arg):
         code = frame.f_code
+        if code is handler_code:
+            return judge(frame)
         if note is not None and code.co_name in protocol:
             note_recorder(stand_in, frame, code)
         kind = classify(code)
         if kind == "library" or kind == "agent":
+            if kind == "library" and in_force is not None:
+                in_force(frame)
             return None
         if note is not None:
             note_recorder(stand_in_argument, frame, code)
+        if in_force is not None:
+            in_force(frame)
         if kind == "submission":
             phase["ran"].add((b_id(code), phase["stage"]))
         else:
@@ -1586,6 +1600,280 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return not phase["silenced"]
 
     return global_tracer, still_tracing
+
+
+# -- principle 4: a torch operation is chosen by code, not by data ----------
+
+def torch_function_mode(namespace_type: type, method_type: type
+                        ) -> tuple[object, Callable]:
+    """Return ``(mode, handler)``: the grader's torch function mode, an
+    object torch calls (``mode.__torch_function__``) for every torch
+    function, method and operator, and the plain function behind it.
+
+    The handler only passes the call on: it holds no cell (nothing to read
+    or rewrite for code that reaches it through torch's mode stack). What
+    it is for happens in the trace function, out of reach, at the call of
+    the handler's frame (:func:`operation_judge`)."""
+    def chosen_by_code(mode, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            return func(*args)
+        return func(*args, **kwargs)
+
+    mode = namespace_type()
+    mode.__torch_function__ = method_type(chosen_by_code, mode)
+    return mode, chosen_by_code
+
+
+def operation_judge(torch: Any, mode: object, handler: Callable,
+                    classify: Callable, note: Callable
+                    ) -> tuple[Callable, ...]:
+    """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
+
+    ``judge`` runs at the call of the mode's handler (``frame``): a torch
+    operation is about to run. The operation is chosen by code when the
+    nearest Python frame below it (past torch's dispatch plumbing, the
+    operation's own Python body and wrappers that forward a function
+    they close over) is the submission's, the grader's, a syntax
+    operation (``a @ b``, ``x[i]``, ``x.T``) of a library, or a library
+    call whose code names the operation. Otherwise a library called an
+    operation it received as data (``torch.fx.Interpreter``'s
+    ``target(*args)``, a dispatch table): ``judge`` returns a local trace
+    function that reports it (``untraceable``) when the operation
+    returns more than a plain value (a tensor, not a string or a size).
+
+    ``in_force`` runs at the call of every library and submission frame:
+    it checks, in a few C calls, that the mode is still at the bottom of
+    torch's mode stack, enabled, unchanged; when not, the code running is
+    the submission's (reported: the instrument was silenced), torch's own
+    Python body of an operation the mode is handling (torch sets the mode
+    aside meanwhile), or the grader's. ``arm`` pushes the mode on the
+    calling thread (once per thread; a thread first seen by ``in_force``
+    is armed there).
+    """
+    import dis
+    import threading
+    import types
+
+    b_type, b_str, b_set, b_dict = type, str, set, dict
+    b_BaseException = BaseException
+    C = torch._C
+    stack_len = C._len_torch_function_stack
+    stack_at = C._get_function_stack_at
+    push = C._push_on_torch_function_stack
+    mode_enabled = C._is_torch_function_mode_enabled
+    skip_next = C._peek_should_skip_torch_function
+    thread_ident = threading.get_ident
+    FunctionType = types.FunctionType
+    function_code = FunctionType.__dict__["__code__"].__get__
+    function_dict = FunctionType.__dict__["__dict__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    native_descriptors = (types.GetSetDescriptorType,
+                          types.MemberDescriptorType)
+    b_range = range
+    wrapper_type = b_type(C.TensorBase.T.__get__)
+    method_self = {wrapper_type: wrapper_type.__dict__["__self__"].__get__}
+    mode_dict = mode.__dict__
+    bound = mode_dict["__torch_function__"]
+    handler_code = function_code(handler)
+    protocol_code = torch.overrides.handle_torch_function.__code__
+    protocol_name = "handle_torch_function"
+    call_ops = frozenset(dis.opmap[name] for name in
+                         ("CALL", "CALL_FUNCTION_EX", "CALL_KW")
+                         if name in dis.opmap)
+    cache_op = dis.opmap.get("CACHE", 0)
+    plain = frozenset((b_str, bytes, int, float, bool, complex,
+                       type(None), torch.Size, torch.dtype, torch.device,
+                       torch.layout, torch.memory_format))
+    armed: set = b_set()
+    verb = CHOSEN_BY_DATA
+
+    def native(value, attribute):
+        """``value.attribute`` when a native descriptor of its class holds
+        it (None otherwise): no code of the value's runs."""
+        kind = b_type(value)
+        for base in type_mro(kind):
+            found = type_dict(base).get(attribute)
+            if found is None:
+                continue
+            if b_type(found) not in native_descriptors:
+                return None
+            try:
+                return found.__get__(value, kind)
+            except b_BaseException:
+                return None
+        return None
+
+    def name_of(value):
+        """``value.__name__``, from a native descriptor or the instance's
+        own dict (an operator object's), read without running its code."""
+        name = native(value, "__name__")
+        if name is None:
+            namespace = native(value, "__dict__")
+            if b_type(namespace) is b_dict:
+                name = namespace.get("__name__")
+        return name if b_type(name) is b_str else ""
+
+    def operation_name(func):
+        name = name_of(func)
+        if name in ("__get__", "__set__", "__delete__"):
+            reader = method_self.get(b_type(func))
+            if reader is not None:
+                name = name_of(reader(func))  # a property: its own name
+        return name
+
+    def own_codes(func):
+        """The code objects of the operation's own Python body (a torch
+        function written in Python, its functools.wraps chain, or the
+        ``__call__`` of an operator object such as ``torch.ops``')."""
+        found = []
+        value = func
+        for _ in b_range(4):
+            if b_type(value) is FunctionType:
+                found.append(function_code(value))
+                value = function_dict(value).get("__wrapped__")
+                continue
+            for base in type_mro(b_type(value)):
+                call = type_dict(base).get("__call__")
+                if call is not None:
+                    if b_type(call) is FunctionType:
+                        found.append(function_code(call))
+                    break
+            break
+        return found
+
+    def forwards(frame, func):
+        """True when ``frame`` runs a wrapper that calls a function it
+        closes over: the operation itself (a decorator, a dispatch)."""
+        code = frame.f_code
+        if not code.co_freevars:
+            return False
+        local_values = frame.f_locals
+        for name in code.co_freevars:
+            if local_values.get(name) is func:
+                return True
+        return False
+
+    def caller_of(frame, func):
+        """The frame that chose the operation: below the handler, past
+        torch's protocol, the operation's own body and forwarders."""
+        own = own_codes(func)
+        caller = frame.f_back
+        while caller is not None:
+            code = caller.f_code
+            if code is protocol_code or code is handler_code or \
+                    forwards(caller, func):
+                caller = caller.f_back
+                continue
+            mine = False
+            for known in own:
+                if code is known:
+                    mine = True
+            if not mine:
+                return caller
+            caller = caller.f_back
+        return None
+
+    def by_syntax(frame):
+        """True when the frame is running an operator, a subscript or an
+        attribute (not a call): the operation is written in its code."""
+        code = frame.f_code
+        ops = code.co_code
+        index = frame.f_lasti
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        return ops[index] not in call_ops
+
+    def names(code, name):
+        if not name:
+            return False
+        bare = name.strip("_") if name[:2] == "__" else name
+        for known in code.co_names:
+            if known == name or known == bare:
+                return True
+        for known in code.co_consts:
+            if b_type(known) is b_str and (known == name or known == bare):
+                return True
+        return False
+
+    def reporter_of(what):
+        def returned(frame, event, arg):
+            if event == "return" and b_type(arg) not in plain:
+                note("untraceable", verb, what)
+            return returned
+        return returned
+
+    def judge(frame):
+        func = frame.f_locals.get("func")
+        caller = caller_of(frame, func)
+        if caller is None:
+            return None
+        code = caller.f_code
+        if classify(code) != "library" or by_syntax(caller):
+            return None
+        name = operation_name(func)
+        if names(code, name):
+            return None
+        return reporter_of((name or "an operation")[:60] + " by "
+                           + code.co_qualname[:80])
+
+    def arm():
+        armed.add(thread_ident())
+        push(mode)
+
+    def torch_body(frame, above, start):
+        """True when ``above`` (the frame the handler called) is the
+        operation's own Python body, torch's: a torch function that hands
+        itself to the protocol (its body and what that calls run while
+        torch sets the mode aside), or the ``__call__`` of an operator
+        object (``torch.ops``), only itself (what its kernel calls is
+        not excused)."""
+        if above is None:
+            return False
+        code = above.f_code
+        func = frame.f_locals.get("func")
+        mine = False
+        for known in own_codes(func):
+            if code is known:
+                mine = True
+        if not mine:
+            return False
+        if b_type(func) is FunctionType:
+            return protocol_name in code.co_names
+        return above is start
+
+    def off(frame):
+        if thread_ident() not in armed:
+            arm()
+            return
+        walk, above = frame, None
+        while walk is not None:
+            code = walk.f_code
+            if code is handler_code:
+                if torch_body(walk, above, frame):
+                    return
+                break
+            if code is protocol_code:
+                return  # torch's protocol setting the mode aside and back
+            kind = classify(code)
+            if kind == "submission" or kind == "synthetic":
+                break
+            above, walk = walk, walk.f_back
+        if walk is None:
+            return
+        note("untraceable", verb,
+             "run while the grader's torch function mode was taken off, "
+             "disabled or replaced")
+
+    def in_force(frame):
+        if stack_len() and stack_at(0) is mode and mode_enabled() and \
+                not skip_next() and \
+                mode_dict.get("__torch_function__") is bound and \
+                function_code(handler) is handler_code:
+            return
+        off(frame)
+
+    return judge, in_force, arm
 
 
 def error_describer(filename: str, lines: list, memory_mb: int
@@ -2176,6 +2464,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
         add_audit_hook(hook)
         emit({"type": "hello", "pid": my_pid, "confinement": confinement})
         set_grad_enabled(False)
+        parts["arm"]()
         settrace(global_tracer)
         module = ModuleType("submission")
         module.__file__ = filename
@@ -2229,7 +2518,8 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              error_describer, module_describer, probe_runner,
              coverage_keeper, patch_watch, forbidden_call, refused_call,
              untraceable_call, no_trace_call, guarded_file,
-             subclass_tripwire, runner)
+             subclass_tripwire, runner, torch_function_mode,
+             operation_judge)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
@@ -2306,9 +2596,14 @@ def _assemble(job: dict, probes: list, result_fd: int,
                        "library_roots": library_roots}, busy)
     readers = value_readers(torch)
     units, line_unit = plan_units(job.get("statements", []))
-    tracer, still_tracing = shape_tracer(units, line_unit, phase, who[0],
-                                         synthetic, readers, busy["tracer"],
-                                         note, torch._C.TensorBase)
+    mode, handler = torch_function_mode(types.SimpleNamespace,
+                                        types.MethodType)
+    judge, in_force, arm = operation_judge(torch, mode, handler, who[0],
+                                           note)
+    tracer, still_tracing = shape_tracer(
+        units, line_unit, phase, who[0], synthetic, readers,
+        busy["tracer"], note, torch._C.TensorBase,
+        (judge, in_force, handler.__code__))
     describe = module_describer(torch, readers, _child_numbers(library))
     run_probe = probe_runner(torch, phase, readers, describe,
                              value_encoder(torch), note, forbidden_classes,
@@ -2324,6 +2619,6 @@ def _assemble(job: dict, probes: list, result_fd: int,
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
          "start_phase": start_phase, "patched": patch_watch(watched),
-         "note": note,
+         "note": note, "arm": arm,
          "describe_error": error_describer(filename, lines,
                                            int(job["memory_mb"]))})
