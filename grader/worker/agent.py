@@ -147,6 +147,14 @@ JIT_SIGNATURE = (r"torch::jit::|torch\._C\.(?:Graph|Node|Value|Block|"
                  r"CompilationUnit|Script(?!Class\b|Object\b)\w*|"
                  r"LiteScriptModule|_jit_tree_views\.\w+)\b")
 JIT_SYNTAX_TREE = "torch._C._jit_tree_views"
+# C entry points that run a torch function with torch's function modes set
+# aside for that one call (torch.overrides.redispatch_function's way): the
+# grader's mode, which judges what chose every operation (principle 4),
+# would not see it. Each is replaced like the compilers above, reporting
+# the operation as chosen where the grader cannot judge it. (The other
+# ways to set the mode aside, the DisableTorchFunction context, popping
+# it, the skip flag, are state the trace function checks.)
+MODE_BYPASSES = ("torch._C._skip_one_hop_torch_function",)
 CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 # The protocol through which a stand-in for tensors (torch.fx's Proxy, any
 # recorder) records the code it runs through, to run it later elsewhere.
@@ -531,6 +539,16 @@ def refused_values() -> list[tuple[object, str]]:
     return values
 
 
+def mode_bypass_values() -> list[tuple[object, str]]:
+    """The entry points of MODE_BYPASSES that exist, with their names."""
+    found = []
+    for dotted in MODE_BYPASSES:
+        value = _lookup(dotted)
+        if value is not None:
+            found.append((value, dotted))
+    return found
+
+
 def untraceable_values() -> list[tuple[object, str]]:
     """The compilers of UNTRACEABLE that exist, and every function of
     torch's C extension whose signature names a TorchScript type
@@ -622,6 +640,7 @@ def index_aliases(skip: tuple[str, ...]) -> None:
     brings. The values stay alive here, so their ids stay theirs."""
     wanted = {id(value) for value, _ in refused_values()}
     wanted |= {id(value) for value, _ in untraceable_values()}
+    wanted |= {id(value) for value, _ in mode_bypass_values()}
     wanted |= {id(sys.gettrace), id(sys.getprofile)}
     for functions, _ in _PREPARED.values():
         wanted |= set(functions)
@@ -2023,7 +2042,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     t_clone, t_detach = TensorBase.clone, TensorBase.detach
     t_set_data = TensorBase.__dict__["data"].__set__
     no_torch_function = torch._C.DisableTorchFunction
-    set_grad_enabled = torch._C._set_grad_enabled
+    grad_enabled = torch._C._set_grad_enabled
     # The CPU generator alone: torch.manual_seed also queues a seeding of
     # every accelerator, each with a formatted stack of the call (a fifth
     # of a batch's time, in a worker that never uses one).
@@ -2038,6 +2057,13 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
 
     def is_module(value):
         return Module in type_mro(b_type(value))
+
+    def set_grad_enabled(flag):
+        # Past the torch function modes: torch hands this function to a
+        # mode by importing a module from the caller's globals, and the
+        # agent's are emptied (a crash).
+        with no_torch_function():
+            grad_enabled(flag)
 
     def parameters_of(obj):
         return b_list(module_named_parameters(obj))
@@ -2307,13 +2333,14 @@ def refused_call(note: Callable, what: str) -> Callable:
     return refused
 
 
-def untraceable_call(note: Callable, name: str, original: Callable
-                     ) -> Callable:
-    """Return a stand-in for a compiler whose code the grader cannot trace:
-    it reports the use (the items the task's runs serve earn nothing) and
+def untraceable_call(note: Callable, name: str, original: Callable,
+                     verb: str = "compile") -> Callable:
+    """Return a stand-in for a compiler whose code the grader cannot trace
+    (or a way past its torch function mode, ``verb`` CHOSEN_BY_DATA): it
+    reports the use (the items the task's runs serve earn nothing) and
     calls ``original``."""
     def compiled(*args, **kwargs):
-        note("untraceable", "compile", name)
+        note("untraceable", verb, name)
         return original(*args, **kwargs)
     return compiled
 
@@ -2367,6 +2394,10 @@ def install_tripwires(torch: Any, note: Callable,
         replacements[id(value)] = refused_call(note, what)
     for value, name in untraceable_values():
         replacements[id(value)] = untraceable_call(note, name, value)
+    for value, name in mode_bypass_values():
+        replacements[id(value)] = untraceable_call(
+            note, "an operation passed through " + name + ", past the "
+            "grader's torch function mode", value, CHOSEN_BY_DATA)
     for cls, attribute, name in jit_bindings()[1]:
         try:
             setattr(cls, attribute,

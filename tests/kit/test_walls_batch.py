@@ -73,6 +73,9 @@ CORPUS: dict[str, tuple] = {
     "data_closure_recorder": (ZERO, CLEAN_2, ("refused", "untraceable"),
                               ("matmul by Interpreter.call_function",
                                "softmax by Interpreter.call_method")),
+    "data_redispatch": (ZERO, CLEAN_2, ("refused", "untraceable"),
+                        ("passed through "
+                         "torch._C._skip_one_hop_torch_function",)),
     "data_mode_off": (ZERO, ZERO, ("refused", "untraceable", "untraceable"),
                       ("run while the grader's torch function mode was "
                        "taken off",)),
