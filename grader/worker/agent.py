@@ -1672,8 +1672,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     import dis
     import threading
     import types
+    import warnings
 
-    b_type, b_str, b_set, b_dict = type, str, set, dict
+    b_type, b_str, b_set, b_dict, b_id = type, str, set, dict, id
     b_BaseException = BaseException
     C = torch._C
     stack_len = C._len_torch_function_stack
@@ -1706,6 +1707,11 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                        torch.layout, torch.memory_format))
     armed: set = b_set()
     verb = CHOSEN_BY_DATA
+    # A native operation may display a warning (TORCH_WARN): Python's
+    # warnings code runs inside it, while torch has set the mode aside.
+    warning_codes = frozenset(b_id(c) for c in _code_objects(warnings))
+    warnings_dict = vars(warnings)
+    show, format_ = warnings.showwarning, warnings.formatwarning
 
     def native(value, attribute):
         """``value.attribute`` when a native descriptor of its class holds
@@ -1840,16 +1846,39 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         armed.add(thread_ident())
         push(mode)
 
+    def where(frame, shown):
+        """A warning raised inside an operation the handler passes on is
+        shown at the line that called the operation (not the handler's)."""
+        message = shown.f_locals.get("msg")
+        if message is None:
+            return
+        caller = caller_of(frame, frame.f_locals.get("func"))
+        if caller is None:
+            return
+        try:
+            message.filename = caller.f_code.co_filename
+            message.lineno = caller.f_lineno
+        except b_BaseException:
+            pass
+
     def torch_body(frame, above, start):
         """True when ``above`` (the frame the handler called) is the
         operation's own Python body, torch's: a torch function that hands
         itself to the protocol (its body and what that calls run while
         torch sets the mode aside), or the ``__call__`` of an operator
         object (``torch.ops``), only itself (what its kernel calls is
-        not excused)."""
+        not excused); or Python's warnings code displaying a warning the
+        operation raised (while ``showwarning`` and ``formatwarning`` are
+        still Python's)."""
         if above is None:
             return False
         code = above.f_code
+        if b_id(code) in warning_codes and \
+                warnings_dict.get("showwarning") is show and \
+                warnings_dict.get("formatwarning") is format_:
+            if above is start:
+                where(frame, above)
+            return True  # a warning the operation displays
         func = frame.f_locals.get("func")
         mine = False
         for known in own_codes(func):
