@@ -1644,7 +1644,7 @@ def torch_function_mode(namespace_type: type, method_type: type
 
 
 def operation_judge(torch: Any, mode: object, handler: Callable,
-                    classify: Callable, note: Callable
+                    classify: Callable, note: Callable, phase: dict
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
 
@@ -1665,7 +1665,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     torch's mode stack, enabled, unchanged; when not, the code running is
     the submission's (reported: the instrument was silenced), torch's own
     Python body of an operation the mode is handling (torch sets the mode
-    aside meanwhile), or the grader's. ``arm`` pushes the mode on the
+    aside meanwhile), or the grader's (it turns the mode off for its own
+    gradient step: ``phase["grader_off"]``). ``arm`` pushes the mode on the
     calling thread (once per thread; a thread first seen by ``in_force``
     is armed there).
     """
@@ -1891,6 +1892,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         return above is start
 
     def off(frame):
+        if phase["grader_off"]:
+            return  # the grader's own gradient step (principle 5 judges it)
         if thread_ident() not in armed:
             arm()
             return
@@ -2187,7 +2190,12 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 if not is_tensor(loss):
                     raise b_TypeError(method + " did not return a tensor")
                 with no_torch_function():  # no subclass's own gradients
-                    grads = autograd_grad(loss, params, allow_unused=True)
+                    phase["grader_off"] = True  # the mode is off by design
+                    try:
+                        grads = autograd_grad(loss, params,
+                                              allow_unused=True)
+                    finally:
+                        phase["grader_off"] = False
             finally:
                 set_grad_enabled(False)
             loss = None
@@ -2636,7 +2644,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
     phase = {"name": "setup", "stage": "import", "ran": set(),
              "foreign": [], "foreign_left_out": 0, "records": None,
              "left_out": {},
-             "tracing": False, "returns": 0, "calls": 0, "silenced": False}
+             "tracing": False, "returns": 0, "calls": 0, "silenced": False,
+             "grader_off": False}
     busy = {"hook": [False], "tracer": [False]}
     watched: list = []
     holder: list = []
@@ -2659,7 +2668,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     mode, handler = torch_function_mode(types.SimpleNamespace,
                                         types.MethodType)
     judge, in_force, arm = operation_judge(torch, mode, handler, who[0],
-                                           note)
+                                           note, phase)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
         busy["tracer"], note, torch._C.TensorBase,
