@@ -1708,6 +1708,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                        torch.layout, torch.memory_format))
     armed: set = b_set()
     verb = CHOSEN_BY_DATA
+    b_len, max_known = len, 4096
+    known_calls: dict = {}   # (code, instruction, operation) chosen by code
     # A native operation may display a warning (TORCH_WARN): Python's
     # warnings code runs inside it, while torch has set the mode aside.
     warning_codes = frozenset(b_id(c) for c in _code_objects(warnings))
@@ -1830,18 +1832,39 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         return returned
 
     def judge(frame):
+        caller = frame.f_back
+        if caller is not None and not caller.f_code.co_freevars:
+            kind = classify(caller.f_code)
+            if kind != "library":
+                return None  # the submission's line (or the grader) chose
         func = frame.f_locals.get("func")
+        key = None
+        if caller is not None and caller.f_back is not None:
+            # A library frame that called the operation itself (not
+            # torch's protocol, nor a body or forwarder it skips) decides
+            # the same way at the same instruction, every time.
+            key = (b_id(caller.f_code), caller.f_lasti, b_id(func))
+            if known_calls.get(key):
+                return None
         caller = caller_of(frame, func)
         if caller is None:
             return None
         code = caller.f_code
         if classify(code) != "library" or by_syntax(caller):
+            if key is not None and caller is frame.f_back:
+                remember(key)
             return None
         name = operation_name(func)
         if names(code, name):
+            if key is not None and caller is frame.f_back:
+                remember(key)
             return None
         return reporter_of((name or "an operation")[:60] + " by "
                            + code.co_qualname[:80])
+
+    def remember(key):
+        if b_len(known_calls) < max_known:
+            known_calls[key] = True
 
     def arm():
         armed.add(thread_ident())
