@@ -1670,6 +1670,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     calling thread (once per thread; a thread first seen by ``in_force``
     is armed there).
     """
+    import contextlib
     import dis
     import threading
     import types
@@ -1698,6 +1699,13 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     bound = mode_dict["__torch_function__"]
     handler_code = function_code(handler)
     protocol_code = torch.overrides.handle_torch_function.__code__
+    # What the protocol runs to set a mode aside and back (and nothing else
+    # is excused inside it: the subclasses' protocol it calls next is not).
+    plumbing = frozenset(b_id(f.__code__) for f in (
+        torch.overrides._pop_mode_temporarily.__wrapped__,
+        torch.overrides._push_mode, torch.overrides._pop_mode,
+        contextlib._GeneratorContextManager.__enter__,
+        contextlib._GeneratorContextManager.__exit__))
     protocol_name = "handle_torch_function"
     call_ops = frozenset(dis.opmap[name] for name in
                          ("CALL", "CALL_FUNCTION_EX", "CALL_KW")
@@ -1839,7 +1847,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 return None  # the submission's line (or the grader) chose
         func = frame.f_locals.get("func")
         key = None
-        if caller is not None and caller.f_back is not None:
+        if caller is not None and caller.f_back is not None and \
+                not caller.f_code.co_freevars:
             # A library frame that called the operation itself (not
             # torch's protocol, nor a body or forwarder it skips) decides
             # the same way at the same instruction, every time.
@@ -1920,15 +1929,17 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         if thread_ident() not in armed:
             arm()
             return
-        walk, above = frame, None
+        walk, above, setting_aside = frame, None, True
         while walk is not None:
             code = walk.f_code
             if code is handler_code:
                 if torch_body(walk, above, frame):
                     return
                 break
-            if code is protocol_code:
+            if code is protocol_code and setting_aside:
                 return  # torch's protocol setting the mode aside and back
+            if b_id(code) not in plumbing:
+                setting_aside = False
             kind = classify(code)
             if kind == "submission" or kind == "synthetic":
                 break
