@@ -576,9 +576,6 @@ def serve(client: socket.socket | None = None,
                 clients[connection.fileno()] = connection
             except OSError:
                 pass  # a client that left before its greeting
-        private = [wake_r, wake_w, *clients]
-        if listener is not None:
-            private.append(listener.fileno())
         for fd in [fd for fd in ready if fd in clients]:
             received = _receive(clients[fd])
             if received is None:  # this client is gone
@@ -586,6 +583,11 @@ def serve(client: socket.socket | None = None,
                 continue
             message, fds = received
             if message == b"spawn":
+                # The server's own descriptors as they are now: a number
+                # a client just freed may be one of the received ones.
+                private = [wake_r, wake_w, *clients]
+                if listener is not None:
+                    private.append(listener.fileno())
                 _spawn(fds, children, private)
             elif message == _WARM and not plotting:
                 _warm_plotting()
