@@ -153,6 +153,43 @@ def test_a_shared_server_keeps_a_killed_clients_worker_from_living(
             client.kill()
 
 
+CHURN = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r})
+    from grader.run import forkserver
+    from grader.run.sandbox import Job, Limits, run_jobs
+    for round in range({rounds}):
+        if {connect_only}:
+            forkserver.shared()            # connect, then hang up
+            forkserver.stop()
+            continue
+        jobs = [Job(f"j{{i}}", f"print({{i}} * 7)\\n", f"/nowhere/j{{i}}.py",
+                    []) for i in range(2)]
+        results = run_jobs(jobs, Limits(timeout=30))
+        for i in range(2):
+            assert results[f"j{{i}}"].finished, results[f"j{{i}}"].output
+            assert str(i * 7) in results[f"j{{i}}"].output
+    print("ok")
+''')
+
+
+def test_clients_that_come_and_go_never_cost_another_its_worker(
+        listening) -> None:
+    """Clients that connect and hang up at once, beside clients that ask
+    for workers: every worker reads its own job (a worker once closed a
+    descriptor number a departed client had freed, its own job pipe)."""
+    clients = [subprocess.Popen(
+        [sys.executable, "-c", CHURN.format(
+            root=str(ROOT), rounds=rounds, connect_only=connect_only)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rounds, connect_only in ((40, True), (40, True), (4, False),
+                                     (4, False))]
+    for client in clients:
+        out, err = client.communicate(timeout=300)
+        assert client.returncode == 0 and out.strip() == "ok", err[-2000:]
+    assert listening.poll() is None
+
+
 def test_the_grade_command_uses_the_shared_server(listening) -> None:
     """`python -m grader grade` starts no server of its own when one of
     this kit listens at GRADER_FORK_SERVER, and grades the same."""
