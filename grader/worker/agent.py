@@ -1928,7 +1928,10 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     call(guard.__exit__, None, None, None)
             finally:
                 call(set_grad_enabled, False)
-            loss = None
+            # The loss dies on the submission's thread, as anything of its
+            # code does (a finalizer tied to it runs there, then is seen).
+            box, loss = [loss], None
+            call(b_list.clear, box)
             only_stepped(obj, named, copies, method)
             done = number + 1
             with no_torch_function():
@@ -1951,6 +1954,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     def run_probe(namespace, probe):
         phase["stage"] = "build"
         obj = build(namespace, probe)
+        phase["held"].append(obj)
         phase["stage"] = "call"
         result = {}
         if probe.get("describe"):
@@ -1991,6 +1995,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                                and still_tracing()}
             phase["records"] = None
             phase["left_out"] = {}
+        phase["held"].append(value)
         result["value"] = encode(value)
         return result
 
@@ -2391,6 +2396,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     import torch
 
     b_compile, b_exec, b_enumerate = compile, exec, enumerate
+    b_list_clear = list.clear
     b_BaseException = BaseException
     add_audit_hook, settrace = sys.addaudithook, sys.settrace
     sys_modules = sys.modules
@@ -2402,6 +2408,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     source, filename = plan["source"], plan["filename"]
     probes, confinement = plan["probes"], plan["confinement"]
     kept, holder = plan["kept"], plan["holder"]
+    held = plan["held"]
     hook, global_tracer, emit = parts["hook"], parts["tracer"], parts["emit"]
     run_probe, coverage = parts["run_probe"], parts["coverage"]
     start_phase, patched = parts["start_phase"], parts["patched"]
@@ -2454,6 +2461,9 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
                 message = {"type": "probe", "id": probe["id"], "ok": False,
                            "error": describe_error(exception)}
                 release(exception)
+            # What the probe built and got dies on the submission's thread
+            # (its finalizers are its code).
+            call(b_list_clear, held)
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
             emit(message)
@@ -2528,7 +2538,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     kinds: dict = {}         # id(code) -> kind
     alive: dict = {}         # id(code) -> code (keeps the ids valid)
     synthetic: dict = {}     # id(code) -> how it was made
-    phase = {"name": "setup", "stage": "import", "ran": set(),
+    phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
              "left_out": {},
              "tracing": False, "returns": 0, "calls": 0, "silenced": False}
@@ -2576,7 +2586,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
                       tuple(library.get("watched", [])), watched, holder)
     return runner(
         {"source": source, "filename": filename, "probes": probes,
-         "confinement": confinement, "kept": kept, "holder": holder},
+         "confinement": confinement, "kept": kept, "holder": holder,
+         "held": phase["held"]},
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
          "start_phase": start_phase, "patched": patch_watch(watched),
