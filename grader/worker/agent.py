@@ -32,8 +32,8 @@ OPEN_FILES = 256
 # What the grader's own thread refuses: code of the submission that its
 # actions would run there (a finalizer, a signal handler, a key's
 # ``__eq__``), where the grader's frames lie below it.
-REFUSED_ON_GRADER = ("run its code on the grader's own stack (the "
-                     "submission's code runs only on a thread of its own)")
+REFUSED_ON_GRADER = ("run on the grader's own stack (a submission's code "
+                     "runs only on a thread of its own)")
 # The submission's thread: its stack (large enough for the recursion the
 # main thread allows) and how many failures of calls it keeps at once.
 TRAMPOLINE_STACK = 64 * 1024 * 1024
@@ -1125,13 +1125,6 @@ def audit_hook(send: Callable, report: Callable, token: object,
         if event not in watched_events:
             return
         me = get_ident()
-        if event == "sys.settrace" and refusing[0] == me:
-            # The grader's own thread met the submission's code (guard).
-            refusing[0] = None
-            caller = getframe().f_back
-            report("refused", on_grader_stack, "", caller)
-            raise b_PermissionError("the grader's sandbox refuses to "
-                                    + on_grader_stack)
         if tracer_busy[0] == me or me in in_hook:
             return
         if event == "object.__getattr__" and (
@@ -1143,6 +1136,13 @@ def audit_hook(send: Callable, report: Callable, token: object,
             # job of the trampoline): decided as the agent's, as a
             # stack of the agent's frames alone is.
             caller = getframe().f_back
+            if event == "sys.settrace" and refusing[0] == me:
+                # The grader's own thread met the submission's code (its
+                # guard raised): CPython removing the guard is refused.
+                refusing[0] = None
+                report("refused", on_grader_stack, "", caller)
+                raise b_PermissionError("the grader's sandbox refuses to "
+                                        + on_grader_stack)
             if event.startswith("grader."):
                 relay(event, args, caller)
             else:
