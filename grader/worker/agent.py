@@ -34,9 +34,10 @@ OPEN_FILES = 256
 # ``__eq__``), where the grader's frames lie below it.
 REFUSED_ON_GRADER = ("run on the grader's own stack (a submission's code "
                      "runs only on a thread of its own)")
-# The submission's thread: its stack (large enough for the recursion the
-# main thread allows) and how many failures of calls it keeps at once.
-TRAMPOLINE_STACK = 64 * 1024 * 1024
+# The submission's thread: its stack (at least what the main thread may
+# grow to, so that recursion goes as deep: see _stack_size) and how many
+# failures of calls it keeps at once.
+TRAMPOLINE_STACK = 16 * 1024 * 1024
 MAILBOX = 16
 # Audit events the hook looks at; every other event passes untouched.
 PROCESS_EVENTS = {
@@ -804,6 +805,17 @@ def _loaded_files() -> frozenset[str]:
         if isinstance(name, str) and name.endswith(".py"):
             found.update((name, os.path.realpath(name)))
     return frozenset(found)
+
+
+def _stack_size() -> int:
+    """The submission's thread's stack: the main thread's limit (its soft
+    RLIMIT_STACK, up to 256 MB), and never less than TRAMPOLINE_STACK."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4 * TRAMPOLINE_STACK
+    return max(TRAMPOLINE_STACK, min(soft, 16 * TRAMPOLINE_STACK))
 
 
 def _seal_module(namespace: dict) -> None:
@@ -2571,7 +2583,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
     call, carried, release, _ = trampoline(
-        _thread.start_new_thread, _thread.stack_size, TRAMPOLINE_STACK)
+        _thread.start_new_thread, _thread.stack_size, _stack_size())
     # The trace function is that thread's: it is checked there.
     traced = functools.partial(call, still_tracing)
     describe = module_describer(torch, readers, _child_numbers(library),
