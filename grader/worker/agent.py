@@ -1629,14 +1629,16 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
 
 def error_describer(filename: str, lines: list, memory_mb: int,
-                    call: Callable, carried: object) -> Callable:
+                    call: Callable, carried: object, release: Callable
+                    ) -> Callable:
     """Return ``describe_error(exception) -> dict``: its type, message,
     and the submission's line and function where it was raised.
 
     An exception the submission's code raised reaches here carried
     (:func:`trampoline`: ``RuntimeError(carried, [exception])``); what
     describing it runs of the submission's code (``str``, ``repr``) runs
-    through ``call``, on the submission's own thread. Its attributes are
+    through ``call``, on the submission's own thread (an error there is
+    ``release``d there). Its attributes are
     read with the exception types' own descriptors, never through its
     class (a property would run its code here).
     """
@@ -1656,7 +1658,8 @@ def error_describer(filename: str, lines: list, memory_mb: int,
     def text_of(function, value):
         try:
             text = call(function, value)
-        except b_BaseException:
+        except b_BaseException as error:
+            release(error)
             return None
         return text if b_type(text) is b_str else None
 
@@ -2607,4 +2610,4 @@ def _assemble(job: dict, probes: list, result_fd: int,
          "guard": guard_tracer(who[0], busy["guard"], _thread.get_ident),
          "describe_error": error_describer(filename, lines,
                                            int(job["memory_mb"]), call,
-                                           carried)})
+                                           carried, release)})

@@ -157,3 +157,27 @@ def test_the_guard_runs_none_of_the_submission_on_its_thread() -> None:
     finally:
         sys.settrace(before)
     assert ran == [] and refusing == [_thread.get_ident()]
+
+
+def test_describing_an_error_runs_its_text_on_the_thread(trampoline
+                                                         ) -> None:
+    call, carried, release, thread = trampoline
+    seen = []
+
+    class Loud(Exception):
+        def __str__(self) -> str:
+            seen.append((_thread.get_ident(), len(_stack())))
+            return "loud"
+
+    def fails() -> None:
+        raise Loud()
+
+    describe = agent.error_describer(__file__, [], 100, call, carried,
+                                     release)
+    try:
+        call(fails)
+    except RuntimeError as error:
+        info = describe(error)
+    assert (info["type"], info["message"], info["function"]) == \
+        ("Loud", "loud", "fails")
+    assert seen == [(thread(), 1)]  # its own frame alone, on the thread
