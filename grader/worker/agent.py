@@ -30,8 +30,8 @@ SILENCED = ["", "code the grader could not see: the code removed the "
                 "grader's trace function (sys.settrace) while it ran", 0, ""]
 OPEN_FILES = 256
 # What the grader's own thread refuses: code of the submission that its
-# actions would run there (a finalizer, a signal handler, a key's
-# ``__eq__``), where the grader's frames lie below it.
+# actions would run there (a finalizer, a key's ``__eq__``), where the
+# grader's frames lie below it.
 REFUSED_ON_GRADER = ("run on the grader's own stack (a submission's code "
                      "runs only on a thread of its own)")
 # The submission's thread: its stack (at least what the main thread may
@@ -2313,7 +2313,7 @@ def trampoline(start_thread: Callable, stack_size: Callable,
             try:
                 got = results_get()
             except b_BaseException:
-                continue  # a signal handler, refused in this thread
+                continue  # interrupted (a handler of the grader's own)
             if got is signal:
                 break
         if done in table:
