@@ -1958,8 +1958,11 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     m_hat = m / (1 - beta1 ** done)
                     v_hat = v / (1 - beta2 ** done)
                     p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+            # The gradients (a function of the code may have made them)
+            # die on the submission's thread too.
+            box, grads, g = [grads], None, None
+            call(b_list.clear, box)
             copies = kept(params)
-        grads = None
         call(module_train, obj, mode)
         only_stepped(obj, named, copies, method)
         # The worker's own copies: nothing the code does later (a method
