@@ -30,8 +30,11 @@ CORPUS: dict[str, tuple] = {
     "silence_import_recursion": (ZERO, ZERO, 0,
                                  ("untraceable", "untraceable"),
                                  ("made at run time by exec",)),
+    # (Its traceback.extract_stack() once listed the grader's frames
+    # below its own and tried to read the agent's file, refused; the
+    # submission's stack now holds no grader frame, so nothing is read.)
     "silence_each_call": ((0, 0, 0, -1, 0), (0, 0, 0, 0, -1), 0,
-                          ("refused", "untraceable", "untraceable"),
+                          ("untraceable", "untraceable"),
                           ("made at run time by exec",)),
     "silence_repr_loop": (ZERO, ZERO, 0, ("untraceable", "untraceable"),
                           ("made at run time by exec",)),
