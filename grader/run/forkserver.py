@@ -5,6 +5,7 @@ Details: docs/internals.md, `grader.run.forkserver`.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import select
 import signal
@@ -15,7 +16,7 @@ import sys
 import threading
 import time
 
-from grader.constants import KIT_ROOT
+from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.errors import GraderError
 
 # Modules the server imports once, so that every worker starts warm.
@@ -33,10 +34,30 @@ _READY = b"ready"
 _WARM = b"warm"
 START_SECONDS = 120.0
 KILL_SIGNAL = signal.SIGKILL
+#: The path of a listening fork server (``python -m grader.run.forkserver
+#: --listen PATH``) that this command uses instead of starting its own,
+#: when the server runs the same Python and the same kit (its identity);
+#: otherwise, or when it is gone, the command starts its own as usual.
+SHARED_ADDRESS = "GRADER_FORK_SERVER"
 
 
 class ForkServerError(GraderError, RuntimeError):
     """The fork server could not be started or asked for a worker."""
+
+
+def identity() -> bytes:
+    """What a worker forked by a server depends on: the interpreter, the
+    import path, and every file of the kit's grader (name, size, time).
+    A client uses a listening server only when this is its own."""
+    digest = hashlib.sha256()
+    digest.update(os.fsencode(sys.executable))
+    digest.update(os.fsencode(os.environ.get("PYTHONPATH", "")))
+    for path in sorted(GRADER_DIR.rglob("*")):
+        if path.suffix in (".py", ".toml", ".cfg"):
+            status = path.stat()
+            digest.update(os.fsencode(str(path)))
+            digest.update(b"%d %d" % (status.st_size, status.st_mtime_ns))
+    return digest.hexdigest().encode()
 
 
 def kill_group(pid: int, sig: int = KILL_SIGNAL) -> None:
@@ -122,8 +143,19 @@ class ForkServer:
     socket never interleaves) and gets its answers on pipes of its own.
     """
 
-    def __init__(self) -> None:
-        """Start the server process and wait until it is ready."""
+    def __init__(self, address: str | None = None) -> None:
+        """Start the server process (it warms up in the background), or,
+        given a listening server's ``address``, connect to it and check
+        that it forks workers of this kit (:func:`identity`)."""
+        self.owner = os.getpid()            # the process that started it
+        self.plotting = False              # asked to warm matplotlib
+        self._alive: dict[int, int] = {}   # client pid -> alive pipe read
+        self._lock = threading.Lock()
+        self._ready = False
+        self.process: subprocess.Popen | None = None
+        if address is not None:
+            self._connect(address)
+            return
         parent_end, server_end = socket.socketpair(socket.AF_UNIX,
                                                    socket.SOCK_SEQPACKET)
         environment = {k: v for k, v in os.environ.items()
@@ -147,11 +179,29 @@ class ForkServer:
         server_end.close()
         self.socket = parent_end
         self.pid = self.process.pid
-        self.owner = os.getpid()            # the process that started it
-        self._ready = False
-        self.plotting = False              # asked to warm matplotlib
-        self._alive: dict[int, int] = {}   # client pid -> alive pipe read
-        self._lock = threading.Lock()
+
+    def _connect(self, address: str) -> None:
+        """Use the listening server at ``address`` (it answers at once
+        with its pid and identity)."""
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.socket.connect(address)
+            self.socket.settimeout(START_SECONDS)
+            message = self.socket.recv(256)
+        except OSError as exc:
+            self.socket.close()
+            raise ForkServerError(f"no fork server at {address}: "
+                                  f"{exc}") from exc
+        finally:
+            if self.socket.fileno() >= 0:
+                self.socket.settimeout(None)
+        words = message.split()
+        if len(words) != 3 or words[0] != _READY or words[2] != identity():
+            self.socket.close()
+            raise ForkServerError(f"the fork server at {address} forks "
+                                  "another kit's workers")
+        self.pid = int(words[1])
+        self._ready = True
 
     def alive(self) -> bool:
         """Whether the server still serves.
@@ -162,7 +212,7 @@ class ForkServer:
         start a server of its own. There, a server that ended is told by
         its end of the socket, which hangs up.
         """
-        if os.getpid() == self.owner:
+        if os.getpid() == self.owner and self.process is not None:
             return self.process.poll() is None
         poller = select.poll()
         poller.register(self.socket, select.POLLHUP)
@@ -258,11 +308,14 @@ class ForkServer:
                 pass  # a server that is gone is replaced at the next spawn
 
     def close(self) -> None:
-        """Stop the server (its workers are killed with it)."""
+        """Stop the server (its workers are killed with it); a shared
+        server is only let go (its owner stops it)."""
         try:
             self.socket.close()
         except OSError:
             pass
+        if self.process is None:
+            return
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -271,17 +324,29 @@ class ForkServer:
 
 
 _SHARED: ForkServer | None = None
+# Addresses of listening servers this process found gone or foreign.
+_REFUSED: set[str] = set()
 
 
 def shared() -> ForkServer:
-    """The fork server of this grading command, started on first use.
+    """The fork server of this grading command, started on first use (or
+    the listening server ``GRADER_FORK_SERVER`` names, when it is this
+    kit's: see :data:`SHARED_ADDRESS`).
 
     Start it early (:func:`start`) so that it imports torch while the
     grading process does its own work.
     """
     global _SHARED
     if _SHARED is None or not _SHARED.alive():
-        _SHARED = ForkServer()
+        _SHARED = None
+        address = os.environ.get(SHARED_ADDRESS)
+        if address and address not in _REFUSED:
+            try:
+                _SHARED = ForkServer(address)
+            except ForkServerError:
+                _REFUSED.add(address)
+        if _SHARED is None:
+            _SHARED = ForkServer()
     return _SHARED
 
 
@@ -294,6 +359,8 @@ def spawn(job: bytes) -> WorkerHandle:
     try:
         return shared().spawn(job)
     except ForkServerError:
+        if _SHARED is not None and _SHARED.process is None:
+            _REFUSED.add(os.environ.get(SHARED_ADDRESS, ""))
         _SHARED = None
         return shared().spawn(job)
 
@@ -338,13 +405,13 @@ def _receive(sock: socket.socket) -> tuple[bytes, list[int]] | None:
     return message, list(fds)
 
 
-def _spawn(sock: socket.socket, fds: list[int],
-           children: dict[int, tuple[int, int]], private: list[int]) -> None:
+def _spawn(fds: list[int], children: dict[int, tuple[int, int]],
+           private: list[int]) -> None:
     """Fork one worker on the received descriptors.
 
     ``children`` maps each worker's pid to its status pipe and its client's
-    alive pipe; ``private`` lists the server's own descriptors, which a
-    worker closes at once.
+    alive pipe; ``private`` lists the server's own descriptors (its
+    sockets, its wake-up pipe), which a worker closes at once.
     """
     if len(fds) != 5:
         for fd in fds:
@@ -356,7 +423,7 @@ def _spawn(sock: socket.socket, fds: list[int],
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in [sock.fileno(), status_w, alive_r, *private,
+            for fd in [status_w, alive_r, *private,
                        *(fd for entry in children.values() for fd in entry)]:
                 try:
                     os.close(fd)
@@ -435,8 +502,9 @@ def _warm_plotting() -> None:
         pass
 
 
-def serve(fd: int) -> None:
-    """The server's loop: fork on request, report statuses, clean up."""
+def _warm_server() -> None:
+    """What every worker starts with: torch, the agent, the tripwires'
+    preparation and alias index."""
     for name in PRELOAD:
         __import__(name)
     _warm_up()
@@ -446,7 +514,20 @@ def serve(fd: int) -> None:
     for assignment in assignments():
         agent.prepare(assignment.forbidden)
     agent.index_aliases(agent.KIT_PACKAGES)
-    sock = socket.socket(fileno=fd)
+
+
+def serve(client: socket.socket | None = None,
+          listener: socket.socket | None = None,
+          greeting: bytes = _READY) -> None:
+    """The server's loop: fork on request, report statuses, clean up.
+
+    Its clients: ``client`` (the one grading command that started it; the
+    server ends when it hangs up), or every connection ``listener``
+    accepts (a listening server, shared by the commands that name it in
+    ``GRADER_FORK_SERVER``: it ends with the process that started it).
+    Call :func:`_warm_server` first.
+    """
+    from grader.worker import agent
     from grader.worker.confine import die_with_parent
 
     die_with_parent(os.getppid())
@@ -456,13 +537,19 @@ def serve(fd: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, tuple[int, int]] = {}
+    clients = {} if client is None else {client.fileno(): client}
     plotting = False
-    sock.send(_READY)
-    while True:
+    if client is not None:
+        client.send(greeting)
+    if listener is not None:
+        listener.setblocking(False)
+    while clients or listener is not None:
         alive = {entry[1]: pid for pid, entry in children.items()}
+        waiting = [*clients, wake_r, *alive]
+        if listener is not None:
+            waiting.append(listener.fileno())
         try:
-            ready, _, _ = select.select([sock.fileno(), wake_r, *alive], [],
-                                        [], 1.0)
+            ready, _, _ = select.select(waiting, [], [], 1.0)
         except InterruptedError:
             ready = []
         if wake_r in ready:
@@ -481,13 +568,27 @@ def serve(fd: int) -> None:
                 gone = True
             if gone:  # the client died: its worker goes with it
                 kill_group(pid)
-        if sock.fileno() in ready:
-            received = _receive(sock)
-            if received is None:  # every client is gone
-                break
+        if listener is not None and listener.fileno() in ready:
+            try:
+                connection, _ = listener.accept()
+                connection.setblocking(True)
+                connection.send(greeting)
+                clients[connection.fileno()] = connection
+            except OSError:
+                pass  # a client that left before its greeting
+        for fd in [fd for fd in ready if fd in clients]:
+            received = _receive(clients[fd])
+            if received is None:  # this client is gone
+                clients.pop(fd).close()
+                continue
             message, fds = received
             if message == b"spawn":
-                _spawn(sock, fds, children, [wake_r, wake_w])
+                # The server's own descriptors as they are now: a number
+                # a client just freed may be one of the received ones.
+                private = [wake_r, wake_w, *clients]
+                if listener is not None:
+                    private.append(listener.fileno())
+                _spawn(fds, children, private)
             elif message == _WARM and not plotting:
                 _warm_plotting()
                 # What matplotlib loaded is indexed too, as if it had
@@ -506,9 +607,65 @@ def serve(fd: int) -> None:
         time.sleep(0.01)
 
 
+def listen(address: str) -> subprocess.Popen:
+    """Start a listening fork server at ``address`` (a socket path in a
+    private folder) for commands to share; returns once it is ready.
+
+    It runs until the calling process ends or kills it; set
+    ``GRADER_FORK_SERVER`` to ``address`` in the commands' environment.
+    The test suite runs one per session (tests/kit/conftest.py).
+    """
+    greeting = b" ".join([_READY, b"%d", identity()])
+    environment = {k: v for k, v in os.environ.items()
+                   if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
+    environment.setdefault("OMP_NUM_THREADS", "1")
+    environment.setdefault("MKL_NUM_THREADS", "1")
+    environment["MPLBACKEND"] = "Agg"
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(KIT_ROOT)] + ([environment["PYTHONPATH"]]
+                           if environment.get("PYTHONPATH") else []))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader.run.forkserver", "--listen", address,
+         greeting.decode()], env=environment, stdin=subprocess.DEVNULL,
+        cwd="/", close_fds=True)
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ForkServerError("the listening fork server ended while "
+                                  "starting")
+        try:
+            probe = ForkServer(address)
+        except ForkServerError:
+            time.sleep(0.1)
+            continue
+        probe.close()
+        return process
+    process.kill()
+    raise ForkServerError(f"the fork server at {address} did not start "
+                          f"within {START_SECONDS:g} s")
+
+
+def _main(arguments: list[str]) -> None:
+    """``FD`` (a client's socket) or ``--listen PATH GREETING``."""
+    if arguments[0] == "--listen":
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if os.path.exists(arguments[1]):
+            os.unlink(arguments[1])
+        greeting = arguments[2].replace("%d", str(os.getpid())).encode()
+        # Warm first: a client that connects finds a ready server.
+        _warm_server()
+        listener.bind(arguments[1])
+        listener.listen(64)
+        serve(listener=listener, greeting=greeting)
+    else:
+        client = socket.socket(fileno=int(arguments[0]))
+        _warm_server()
+        serve(client=client)
+
+
 if __name__ == "__main__":
     try:
-        serve(int(sys.argv[1]))
+        _main(sys.argv[1:])
     except KeyboardInterrupt:
         pass
     except OSError as exc:

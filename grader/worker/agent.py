@@ -30,6 +30,16 @@ MAX_EVENTS = 64
 SILENCED = ["", "code the grader could not see: the code removed the "
                 "grader's trace function (sys.settrace) while it ran", 0, ""]
 OPEN_FILES = 256
+# What the grader's own thread refuses: code of the submission that its
+# actions would run there (a finalizer, a key's ``__eq__``), where the
+# grader's frames lie below it.
+REFUSED_ON_GRADER = ("run on the grader's own stack (a submission's code "
+                     "runs only on a thread of its own)")
+# The submission's thread: its stack (at least what the main thread may
+# grow to, so that recursion goes as deep: see _stack_size) and how many
+# failures of calls it keeps at once.
+TRAMPOLINE_STACK = 16 * 1024 * 1024
+MAILBOX = 16
 # Audit events the hook looks at; every other event passes untouched.
 PROCESS_EVENTS = {
     "os.system": "run a shell command",
@@ -817,6 +827,17 @@ def _loaded_files() -> frozenset[str]:
     return frozenset(found)
 
 
+def _stack_size() -> int:
+    """The submission's thread's stack: the main thread's limit (its soft
+    RLIMIT_STACK, up to 256 MB), and never less than TRAMPOLINE_STACK."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4 * TRAMPOLINE_STACK
+    return max(TRAMPOLINE_STACK, min(soft, 16 * TRAMPOLINE_STACK))
+
+
 def _seal_module(namespace: dict) -> None:
     """Empty a module's globals (this one's and the wire's), once the
     runtime is built.
@@ -1112,6 +1133,9 @@ def audit_hook(send: Callable, report: Callable, token: object,
     kit_modules = KIT_PACKAGES
     devnull = os.devnull
     in_hook, tracer_busy = busy["hook"], busy["tracer"]
+    refusing = busy["guard"]
+    get_ident = busy["ident"]
+    on_grader_stack = REFUSED_ON_GRADER
     process_events = dict(PROCESS_EVENTS)
     introspection_events = dict(INTROSPECTION_EVENTS)
     path_events = dict(PATH_EVENTS)
@@ -1130,26 +1154,39 @@ def audit_hook(send: Callable, report: Callable, token: object,
             + (" " + what if what else ""))
 
     def hook(event, args):
-        if tracer_busy[0] or in_hook[0] or event not in watched_events:
+        if event not in watched_events:
+            return
+        me = get_ident()
+        if tracer_busy[0] == me or me in in_hook:
             return
         if event == "object.__getattr__" and (
                 b_len(args) < 2 or args[1] not in frame_attributes):
             return
-        in_hook[0] = True
+        in_hook.add(me)
         try:
-            caller = getframe(1)
+            # None when C code called from no Python frame raised it (a
+            # job of the trampoline): decided as the agent's, as a
+            # stack of the agent's frames alone is.
+            caller = getframe().f_back
+            if event == "sys.settrace" and refusing[0] == me:
+                # The grader's own thread met the submission's code (its
+                # guard raised): CPython removing the guard is refused.
+                refusing[0] = None
+                report("refused", on_grader_stack, "", caller)
+                raise b_PermissionError("the grader's sandbox refuses to "
+                                        + on_grader_stack)
             if event.startswith("grader."):
                 relay(event, args, caller)
             else:
                 decide(event, args, caller)
         finally:
-            in_hook[0] = False
+            in_hook.discard(me)
 
     def relay(event, args, caller):
         """The agent's own frames and events, accepted only from the
         agent's code (frames: with the agent's token); anyone else asking
         is tampering."""
-        if b_id(caller.f_code) not in agent_codes or (
+        if caller is None or b_id(caller.f_code) not in agent_codes or (
                 event == "grader.frame" and (
                     b_len(args) != 2 or args[0] is not token)):
             asker, student = actor(caller)
@@ -1482,8 +1519,11 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     and the code of the grader's torch function mode's handler): every
     torch operation is judged at the call of the handler, and every
     library and submission frame checks that the mode is in force."""
+    import _thread
+
     b_len, b_str, b_id, b_type = len, str, id, type
     b_isinstance = isinstance
+    get_ident = _thread.get_ident
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
     gettrace, settrace = sys.gettrace, sys.settrace
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
@@ -1566,11 +1606,11 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     def note_recorder(find, frame, code):
         """Report a stand-in for tensors that ``find`` sees at ``frame``
         (the tracer is busy meanwhile: what it calls is not traced)."""
-        tracer_busy[0] = True
+        tracer_busy[0] = get_ident()
         try:
             recorder = find(frame, code)
         finally:
-            tracer_busy[0] = False
+            tracer_busy[0] = None
         if recorder is not None:
             note("untraceable", "compile",
                  recorder[:120] + " (a stand-in for tensors that records "
@@ -1961,44 +2001,82 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     return judge, in_force, arm
 
 
-def error_describer(filename: str, lines: list, memory_mb: int
+def error_describer(filename: str, lines: list, memory_mb: int,
+                    call: Callable, carried: object, release: Callable
                     ) -> Callable:
     """Return ``describe_error(exception) -> dict``: its type, message,
-    and the submission's line and function where it was raised."""
+    and the submission's line and function where it was raised.
+
+    An exception the submission's code raised reaches here carried
+    (:func:`trampoline`: ``RuntimeError(carried, [exception])``); what
+    describing it runs of the submission's code (``str``, ``repr``) runs
+    through ``call``, on the submission's own thread (an error there is
+    ``release``d there). Its attributes are
+    read with the exception types' own descriptors, never through its
+    class (a property would run its code here).
+    """
     b_type, b_str, b_int, b_len, b_repr = type, str, int, len, repr
-    b_isinstance, b_BaseException = isinstance, BaseException
+    b_list, b_BaseException = list, BaseException
+    b_RuntimeError = RuntimeError
     b_SystemExit, b_MemoryError = SystemExit, MemoryError
     b_SyntaxError = SyntaxError
     type_name = type.__dict__["__name__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    exit_code = SystemExit.__dict__["code"].__get__
+    syntax_file = SyntaxError.__dict__["filename"].__get__
+    syntax_line = SyntaxError.__dict__["lineno"].__get__
+    traceback_of = BaseException.__dict__["__traceback__"].__get__
+    exception_args = BaseException.__dict__["args"].__get__
 
-    def message_of(exception):
-        if b_isinstance(exception, b_SystemExit):
-            try:
-                code = b_repr(exception.code)[:40]
-            except b_BaseException:
-                code = "..."
-            return "the code called sys.exit(" + code + ")"
-        if b_isinstance(exception, b_MemoryError):
+    def text_of(function, value):
+        try:
+            text = call(function, value)
+        except b_BaseException as error:
+            release(error)
+            return None
+        return text if b_type(text) is b_str else None
+
+    def message_of(exception, mro):
+        if b_SystemExit in mro:
+            code = text_of(b_repr, exit_code(exception))
+            return "the code called sys.exit(" + (
+                "..." if code is None else code[:40]) + ")"
+        if b_MemoryError in mro:
             return ("the code ran out of memory (the sandbox allows "
                     + b_str(memory_mb) + " MB)")
-        try:
-            text = b_str(exception)
-            if b_type(text) is not b_str:
-                text = "<an unprintable message>"
-        except b_BaseException:
-            text = "<an unprintable message>"
+        text = text_of(b_str, exception)
+        if text is None:
+            return "<an unprintable message>"
         return text if b_len(text) <= 400 else text[:400] + "..."
+
+    def unwrap(exception):
+        """The exception the submission's code raised (None when it was
+        not delivered), or the grader's own."""
+        if b_type(exception) is b_RuntimeError:
+            args = exception_args(exception)
+            if b_len(args) == 2 and args[0] is carried:
+                held = args[1]
+                return held[0] if b_type(held) is b_list and held else None
+        return exception
 
     def describe_error(exception):
         try:
-            info = {"type": type_name(b_type(exception))[:80],
-                    "message": message_of(exception)}
+            exception = unwrap(exception)
+            if exception is None:
+                return {"type": "Exception",
+                        "message": "an exception that could not be "
+                                   "described"}
+            kind = b_type(exception)
+            mro = type_mro(kind)
+            info = {"type": type_name(kind)[:80],
+                    "message": message_of(exception, mro)}
             line = None
             function = None
-            if b_isinstance(exception, b_SyntaxError) and \
-                    exception.filename == filename:
-                line = exception.lineno
-            tb = exception.__traceback__
+            if b_SyntaxError in mro:
+                named = syntax_file(exception)
+                if b_type(named) is b_str and named == filename:
+                    line = syntax_line(exception)
+            tb = traceback_of(exception)
             while tb is not None:
                 code = tb.tb_frame.f_code
                 if code.co_filename == filename:
@@ -2019,12 +2097,14 @@ def error_describer(filename: str, lines: list, memory_mb: int
     return describe_error
 
 
-def module_describer(torch: Any, readers: tuple, child_numbers: list
-                     ) -> Callable:
+def module_describer(torch: Any, readers: tuple, child_numbers: list,
+                     call: Callable) -> Callable:
     """Return ``describe(obj) -> dict``: a built object's type, children
     (``nn.Linear`` sizes; the numbers ``child_numbers`` names, as
     ``(class, [attribute, ...])`` pairs), parameters and buffers, read
-    without running its code."""
+    without running its code (its parameters are listed by torch's
+    ``named_parameters`` through ``call``, on the submission's thread:
+    a module may override what that calls)."""
     b_type, b_str, b_list, b_float = type, str, list, float
     b_int, b_len, b_dict = int, len, dict
     type_name = type.__dict__["__name__"].__get__
@@ -2075,7 +2155,7 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list
                             in b_list(modules.items())[:32]}
         info["parameters"] = {
             b_str(n)[:80]: shape_of(p) or []
-            for n, p in b_list(module_named_parameters(obj))[:64]}
+            for n, p in call(b_list, module_named_parameters(obj))[:64]}
         buffers = {}
         for prefix, holder_module in [("", obj)] + [
                 (b_str(n) + ".", c) for n, c in b_list(modules.items())]:
@@ -2093,11 +2173,18 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list
 
 def probe_runner(torch: Any, phase: dict, readers: tuple,
                  describe: Callable, encode: Callable, note: Callable,
-                 forbidden_classes: list, still_tracing: Callable
-                 ) -> Callable:
+                 forbidden_classes: list, still_tracing: Callable,
+                 call: Callable) -> Callable:
     """Return ``run_probe(namespace, probe) -> dict``: build the probe's
     object (its weights set), train it when the probe says so, call it
-    (traced when asked) and encode what it returned."""
+    (traced when asked) and encode what it returned.
+
+    Everything that can run the submission's code (its class, methods,
+    properties, ``train``, its parameters' listing, autograd through its
+    functions, the trace check of its thread) runs through ``call``, on
+    the submission's own thread (:func:`trampoline`); what runs here
+    reads its objects with torch's own functions, under
+    ``DisableTorchFunction``."""
     b_type, b_str, b_int, b_float, b_bool = type, str, int, float, bool
     b_list, b_dict, b_sorted, b_getattr = list, dict, sorted, getattr
     b_enumerate, b_zip, b_len = enumerate, zip, len
@@ -2132,7 +2219,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             grad_enabled(flag)
 
     def parameters_of(obj):
-        return b_list(module_named_parameters(obj))
+        return call(b_list, module_named_parameters(obj))
 
     def build(namespace, probe):
         target = namespace.get(probe["target"])
@@ -2144,7 +2231,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             return target
         args = [t_clone(a) if is_tensor(a) else a
                 for a in init.get("args", [])]
-        obj = target(*args, **init.get("kwargs", {}))
+        obj = call(target, *args, **init.get("kwargs", {}))
         for base in type_mro(b_type(obj)):
             for label, forbidden_class in forbidden_classes:
                 if base is forbidden_class:
@@ -2163,9 +2250,10 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     raise b_LookupError(
                         probe["target"] + " has no parameter " + name
                         + " (its parameters: " + known + ")")
-                t_set_data(parameters[name], t_clone(data))
+                with no_torch_function():
+                    t_set_data(parameters[name], t_clone(data))
         if is_module(obj):
-            module_train(obj, b_bool(probe.get("train", False)))
+            call(module_train, obj, b_bool(probe.get("train", False)))
         return obj
 
     def kept(params):
@@ -2206,46 +2294,62 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # than by these steps stops training with an error.
         if not is_module(obj):
             raise b_TypeError("the object to train is not an nn.Module")
-        module_train(obj, True)
+        call(module_train, obj, True)
         named = parameters_of(obj)
         params = [p for _, p in named]
         if not params:
             raise b_TypeError("the object to train has no parameters")
         method = b_str(spec["method"])
         lr, beta1, beta2, eps = b_float(spec["lr"]), 0.9, 0.999, 1e-8
-        moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
-        step = b_getattr(obj, method)
+        with no_torch_function():
+            moments = [(t_zeros_like(p), t_zeros_like(p)) for p in params]
+        step = call(b_getattr, obj, method)
         copies = kept(params)
         for number, batch in b_enumerate(spec["batches"]):
             only_stepped(obj, named, copies, method)
-            set_grad_enabled(True)
+            call(set_grad_enabled, True)
             try:
-                loss = step(t_clone(batch))
+                loss = call(step, t_clone(batch))
                 if not is_tensor(loss):
                     raise b_TypeError(method + " did not return a tensor")
-                with no_torch_function():  # no subclass's own gradients
-                    phase["grader_off"] = True  # the mode is off by design
+                # No subclass's own gradients, and the grader's torch
+                # function mode set aside by design (principle 5 judges the
+                # step): torch's functions stay off on the thread while
+                # autograd runs.
+                guard = no_torch_function()
+                call(guard.__enter__)
+                try:
+                    phase["grader_off"] = True
                     try:
-                        grads = autograd_grad(loss, params,
-                                              allow_unused=True)
+                        grads = call(autograd_grad, loss, params,
+                                     allow_unused=True)
                     finally:
                         phase["grader_off"] = False
+                finally:
+                    call(guard.__exit__, None, None, None)
             finally:
-                set_grad_enabled(False)
-            loss = None
+                call(set_grad_enabled, False)
+            # The loss dies on the submission's thread, as anything of its
+            # code does (a finalizer tied to it runs there, then is seen).
+            box, loss = [loss], None
+            call(b_list.clear, box)
             only_stepped(obj, named, copies, method)
             done = number + 1
-            for p, g, (m, v) in b_zip(params, grads, moments):
-                if g is None:
-                    continue
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                m_hat = m / (1 - beta1 ** done)
-                v_hat = v / (1 - beta2 ** done)
-                p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+            with no_torch_function():
+                for p, g, (m, v) in b_zip(params, grads, moments):
+                    if g is None:
+                        continue
+                    m.mul_(beta1).add_(g, alpha=1 - beta1)
+                    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                    m_hat = m / (1 - beta1 ** done)
+                    v_hat = v / (1 - beta2 ** done)
+                    p.data.sub_(lr * m_hat / (t_sqrt(v_hat) + eps))
+            # The gradients (a function of the code may have made them)
+            # die on the submission's thread too.
+            box, grads, g = [grads], None, None
+            call(b_list.clear, box)
             copies = kept(params)
-        grads = None
-        module_train(obj, mode)
+        call(module_train, obj, mode)
         only_stepped(obj, named, copies, method)
         # The worker's own copies: nothing the code does later (a method
         # it overrides runs when the module is read) changes what is sent.
@@ -2254,11 +2358,12 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     def run_probe(namespace, probe):
         phase["stage"] = "build"
         obj = build(namespace, probe)
+        phase["held"].append(obj)
         phase["stage"] = "call"
         result = {}
         if probe.get("describe"):
             result["describe"] = describe(obj)
-        call = probe.get("call")
+        called = probe.get("call")
         if probe.get("fit"):
             manual_seed(b_int(probe.get("seed", 0)))
             trained = fit(obj, probe["fit"],
@@ -2268,14 +2373,14 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             with no_torch_function():
                 result["state"] = {b_str(name)[:200]: encode(value)
                                    for name, value in trained[:256]}
-        if call is None:
+        if called is None:
             return result
         args = [t_clone(a) if is_tensor(a) else a
-                for a in call.get("args", [])]
-        kwargs = b_dict(call.get("kwargs", {}))
-        method = call.get("method")
+                for a in called.get("args", [])]
+        kwargs = b_dict(called.get("kwargs", {}))
+        method = called.get("method")
         if method is not None:
-            obj = b_getattr(obj, b_str(method))
+            obj = call(b_getattr, obj, b_str(method))
         manual_seed(b_int(probe.get("seed", 0)))
         tracing = b_bool(probe.get("trace"))
         if tracing:
@@ -2284,7 +2389,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             phase["calls"] = phase["returns"] = 0
         phase["tracing"] = tracing
         try:
-            value = obj(*args, **kwargs)
+            value = call(obj, *args, **kwargs)
         finally:
             phase["tracing"] = False
         if tracing:
@@ -2294,6 +2399,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                                and still_tracing()}
             phase["records"] = None
             phase["left_out"] = {}
+        phase["held"].append(value)
         result["value"] = encode(value)
         return result
 
@@ -2527,6 +2633,160 @@ def install_tripwires(torch: Any, note: Callable,
             watched.append((dotted, value, before))
 
 
+# -- the submission's own stack (docs/threat-model.md, principle 1) --------
+
+def trampoline(start_thread: Callable, stack_size: Callable,
+               size: int) -> tuple[Callable, ...]:
+    """Start the thread every call of the submission's code runs on and
+    return ``call(fn, *args, **kwargs)`` (run ``fn`` there, return what it
+    returned or raise ``RuntimeError(carried, [exception])`` around what
+    it raised: an empty list when the exception was not delivered),
+    ``carried``, ``release(error)`` (let such an error's exception die on
+    the thread) and ``thread()`` (the thread's id).
+
+    The thread's whole loop is C, so that no Python frame of the grader
+    lies below the submission's: ``deque(maxlen=0).extend`` over
+    ``map(list.clear, iter(jobs.get, None))``. Main puts a one-element
+    list (a token) and keeps no other reference to the token: when the
+    thread clears the list, the token dies there and its weak references'
+    callbacks run in the thread, newest first: the job
+    (``defaultdict(job).__missing__`` calls ``job()`` and keeps what it
+    returned) and then ``results.put`` (main wakes). An exception in a
+    weak reference's callback never stops the loop: CPython hands it to
+    ``sys.unraisablehook``, set here to a bounded mailbox's ``append``
+    (what the submission can reach there is its own calls' failures).
+    ``start_thread`` must be the real ``_thread.start_new_thread``, called
+    after the confinement (the thread inherits Landlock and seccomp).
+    """
+    import _queue
+    import _thread
+    import weakref
+    from collections import defaultdict, deque
+    from functools import partial
+
+    b_int, b_hash, b_list, b_type = int, hash, list, type
+    b_len = len
+    b_BaseException, b_RuntimeError = BaseException, RuntimeError
+    b_partial, b_defaultdict = partial, defaultdict
+    weakref_ref = weakref.ref
+    tuple_item = tuple.__getitem__
+    method_type = b_type(b_list.append.__get__([]))
+    method_self = method_type.__dict__["__self__"].__get__
+    jobs, results = _queue.SimpleQueue(), _queue.SimpleQueue()
+    jobs_put, results_get, results_put = jobs.put, results.get, results.put
+    mailbox = deque(maxlen=MAILBOX)
+    mailbox_clear = mailbox.clear
+    default_hook = sys.__unraisablehook__
+    carried = object()
+    sys.unraisablehook = mailbox.append
+    # The type of what CPython hands the hook (not exposed by name).
+    probe = b_partial(b_int)
+    failing = weakref_ref(probe, b_partial(b_int, "", 0, 0))
+    del probe, failing
+    hook_args = b_type(mailbox.pop())
+    old_size = stack_size(size)
+    try:
+        start_thread(deque(maxlen=0).extend,
+                     (map(b_list.clear, iter(jobs.get, None)),))
+    finally:
+        stack_size(old_size)
+
+    def raw(fn, args, kwargs):
+        """Run ``fn(*args, **kwargs)`` on the thread: (True, value) or
+        (False, the exception, or None when it was not delivered)."""
+        token = b_partial(b_int)
+        signal = weakref_ref(token, results_put)
+        table = b_defaultdict(b_partial(fn, *args, **kwargs))
+        done = weakref_ref(token, table.__missing__)
+        b_hash(done)
+        box = [token]
+        token = None
+        jobs_put(box)
+        box = None
+        while True:
+            try:
+                got = results_get()
+            except b_BaseException:
+                continue  # interrupted (a handler of the grader's own)
+            if got is signal:
+                break
+        if done in table:
+            return True, table[done]
+        found = []
+        for entry in b_list(mailbox):
+            if b_type(entry) is hook_args:
+                item = tuple_item(entry, 4)
+                if b_type(item) is method_type and \
+                        method_self(item) is table:
+                    found = [tuple_item(entry, 1)]
+        entry = item = None
+        # The failure's objects (its traceback holds the submission's
+        # frames) die on the thread, not here.
+        raw(mailbox_clear, (), {})
+        return False, found
+
+    def flush():
+        """What reached the mailbox besides the calls' own failures (a
+        finalizer's error) is printed as CPython prints it, on the thread
+        (it writes to the submission's sys.stderr)."""
+        pending = b_list(mailbox)
+        mailbox_clear()
+        for entry in pending:
+            if b_type(entry) is not hook_args:
+                continue
+            item = tuple_item(entry, 4)
+            if b_type(item) is method_type and \
+                    b_type(method_self(item)) is b_defaultdict:
+                continue  # a call's failure, already delivered
+            raw(default_hook, (entry,), {})
+        mailbox_clear()
+
+    def call(fn, /, *args, **kwargs):
+        if mailbox:
+            flush()
+        ok, value = raw(fn, args, kwargs)
+        if ok:
+            return value
+        box, value = value, None
+        raise b_RuntimeError(carried, box)
+
+    def release(error):
+        """Let a carried exception die on the thread (finalizers of what
+        its traceback holds, a suspended generator's ``GeneratorExit``,
+        are the submission's code)."""
+        args = error.args if b_type(error) is b_RuntimeError else ()
+        if b_len(args) == 2 and args[0] is carried:
+            box, args = args[1], None
+            raw(b_list.clear, (box,), {})
+
+    ident = call(_thread.get_ident)
+
+    def thread():
+        return ident
+
+    return call, carried, release, thread
+
+
+def guard_tracer(classify: Callable, refusing: list, get_ident: Callable
+                 ) -> Callable:
+    """Return the trace function of the grader's own thread: the
+    submission's code never runs there. When a frame of the submission's
+    code (or of code it made) starts, it raises before the frame's first
+    line; CPython then removes the trace function, which the audit hook
+    vetoes (``refusing``), reports and turns into the error the action
+    that reached the code gets."""
+    b_PermissionError = PermissionError
+
+    def guard(frame, event, arg):
+        kind = classify(frame.f_code)
+        if kind == "submission" or kind == "synthetic":
+            refusing[0] = get_ident()
+            raise b_PermissionError("refused")
+        return None
+
+    return guard
+
+
 # -- the run ----------------------------------------------------------------
 
 def runner(plan: dict, parts: dict) -> Callable[[], None]:
@@ -2545,6 +2805,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     import torch
 
     b_compile, b_exec, b_enumerate = compile, exec, enumerate
+    b_list_clear = list.clear
     b_BaseException = BaseException
     add_audit_hook, settrace = sys.addaudithook, sys.settrace
     sys_modules = sys.modules
@@ -2556,18 +2817,26 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     source, filename = plan["source"], plan["filename"]
     probes, confinement = plan["probes"], plan["confinement"]
     kept, holder = plan["kept"], plan["holder"]
+    held = plan["held"]
     hook, global_tracer, emit = parts["hook"], parts["tracer"], parts["emit"]
     run_probe, coverage = parts["run_probe"], parts["coverage"]
     start_phase, patched = parts["start_phase"], parts["patched"]
     describe_error, note = parts["describe_error"], parts["note"]
+    call, release, guard = parts["call"], parts["release"], parts["guard"]
+    arm = parts["arm"]
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
+        # The submission's thread: gradients off, the grader's torch
+        # function mode pushed (torch's mode stack is per thread), traced;
+        # this thread (the grader's) refuses the submission's code.
+        call(set_grad_enabled, False)
+        call(arm)
+        call(settrace, global_tracer)
         add_audit_hook(hook)
         emit({"type": "hello", "pid": my_pid, "confinement": confinement})
         set_grad_enabled(False)
-        parts["arm"]()
-        settrace(global_tracer)
+        settrace(guard)
         module = ModuleType("submission")
         module.__file__ = filename
         namespace = module_dict(module)
@@ -2578,10 +2847,11 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
         try:
             code = b_compile(source, filename, "exec", dont_inherit=True,
                              optimize=0)
-            b_exec(code, namespace)
+            call(b_exec, code, namespace)
         except b_BaseException as exception:
-            emit({"type": "import", "ok": False,
-                  "error": describe_error(exception),
+            error = describe_error(exception)
+            release(exception)
+            emit({"type": "import", "ok": False, "error": error,
                   "seconds": clock() - started, "coverage": coverage()})
             note("unlisted", "", "")
             emit({"type": "patched", "what": patched()})
@@ -2602,6 +2872,10 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             except b_BaseException as exception:
                 message = {"type": "probe", "id": probe["id"], "ok": False,
                            "error": describe_error(exception)}
+                release(exception)
+            # What the probe built and got dies on the submission's thread
+            # (its finalizers are its code).
+            call(b_list_clear, held)
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
             emit(message)
@@ -2620,8 +2894,8 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              error_describer, module_describer, probe_runner,
              coverage_keeper, patch_watch, forbidden_call, refused_call,
              untraceable_call, no_trace_call, guarded_file,
-             subclass_tripwire, runner, torch_function_mode,
-             operation_judge)
+             subclass_tripwire, trampoline, guard_tracer, runner,
+             torch_function_mode, operation_judge)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
@@ -2640,6 +2914,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
               confinement: dict, kept: list) -> Callable[[], None]:
     """Build the runtime from the factories; return ``run``. Set-up: runs
     before the submission (the tripwires are installed here)."""
+    import _thread
+    import functools
     import hashlib
     import linecache
     import types
@@ -2675,12 +2951,15 @@ def _assemble(job: dict, probes: list, result_fd: int,
     kinds: dict = {}         # id(code) -> kind
     alive: dict = {}         # id(code) -> code (keeps the ids valid)
     synthetic: dict = {}     # id(code) -> how it was made
-    phase = {"name": "setup", "stage": "import", "ran": set(),
+    phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
              "left_out": {},
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
-    busy = {"hook": [False], "tracer": [False]}
+    # Per thread: the ids of the threads inside the hook, the thread whose
+    # tracer is busy, the thread whose guard refused the submission's code.
+    busy = {"hook": set(), "tracer": [None], "guard": [None],
+            "ident": _thread.get_ident}
     watched: list = []
     holder: list = []
     token = object()
@@ -2707,21 +2986,32 @@ def _assemble(job: dict, probes: list, result_fd: int,
         units, line_unit, phase, who[0], synthetic, readers,
         busy["tracer"], note, torch._C.TensorBase,
         (judge, in_force, handler.__code__))
-    describe = module_describer(torch, readers, _child_numbers(library))
+    # The submission's own thread (started now: after the confinement,
+    # which it inherits, and before the tripwires replace the thread
+    # calls and the watched namespaces are remembered).
+    call, carried, release, _ = trampoline(
+        _thread.start_new_thread, _thread.stack_size, _stack_size())
+    # The trace function is that thread's: it is checked there.
+    traced = functools.partial(call, still_tracing)
+    describe = module_describer(torch, readers, _child_numbers(library),
+                                call)
     run_probe = probe_runner(torch, phase, readers, describe,
                              value_encoder(torch), note, forbidden_classes,
-                             still_tracing)
+                             traced, call)
     coverage, start_phase = coverage_keeper(phase, alive, fingerprint,
-                                            still_tracing)
+                                            traced)
     install_tripwires(torch, note, forbidden_functions, forbidden_classes,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
     return runner(
         {"source": source, "filename": filename, "probes": probes,
-         "confinement": confinement, "kept": kept, "holder": holder},
+         "confinement": confinement, "kept": kept, "holder": holder,
+         "held": phase["held"]},
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
          "start_phase": start_phase, "patched": patch_watch(watched),
-         "note": note, "arm": arm,
+         "note": note, "call": call, "release": release, "arm": arm,
+         "guard": guard_tracer(who[0], busy["guard"], _thread.get_ident),
          "describe_error": error_describer(filename, lines,
-                                           int(job["memory_mb"]))})
+                                           int(job["memory_mb"]), call,
+                                           carried, release)})

@@ -1,7 +1,10 @@
 """Fixtures shared by the kit's own tests (not the public student tests)."""
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,59 @@ SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
 
 # One intra-op thread: the grader forks workers from this process.
 torch.set_num_threads(1)
+
+# One warm fork server for the whole run (docs/internals.md,
+# "A shared fork server"): every grading of the session, in a test's own
+# process or in a `python -m grader` it starts, forks its workers from it
+# instead of starting a server of its own (one torch import less each).
+# Tests of the per-command server's own life opt out (`own_fork_server`).
+_SESSION_SERVER: dict = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the session's fork server (the xdist controller, or the one
+    process of a plain run; workers inherit its address)."""
+    from grader.run import forkserver
+
+    if hasattr(config, "workerinput") or \
+            os.environ.get(forkserver.SHARED_ADDRESS):
+        return
+    folder = tempfile.mkdtemp(prefix="grader-forkserver-")
+    address = os.path.join(folder, "server")
+    try:
+        process = forkserver.listen(address)
+    except forkserver.ForkServerError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        sys.stderr.write(f"no shared fork server: {exc}\n")
+        return
+    os.environ[forkserver.SHARED_ADDRESS] = address
+    _SESSION_SERVER.update(process=process, folder=folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the session's fork server, if this process started it."""
+    from grader.run import forkserver
+
+    process = _SESSION_SERVER.pop("process", None)
+    if process is None:
+        return
+    os.environ.pop(forkserver.SHARED_ADDRESS, None)
+    process.kill()
+    process.wait()
+    shutil.rmtree(_SESSION_SERVER.pop("folder"), ignore_errors=True)
+
+
+@pytest.fixture
+def own_fork_server(monkeypatch):
+    """This test's gradings start fork servers of their own, as a
+    command does outside the suite (for tests of that server's life)."""
+    from grader.run import forkserver
+
+    monkeypatch.delenv(forkserver.SHARED_ADDRESS, raising=False)
+    forkserver.stop()
+    forkserver._SHARED = None
+    yield
+    forkserver.stop()
 
 
 @pytest.fixture(scope="session")

@@ -285,6 +285,7 @@ print("after", in_child(lambda: str(forkserver.shared().pid != server.pid)))
 '''
 
 
+@pytest.mark.usefixtures("own_fork_server")
 def test_forked_judges_share_the_coordinators_fork_server():
     """A judge (a fork of the coordinator) asks the coordinator's fork
     server for its workers instead of starting one of its own, and starts

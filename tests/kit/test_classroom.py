@@ -310,6 +310,9 @@ def _pids(repo: Path) -> list[int]:
     return [int(p) for p in (repo / PID_FILE).read_text().split()]
 
 
+# Its processes are counted as a runner sees them: a fork server of the
+# command's own, as outside the suite (not the session's shared one).
+@pytest.mark.usefixtures("own_fork_server")
 @pytest.mark.slow
 def test_hanging_submission_whole_job(template, tmp_path):
     """A public test that never returns: the step stops the test process
@@ -346,6 +349,9 @@ def test_hanging_submission_whole_job(template, tmp_path):
     assert shown[5:11] == TASK2_FULL
 
 
+# Its processes are counted as a runner sees them: a fork server of the
+# command's own, as outside the suite (not the session's shared one).
+@pytest.mark.usefixtures("own_fork_server")
 @pytest.mark.slow
 @pytest.mark.parametrize("stopper, mode", [
     ("action timeout", "emulated"),

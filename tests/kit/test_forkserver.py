@@ -4,7 +4,10 @@ Workers are forked by a separate, freshly started process that holds
 nothing of any grading (``grader/run/forkserver.py``). These tests check what a
 worker can see of its parent (no seed, no command line, no environment of
 the grading process), that a worker dies when the process that asked for it
-dies, and that the server itself ends with its client.
+dies, and that the server itself ends with its client; and that a
+listening server several commands share (``GRADER_FORK_SERVER``, the one
+this suite runs on) keeps those properties, and is used only when it is
+this kit's.
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from grader.run import forkserver
 from grader.run.sandbox import Job, Limits, run_jobs
 from grader.wire import MAGIC_SIZE, AuthenticatedReader, ChannelError
 
@@ -55,6 +61,27 @@ def test_a_worker_sees_nothing_of_the_grading_process(monkeypatch) -> None:
     assert result.finished
 
 
+LOOPING_CLIENT = textwrap.dedent('''
+    import json, os, sys, time
+    sys.path.insert(0, {root!r})
+    from grader.run import forkserver
+    from grader.run.sandbox import Job, Limits, _start
+    running = _start(Job("loop", "while True:\\n    pass\\n",
+                         "/nowhere/loop.py", []), Limits(timeout=600))
+    print(json.dumps({{"worker": running.pid,
+                      "server": forkserver.shared().pid}}), flush=True)
+    time.sleep(600)
+''')
+
+
+def _gone(pids: list[int], within: float = 15.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(map(_alive, pids)):
+        time.sleep(0.1)
+    return not any(map(_alive, pids))
+
+
+@pytest.mark.usefixtures("own_fork_server")
 def test_a_worker_dies_with_the_process_that_asked_for_it(
         tmp_path: Path) -> None:
     """A client killed while its worker loops forever takes the worker
@@ -86,6 +113,144 @@ def test_a_worker_dies_with_the_process_that_asked_for_it(
     finally:
         if client.poll() is None:
             client.kill()
+
+
+@pytest.fixture
+def listening(tmp_path: Path, monkeypatch):
+    """A listening server of this kit, named in the environment."""
+    address = str(tmp_path / "server")
+    process = forkserver.listen(address)
+    monkeypatch.setenv(forkserver.SHARED_ADDRESS, address)
+    forkserver.stop()
+    forkserver._SHARED = None
+    yield process
+    forkserver.stop()
+    process.kill()
+    process.wait()
+
+
+def test_a_shared_server_keeps_a_killed_clients_worker_from_living(
+        listening) -> None:
+    """Under a shared server too, a client killed while its worker loops
+    takes the worker with it; the server stays for the other clients."""
+    client = subprocess.Popen(
+        [sys.executable, "-c", LOOPING_CLIENT.format(root=str(ROOT))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(client.stdout.readline())
+        assert pids["server"] == listening.pid  # it used the shared one
+        assert _alive(pids["worker"])
+        client.kill()
+        client.wait(timeout=10)
+        assert _gone([pids["worker"]])
+        assert listening.poll() is None
+        result = run_jobs([Job("peek", PEEK, "/nowhere/peek.py", [])],
+                          Limits(timeout=20))["peek"]
+        assert result.finished and "clean" in result.output
+        assert forkserver.shared().pid == listening.pid
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
+CHURN = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r})
+    from grader.run import forkserver
+    from grader.run.sandbox import Job, Limits, run_jobs
+    for round in range({rounds}):
+        if {connect_only}:
+            forkserver.shared()            # connect, then hang up
+            forkserver.stop()
+            continue
+        jobs = [Job(f"j{{i}}", f"print({{i}} * 7)\\n", f"/nowhere/j{{i}}.py",
+                    []) for i in range(2)]
+        results = run_jobs(jobs, Limits(timeout=30))
+        for i in range(2):
+            assert results[f"j{{i}}"].finished, results[f"j{{i}}"].output
+            assert str(i * 7) in results[f"j{{i}}"].output
+    print("ok")
+''')
+
+
+def test_clients_that_come_and_go_never_cost_another_its_worker(
+        listening) -> None:
+    """Clients that connect and hang up at once, beside clients that ask
+    for workers: every worker reads its own job (a worker once closed a
+    descriptor number a departed client had freed, its own job pipe)."""
+    clients = [subprocess.Popen(
+        [sys.executable, "-c", CHURN.format(
+            root=str(ROOT), rounds=rounds, connect_only=connect_only)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rounds, connect_only in ((40, True), (40, True), (4, False),
+                                     (4, False))]
+    for client in clients:
+        out, err = client.communicate(timeout=300)
+        assert client.returncode == 0 and out.strip() == "ok", err[-2000:]
+    assert listening.poll() is None
+
+
+def test_the_grade_command_uses_the_shared_server(listening) -> None:
+    """`python -m grader grade` starts no server of its own when one of
+    this kit listens at GRADER_FORK_SERVER, and grades the same."""
+    command = [sys.executable, "-m", "grader", "grade", "--format", "json",
+               str(ROOT / "examples" / "submission")]
+    shared = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    children, servers = set(), set()
+    while shared.poll() is None:
+        listed = Path(f"/proc/{shared.pid}/task/{shared.pid}/children")
+        try:
+            children.update(listed.read_text().split())
+        except OSError:
+            pass
+        for pid in children - servers:
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"grader.run.forkserver" in argv:
+                servers.add(pid)
+        time.sleep(0.01)
+    out, err = shared.communicate()
+    assert shared.returncode == 0, err
+    assert not servers  # no server of its own
+    environment = {k: v for k, v in os.environ.items()
+                   if k != forkserver.SHARED_ADDRESS}
+    own = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                         env=environment)
+    assert own.returncode == 0, own.stderr
+    assert json.loads(out)["items"] == json.loads(own.stdout)["items"]
+
+
+def test_a_foreign_or_gone_server_is_not_used(tmp_path: Path,
+                                              monkeypatch) -> None:
+    """A listening server of another kit (another identity), or an
+    address where nothing listens, is passed over: the grading starts a
+    server of its own and grades as usual."""
+    address = str(tmp_path / "foreign")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "grader.run.forkserver", "--listen", address,
+         "ready %d not-this-kit"], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(address) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for named in (address, str(tmp_path / "nothing-here")):
+            monkeypatch.setenv(forkserver.SHARED_ADDRESS, named)
+            forkserver.stop()
+            forkserver._SHARED = None
+            result = run_jobs([Job("peek", PEEK, "/nowhere/peek.py", [])],
+                              Limits(timeout=20))["peek"]
+            assert result.finished and "clean" in result.output
+            own = forkserver.shared()
+            assert own.process is not None and own.pid != server.pid
+            assert named in forkserver._REFUSED
+            forkserver.stop()
+    finally:
+        forkserver._SHARED = None
+        server.kill()
+        server.wait()
 
 
 def test_a_hung_worker_is_stopped_at_its_deadline() -> None:

@@ -200,9 +200,18 @@ class Browser:
         self.taken.append(path)
 
     def wait(self, condition, seconds: float = WAIT):
+        """Wait until ``condition`` holds; an element that went stale
+        while it was read (formgrader redraws its tables when its data
+        arrives, later on a busy machine) means: look again."""
+        from selenium.common.exceptions import (
+            NoSuchElementException, StaleElementReferenceException)
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.driver, seconds, 0.2).until(condition)
+        return WebDriverWait(
+            self.driver, seconds, 0.2,
+            ignored_exceptions=(NoSuchElementException,
+                                StaleElementReferenceException)
+        ).until(condition)
 
     def row(self, student: str):
         """The row of ``student`` in Manage Submissions."""

@@ -848,8 +848,9 @@ def test_hostile_comments_are_read_in_bounded_time_and_space(
         comment: str) -> None:
     """Whatever a comment holds, reading and reporting it is linear, never
     recursive, and the report stays short. Time is a bound, not a
-    benchmark: 5 s, or 50 times the same work on a plain comment measured
-    in the same run when the machine is busy."""
+    benchmark: 5 s of this process's CPU time (not wall time, which other
+    jobs on a busy machine stretch), or 50 times the same work on a plain
+    comment measured in the same run."""
     import time
 
     def judge(comment: str) -> tuple[list, str, float]:
@@ -858,12 +859,12 @@ def test_hostile_comments_are_read_in_bounded_time_and_space(
                 f"        y = x + 1  # {comment}\n"
                 "        return y  # [bs, seq, input_size]\n")
         source = SourceFile(text=text, path=Path("hostile_comment.py"))
-        started = time.perf_counter()
+        started = time.process_time()
         statements = collect_statements(source, SA, "forward")
         runs = [(SET_1, {"0": [[[2, 5, 7]]], "1": [[[2, 5, 7]]]})]
         findings = verify(statements, runs, DIMS)
         report = format_findings(findings, source)
-        return findings, report, time.perf_counter() - started
+        return findings, report, time.process_time() - started
 
     *_, plain = judge("[bs, seq, input_size]")
     findings, report, seconds = judge(comment)

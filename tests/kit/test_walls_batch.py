@@ -88,9 +88,38 @@ CORPUS: dict[str, tuple] = {
                          ("refused", "refused", "tampered", "tampered"),
                          ("inspect the grader's stack frames",
                           "inspect the grader's objects (gc)")),
+    # -- Principle 1 by construction: the submission's code runs on a
+    #    thread of its own whose loop is C, so no grader frame lies below
+    #    it. Each file looks below itself with the standard library's own
+    #    stack summary (traceback.extract_stack, allowed: it turns frames
+    #    into text) from code the grader runs. Before, each listed the
+    #    grader's runner and probe runner, and reading the agent's file
+    #    for the summary was refused (a `refused` flag).
+    "stack_seen_by_every_call": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    # (shapes -1: the raising calls record no shapes, and the helper's
+    # statement cannot be told apart from a tensor statement: as before.)
+    "error_text_walks": ((1, 0, 0, -1, 0), (0, 0, 0, 0, -1), (),
+                         ('raised _Refusal: "nothing of the grader below '
+                          'the message"',
+                          "the code called sys.exit('clean')")),
+    # The grader's own look-up of the class would run the twin key's
+    # __eq__ in its thread: refused there, so task 1 earns nothing.
+    "globals_key_on_grader": (ZERO, CLEAN_2, ("refused",),
+                              ("run on the grader's own stack",)),
 }
 #: What a file must print in its task's output (its own verdict).
-PRINTS = {"reach_walk_probe": ("task1", "found none")}
+PRINTS = {"reach_walk_probe": ("task1", "found none"),
+          "stack_seen_by_every_call": (
+              ("task1", "nothing of the grader below SelfAttention.__init__,"
+                        " SelfAttention.forward, SelfAttention.named_modules"),
+              ("task2", "nothing of the grader below MultiHeadSelfAttention"
+                        ".forward, MultiHeadSelfAttention.named_modules")),
+          "globals_key_on_grader": (
+              "task2", "nothing of the grader below MultiHeadSelfAttention"
+                       ".forward, _Twin.__eq__")}
+#: What no report may hold (a verdict that found a frame below the code).
+NEVER = ("stack below the code: FOUND", 'raised _Refusal: "FOUND',
+         "sys.exit('FOUND')")
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +167,13 @@ def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
     for words in says:
         assert words in text
     if name in PRINTS:
-        task, verdict = PRINTS[name]
-        output = report["output"].get(task, "")
-        assert verdict in output, output[-500:]
+        expected = PRINTS[name]
+        for task, verdict in (expected if isinstance(expected[0], tuple)
+                              else (expected,)):
+            output = report["output"].get(task, "")
+            assert verdict in output, output[-500:]
+    seen = text + " ".join(report["output"].values())
+    assert not [words for words in NEVER if words in seen]
 
 
 def test_torchscripts_ways_in_are_derived_from_the_bindings() -> None:

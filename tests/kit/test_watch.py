@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# The watcher's own fork server and its end are under test: no shared one.
+pytestmark = pytest.mark.usefixtures("own_fork_server")
+
 KIT = Path(__file__).resolve().parents[2]
 REFERENCE = KIT / "solutions" / "modeling_attention.py"
 # A generous bound for a loaded 2-core machine: not a speed assertion.
