@@ -22,6 +22,10 @@ MAX_CONTAINERS = 200_000
 # The tensor shapes one trace record of a list, tuple or dict may hold
 # (grader.worker.agent.MAX_HELD).
 MAX_HELD_SHAPES = 64
+# The verb of an "untraceable" event that reports torch operations chosen
+# by data rather than by code (grader.worker.agent.CHOSEN_BY_DATA;
+# docs/threat-model.md, principle 4).
+CHOSEN_BY_DATA = "choose by data"
 MAGIC_SIZE = 16
 MAC_SIZE = 32
 _HEADER = struct.Struct(">I")

@@ -13,7 +13,7 @@ from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
 from grader.plan import Case, ProbeInfo
 from grader.run.sandbox import JobResult
-from grader.wire import ChannelError, Value, decode_value
+from grader.wire import CHOSEN_BY_DATA, ChannelError, Value, decode_value
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,7 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
     by_id: dict[str, dict] = {}
     started: str | None = None
     compiled: list[str] = []
+    chosen: list[str] = []
     events = {"refused": run.refused, "forbidden": run.forbidden,
               "tampered": run.tampered, "patched": run.patched}
     for message in job.frames:
@@ -239,7 +240,10 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             if counts and text not in listed:
                 listed.append(text)
         elif kind == "event" and message.get("kind") == "untraceable":
-            compiled.append(str(message.get("object", ""))[:200])
+            if message.get("verb") == CHOSEN_BY_DATA:
+                chosen.append(str(message.get("object", ""))[:200])
+            else:
+                compiled.append(str(message.get("object", ""))[:200])
         elif kind == "patched":
             for what in message.get("what", []):
                 if str(what) not in run.patched:
@@ -268,18 +272,27 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
         else:
             problem = "no result was reported"
         run.results[info.id] = ProbeResult(info=info, problem=problem)
-    if compiled:
-        _charge_compiled(run, compiled)
+    if compiled or chosen:
+        _charge_compiled(run, compiled, chosen)
     return run
 
 
-def _charge_compiled(run: TaskRun, compilers: list[str]) -> None:
+def _charge_compiled(run: TaskRun, compilers: list[str],
+                     chosen: list[str] = ()) -> None:
     """Code compiled where the grader cannot trace it (TorchScript,
-    ``torch.compile``), wherever it was compiled, is foreign code of every
-    run of the task: the task's correctness items earn nothing."""
-    names = ", ".join(dict.fromkeys(compilers))
-    entry = ("", f"code compiled by {names}, which runs where the grader "
-                 f"cannot trace it", 0, "")
+    ``torch.compile``), and torch operations chosen by data rather than
+    code (docs/threat-model.md, principle 4), wherever they happened, are
+    foreign code of every run of the task: the task's correctness items
+    earn nothing."""
+    entries = []
+    if compilers:
+        names = ", ".join(dict.fromkeys(compilers))
+        entries.append(("", f"code compiled by {names}, which runs where "
+                            f"the grader cannot trace it", 0, ""))
+    if chosen:
+        names = "; ".join(dict.fromkeys(chosen))
+        entries.append(("", f"torch operations chosen by data, not by a "
+                            f"line of the visible source ({names})", 0, ""))
     for probe_id, result in run.results.items():
-        run.results[probe_id] = replace(result,
-                                        foreign=result.foreign + (entry,))
+        run.results[probe_id] = replace(
+            result, foreign=result.foreign + tuple(entries))

@@ -19,6 +19,7 @@ MAX_EXECUTIONS = 64
 # and the statement's comment cannot be verified (it fails closed).
 MAX_HELD_SCAN = 4096
 MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
+CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 MAX_HELD_DEPTH = 8
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
@@ -156,6 +157,14 @@ JIT_SIGNATURE = (r"torch::jit::|torch\._C\.(?:Graph|Node|Value|Block|"
                  r"CompilationUnit|Script(?!Class\b|Object\b)\w*|"
                  r"LiteScriptModule|_jit_tree_views\.\w+)\b")
 JIT_SYNTAX_TREE = "torch._C._jit_tree_views"
+# C entry points that run a torch function with torch's function modes set
+# aside for that one call (torch.overrides.redispatch_function's way): the
+# grader's mode, which judges what chose every operation (principle 4),
+# would not see it. Each is replaced like the compilers above, reporting
+# the operation as chosen where the grader cannot judge it. (The other
+# ways to set the mode aside, the DisableTorchFunction context, popping
+# it, the skip flag, are state the trace function checks.)
+MODE_BYPASSES = ("torch._C._skip_one_hop_torch_function",)
 CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 # The protocol through which a stand-in for tensors (torch.fx's Proxy, any
 # recorder) records the code it runs through, to run it later elsewhere.
@@ -540,6 +549,16 @@ def refused_values() -> list[tuple[object, str]]:
     return values
 
 
+def mode_bypass_values() -> list[tuple[object, str]]:
+    """The entry points of MODE_BYPASSES that exist, with their names."""
+    found = []
+    for dotted in MODE_BYPASSES:
+        value = _lookup(dotted)
+        if value is not None:
+            found.append((value, dotted))
+    return found
+
+
 def untraceable_values() -> list[tuple[object, str]]:
     """The compilers of UNTRACEABLE that exist, and every function of
     torch's C extension whose signature names a TorchScript type
@@ -631,6 +650,7 @@ def index_aliases(skip: tuple[str, ...]) -> None:
     brings. The values stay alive here, so their ids stay theirs."""
     wanted = {id(value) for value, _ in refused_values()}
     wanted |= {id(value) for value, _ in untraceable_values()}
+    wanted |= {id(value) for value, _ in mode_bypass_values()}
     wanted |= {id(sys.gettrace), id(sys.getprofile)}
     for functions, _ in _PREPARED.values():
         wanted |= set(functions)
@@ -1478,7 +1498,8 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
 def shape_tracer(units: list, line_unit: dict, phase: dict,
                  classify: Callable, synthetic: dict, readers: tuple,
                  tracer_busy: list, note: Callable | None = None,
-                 tensor_base: type | None = None) -> Callable:
+                 tensor_base: type | None = None,
+                 operations: tuple | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -1492,7 +1513,12 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     code. Such a stand-in records the code instead of computing it
     (``torch.fx``'s symbolic tracing, any recorder), so that the recording
     can run later where no trace function follows (an interpreter of the
-    recorded graph)."""
+    recorded graph).
+
+    ``operations`` (:func:`operation_judge`'s ``judge`` and ``in_force``,
+    and the code of the grader's torch function mode's handler): every
+    torch operation is judged at the call of the handler, and every
+    library and submission frame checks that the mode is in force."""
     import _thread
 
     b_len, b_str, b_id, b_type = len, str, id, type
@@ -1505,6 +1531,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
+    judge, in_force, handler_code = operations or (None, None, None)
 
     def stand_in_name(cls):
         """The class's name when it is a stand-in for tensors: it answers
@@ -1591,13 +1618,19 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     def global_tracer(frame, event, arg):
         code = frame.f_code
+        if code is handler_code:
+            return judge(frame)
         if note is not None and code.co_name in protocol:
             note_recorder(stand_in, frame, code)
         kind = classify(code)
         if kind == "library" or kind == "agent":
+            if kind == "library" and in_force is not None:
+                in_force(frame)
             return None
         if note is not None:
             note_recorder(stand_in_argument, frame, code)
+        if in_force is not None:
+            in_force(frame)
         if kind == "submission":
             phase["ran"].add((b_id(code), phase["stage"]))
         else:
@@ -1626,6 +1659,346 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return not phase["silenced"]
 
     return global_tracer, still_tracing
+
+
+# -- principle 4: a torch operation is chosen by code, not by data ----------
+
+def torch_function_mode(namespace_type: type, method_type: type
+                        ) -> tuple[object, Callable]:
+    """Return ``(mode, handler)``: the grader's torch function mode, an
+    object torch calls (``mode.__torch_function__``) for every torch
+    function, method and operator, and the plain function behind it.
+
+    The handler only passes the call on: it holds no cell (nothing to read
+    or rewrite for code that reaches it through torch's mode stack). What
+    it is for happens in the trace function, out of reach, at the call of
+    the handler's frame (:func:`operation_judge`)."""
+    def chosen_by_code(mode, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            return func(*args)
+        return func(*args, **kwargs)
+
+    mode = namespace_type()
+    mode.__torch_function__ = method_type(chosen_by_code, mode)
+    return mode, chosen_by_code
+
+
+def operation_judge(torch: Any, mode: object, handler: Callable,
+                    classify: Callable, note: Callable, phase: dict
+                    ) -> tuple[Callable, ...]:
+    """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
+
+    ``judge`` runs at the call of the mode's handler (``frame``): a torch
+    operation is about to run. The operation is chosen by code when the
+    nearest Python frame below it (past torch's dispatch plumbing, the
+    operation's own Python body and wrappers that forward a function
+    they close over) is the submission's, the grader's, a syntax
+    operation (``a @ b``, ``x[i]``, ``x.T``) of a library, or a library
+    call whose code names the operation. Otherwise a library called an
+    operation it received as data (``torch.fx.Interpreter``'s
+    ``target(*args)``, a dispatch table): ``judge`` returns a local trace
+    function that reports it (``untraceable``) when the operation
+    returns more than a plain value (a tensor, not a string or a size).
+
+    ``in_force`` runs at the call of every library and submission frame:
+    it checks, in a few C calls, that the mode is still at the bottom of
+    torch's mode stack, enabled, unchanged; when not, the code running is
+    the submission's (reported: the instrument was silenced), torch's own
+    Python body of an operation the mode is handling (torch sets the mode
+    aside meanwhile), or the grader's (it turns the mode off for its own
+    gradient step: ``phase["grader_off"]``). ``arm`` pushes the mode on the
+    calling thread (once per thread; a thread first seen by ``in_force``
+    is armed there).
+    """
+    import contextlib
+    import dis
+    import threading
+    import types
+    import warnings
+
+    b_type, b_str, b_set, b_dict, b_id = type, str, set, dict, id
+    b_BaseException = BaseException
+    C = torch._C
+    stack_len = C._len_torch_function_stack
+    stack_at = C._get_function_stack_at
+    push = C._push_on_torch_function_stack
+    mode_enabled = C._is_torch_function_mode_enabled
+    skip_next = C._peek_should_skip_torch_function
+    thread_ident = threading.get_ident
+    FunctionType = types.FunctionType
+    function_code = FunctionType.__dict__["__code__"].__get__
+    function_dict = FunctionType.__dict__["__dict__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    native_descriptors = (types.GetSetDescriptorType,
+                          types.MemberDescriptorType)
+    b_range = range
+    wrapper_type = b_type(C.TensorBase.T.__get__)
+    method_self = {wrapper_type: wrapper_type.__dict__["__self__"].__get__}
+    mode_dict = mode.__dict__
+    bound = mode_dict["__torch_function__"]
+    handler_code = function_code(handler)
+    protocol_code = torch.overrides.handle_torch_function.__code__
+    # What the protocol runs to set a mode aside and back (and nothing else
+    # is excused inside it: the subclasses' protocol it calls next is not).
+    plumbing = frozenset(b_id(f.__code__) for f in (
+        torch.overrides._pop_mode_temporarily.__wrapped__,
+        torch.overrides._push_mode, torch.overrides._pop_mode,
+        contextlib._GeneratorContextManager.__enter__,
+        contextlib._GeneratorContextManager.__exit__))
+    protocol_name = "handle_torch_function"
+    call_ops = frozenset(dis.opmap[name] for name in
+                         ("CALL", "CALL_FUNCTION_EX", "CALL_KW")
+                         if name in dis.opmap)
+    cache_op = dis.opmap.get("CACHE", 0)
+    plain = frozenset((b_str, bytes, int, float, bool, complex,
+                       type(None), torch.Size, torch.dtype, torch.device,
+                       torch.layout, torch.memory_format))
+    armed: set = b_set()
+    verb = CHOSEN_BY_DATA
+    b_len, max_known = len, 4096
+    known_calls: dict = {}   # (code, instruction, operation) chosen by code
+    # A native operation may display a warning (TORCH_WARN): Python's
+    # warnings code runs inside it, while torch has set the mode aside.
+    warning_codes = frozenset(b_id(c) for c in _code_objects(warnings))
+    warnings_dict = vars(warnings)
+    show, format_ = warnings.showwarning, warnings.formatwarning
+
+    def native(value, attribute):
+        """``value.attribute`` when a native descriptor of its class holds
+        it (None otherwise): no code of the value's runs."""
+        kind = b_type(value)
+        for base in type_mro(kind):
+            found = type_dict(base).get(attribute)
+            if found is None:
+                continue
+            if b_type(found) not in native_descriptors:
+                return None
+            try:
+                return found.__get__(value, kind)
+            except b_BaseException:
+                return None
+        return None
+
+    def name_of(value):
+        """``value.__name__``, from a native descriptor or the instance's
+        own dict (an operator object's), read without running its code."""
+        name = native(value, "__name__")
+        if name is None:
+            namespace = native(value, "__dict__")
+            if b_type(namespace) is b_dict:
+                name = namespace.get("__name__")
+        return name if b_type(name) is b_str else ""
+
+    def operation_name(func):
+        name = name_of(func)
+        if name in ("__get__", "__set__", "__delete__"):
+            reader = method_self.get(b_type(func))
+            if reader is not None:
+                name = name_of(reader(func))  # a property: its own name
+        return name
+
+    def own_codes(func):
+        """The code objects of the operation's own Python body (a torch
+        function written in Python, its functools.wraps chain, or the
+        ``__call__`` of an operator object such as ``torch.ops``')."""
+        found = []
+        value = func
+        for _ in b_range(4):
+            if b_type(value) is FunctionType:
+                found.append(function_code(value))
+                value = function_dict(value).get("__wrapped__")
+                continue
+            for base in type_mro(b_type(value)):
+                call = type_dict(base).get("__call__")
+                if call is not None:
+                    if b_type(call) is FunctionType:
+                        found.append(function_code(call))
+                    break
+            break
+        return found
+
+    def forwards(frame, func):
+        """True when ``frame`` runs a wrapper that calls a function it
+        closes over: the operation itself (a decorator, a dispatch)."""
+        code = frame.f_code
+        if not code.co_freevars:
+            return False
+        local_values = frame.f_locals
+        for name in code.co_freevars:
+            if local_values.get(name) is func:
+                return True
+        return False
+
+    def caller_of(frame, func):
+        """The frame that chose the operation: below the handler, past
+        torch's protocol, the operation's own body and forwarders."""
+        own = own_codes(func)
+        caller = frame.f_back
+        while caller is not None:
+            code = caller.f_code
+            if code is protocol_code or code is handler_code or \
+                    forwards(caller, func):
+                caller = caller.f_back
+                continue
+            mine = False
+            for known in own:
+                if code is known:
+                    mine = True
+            if not mine:
+                return caller
+            caller = caller.f_back
+        return None
+
+    def by_syntax(frame):
+        """True when the frame is running an operator, a subscript or an
+        attribute (not a call): the operation is written in its code."""
+        code = frame.f_code
+        ops = code.co_code
+        index = frame.f_lasti
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        return ops[index] not in call_ops
+
+    def names(code, name):
+        if not name:
+            return False
+        bare = name.strip("_") if name[:2] == "__" else name
+        for known in code.co_names:
+            if known == name or known == bare:
+                return True
+        for known in code.co_consts:
+            if b_type(known) is b_str and (known == name or known == bare):
+                return True
+        return False
+
+    def reporter_of(what):
+        def returned(frame, event, arg):
+            if event == "return" and b_type(arg) not in plain:
+                note("untraceable", verb, what)
+            return returned
+        return returned
+
+    def judge(frame):
+        caller = frame.f_back
+        if caller is not None and not caller.f_code.co_freevars:
+            kind = classify(caller.f_code)
+            if kind != "library":
+                return None  # the submission's line (or the grader) chose
+        func = frame.f_locals.get("func")
+        key = None
+        if caller is not None and caller.f_back is not None and \
+                not caller.f_code.co_freevars:
+            # A library frame that called the operation itself (not
+            # torch's protocol, nor a body or forwarder it skips) decides
+            # the same way at the same instruction, every time.
+            key = (b_id(caller.f_code), caller.f_lasti, b_id(func))
+            if known_calls.get(key):
+                return None
+        caller = caller_of(frame, func)
+        if caller is None:
+            return None
+        code = caller.f_code
+        if classify(code) != "library" or by_syntax(caller):
+            if key is not None and caller is frame.f_back:
+                remember(key)
+            return None
+        name = operation_name(func)
+        if names(code, name):
+            if key is not None and caller is frame.f_back:
+                remember(key)
+            return None
+        return reporter_of((name or "an operation")[:60] + " by "
+                           + code.co_qualname[:80])
+
+    def remember(key):
+        if b_len(known_calls) < max_known:
+            known_calls[key] = True
+
+    def arm():
+        armed.add(thread_ident())
+        push(mode)
+
+    def where(frame, shown):
+        """A warning raised inside an operation the handler passes on is
+        shown at the line that called the operation (not the handler's)."""
+        message = shown.f_locals.get("msg")
+        if message is None:
+            return
+        caller = caller_of(frame, frame.f_locals.get("func"))
+        if caller is None:
+            return
+        try:
+            message.filename = caller.f_code.co_filename
+            message.lineno = caller.f_lineno
+        except b_BaseException:
+            pass
+
+    def torch_body(frame, above, start):
+        """True when ``above`` (the frame the handler called) is the
+        operation's own Python body, torch's: a torch function that hands
+        itself to the protocol (its body and what that calls run while
+        torch sets the mode aside), or the ``__call__`` of an operator
+        object (``torch.ops``), only itself (what its kernel calls is
+        not excused); or Python's warnings code displaying a warning the
+        operation raised (while ``showwarning`` and ``formatwarning`` are
+        still Python's)."""
+        if above is None:
+            return False
+        code = above.f_code
+        if b_id(code) in warning_codes and \
+                warnings_dict.get("showwarning") is show and \
+                warnings_dict.get("formatwarning") is format_:
+            if above is start:
+                where(frame, above)
+            return True  # a warning the operation displays
+        func = frame.f_locals.get("func")
+        mine = False
+        for known in own_codes(func):
+            if code is known:
+                mine = True
+        if not mine:
+            return False
+        if b_type(func) is FunctionType:
+            return protocol_name in code.co_names
+        return above is start
+
+    def off(frame):
+        if phase["grader_off"]:
+            return  # the grader's own gradient step (principle 5 judges it)
+        if thread_ident() not in armed:
+            arm()
+            return
+        walk, above, setting_aside = frame, None, True
+        while walk is not None:
+            code = walk.f_code
+            if code is handler_code:
+                if torch_body(walk, above, frame):
+                    return
+                break
+            if code is protocol_code and setting_aside:
+                return  # torch's protocol setting the mode aside and back
+            if b_id(code) not in plumbing:
+                setting_aside = False
+            kind = classify(code)
+            if kind == "submission" or kind == "synthetic":
+                break
+            above, walk = walk, walk.f_back
+        if walk is None:
+            return
+        note("untraceable", verb,
+             "run while the grader's torch function mode was taken off, "
+             "disabled or replaced")
+
+    def in_force(frame):
+        if stack_len() and stack_at(0) is mode and mode_enabled() and \
+                not skip_next() and \
+                mode_dict.get("__torch_function__") is bound and \
+                function_code(handler) is handler_code:
+            return
+        off(frame)
+
+    return judge, in_force, arm
 
 
 def error_describer(filename: str, lines: list, memory_mb: int,
@@ -1822,7 +2195,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     t_clone, t_detach = TensorBase.clone, TensorBase.detach
     t_set_data = TensorBase.__dict__["data"].__set__
     no_torch_function = torch._C.DisableTorchFunction
-    set_grad_enabled = torch._C._set_grad_enabled
+    grad_enabled = torch._C._set_grad_enabled
     # The CPU generator alone: torch.manual_seed also queues a seeding of
     # every accelerator, each with a formatted stack of the call (a fifth
     # of a batch's time, in a worker that never uses one).
@@ -1837,6 +2210,13 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
 
     def is_module(value):
         return Module in type_mro(b_type(value))
+
+    def set_grad_enabled(flag):
+        # Past the torch function modes: torch hands this function to a
+        # mode by importing a module from the caller's globals, and the
+        # agent's are emptied (a crash).
+        with no_torch_function():
+            grad_enabled(flag)
 
     def parameters_of(obj):
         return call(b_list, module_named_parameters(obj))
@@ -1932,13 +2312,19 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 loss = call(step, t_clone(batch))
                 if not is_tensor(loss):
                     raise b_TypeError(method + " did not return a tensor")
-                # No subclass's own gradients: torch's functions stay off
-                # on the thread while autograd runs.
+                # No subclass's own gradients, and the grader's torch
+                # function mode set aside by design (principle 5 judges the
+                # step): torch's functions stay off on the thread while
+                # autograd runs.
                 guard = no_torch_function()
                 call(guard.__enter__)
                 try:
-                    grads = call(autograd_grad, loss, params,
-                                 allow_unused=True)
+                    phase["grader_off"] = True
+                    try:
+                        grads = call(autograd_grad, loss, params,
+                                     allow_unused=True)
+                    finally:
+                        phase["grader_off"] = False
                 finally:
                     call(guard.__exit__, None, None, None)
             finally:
@@ -2124,13 +2510,14 @@ def refused_call(note: Callable, what: str) -> Callable:
     return refused
 
 
-def untraceable_call(note: Callable, name: str, original: Callable
-                     ) -> Callable:
-    """Return a stand-in for a compiler whose code the grader cannot trace:
-    it reports the use (the items the task's runs serve earn nothing) and
+def untraceable_call(note: Callable, name: str, original: Callable,
+                     verb: str = "compile") -> Callable:
+    """Return a stand-in for a compiler whose code the grader cannot trace
+    (or a way past its torch function mode, ``verb`` CHOSEN_BY_DATA): it
+    reports the use (the items the task's runs serve earn nothing) and
     calls ``original``."""
     def compiled(*args, **kwargs):
-        note("untraceable", "compile", name)
+        note("untraceable", verb, name)
         return original(*args, **kwargs)
     return compiled
 
@@ -2184,6 +2571,10 @@ def install_tripwires(torch: Any, note: Callable,
         replacements[id(value)] = refused_call(note, what)
     for value, name in untraceable_values():
         replacements[id(value)] = untraceable_call(note, name, value)
+    for value, name in mode_bypass_values():
+        replacements[id(value)] = untraceable_call(
+            note, "an operation passed through " + name + ", past the "
+            "grader's torch function mode", value, CHOSEN_BY_DATA)
     for cls, attribute, name in jit_bindings()[1]:
         try:
             setattr(cls, attribute,
@@ -2432,12 +2823,15 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     start_phase, patched = parts["start_phase"], parts["patched"]
     describe_error, note = parts["describe_error"], parts["note"]
     call, release, guard = parts["call"], parts["release"], parts["guard"]
+    arm = parts["arm"]
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
-        # The submission's thread: gradients off, traced; this thread
-        # (the grader's) refuses the submission's code.
+        # The submission's thread: gradients off, the grader's torch
+        # function mode pushed (torch's mode stack is per thread), traced;
+        # this thread (the grader's) refuses the submission's code.
         call(set_grad_enabled, False)
+        call(arm)
         call(settrace, global_tracer)
         add_audit_hook(hook)
         emit({"type": "hello", "pid": my_pid, "confinement": confinement})
@@ -2500,7 +2894,8 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              error_describer, module_describer, probe_runner,
              coverage_keeper, patch_watch, forbidden_call, refused_call,
              untraceable_call, no_trace_call, guarded_file,
-             subclass_tripwire, trampoline, guard_tracer, runner)
+             subclass_tripwire, trampoline, guard_tracer, runner,
+             torch_function_mode, operation_judge)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
@@ -2559,7 +2954,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
              "left_out": {},
-             "tracing": False, "returns": 0, "calls": 0, "silenced": False}
+             "tracing": False, "returns": 0, "calls": 0, "silenced": False,
+             "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose
     # tracer is busy, the thread whose guard refused the submission's code.
     busy = {"hook": set(), "tracer": [None], "guard": [None],
@@ -2582,9 +2978,14 @@ def _assemble(job: dict, probes: list, result_fd: int,
                        "library_roots": library_roots}, busy)
     readers = value_readers(torch)
     units, line_unit = plan_units(job.get("statements", []))
-    tracer, still_tracing = shape_tracer(units, line_unit, phase, who[0],
-                                         synthetic, readers, busy["tracer"],
-                                         note, torch._C.TensorBase)
+    mode, handler = torch_function_mode(types.SimpleNamespace,
+                                        types.MethodType)
+    judge, in_force, arm = operation_judge(torch, mode, handler, who[0],
+                                           note, phase)
+    tracer, still_tracing = shape_tracer(
+        units, line_unit, phase, who[0], synthetic, readers,
+        busy["tracer"], note, torch._C.TensorBase,
+        (judge, in_force, handler.__code__))
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
@@ -2609,7 +3010,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
          "start_phase": start_phase, "patched": patch_watch(watched),
-         "note": note, "call": call, "release": release,
+         "note": note, "call": call, "release": release, "arm": arm,
          "guard": guard_tracer(who[0], busy["guard"], _thread.get_ident),
          "describe_error": error_describer(filename, lines,
                                            int(job["memory_mb"]), call,

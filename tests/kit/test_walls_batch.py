@@ -3,12 +3,13 @@
 Every file in ``hostile/walls_batch/`` attacks a worker-side wall of
 docs/threat-model.md ("Walls by construction"): it floods the shape
 records past their cap (principle 2), or runs its work where the grader's
-trace function does not follow, through a route no list names
-(principle 4). The whole folder is graded by ONE ``python -m grader
-batch`` (the suite's time is tight); each row must earn exactly the
-scores below, item by item, with the flags that say what it did; the
-walker must say, in its own output, that it reached nothing of the
-grader.
+trace function does not follow, through a route no list names, or through
+torch operations chosen by data rather than code (principle 4); one
+honest control passes operations as values on its own lines. The whole
+folder is graded by ONE ``python -m grader batch`` (the suite's time is
+tight); each row must earn exactly the scores below, item by item, with
+the flags that say what it did; the walker must say, in its own output,
+that it reached nothing of the grader.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ ITEMS = ("task1.init", "task1.forward", "task1.pep8", "task1.shapes",
 CLEAN_2 = (3, 1, 2, 0, 0)
 ZERO = (0, 0, 0, 0, 0)
 CAPPED_1 = (1, 3, 0, -1, 0)
+ZERO_SHAPES = (0, 0, 0, -1, 0)  # and the comments' shapes are wrong
 #: name -> (task 1 items, task 2 items, flag kinds, words of the report).
 CORPUS: dict[str, tuple] = {
     # -- Principle 2: past the shape records' cap, what is left out is
@@ -57,6 +59,29 @@ CORPUS: dict[str, tuple] = {
     "replay_shared_unit": (ZERO, CLEAN_2, ("untraceable",),
                            ("torch._C.CompilationUnit.define",
                             "torch._C.ScriptFunction.__call__")),
+    # -- Principle 4: torch operations chosen by data (a library calls
+    #    what it was given), by no named tool, earn nothing; the
+    #    instrument that sees them, taken off, fails closed.
+    "data_fx_graph": (ZERO, CLEAN_2, ("refused", "untraceable"),
+                      ("bmm by Interpreter.call_function",
+                       "transpose by Interpreter.call_method",
+                       "torch operations chosen by data")),
+    "data_recipe_chain": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                          ("bmm by _reconstruct", "softmax by _reconstruct")),
+    "data_dispatch_table": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                            ("bmm by CallableMixin._execute_mock_call",)),
+    "data_closure_recorder": (ZERO, CLEAN_2, ("refused", "untraceable"),
+                              ("matmul by Interpreter.call_function",
+                               "softmax by Interpreter.call_method")),
+    "data_redispatch": (ZERO, CLEAN_2, ("refused", "untraceable"),
+                        ("passed through "
+                         "torch._C._skip_one_hop_torch_function",)),
+    "data_mode_off": (ZERO, ZERO, ("refused", "untraceable", "untraceable"),
+                      ("run while the grader's torch function mode was "
+                       "taken off",)),
+    # Operations passed as values on the file's own traced lines
+    # (functools.reduce, map, an attribute) are chosen there: full marks.
+    "honest_ops_as_data": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
     "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
