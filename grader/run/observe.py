@@ -7,6 +7,7 @@ hung or died). The checks read observations only through these classes.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from grader.locate.source import SourceFile
@@ -278,7 +279,7 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
 
 
 def _charge_compiled(run: TaskRun, compilers: list[str],
-                     chosen: list[str] = ()) -> None:
+                     chosen: Sequence[str] = ()) -> None:
     """Code compiled where the grader cannot trace it (TorchScript,
     ``torch.compile``), and torch operations chosen by data rather than
     code (docs/threat-model.md, principle 4), wherever they happened, are
