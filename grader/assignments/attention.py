@@ -42,8 +42,8 @@ def _broadcast(first: tuple[int, ...], second: tuple[int, ...]
                ) -> tuple[int, ...]:
     """The shape two batch shapes broadcast to. Not
     ``torch.broadcast_shapes``: in torch 2.13 its first call imports
-    sympy (through ``torch._refs``), a third of a batch's CPU time when
-    every judge did it (bench/bench.py)."""
+    sympy (through ``torch._refs``), 11 % of a batch's CPU time when
+    every judge did it (measured side by side on 46 files)."""
     width = max(len(first), len(second))
     first = (1,) * (width - len(first)) + tuple(first)
     second = (1,) * (width - len(second)) + tuple(second)
