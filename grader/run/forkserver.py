@@ -60,6 +60,21 @@ def identity() -> bytes:
     return digest.hexdigest().encode()
 
 
+def _server_environment() -> dict[str, str]:
+    """A fork server's environment: only what KEPT_ENVIRONMENT names (and
+    the locale), the kit first on the import path, one thread, Agg."""
+    environment = {k: v for k, v in os.environ.items()
+                   if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(KIT_ROOT)]
+        + ([environment["PYTHONPATH"]] if environment.get("PYTHONPATH")
+           else []))
+    environment.setdefault("OMP_NUM_THREADS", "1")
+    environment.setdefault("MKL_NUM_THREADS", "1")
+    environment["MPLBACKEND"] = "Agg"
+    return environment
+
+
 def kill_group(pid: int, sig: int = KILL_SIGNAL) -> None:
     """Kill a process and its process group (a worker leads its own)."""
     for target in (lambda: os.killpg(pid, sig), lambda: os.kill(pid, sig)):
@@ -158,15 +173,7 @@ class ForkServer:
             return
         parent_end, server_end = socket.socketpair(socket.AF_UNIX,
                                                    socket.SOCK_SEQPACKET)
-        environment = {k: v for k, v in os.environ.items()
-                       if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
-        environment["PYTHONPATH"] = os.pathsep.join(
-            [str(KIT_ROOT)]
-            + ([environment["PYTHONPATH"]] if environment.get("PYTHONPATH")
-               else []))
-        environment.setdefault("OMP_NUM_THREADS", "1")
-        environment.setdefault("MKL_NUM_THREADS", "1")
-        environment["MPLBACKEND"] = "Agg"
+        environment = _server_environment()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "grader.run.forkserver",
@@ -616,14 +623,7 @@ def listen(address: str) -> subprocess.Popen:
     The test suite runs one per session (tests/kit/conftest.py).
     """
     greeting = b" ".join([_READY, b"%d", identity()])
-    environment = {k: v for k, v in os.environ.items()
-                   if k in KEPT_ENVIRONMENT or k.startswith("LC_")}
-    environment.setdefault("OMP_NUM_THREADS", "1")
-    environment.setdefault("MKL_NUM_THREADS", "1")
-    environment["MPLBACKEND"] = "Agg"
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [str(KIT_ROOT)] + ([environment["PYTHONPATH"]]
-                           if environment.get("PYTHONPATH") else []))
+    environment = _server_environment()
     process = subprocess.Popen(
         [sys.executable, "-m", "grader.run.forkserver", "--listen", address,
          greeting.decode()], env=environment, stdin=subprocess.DEVNULL,

@@ -70,7 +70,6 @@ def own_fork_server(monkeypatch):
 
     monkeypatch.delenv(forkserver.SHARED_ADDRESS, raising=False)
     forkserver.stop()
-    forkserver._SHARED = None
     yield
     forkserver.stop()
 

@@ -122,7 +122,6 @@ def listening(tmp_path: Path, monkeypatch):
     process = forkserver.listen(address)
     monkeypatch.setenv(forkserver.SHARED_ADDRESS, address)
     forkserver.stop()
-    forkserver._SHARED = None
     yield process
     forkserver.stop()
     process.kill()
@@ -239,7 +238,6 @@ def test_a_foreign_or_gone_server_is_not_used(tmp_path: Path,
         for named in (address, str(tmp_path / "nothing-here")):
             monkeypatch.setenv(forkserver.SHARED_ADDRESS, named)
             forkserver.stop()
-            forkserver._SHARED = None
             result = run_jobs([Job("peek", PEEK, "/nowhere/peek.py", [])],
                               Limits(timeout=20))["peek"]
             assert result.finished and "clean" in result.output
@@ -248,7 +246,7 @@ def test_a_foreign_or_gone_server_is_not_used(tmp_path: Path,
             assert named in forkserver._REFUSED
             forkserver.stop()
     finally:
-        forkserver._SHARED = None
+        forkserver.stop()
         server.kill()
         server.wait()
 
