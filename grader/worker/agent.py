@@ -1499,7 +1499,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  classify: Callable, synthetic: dict, readers: tuple,
                  tracer_busy: list, note: Callable | None = None,
                  tensor_base: type | None = None,
-                 operations: tuple | None = None) -> Callable:
+                 operations: tuple | None = None,
+                 stand_ins: dict | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -1518,7 +1519,12 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     ``operations`` (:func:`operation_judge`'s ``judge`` and ``in_force``,
     and the code of the grader's torch function mode's handler): every
     torch operation is judged at the call of the handler, and every
-    library and submission frame checks that the mode is in force."""
+    library and submission frame checks that the mode is in force.
+
+    ``stand_ins`` (:func:`install_tripwires`): the code objects of the
+    inert stand-ins, with what each stands for; the call of one is
+    reported here (``note``), by the code's identity alone, so that
+    nothing the stand-in holds can silence it."""
     import _thread
 
     b_len, b_str, b_id, b_type = len, str, id, type
@@ -1532,6 +1538,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
     judge, in_force, handler_code = operations or (None, None, None)
+    inert = stand_ins if stand_ins is not None else {}
 
     def stand_in_name(cls):
         """The class's name when it is a stand-in for tensors: it answers
@@ -1623,8 +1630,13 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         if note is not None and code.co_name in protocol:
             note_recorder(stand_in, frame, code)
         kind = classify(code)
-        if kind == "library" or kind == "agent":
-            if kind == "library" and in_force is not None:
+        if kind == "agent":
+            entry = inert.get(b_id(code))
+            if entry is not None and entry[0] is code and note is not None:
+                note(entry[1], entry[2], entry[3])
+            return None
+        if kind == "library":
+            if in_force is not None:
                 in_force(frame)
             return None
         if note is not None:
@@ -2486,40 +2498,31 @@ def patch_watch(watched: list) -> Callable:
 
 
 # -- tripwires: what a submission can reach (they replace library functions)
+#
+# A stand-in is inert by construction: it holds no reporter and nothing of
+# what it replaces, and does nothing but raise (or, for a forbidden class's
+# subclass hook, nothing). Its call is reported by the trace function, which
+# knows every stand-in by its own code object (:func:`install_tripwires`
+# gives each one its own and tells the tracer what it stands for): what a
+# submission can change in a stand-in it reached (its cells, which hold the
+# error's class and text) changes what the error says, never what the
+# grader sees (docs/threat-model.md, principle 2, "Stand-ins").
 
-def forbidden_call(note: Callable, name: str) -> Callable:
-    """Return a stand-in for a forbidden function: it reports the use and
-    raises."""
-    b_RuntimeError = RuntimeError
-
-    def tripped(*args, **kwargs):
-        note("forbidden", "use", name)
-        raise b_RuntimeError(name + " is not allowed in this homework: "
-                             "write it yourself")
-    return tripped
-
-
-def refused_call(note: Callable, what: str) -> Callable:
-    """Return a stand-in for a call that ends, signals or starts a process
-    or thread without an audit event: it reports and raises."""
-    b_PermissionError = PermissionError
-
-    def refused(*args, **kwargs):
-        note("refused", what, "")
-        raise b_PermissionError("the grader's sandbox refuses to " + what)
-    return refused
+def inert_call(error: type, message: str) -> Callable:
+    """Return a stand-in that raises ``error(message)`` and does nothing
+    else: a forbidden kernel, a refused call, a compiler the grader cannot
+    trace."""
+    def stand_in(*args, **kwargs):
+        raise error(message)
+    return stand_in
 
 
-def untraceable_call(note: Callable, name: str, original: Callable,
-                     verb: str = "compile") -> Callable:
-    """Return a stand-in for a compiler whose code the grader cannot trace
-    (or a way past its torch function mode, ``verb`` CHOSEN_BY_DATA): it
-    reports the use (the items the task's runs serve earn nothing) and
-    calls ``original``."""
-    def compiled(*args, **kwargs):
-        note("untraceable", verb, name)
-        return original(*args, **kwargs)
-    return compiled
+def inert_hook() -> Callable:
+    """Return a forbidden class's ``__init_subclass__``: it does nothing
+    (the trace function reports its call)."""
+    def subclassed(*args, **kwargs):
+        return None
+    return subclassed
 
 
 def no_trace_call() -> Callable:
@@ -2537,49 +2540,84 @@ def guarded_file(sys_audit: Callable, original: Callable, writing: bool
     b_type, b_str, b_bytes = type, str, bytes
     mode = "wb" if writing else "rb"
 
-    def call(*args, **kwargs):
+    def guarded(*args, **kwargs):
         path = args[0] if args else kwargs.get(
             "filename", kwargs.get("name"))
         if b_type(path) is b_str or b_type(path) is b_bytes:
             sys_audit("grader.open", path, mode)
         return original(*args, **kwargs)
-    return call
+    return guarded
 
 
-def subclass_tripwire(note: Callable, label: str) -> Callable:
-    """Return a forbidden class's ``__init_subclass__``: it reports."""
-    def subclassed(*args, **kwargs):
-        note("forbidden", "subclass", label)
-    return subclassed
+def _inert(table: tuple[dict, set], stands_for: tuple[str, str, str],
+           error: type | None = None, message: str = "") -> Callable:
+    """An inert stand-in (``error`` None: a subclass hook) with a code
+    object of its own, entered in ``table`` (the trace function's
+    ``stand_ins``, ``id(code) -> (code, kind, verb, what)``, and the
+    agent's codes, so that a report names the line that called it).
+    Set-up."""
+    stand_ins, agent_codes = table
+    stand_in = inert_hook() if error is None else inert_call(error, message)
+    code = stand_in.__code__.replace(
+        co_qualname=(stands_for[0] + " " + stands_for[2])[:200])
+    stand_in.__code__ = code
+    stand_ins[id(code)] = (code,) + stands_for
+    agent_codes.add(id(code))
+    return stand_in
 
 
-def install_tripwires(torch: Any, note: Callable,
+def _forbidden(table: tuple[dict, set], name: str) -> Callable:
+    """The stand-in of a forbidden function or class. Set-up."""
+    return _inert(table, ("forbidden", "use", name), RuntimeError,
+                  name + " is not allowed in this homework: write it "
+                  "yourself")
+
+
+def _untraceable(table: tuple[dict, set], name: str, verb: str = "compile",
+                 label: str | None = None) -> Callable:
+    """The stand-in of a way into code the grader cannot trace: refused,
+    its call reported (the task's items earn nothing). Set-up."""
+    return _inert(table, ("untraceable", verb, label or name),
+                  PermissionError, "the grader's sandbox refuses " + name
+                  + ": it runs code where the grader cannot trace it "
+                  "(write the computation in plain PyTorch)")
+
+
+def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
                       forbidden_functions: dict[int, str],
                       forbidden_classes: list, aten_pattern: str | None,
                       watched_extra: tuple, watched: list,
                       holder: list) -> None:
-    """Replace the forbidden calls (every alias, by identity) and the
-    unaudited calls that end, start or signal a process or thread; then
-    remember the watched namespaces. Set-up: runs before the submission."""
+    """Replace the forbidden calls (every alias, by identity), the
+    unaudited calls that end, start or signal a process or thread and the
+    ways into code the grader cannot trace with inert stand-ins; then
+    remember the watched namespaces. Set-up: runs before the submission.
+
+    Each stand-in gets a code object of its own, entered in ``stand_ins``
+    (``id(code) -> (code, kind, verb, what)``, what the trace function
+    reports when that code is called) and among the agent's codes (a
+    report names the line that called it)."""
     import types
     import warnings
 
+    table = (stand_ins, agent_codes)
     replacements = {}
     for ident, name in forbidden_functions.items():
-        replacements[ident] = forbidden_call(note, name)
+        replacements[ident] = _forbidden(table, name)
     for value, what in refused_values():
-        replacements[id(value)] = refused_call(note, what)
+        replacements[id(value)] = _inert(
+            table, ("refused", what, ""), PermissionError,
+            "the grader's sandbox refuses to " + what)
     for value, name in untraceable_values():
-        replacements[id(value)] = untraceable_call(note, name, value)
+        replacements[id(value)] = _untraceable(table, name)
     for value, name in mode_bypass_values():
-        replacements[id(value)] = untraceable_call(
-            note, "an operation passed through " + name + ", past the "
-            "grader's torch function mode", value, CHOSEN_BY_DATA)
+        replacements[id(value)] = _untraceable(
+            table, name, CHOSEN_BY_DATA, "an operation passed through "
+            + name + ", past the grader's torch function mode")
     for cls, attribute, name in jit_bindings()[1]:
         try:
-            setattr(cls, attribute,
-                    untraceable_call(note, name, vars(cls)[attribute]))
-        except (TypeError, AttributeError, KeyError):
+            setattr(cls, attribute, _untraceable(table, name))
+        except (TypeError, AttributeError):
             pass
     no_trace = no_trace_call()
     replacements[id(sys.gettrace)] = no_trace
@@ -2601,7 +2639,7 @@ def install_tripwires(torch: Any, note: Callable,
             except (TypeError, AttributeError):
                 pass
     for label, cls in forbidden_classes:
-        tripped = forbidden_call(note, label)
+        tripped = _forbidden(table, label)
         for attribute, value in list(vars(cls).items()):
             if isinstance(value, (types.FunctionType, staticmethod,
                                   classmethod)) or \
@@ -2611,8 +2649,8 @@ def install_tripwires(torch: Any, note: Callable,
                 except (TypeError, AttributeError):
                     pass
         try:
-            cls.__init_subclass__ = classmethod(
-                subclass_tripwire(note, label))
+            cls.__init_subclass__ = classmethod(_inert(
+                table, ("forbidden", "subclass", label)))
         except (TypeError, AttributeError):
             pass
     if aten_pattern:
@@ -2620,7 +2658,7 @@ def install_tripwires(torch: Any, note: Callable,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for name in aten_names(aten_pattern):
-                tripped = forbidden_call(note, "torch.ops.aten." + name)
+                tripped = _forbidden(table, "torch.ops.aten." + name)
                 for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
                     try:
                         library.impl(name, tripped, dispatch_key)
@@ -2892,9 +2930,8 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
 FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              code_kinds, audit_hook, value_readers, shape_tracer,
              error_describer, module_describer, probe_runner,
-             coverage_keeper, patch_watch, forbidden_call, refused_call,
-             untraceable_call, no_trace_call, guarded_file,
-             subclass_tripwire, trampoline, guard_tracer, runner,
+             coverage_keeper, patch_watch, inert_call, inert_hook,
+             no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge)
 
 
@@ -2982,10 +3019,11 @@ def _assemble(job: dict, probes: list, result_fd: int,
                                         types.MethodType)
     judge, in_force, arm = operation_judge(torch, mode, handler, who[0],
                                            note, phase)
+    stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
         busy["tracer"], note, torch._C.TensorBase,
-        (judge, in_force, handler.__code__))
+        (judge, in_force, handler.__code__), stand_ins)
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
@@ -3000,7 +3038,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
                              traced, call)
     coverage, start_phase = coverage_keeper(phase, alive, fingerprint,
                                             traced)
-    install_tripwires(torch, note, forbidden_functions, forbidden_classes,
+    install_tripwires(torch, stand_ins, codes["agent"], forbidden_functions,
+                      forbidden_classes,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
     return runner(

@@ -57,8 +57,7 @@ CORPUS: dict[str, tuple] = {
                        ("torch._C.parse_ir",
                         "torch._C._jit_interpret_graph")),
     "replay_shared_unit": (ZERO, CLEAN_2, ("untraceable",),
-                           ("torch._C.CompilationUnit.define",
-                            "torch._C.ScriptFunction.__call__")),
+                           ("torch._C.CompilationUnit.find_function",)),
     # -- Principle 4: torch operations chosen by data (a library calls
     #    what it was given), by no named tool, earn nothing; the
     #    instrument that sees them, taken off, fails closed.
@@ -82,6 +81,23 @@ CORPUS: dict[str, tuple] = {
     # Operations passed as values on the file's own traced lines
     # (functools.reduce, map, an attribute) are chosen there: full marks.
     "honest_ops_as_data": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    # -- Principle 2 by construction: the stand-ins are inert (no reporter,
+    #    no original in their cells) and their calls are reported by the
+    #    trace function, which knows each by its code. Before, rewriting
+    #    the reporter the stand-ins shared silenced every report (the
+    #    first file: full marks, no flag), and the compilers' originals
+    #    could be read out and put back (the second: task 1 full marks).
+    "cells_silence_stand_ins": (ZERO, CLEAN_2, ("forbidden",),
+                                ("torch.nn.functional.scaled_dot_product_"
+                                 "attention",)),
+    "cells_restore_originals": (ZERO, ZERO, ("untraceable", "untraceable"),
+                                ("code compiled by "
+                                 "torch._C._jit_script_compile",)),
+    "cells_code_swap": (ZERO, CLEAN_2, ("untraceable",),
+                        ("made at run time by a replaced __code__",)),
+    "cells_reach_audit": (ZERO, CLEAN_2, ("forbidden",),
+                          ("torch.nn.functional.scaled_dot_product_"
+                           "attention",)),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
     "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
@@ -109,6 +125,12 @@ CORPUS: dict[str, tuple] = {
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
+          "cells_silence_stand_ins": (
+              ("task1", "grader closures reached: some"),
+              ("task1", "grader functions in cells: none")),
+          "cells_restore_originals": ("task1", "originals read out: none"),
+          "cells_code_swap": ("task1", "swapped the stand-in's code"),
+          "cells_reach_audit": ("task1", "escape: refused"),
           "stack_seen_by_every_call": (
               ("task1", "nothing of the grader below SelfAttention.__init__,"
                         " SelfAttention.forward, SelfAttention.named_modules"),
@@ -117,6 +139,8 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "globals_key_on_grader": (
               "task2", "nothing of the grader below MultiHeadSelfAttention"
                        ".forward, _Twin.__eq__")}
+#: Where ``cells_reach_audit`` tries to write, outside the sandbox.
+ESCAPE = Path("/tmp/transformer_lm_cells_escape.pt")
 #: What no report may hold (a verdict that found a frame below the code).
 NEVER = ("stack below the code: FOUND", 'raised _Refusal: "FOUND',
          "sys.exit('FOUND')")
@@ -131,6 +155,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     for name in CORPUS:
         shutil.copy(WALLS / f"{name}.py", folder / f"{name}.py")
     out = root / "grades.csv"
+    ESCAPE.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(KIT)}
     env.pop("GRADER_SEED", None)
     done = subprocess.run(
@@ -174,6 +199,13 @@ def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
             assert verdict in output, output[-500:]
     seen = text + " ".join(report["output"].values())
     assert not [words for words in NEVER if words in seen]
+
+
+def test_no_file_escaped_the_sandbox(graded: dict[str, dict]) -> None:
+    """``cells_reach_audit`` silenced the audit call of torch's C++ file
+    writer's guard: the kernel's rules still kept its file out."""
+    assert "cells_reach_audit" in graded
+    assert not ESCAPE.exists()
 
 
 def test_torchscripts_ways_in_are_derived_from_the_bindings() -> None:

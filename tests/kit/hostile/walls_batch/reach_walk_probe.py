@@ -13,7 +13,8 @@ defaults, bound self, partial's parts, frame link, frame locals and
 container item it can read, breadth first, for up to six seconds (30,000
 objects). Any function or frame of the grader's worker code it reaches
 (or a frame's locals as text), other than the stand-ins that replace
-library functions (and the ``note`` they share) and the handler of the
+library functions (inert: their cells hold an error's class and text;
+no reporter is among them any more) and the handler of the
 grader's torch function mode (on torch's mode stack, with no cell), a
 32-byte value, or the probe plan is a find.
 
@@ -244,8 +245,10 @@ def _walk() -> None:
     warnings.simplefilter("ignore")
     # chosen_by_code: the handler of the grader's torch function mode, on
     # torch's mode stack by construction; it holds no cell.
-    stand_ins = {"tripped", "refused", "compiled", "no_trace", "call",
-                 "subclassed", "note", "chosen_by_code"}
+    # stand_in, subclassed, no_trace, guarded: the inert stand-ins and the
+    # guards of torch's C++ file reader and writer (principle 2).
+    stand_ins = {"stand_in", "subclassed", "no_trace", "guarded",
+                 "chosen_by_code"}
     found: set = set()
     urgent: collections.deque = collections.deque()
     normal: collections.deque = collections.deque()

@@ -8,10 +8,11 @@ frame is looked up) and calls it. TorchScript's interpreter runs it where
 no Python trace function follows.
 
 Expected: every method of a class of torch's C extension whose signature
-names a TorchScript type (the unit's ``define``, a script function's
-call) is replaced, by construction: task 1's correctness items earn
-nothing (flag ``untraceable``), task 2 is graded as usual. Before this
-wall the file earned full marks (11).
+names a TorchScript type (the unit's ``find_function`` and ``define``, a
+script function's call) is replaced, by construction, with a stand-in
+that refuses (the first, ``find_function``, raises): task 1's correctness
+items earn nothing (flag ``untraceable``), task 2 is graded as usual.
+Before this wall the file earned full marks (11).
 """
 import torch
 import torch.nn as nn
