@@ -98,6 +98,24 @@ CORPUS: dict[str, tuple] = {
     "cells_reach_audit": (ZERO, CLEAN_2, ("forbidden",),
                           ("torch.nn.functional.scaled_dot_product_"
                            "attention",)),
+    # -- Principle 2 by construction: what the grader's trace function
+    #    reads runs traced, so code of the submission's a read runs (a
+    #    key's __eq__, a __class__ property) is seen like any helper.
+    #    Before, each kept 11 points with no flag.
+    "tracer_key_runs_code": ((1, 3, -1, -1, 0), CLEAN_2, (),
+                             ("_Key.__eq__",)),
+    "tracer_key_runs_exec": ((0, 0, -1, -1, 0), CLEAN_2, ("untraceable",),
+                             ("made at run time by exec",)),
+    "tracer_class_property": ((1, 3, -1, -1, 0), CLEAN_2, (),
+                              ("_Lens.__class__",)),
+    # -- Principle 1 by construction: a refusal is raised from the audit
+    #    hook's own frame, never through its checks or the channel's
+    #    writer (their locals: the key, the paths).
+    "hook_refusal_locals": ((1, 3, 0, 0, 1), CLEAN_2, ("refused",),
+                            ('read "/etc/hostname"',)),
+    "hook_key_by_recursion": ((0, 0, 0, -1, 0), (0, 0, 0, 0, -1),
+                              ("refused", "untraceable", "untraceable"),
+                              ('read "/etc/nothing-',)),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
     "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
@@ -131,6 +149,8 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "cells_restore_originals": ("task1", "originals read out: none"),
           "cells_code_swap": ("task1", "swapped the stand-in's code"),
           "cells_reach_audit": ("task1", "escape: refused"),
+          "hook_refusal_locals": ("task1", "FRAME hook "),
+          "hook_key_by_recursion": ("task1", "no send frame in 60 errors"),
           "stack_seen_by_every_call": (
               ("task1", "nothing of the grader below SelfAttention.__init__,"
                         " SelfAttention.forward, SelfAttention.named_modules"),
@@ -143,7 +163,9 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
 ESCAPE = Path("/tmp/transformer_lm_cells_escape.pt")
 #: What no report may hold (a verdict that found a frame below the code).
 NEVER = ("stack below the code: FOUND", 'raised _Refusal: "FOUND',
-         "sys.exit('FOUND')")
+         "sys.exit('FOUND')", "FRAME verdict", "FRAME decide",
+         "FRAME refuse", "FRAME report", "FRAME send", "FRAME dump",
+         "GOT ")
 
 
 @pytest.fixture(scope="module")
