@@ -517,6 +517,9 @@ KIT_PACKAGES = ("grader", "solutions")
 # Where the values the tripwires replace are bound (see alias_sites):
 # built once in the fork server, inherited by every worker.
 _ALIASES: dict[str, object] = {}
+# The real path of each loaded module's file (see index_loaded_files):
+# built once in the fork server, inherited by every worker.
+_REAL_FILES: dict[str, str] = {}
 _ATEN: dict[str, list[str]] = {}
 
 
@@ -835,15 +838,39 @@ def _life(job: dict, result_fd: int) -> None:
     run()
 
 
-def _loaded_files() -> frozenset[str]:
-    """The files (as named and real) of every module loaded now: executing
-    one of them again is loading a second copy."""
-    found = set()
+def _module_files() -> list[str]:
+    """The file names (``.py``) of every module loaded now, as named."""
+    found = []
     for module in list(sys.modules.values()):
         name = getattr(module, "__dict__", {}).get("__file__") \
             if isinstance(getattr(module, "__dict__", None), dict) else None
         if isinstance(name, str) and name.endswith(".py"):
-            found.update((name, os.path.realpath(name)))
+            found.append(name)
+    return found
+
+
+def index_loaded_files() -> None:
+    """Resolve, once (the fork server, after its imports), the real path
+    of the file of every module loaded now: a worker then resolves only
+    the files of the modules loaded since (:func:`_loaded_files`), not
+    the thousand files torch brings (a realpath is an lstat per folder
+    of the path). Absolute names only: a relative one depends on the
+    folder the worker runs in. Library files are not moved while a
+    server runs (its identity covers the kit's own)."""
+    for name in _module_files():
+        if os.path.isabs(name) and name not in _REAL_FILES:
+            _REAL_FILES[name] = os.path.realpath(name)
+
+
+def _loaded_files() -> frozenset[str]:
+    """The files (as named and real) of every module loaded now: executing
+    one of them again is loading a second copy."""
+    found = set()
+    known = _REAL_FILES
+    for name in _module_files():
+        real = known.get(name)
+        found.update((name, os.path.realpath(name) if real is None
+                      else real))
     return frozenset(found)
 
 
