@@ -374,6 +374,10 @@ def seal_threads() -> tuple[str, ...]:
     machine = platform.machine()
     try:
         libc = _libc()
+        # Already set by confine(); a filter needs it (idempotent).
+        _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1),
+                          ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)), "no_new_privs")
         fprog, _filters = _filter_buffer(thread_seal_program(machine))
         # TSYNC: 0, or the id of a thread that could not take the filter.
         result = libc.syscall(
