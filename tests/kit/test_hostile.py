@@ -460,7 +460,7 @@ print("\\n".join(said))
 
 
 def test_sealed_threads_refuse_every_route() -> None:
-    """Principle 1 at the kernel: once sealed, no thread of the process
+    """Principle 4 at the kernel: once sealed, no thread of the process
     (one that ran before the seal included) can start a thread, by
     ``threading``, by ``_thread`` or by a second copy of ``_thread``
     (CPython's own ``start_new_thread``, not the grader's stand-in)."""

@@ -123,7 +123,7 @@ CORPUS: dict[str, tuple] = {
     # __eq__ in its thread: refused there, so task 1 earns nothing.
     "globals_key_on_grader": (ZERO, CLEAN_2, ("refused",),
                               ("run on the grader's own stack",)),
-    # -- Principle 1 at the kernel: once the submission's thread runs, a
+    # -- Principle 4 at the kernel: once the submission's thread runs, a
     #    second seccomp filter (every thread of the worker) refuses clone,
     #    so CPython's own start_new_thread (from a second copy of _thread)
     #    fails. Before, the thread ran exec'd code unseen: full marks.

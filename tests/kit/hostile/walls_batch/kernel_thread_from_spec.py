@@ -1,4 +1,4 @@
-"""Principle 1 (the kernel's wall): a thread started from a module built by
+"""Principle 4 (the kernel's wall): a thread started from a module built by
 hand from ``_thread``'s spec, while a probe runs.
 
 ``importlib.util.module_from_spec`` and its loader's ``exec_module``

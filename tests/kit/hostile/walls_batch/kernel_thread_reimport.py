@@ -1,4 +1,4 @@
-"""Principle 1 (the kernel's wall): a thread started through a second copy
+"""Principle 4 (the kernel's wall): a thread started through a second copy
 of ``_thread``.
 
 At import the file deletes ``_thread`` from ``sys.modules`` and imports it
