@@ -414,6 +414,8 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
 
     Must run in the worker before student code and before any thread is
     started: both apply to the calling thread and to what it creates.
+    Once the worker's own threads run, :func:`seal_threads` refuses every
+    new one.
     """
     if platform.system() != "Linux":
         return Confinement(problems=("not Linux",))
