@@ -520,7 +520,13 @@ _ALIASES: dict[str, object] = {}
 # The real path of each loaded module's file (see index_loaded_files):
 # built once in the fork server, inherited by every worker.
 _REAL_FILES: dict[str, str] = {}
-_ATEN: dict[str, list[str]] = {}
+_ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+#: Keys every forbidden operator is tripped at, kernel or not: an alias
+#: key that fills every backend and autograd key with no kernel of its own
+#: (so a backend without a kernel reaches the tripwire too), and the CPU.
+ATEN_ALWAYS = ("CompositeImplicitAutograd", "CPU")
+#: Where torch's dispatcher says the tripwires were registered.
+ATEN_TRIPWIRE = "<the grader's tripwire>"
 
 
 def prepare(rules: dict) -> tuple[dict[int, str], list]:
@@ -532,24 +538,54 @@ def prepare(rules: dict) -> tuple[dict[int, str], list]:
     if key not in _PREPARED:
         _PREPARED[key] = _forbidden_targets(rules)
         if rules.get("aten"):
-            aten_names(rules["aten"])
+            aten_kernels(rules["aten"])
     return _PREPARED[key]
 
 
-def aten_names(pattern: str) -> list[str]:
-    """The ATen operators whose qualified name ``pattern`` matches (once
-    per pattern: the fork server computes them for every assignment)."""
+def aten_kernels(pattern: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The ATen operators whose qualified name ``pattern`` matches, each
+    overload on its own (``name.overload``), with every dispatch key at
+    which torch's dispatcher holds a kernel for it (and
+    :data:`ATEN_ALWAYS`). Derived from the dispatcher, not listed: a key
+    torch adds, or a backend's kernel (nested tensors', autocast's), is
+    found as it is. Once per pattern: the fork server computes them for
+    every assignment."""
     import re
 
     import torch
 
     if pattern not in _ATEN:
         matcher = re.compile(pattern)
-        _ATEN[pattern] = sorted({
-            op.split("::", 1)[1].split(".")[0]
-            for op in torch._C._dispatch_get_all_op_names()
-            if op.startswith("aten::") and matcher.search(op)})
+        members = list(torch._C.DispatchKey.__members__)
+        found = []
+        for op in sorted(torch._C._dispatch_get_all_op_names()):
+            if op.startswith("aten::") and matcher.search(op):
+                found.append((op.split("::", 1)[1],
+                              _kernel_keys(torch, op, members)))
+        _ATEN[pattern] = found
     return list(_ATEN[pattern])
+
+
+def _kernel_keys(torch: Any, op: str, members: list[str]
+                 ) -> tuple[str, ...]:
+    """Every dispatch key (runtime or alias) with a kernel of ``op``: the
+    keys the dispatcher answers for, and those its table lists (it names
+    some, the tracer's, that the enum does not)."""
+    import re
+
+    keys = dict.fromkeys(ATEN_ALWAYS)
+    for key in members:
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(op, key):
+                keys[key] = None
+        except RuntimeError:
+            continue  # a range marker, not a key
+    for line in torch._C._dispatch_dump(op).splitlines():
+        found = re.match(r"(\w+)(?:\[alias\])?: registered at", line)
+        if found and torch._C._parse_dispatch_key(found.group(1)) \
+                is not None:
+            keys[found.group(1)] = None  # not the header's "debug:"
+    return tuple(keys)
 
 
 def refused_values() -> list[tuple[object, str]]:
@@ -2746,7 +2782,6 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
     reports when that code is called) and among the agent's codes (a
     report names the line that called it)."""
     import types
-    import warnings
 
     table = (stand_ins, agent_codes)
     replacements = {}
@@ -2802,21 +2837,40 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
         except (TypeError, AttributeError):
             pass
     if aten_pattern:
-        library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for name in aten_names(aten_pattern):
-                tripped = _forbidden(table, "torch.ops.aten." + name)
-                for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
-                    try:
-                        library.impl(name, tripped, dispatch_key)
-                    except (RuntimeError, ValueError):
-                        pass
-        holder.append(library)
+        holder.append(_trip_aten(torch, table, aten_pattern))
     for dotted, before in _snapshot(watched_extra).items():
         value = _lookup(dotted)
         if value is not None:
             watched.append((dotted, value, before))
+
+
+def _trip_aten(torch: Any, table: tuple[dict, set], pattern: str
+               ) -> object:
+    """Register a stand-in for every forbidden ATen operator at every key
+    where it has a kernel (:func:`aten_kernels`); return the registration
+    handle, which the caller keeps alive in the grader's holder.
+
+    The handle is torch's C registration object itself
+    (``torch._C._dispatch_library``), not a ``torch.library.Library``: that
+    class registers a ``weakref.finalize`` (reachable from anyone through
+    ``weakref.finalize._registry``) whose call deregisters every kernel,
+    and enters each in ``torch.library._impls``. This handle is in no
+    registry; its ``reset`` is reachable only through the handle, which
+    only the holder (a cell of the runner's closure) keeps. Set-up."""
+    import warnings
+
+    handle = torch._C._dispatch_library("IMPL", "aten", "", ATEN_TRIPWIRE,
+                                        0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a registered kernel"
+        for name, keys in aten_kernels(pattern):
+            tripped = _forbidden(table, "torch.ops.aten." + name.split(".")[0])
+            for key in keys:
+                try:
+                    handle.impl(name, key, tripped, False)
+                except (RuntimeError, ValueError):
+                    pass
+    return handle
 
 
 # -- the submission's own stack (docs/threat-model.md, principle 1) --------
@@ -3108,6 +3162,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     import torch
 
     from grader.wire import result_writer, value_encoder
+    from grader.worker.confine import seal_threads
 
     forbidden_functions, forbidden_classes = forbidden
     library = job.get("sandbox", {})
@@ -3178,6 +3233,12 @@ def _assemble(job: dict, probes: list, result_fd: int,
     # calls and the watched namespaces are remembered).
     call, carried, release, _ = trampoline(
         _thread.start_new_thread, _thread.stack_size, _stack_size())
+    # The worker has every thread it needs: from now on no thread starts,
+    # by any route (the kernel refuses clone in every thread).
+    sealing = seal_threads()
+    confinement["threads_sealed"] = not sealing
+    confinement["problems"] = list(confinement.get("problems", [])) + \
+        list(sealing)
     # The trace function is that thread's: it is checked there.
     traced = functools.partial(call, still_tracing)
     describe = module_describer(torch, readers, _child_numbers(library),
