@@ -1679,6 +1679,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return function(*args)
 
     read = reads[0] if reads is not None else plain_call
+    verdicts: dict = {}      # id(class) -> (class, stand-in name or None)
+    max_verdicts = 4096
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
@@ -1715,13 +1717,28 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     def stand_in_argument(frame, code):
         """The stand-in class of an argument the submission's code was
-        called with (None when none is one)."""
+        called with (None when none is one).
+
+        Runs untraced: it reads the frame's locals (keyed by the names of
+        its code) and the arguments' classes, by identity. Each class is
+        judged once, traced (``read``: its namespace may hold a key of
+        the submission's); the verdict is kept by the class's identity.
+        A class that answers torch's protocol only later (a name set on
+        it after its first call) is still seen where its protocol runs
+        from the submission's code (:func:`stand_in`)."""
         count = code.co_argcount + code.co_kwonlyargcount
         if not count:
             return None
         local_values = frame.f_locals
         for name in code.co_varnames[:count]:
-            found = stand_in_name(b_type(local_values.get(name)))
+            cls = b_type(local_values.get(name))
+            known = verdicts.get(b_id(cls))
+            if known is not None and known[0] is cls:
+                found = known[1]
+            else:
+                found = read(stand_in_name, cls)
+                if b_len(verdicts) < max_verdicts:
+                    verdicts[b_id(cls)] = (cls, found)
             if found is not None:
                 return found
         return None
@@ -1791,7 +1808,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                     in_force(frame)
                 return None
             if note is not None:
-                read(note_recorder, stand_in_argument, frame, code)
+                note_recorder(stand_in_argument, frame, code)
             if in_force is not None:
                 in_force(frame)
             if kind == "submission":

@@ -103,7 +103,9 @@ CORPUS: dict[str, tuple] = {
     #    reads runs traced, so code of the submission's a read runs (a
     #    key's __eq__, a __class__ property) is seen like any helper.
     #    Before, each kept 11 points with no flag.
-    "tracer_key_runs_code": ((1, 3, -1, -1, 0), CLEAN_2, (),
+    # (The key's __eq__ runs once, when the grader first judges the
+    # class; later calls find no fresh output: forward earns nothing.)
+    "tracer_key_runs_code": ((1, 0, -1, -1, 0), CLEAN_2, (),
                              ("_Key.__eq__",)),
     "tracer_key_runs_exec": ((0, 0, -1, -1, 0), CLEAN_2, ("untraceable",),
                              ("made at run time by exec",)),
