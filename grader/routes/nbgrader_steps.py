@@ -143,8 +143,14 @@ def pending_students(converter: Any, assignment: str,
     """The students whose ``assignment`` this converter will still
     convert (all it found with ``--force``, else those not autograded
     yet), so that one grading run serves them all."""
-    pattern = converter._format_source(re.escape(assignment),
-                                       "(?P<student_id>[^/]+)", escape=True)
+    # The folders the converter found are in submitted/: its own
+    # _format_source names autograded/ while it autogrades (where the
+    # grader's verdicts are asked for), which matched none of them and
+    # graded each student in a command of its own.
+    coursedir = converter.coursedir
+    pattern = coursedir.format_path(coursedir.submitted_directory,
+                                    "(?P<student_id>[^/]+)",
+                                    re.escape(assignment), escape=True)
     students = []
     for folder in getattr(converter, "assignments", {}) or {}:
         match = re.fullmatch(pattern, folder)

@@ -51,13 +51,31 @@ def identity() -> bytes:
     A client uses a listening server only when this is its own."""
     digest = hashlib.sha256()
     digest.update(os.fsencode(sys.executable))
-    digest.update(os.fsencode(os.environ.get("PYTHONPATH", "")))
+    digest.update(os.fsencode(os.pathsep.join(_import_path())))
     for path in sorted(GRADER_DIR.rglob("*")):
         if path.suffix in (".py", ".toml", ".cfg"):
             status = path.stat()
             digest.update(os.fsencode(str(path)))
             digest.update(b"%d %d" % (status.st_size, status.st_mtime_ns))
     return digest.hexdigest().encode()
+
+
+def _import_path() -> list[str]:
+    """The folders a server's workers import from, before the
+    interpreter's own: the kit, then this process's PYTHONPATH (see
+    :func:`_server_environment`), each once. So a command run with the
+    kit on PYTHONPATH and one run without it share a server: their
+    workers would import the same files."""
+    pythonpath = os.environ.get("PYTHONPATH")
+    entries = [str(KIT_ROOT),
+               *(pythonpath.split(os.pathsep) if pythonpath else [])]
+    found: dict[str, None] = {}
+    for entry in entries:
+        if entry:  # an empty entry means the working folder: not the kit's
+            found.setdefault(os.path.realpath(entry), None)
+        else:
+            found.setdefault(entry, None)
+    return list(found)
 
 
 def _server_environment() -> dict[str, str]:

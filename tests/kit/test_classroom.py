@@ -5,7 +5,8 @@ runner that does what the hosted runner and the two Classroom actions do
 (``classroom_runner.py``): for a perfect, a full-marks, a partial, a
 penalised and a hanging submission, every Classroom test's name and
 pass/fail, the table and the points the reporter computes (the same as
-``python -m grader grade``), whether the run ends green, and that no
+the instructor's grade of the file: one ``python -m grader batch`` of
+the cases), whether the run ends green, and that no
 process outlives a step. When ``$CLASSROOM_ACTIONS_DIR`` holds the real
 actions (``autograding-command-grader/`` and
 ``autograding-grading-reporter/`` at the pinned commits, with ``node``
@@ -81,17 +82,6 @@ def _workflow(repo: Path) -> dict:
 def _steps(workflow: dict) -> list[dict]:
     (job,) = workflow["jobs"].values()
     return job["steps"]
-
-
-def _grade(submission: Path) -> dict:
-    """``python -m grader grade`` as an instructor runs it."""
-    run = subprocess.run(
-        [sys.executable, "-m", "grader", "grade", str(submission),
-         "--assignment", ASSIGNMENT, "--format", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout)
 
 
 def _alive(pid: int) -> bool:
@@ -183,8 +173,36 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def jobs(template, tmp_path_factory):
-    """Each case's job, run once by the offline runner (lazily)."""
+def graded(tmp_path_factory) -> dict[str, dict]:
+    """Each case's submission graded as an instructor grades a class:
+    one ``python -m grader batch`` of them all (each file's record holds
+    the report ``grade`` gives it: test_routes_agree.py); case -> report.
+    """
+    root = tmp_path_factory.mktemp("instructor")
+    folder = root / "class"
+    folder.mkdir()
+    names = {case: f"case{index}.py" for index, case in enumerate(CASES)}
+    for case, name in names.items():
+        shutil.copy(SUBMISSIONS / CASES[case][0], folder / name)
+    out = root / "grades.csv"
+    run = subprocess.run(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(out), "--assignment", ASSIGNMENT, "--no-feedback", "--jobs",
+         "2"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    reports = out.with_name(out.name + ".reports")
+    records = {case: json.loads((reports / name / "record.json")
+                                .read_text())
+               for case, name in names.items()}
+    assert {r["status"] for r in records.values()} == {"graded"}
+    return {case: record["report"] for case, record in records.items()}
+
+
+@pytest.fixture(scope="module")
+def jobs(template, graded, tmp_path_factory):
+    """Each case's job, run once by the offline runner (lazily), with
+    the instructor's report of the same submission."""
     done: dict[str, tuple[JobRun, Path, dict]] = {}
 
     def run(case: str) -> tuple[JobRun, Path, dict]:
@@ -193,7 +211,7 @@ def jobs(template, tmp_path_factory):
             repo = _repo(template, tmp_path_factory.mktemp("job"),
                          submission)
             job = ClassroomRunner(repo, skip=_offline).run(_workflow(repo))
-            done[case] = (job, repo, _grade(submission))
+            done[case] = (job, repo, graded[case])
         return done[case]
     return run
 

@@ -223,6 +223,25 @@ def test_the_grade_command_uses_the_shared_server(listening) -> None:
     assert json.loads(out)["items"] == json.loads(own.stdout)["items"]
 
 
+def test_the_kit_on_pythonpath_is_the_same_identity(monkeypatch) -> None:
+    """A command run with the kit on PYTHONPATH (once or twice) and one
+    run without it import the same files: they share a server (the
+    session's, started without it in CI); another folder on the path
+    is another identity."""
+    def named(pythonpath: str | None) -> bytes:
+        if pythonpath is None:
+            monkeypatch.delenv("PYTHONPATH", raising=False)
+        else:
+            monkeypatch.setenv("PYTHONPATH", pythonpath)
+        return forkserver.identity()
+
+    kit = str(ROOT)
+    same = {named(None), named(""), named(kit),
+            named(os.pathsep.join([kit, kit])), named(kit + os.sep)}
+    assert len(same) == 1
+    assert named(os.pathsep.join([kit, str(ROOT / "tests")])) not in same
+
+
 def test_a_foreign_or_gone_server_is_not_used(tmp_path: Path,
                                               monkeypatch) -> None:
     """A listening server of another kit (another identity), or an

@@ -627,6 +627,32 @@ def test_clear_errors_before_grading(course, args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_plain_autograde_grades_the_class_in_one_run(tmp_path):
+    """``nbgrader autograde`` asks the grader once for every student it
+    will convert (those not autograded yet; all with --force), whether
+    nbgrader is sanitizing (reading submitted/) or autograding (reading
+    autograded/): not one grading command per student."""
+    from nbgrader.converters import Autograde
+    from nbgrader.coursedir import CourseDirectory
+
+    from grader.routes.nbgrader_steps import pending_students
+
+    converter = Autograde(coursedir=CourseDirectory(root=str(tmp_path)))
+    converter.assignments = {
+        str(tmp_path / "submitted" / student / HW): []
+        for student in ("ann", "ben", "cat")}
+    done = tmp_path / "autograded" / "ben" / HW
+    done.mkdir(parents=True)
+    (done / NOTEBOOK).write_text("{}")
+    for sanitizing in (True, False):
+        converter._sanitizing = sanitizing
+        converter.force = False
+        assert pending_students(converter, HW, HW) == ["ann", "cat"]
+        converter.force = True
+        assert pending_students(converter, HW, HW) == ["ann", "ben",
+                                                       "cat"]
+
+
 def test_not_a_course(tmp_path):
     """A folder without nbgrader_config.py is not a course."""
     result = _run(tmp_path, "grader", "nbgrader", HW, check=False)
