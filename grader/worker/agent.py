@@ -1696,9 +1696,22 @@ def torch_function_mode(namespace_type: type, method_type: type
 
 
 def operation_judge(torch: Any, mode: object, handler: Callable,
-                    classify: Callable, note: Callable, phase: dict
+                    classify: Callable, note: Callable, phase: dict,
+                    kernels: Any = None, roots: tuple[str, ...] = ()
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
+
+    ``judge`` first judges what computes (principle 3): ``kernels`` (the
+    job's forbidden ``name_pattern``, compiled) is searched in the
+    qualified name and the module of every library code between the
+    submission and the operation, and of the operation itself when it
+    is a Python function. A match is a forbidden use of that library
+    function, reported by its dotted name (the module is named from the
+    code's file, under ``roots``, the import path: no dict of the
+    library's is read), however the function was reached: a value in a
+    dict or a decomposition table, a module loaded after the tripwires,
+    a wrapper's inner function. The submission's own frames never count
+    (its classes may be named like a kernel); a verdict is kept per code.
 
     ``judge`` runs at the call of the mode's handler (``frame``): a torch
     operation is about to run. The operation is chosen by code when the
@@ -1729,7 +1742,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     import warnings
 
     b_type, b_str, b_set, b_dict, b_id = type, str, set, dict, id
-    b_BaseException = BaseException
+    b_BaseException, b_tuple = BaseException, tuple
     C = torch._C
     stack_len = C._len_torch_function_stack
     stack_at = C._get_function_stack_at
@@ -1775,6 +1788,11 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     warning_codes = frozenset(b_id(c) for c in _code_objects(warnings))
     warnings_dict = vars(warnings)
     show, format_ = warnings.showwarning, warnings.formatwarning
+    search = kernels.search if kernels is not None else None
+    verdicts: dict = {}      # id(code) -> the kernel's dotted name, or ""
+    b_sorted = sorted
+    path_roots = b_tuple(b_sorted((r.rstrip("/") + "/" for r in roots
+                                   if r), key=len, reverse=True))
 
     def native(value, attribute):
         """``value.attribute`` when a native descriptor of its class holds
@@ -1891,7 +1909,63 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return returned
         return returned
 
+    def module_of(filename):
+        """A library file's dotted module name, from its path under the
+        import path (its own name when it lies under none)."""
+        for root in path_roots:
+            if filename.startswith(root):
+                filename = filename[b_len(root):]
+                break
+        if filename.endswith(".py"):
+            filename = filename[:-3]
+        if filename.endswith("/__init__"):
+            filename = filename[:-9]
+        return filename.replace("/", ".")
+
+    def kernel_name(code):
+        """The dotted name of a library code named like a forbidden
+        kernel ("" when it is not one); computed once per code."""
+        key = b_id(code)
+        found = verdicts.get(key)
+        if found is None:
+            module = module_of(code.co_filename)
+            qualname = code.co_qualname
+            found = ""
+            if search(qualname) is not None or search(module) is not None:
+                found = (module + "." + qualname)[:200]
+            if b_len(verdicts) < max_known:
+                verdicts[key] = found
+        return found
+
+    def forbidden_kernel(frame, func):
+        """The dotted name of the forbidden kernel on whose behalf the
+        operation runs ("" when none): the operation's own Python code,
+        or a library frame between it and the nearest frame that is not
+        a library's (the submission's, code it made, the grader's)."""
+        if b_type(func) is FunctionType:
+            for code in own_codes(func):
+                if classify(code) == "library":
+                    found = kernel_name(code)
+                    if found:
+                        return found
+        caller = frame.f_back
+        while caller is not None:
+            code = caller.f_code
+            if code is not protocol_code and code is not handler_code:
+                if classify(code) != "library":
+                    return ""
+                found = kernel_name(code)
+                if found:
+                    return found
+            caller = caller.f_back
+        return ""
+
     def judge(frame):
+        if search is not None:
+            kernel = forbidden_kernel(frame, frame.f_locals.get("func"))
+            if kernel:
+                note("forbidden", "use", kernel)
+                return None
         caller = frame.f_back
         if caller is not None and not caller.f_code.co_freevars:
             kind = classify(caller.f_code)
@@ -2955,6 +3029,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     import functools
     import hashlib
     import linecache
+    import re
     import types
 
     import torch
@@ -3017,8 +3092,11 @@ def _assemble(job: dict, probes: list, result_fd: int,
     units, line_unit = plan_units(job.get("statements", []))
     mode, handler = torch_function_mode(types.SimpleNamespace,
                                         types.MethodType)
-    judge, in_force, arm = operation_judge(torch, mode, handler, who[0],
-                                           note, phase)
+    kernels = job.get("forbidden", {}).get("name_pattern")
+    judge, in_force, arm = operation_judge(
+        torch, mode, handler, who[0], note, phase,
+        re.compile(kernels) if kernels else None,
+        tuple(os.path.realpath(p) for p in sys.path if p))
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
