@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 #: The watch entry that stands for the value a ``return`` statement returns.
 RETURN_VALUE = "<return>"
+#: The watch entry of a target that is no name or attribute chain
+#: (``vars(self)["q"] = ...``, ``f().attr = ...``): the tracer reads it as
+#: unread, so the statement's comment is not verified (it fails closed).
+UNWATCHABLE = "<target>"
 
 _MARKERS = (START_MARKER, END_MARKER) + NBGRADER_MARKERS
 
@@ -84,16 +88,42 @@ def _chain(node: ast.expr) -> tuple[str, ...] | None:
 
 
 def _target_chains(target: ast.expr) -> list[tuple[str, ...]]:
-    """The values an assignment target writes, read back after it runs."""
+    """The values an assignment target writes, read back after it runs.
+
+    ``x[mask] = v`` changes ``x`` (a container's item: the container);
+    ``obj.__dict__["a"] = v`` writes ``obj.a``. A target with no name or
+    attribute chain at its root is UNWATCHABLE."""
     if isinstance(target, (ast.Tuple, ast.List)):
         return [chain for element in target.elts
                 for chain in _target_chains(element)]
     if isinstance(target, ast.Starred):
         return _target_chains(target.value)
-    while isinstance(target, ast.Subscript):  # x[mask] = v changes x
+    if isinstance(target, ast.Subscript) and isinstance(
+            target.slice, ast.Constant) and isinstance(
+            target.slice.value, str):
+        base = _chain(target.value)
+        if base is not None and len(base) > 1 and base[-1] == "__dict__":
+            return [(*base[:-1], target.slice.value)]
+    while isinstance(target, ast.Subscript):
         target = target.value
     chain = _chain(target)
-    return [] if chain is None else [chain]
+    return [(UNWATCHABLE,)] if chain is None else [chain]
+
+
+def _walrus_chains(node: ast.stmt) -> list[tuple[str, ...]]:
+    """The names ``:=`` binds anywhere in a statement, in the function's
+    own scope (not inside a lambda)."""
+    found: list[tuple[str, ...]] = []
+    pending: list[ast.AST] = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, ast.Lambda):
+            continue
+        if isinstance(item, ast.NamedExpr) and isinstance(item.target,
+                                                          ast.Name):
+            found.append((item.target.id,))
+        pending.extend(ast.iter_child_nodes(item))
+    return sorted(found)
 
 
 def _receiver(call: ast.expr) -> tuple[str, ...] | None:
@@ -139,7 +169,9 @@ def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
         receiver = _receiver(node.value)
         kind, chains = "expr", [] if receiver is None else [receiver]
     else:
-        return None
+        kind, chains = type(node).__name__.lower(), []
+    if kind != "return":
+        chains += _walrus_chains(node)
     unique: list[tuple[str, ...]] = []
     for chain in chains:
         if chain not in unique:
@@ -240,8 +272,10 @@ def collect_statements(source: SourceFile, class_name: str | None,
     (:func:`grader.locate.source.student_code`: a student region, or code
     outside the regions that is not the stub's ``given`` code; with ``given``
     None, the regions only), at any depth of if/for/while/with/try, in source
-    order; statements with nothing to watch (``print(x)``, an assignment to
-    ``f().attr``) are left out. Returns [] when the class or the method is
+    order; statements with nothing to watch (``print(x)``) are left out. A
+    target the tracer cannot watch (``f().attr = v``) is watched as
+    UNWATCHABLE, and the names ``:=`` binds in any statement are watched
+    too. Returns [] when the class or the method is
     missing; raises ``SyntaxError`` when the source does not parse.
     """
     from grader.locate.source import find_class, find_function, find_method

@@ -20,6 +20,10 @@ MAX_EXECUTIONS = 64
 MAX_HELD_SCAN = 4096
 MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
+# The record of a value the tracer cannot read without running code of
+# its own (a property, a __getattribute__ of Python's, a name it cannot
+# find): the statement's comment is not verified (it fails closed).
+UNREAD_RECORD = "unread"  # grader.wire.UNREAD_RECORD
 MAX_HELD_DEPTH = 8
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
@@ -1367,13 +1371,28 @@ def audit_hook(send: Callable, report: Callable, token: object,
 
 def value_readers(torch: Any) -> tuple[Callable, ...]:
     """Return ``is_tensor, shape_of, instance_dict, read_chain, expand``:
-    values read without running any code of theirs."""
+    values read without running any code of theirs.
+
+    ``read_chain`` fails closed: a name, attribute or item it cannot read
+    with the base types' own methods (a property or any descriptor of
+    Python's, a ``__getattribute__`` written in Python, a watch entry the
+    plan marks as unwatchable) reads as a value
+    of its own, which ``expand`` records as UNREAD_RECORD, never as "no
+    tensor"."""
+    import builtins
+    import types
+
     b_type, b_int, b_dict, b_range = type, int, dict, range
     b_tuple, b_list, b_BaseException = tuple, list, BaseException
+    b_str = str
     type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
     tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
     list_len, list_item = list.__len__, list.__getitem__
     dict_values, b_len, b_min = dict.values, len, min
+    dict_items = dict.items
+    proxy_type = types.MappingProxyType
+    proxy_items = proxy_type.items
     max_scan, max_held, max_depth = MAX_HELD_SCAN, MAX_HELD, MAX_HELD_DEPTH
     TensorBase = torch._C.TensorBase
     t_size = TensorBase.size
@@ -1381,6 +1400,17 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     Module = torch.nn.Module
     module_instance_dict = Module.__dict__["__dict__"].__get__ \
         if "__dict__" in Module.__dict__ else None
+    wrapper_type = b_type(object.__dict__["__getattribute__"])
+    member_type = types.MemberDescriptorType
+    getset_type = types.GetSetDescriptorType
+    FunctionType = types.FunctionType
+    builtin_values = vars(builtins)
+    holders = ("_parameters", "_buffers", "_modules")
+    module_methods = {name: Module.__dict__.get(name)
+                      for name in ("__getattr__", "__setattr__")}
+    unread = object()  # what read_chain returns for what it cannot read
+    unread_record = UNREAD_RECORD
+    missing = (False, None)
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
@@ -1402,26 +1432,121 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
             return {}
         return namespace if b_type(namespace) is b_dict else {}
 
+    def entry(namespace, key):
+        """``(True, value)`` when the dict (or a class's mapping proxy)
+        holds ``key``: its items are compared only when they are exact
+        strings, so no key's own ``__eq__`` runs; ``(True, unread)`` when
+        it does not, but holds a key of another type (which Python's
+        lookup might find equal); ``(False, None)`` otherwise."""
+        kind = b_type(namespace)
+        if kind is b_dict:
+            pairs = dict_items(namespace)
+        elif kind is proxy_type:
+            pairs = proxy_items(namespace)
+        else:
+            return missing
+        odd = False
+        for name, value in pairs:
+            if b_type(name) is not b_str:
+                odd = True
+            elif name == key:
+                return True, value
+        return (True, unread) if odd else missing
+
+    def declared(mro, name):
+        """What the first class of ``mro`` that declares ``name`` holds."""
+        for base in mro:
+            found = entry(type_dict(base), name)
+            if found[0]:
+                return found
+        return missing
+
+    def data_descriptor(value):
+        mro = type_mro(b_type(value))
+        return declared(mro, "__set__")[0] or \
+            declared(mro, "__delete__")[0]
+
+    def own_dict(value, kind, mro):
+        """The instance's attribute dict, read through its class's native
+        ``__dict__`` descriptor (None when it has none)."""
+        found, holder = declared(mro, "__dict__")
+        if not found or (b_type(holder) is not getset_type
+                         and b_type(holder) is not member_type):
+            return None
+        try:
+            namespace = holder.__get__(value, kind)
+        except b_BaseException:
+            return None
+        return namespace if b_type(namespace) is b_dict else None
+
+    def attribute_of(value, attribute):
+        """``value.attribute`` as Python's own lookup finds it, read only
+        where no code of the value's runs (``unread`` otherwise): a slot,
+        the instance's dict (a module's parameters, buffers and
+        submodules too), a plain class attribute."""
+        kind = b_type(value)
+        mro = type_mro(kind)
+        found, getter = declared(mro, "__getattribute__")
+        if not found or b_type(getter) is not wrapper_type:
+            return unread
+        in_class, slot = declared(mro, attribute)
+        if in_class and b_type(slot) is member_type:
+            try:
+                return slot.__get__(value, kind)
+            except b_BaseException:
+                return unread
+        if in_class and data_descriptor(slot):
+            return unread
+        namespace = own_dict(value, kind, mro)
+        if namespace is not None:
+            found, item = entry(namespace, attribute)
+            if found:
+                return item
+            if Module in mro:
+                for holder_name in holders:
+                    inner = entry(namespace, holder_name)[1]
+                    found, item = entry(inner, attribute)
+                    if found:
+                        return item
+        if in_class:
+            if not declared(type_mro(b_type(slot)), "__get__")[0]:
+                return slot
+            if b_type(slot) is FunctionType:
+                return None  # a method: no tensor
+            return unread
+        if own_code(mro, "__getattr__") or own_code(mro, "__setattr__"):
+            return unread  # its own code keeps or serves the value
+        # No value at all (Python's lookup raises): a frame on the
+        # statement's line that is not its own (a lambda's, a
+        # comprehension's) reads before the statement wrote it.
+        return None
+
+    def own_code(mro, name):
+        """True when the class's ``name`` is its own code: neither a C
+        slot nor ``nn.Module``'s."""
+        found, method = declared(mro, name)
+        if not found or b_type(method) is wrapper_type:
+            return False
+        return method is not module_methods.get(name)
+
     def read_chain(chain, local_values, global_values):
         name = chain[0]
-        if name in local_values:
-            value = local_values[name]
-        elif name in global_values:
-            value = global_values[name]
-        else:
+        if name[:1] == "<":
+            return unread  # a target the plan cannot watch
+        found, value = entry(local_values, name)
+        if not found:
+            found, value = entry(global_values, name)
+        if not found:
+            found, value = entry(builtin_values, name)
+        if not found:
+            # Not the statement's frame: a lambda's or a comprehension's
+            # on its line (the statement's own frame records it), or the
+            # name was deleted in the same line (its value is gone).
             return None
         for attribute in chain[1:]:
-            namespace = instance_dict(value)
-            found = namespace.get(attribute)
-            if found is None:
-                for holder_name in ("_parameters", "_buffers", "_modules"):
-                    inner = namespace.get(holder_name)
-                    if b_type(inner) is b_dict and attribute in inner:
-                        found = inner[attribute]
-                        break
-            if found is None:
-                return None
-            value = found
+            value = attribute_of(value, attribute)
+            if value is unread:
+                return unread
         return value
 
     def items_of(value):
@@ -1468,7 +1593,10 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     def held_of(value):
         """A tensor's shape; for a list, tuple or dict, the shapes of the
         tensors it holds (nested ones too, in order), with None last when
-        it holds more than the grader reads; None when it holds none."""
+        it holds more than the grader reads; None when it holds none;
+        UNREAD_RECORD for what :func:`read_chain` could not read."""
+        if value is unread:
+            return unread_record
         if is_tensor(value):
             return shape_of(value)
         found, state = [], [0, False]
