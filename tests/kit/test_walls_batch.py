@@ -154,8 +154,9 @@ CORPUS: dict[str, tuple] = {
                                    "cannot read `box.q`",
                                    "cannot read `lens.k`")),
     "shapes_walrus_everywhere": ((1, 3, 0, -1, 0), CLEAN_2, (),
-                                 ("line 64: missing shape comment",
-                                  "line 65: missing shape comment")),
+                                 ("line 65: missing shape comment",
+                                  "line 66: missing shape comment",
+                                  "line 67: missing shape comment")),
     "honest_holders_commented": ((1, 3, 0, 0, 0), CLEAN_2, (),
                                  ("every tensor statement in "
                                   "SelfAttention.forward has a correct "

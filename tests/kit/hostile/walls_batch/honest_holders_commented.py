@@ -2,8 +2,8 @@
 
 Task 1 keeps its tensors in a ``types.SimpleNamespace``, in a class with
 ``__slots__`` (read through the slot's native descriptor), through
-``self.__dict__["..."]`` and with ``:=`` in an ``assert``: every
-statement has its right comment.
+``self.__dict__["..."]`` and with ``:=`` in an ``assert`` and an ``if``
+header: every statement has its right comment.
 
 Expected: full marks, no flag, no shape problem.
 """
@@ -73,7 +73,9 @@ class SelfAttention(nn.Module):
         assert (p := torch.softmax(
             st.q @ pair.k.transpose(1, 2) / self.scale, dim=-1)) is not None
         # [batch_size, seq_len, seq_len]
-        return p @ self.vx  # [batch_size, seq_len, hidden]
+        if (out := p @ self.vx) is not None:  # [batch_size, seq_len, hidden]
+            return out  # [batch_size, seq_len, hidden]
+        raise ValueError("no output")
         ### END SOLUTION
         # YOUR CODE ENDS HERE
 

@@ -1,13 +1,14 @@
 """Principle 6: tensors bound by ``:=`` inside statements of any kind.
 
 Invented after the red team's ``assert``: the scores are bound inside a
-list display that is an expression statement, and the probabilities
-inside a ``del`` of a temporary's subscript (neither kind of statement
-was watched, so neither needed a comment); both comments are missing.
+list display that is an expression statement, the probabilities inside a
+``del`` of a temporary's subscript, and the values in an ``if`` header
+(none of them was watched, so none needed a comment); the three comments
+are missing.
 
-Expected: the names ``:=`` binds are watched in every statement: both
-missing comments are found, task1.shapes is -1; everything else as the
-reference.
+Expected: the names ``:=`` binds are watched in every simple statement
+and in every compound statement's header: the three missing comments
+are found, task1.shapes is -1; everything else as the reference.
 """
 import torch
 import torch.nn as nn
@@ -63,7 +64,9 @@ class SelfAttention(nn.Module):
         tmp = [None]
         [s := self.q(x) @ self.k(x).transpose(1, 2) / self.scale]
         del tmp[(p := torch.softmax(s, dim=-1)) is None]
-        return p @ self.v(x)  # [batch_size, seq_len, hidden]
+        if (v := self.v(x)) is None:
+            raise ValueError("no values")
+        return p @ v  # [batch_size, seq_len, hidden]
         ### END SOLUTION
         # YOUR CODE ENDS HERE
 
