@@ -334,3 +334,28 @@ def test_the_tracer_reads_holders_without_running_their_code() -> None:
                   ("<target>",), ("h", "__dict__")):
         assert held(*chain) == agent.UNREAD_RECORD, chain
     assert ran == []
+
+
+def test_the_plan_watches_every_target_it_can_name() -> None:
+    """Principle 6: the plan names what each statement writes; a target
+    with no name or attribute chain at its root is UNWATCHABLE (read as
+    unread, never dropped), ``obj.__dict__["a"]`` is ``obj.a``, and the
+    names ``:=`` binds are watched in any statement and header."""
+    import ast
+
+    from grader.shapes.statements import RETURN_VALUE, UNWATCHABLE, _watch
+
+    def watch(code: str) -> object:
+        return _watch(ast.parse(code).body[0])
+
+    assert watch('vars(self)["q"] = t') == ("assign", ((UNWATCHABLE,),))
+    assert watch("f().a = t") == ("assign", ((UNWATCHABLE,),))
+    assert watch('self.__dict__["k"] = t') == ("assign", (("self", "k"),))
+    assert watch("x[m] = t") == ("assign", (("x",),))
+    assert watch("y = (z := t) + 1") == ("assign", (("y",), ("z",)))
+    assert watch("assert (p := t) is not None") == ("assert", (("p",),))
+    assert watch("if (p := t) is None:\n    pass") == ("header", (("p",),))
+    assert watch("return (p := t)") == ("return", ((RETURN_VALUE,),))
+    assert watch("print(x)") == ("expr", ())
+    assert watch("f(lambda: (q := 1))") == ("expr", ())
+    assert watch("for t in xs:\n    pass") is None
