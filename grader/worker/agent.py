@@ -1825,21 +1825,24 @@ def torch_function_mode(namespace_type: type, method_type: type
 
 def operation_judge(torch: Any, mode: object, handler: Callable,
                     classify: Callable, note: Callable, phase: dict,
-                    kernels: Any = None, roots: tuple[str, ...] = ()
+                    kernels: Any = None, roots: tuple[str, ...] = (),
+                    packages: tuple[str, ...] = ("torch",)
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
 
     ``judge`` first judges what computes (principle 3): ``kernels`` (the
     job's forbidden ``name_pattern``, compiled) is searched in the
-    qualified name and the module of every library code between the
-    submission and the operation, and of the operation itself when it
-    is a Python function. A match is a forbidden use of that library
-    function, reported by its dotted name (the module is named from the
-    code's file, under ``roots``, the import path: no dict of the
-    library's is read), however the function was reached: a value in a
-    dict or a decomposition table, a module loaded after the tripwires,
-    a wrapper's inner function. The submission's own frames never count
-    (its classes may be named like a kernel); a verdict is kept per code.
+    qualified name and the module of every library code of the forbidden
+    ``packages`` (the rubric's, e.g. torch) between the submission and
+    the operation, and of the operation itself when it is a Python
+    function. A match is a forbidden use of that library function,
+    reported by its dotted name (the module is named from the code's
+    file, under ``roots``, the import path: no dict of the library's is
+    read), however the function was reached: a value in a dict or a
+    decomposition table, a module loaded after the tripwires, a wrapper's
+    inner function. The submission's own frames never count (its classes
+    may be named like a kernel), nor other libraries' (the student-facing
+    package's stubs); a verdict is kept per code.
 
     ``judge`` runs at the call of the mode's handler (``frame``): a torch
     operation is about to run. The operation is chosen by code when the
@@ -1921,6 +1924,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     b_sorted = sorted
     path_roots = b_tuple(b_sorted((r.rstrip("/") + "/" for r in roots
                                    if r), key=len, reverse=True))
+    prefixes = b_tuple(name + "." for name in packages)
+    whole = b_tuple(packages)
 
     def native(value, attribute):
         """``value.attribute`` when a native descriptor of its class holds
@@ -2059,7 +2064,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             module = module_of(code.co_filename)
             qualname = code.co_qualname
             found = ""
-            if search(qualname) is not None or search(module) is not None:
+            ours = module in whole or module.startswith(prefixes)
+            if ours and (search(qualname) is not None
+                         or search(module) is not None):
                 found = (module + "." + qualname)[:200]
             if b_len(verdicts) < max_known:
                 verdicts[key] = found
@@ -3220,11 +3227,13 @@ def _assemble(job: dict, probes: list, result_fd: int,
     units, line_unit = plan_units(job.get("statements", []))
     mode, handler = torch_function_mode(types.SimpleNamespace,
                                         types.MethodType)
-    kernels = job.get("forbidden", {}).get("name_pattern")
+    rules = job.get("forbidden", {})
+    kernels = rules.get("name_pattern")
     judge, in_force, arm = operation_judge(
         torch, mode, handler, who[0], note, phase,
         re.compile(kernels) if kernels else None,
-        tuple(os.path.realpath(p) for p in sys.path if p))
+        tuple(os.path.realpath(p) for p in sys.path if p),
+        tuple(str(p) for p in rules.get("packages", ["torch"])))
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
