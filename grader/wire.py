@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import os
 import struct
 from collections.abc import Callable
@@ -568,7 +569,7 @@ def decode_value(data: Any) -> Value:
             raise ChannelError("a tensor has an unknown encoding")
         raw = base64.b64decode(data["data"], validate=True)
         array = np.frombuffer(raw, dtype=numpy_type)
-        if array.size != int(np.prod(shape, dtype=np.int64)):
+        if array.size != math.prod(shape):
             raise ChannelError("a tensor's data does not fit its shape")
         tensor = torch.from_numpy(array.copy()).reshape(shape)
         return Value(kind="tensor", tensor=tensor, dtype=dtype, shape=shape)

@@ -521,6 +521,7 @@ def _warm_server() -> None:
     for assignment in assignments():
         agent.prepare(assignment.forbidden)
     agent.index_aliases(agent.KIT_PACKAGES)
+    agent.index_loaded_files()
 
 
 def serve(client: socket.socket | None = None,
@@ -602,6 +603,7 @@ def serve(client: socket.socket | None = None,
                 # been there from the start (each worker scans in full
                 # only the modules loaded after the index).
                 agent.index_aliases(agent.KIT_PACKAGES)
+                agent.index_loaded_files()
                 plotting = True
             else:
                 for extra in fds:

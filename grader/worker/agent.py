@@ -266,7 +266,8 @@ def plan_units(statements: list[dict]) -> tuple[list, dict]:
 
 def line_tracer(units: list, line_unit: dict, record: Callable,
                 shape_of: Callable, read_chain: Callable, expand: Callable,
-                counters: dict) -> Callable[[], Callable]:
+                counters: dict, read: Callable | None = None
+                ) -> Callable[[], Callable]:
     """Return a factory of local trace functions, one per traced frame.
 
     A unit of statements completes when a line event belongs to another
@@ -275,12 +276,21 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     statements wrote (``read_chain`` finds a value, ``shape_of`` its shape,
     or the shapes of the tensors a list, tuple or dict holds);
     a ``return`` statement records the returned value (``expand``: one shape
-    per element of a tuple). A unit that raised records nothing.
+    per element of a tuple). A unit that raised records nothing. The
+    reading runs through ``read`` (:func:`shape_tracer`'s: traced), and an
+    error of its own marks ``counters["silenced"]``.
     ``counters["returns"]`` counts the traced frames that returned.
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
     """
+    b_BaseException = BaseException
+
+    def plain(function, *args):
+        return function(*args)
+
+    traced = read if read is not None else plain
+
     def local_tracer():
         state = {"pending": None, "returning": None}
 
@@ -298,26 +308,36 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                     chain, local_values, global_values))
                     for chain in statement["watch"]])
 
-        def trace(frame, event, arg):
-            if event == "line":
-                unit = line_unit.get(frame.f_lineno)
-                if unit != state["pending"]:
-                    finish(frame)
-                    state["pending"] = unit
-                    if unit is not None:
-                        for statement in units[unit]:
-                            if statement["kind"] == "return":
-                                state["returning"] = statement
-            elif event == "exception":
-                state["pending"] = None
+        def returned(frame, arg):
+            finish(frame)
+            if state["returning"] is not None:
+                record(state["returning"], expand(arg))
                 state["returning"] = None
-            elif event == "return":
-                counters["returns"] += 1
-                finish(frame)
-                if state["returning"] is not None:
-                    record(state["returning"], expand(arg))
+
+        def trace(frame, event, arg):
+            # The values are read traced (``read``: code of the
+            # submission's a read runs is traced like any other); an
+            # error of the reading ends the phase's trust and stays here.
+            try:
+                if event == "line":
+                    unit = line_unit.get(frame.f_lineno)
+                    if unit != state["pending"]:
+                        traced(finish, frame)
+                        state["pending"] = unit
+                        if unit is not None:
+                            for statement in units[unit]:
+                                if statement["kind"] == "return":
+                                    state["returning"] = statement
+                elif event == "exception":
+                    state["pending"] = None
                     state["returning"] = None
-            return trace
+                elif event == "return":
+                    counters["returns"] += 1
+                    traced(returned, frame, arg)
+                return trace
+            except b_BaseException:
+                counters["silenced"] = True
+                return None
         return trace
     return local_tracer
 
@@ -501,7 +521,16 @@ KIT_PACKAGES = ("grader", "solutions")
 # Where the values the tripwires replace are bound (see alias_sites):
 # built once in the fork server, inherited by every worker.
 _ALIASES: dict[str, object] = {}
-_ATEN: dict[str, list[str]] = {}
+# The real path of each loaded module's file (see index_loaded_files):
+# built once in the fork server, inherited by every worker.
+_REAL_FILES: dict[str, str] = {}
+_ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+#: Keys every forbidden operator is tripped at, kernel or not: an alias
+#: key that fills every backend and autograd key with no kernel of its own
+#: (so a backend without a kernel reaches the tripwire too), and the CPU.
+ATEN_ALWAYS = ("CompositeImplicitAutograd", "CPU")
+#: Where torch's dispatcher says the tripwires were registered.
+ATEN_TRIPWIRE = "<the grader's tripwire>"
 
 
 def prepare(rules: dict) -> tuple[dict[int, str], list]:
@@ -513,24 +542,54 @@ def prepare(rules: dict) -> tuple[dict[int, str], list]:
     if key not in _PREPARED:
         _PREPARED[key] = _forbidden_targets(rules)
         if rules.get("aten"):
-            aten_names(rules["aten"])
+            aten_kernels(rules["aten"])
     return _PREPARED[key]
 
 
-def aten_names(pattern: str) -> list[str]:
-    """The ATen operators whose qualified name ``pattern`` matches (once
-    per pattern: the fork server computes them for every assignment)."""
+def aten_kernels(pattern: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The ATen operators whose qualified name ``pattern`` matches, each
+    overload on its own (``name.overload``), with every dispatch key at
+    which torch's dispatcher holds a kernel for it (and
+    :data:`ATEN_ALWAYS`). Derived from the dispatcher, not listed: a key
+    torch adds, or a backend's kernel (nested tensors', autocast's), is
+    found as it is. Once per pattern: the fork server computes them for
+    every assignment."""
     import re
 
     import torch
 
     if pattern not in _ATEN:
         matcher = re.compile(pattern)
-        _ATEN[pattern] = sorted({
-            op.split("::", 1)[1].split(".")[0]
-            for op in torch._C._dispatch_get_all_op_names()
-            if op.startswith("aten::") and matcher.search(op)})
+        members = list(torch._C.DispatchKey.__members__)
+        found = []
+        for op in sorted(torch._C._dispatch_get_all_op_names()):
+            if op.startswith("aten::") and matcher.search(op):
+                found.append((op.split("::", 1)[1],
+                              _kernel_keys(torch, op, members)))
+        _ATEN[pattern] = found
     return list(_ATEN[pattern])
+
+
+def _kernel_keys(torch: Any, op: str, members: list[str]
+                 ) -> tuple[str, ...]:
+    """Every dispatch key (runtime or alias) with a kernel of ``op``: the
+    keys the dispatcher answers for, and those its table lists (it names
+    some, the tracer's, that the enum does not)."""
+    import re
+
+    keys = dict.fromkeys(ATEN_ALWAYS)
+    for key in members:
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(op, key):
+                keys[key] = None
+        except RuntimeError:
+            continue  # a range marker, not a key
+    for line in torch._C._dispatch_dump(op).splitlines():
+        found = re.match(r"(\w+)(?:\[alias\])?: registered at", line)
+        if found and torch._C._parse_dispatch_key(found.group(1)) \
+                is not None:
+            keys[found.group(1)] = None  # not the header's "debug:"
+    return tuple(keys)
 
 
 def refused_values() -> list[tuple[object, str]]:
@@ -819,15 +878,39 @@ def _life(job: dict, result_fd: int) -> None:
     run()
 
 
-def _loaded_files() -> frozenset[str]:
-    """The files (as named and real) of every module loaded now: executing
-    one of them again is loading a second copy."""
-    found = set()
+def _module_files() -> list[str]:
+    """The file names (``.py``) of every module loaded now, as named."""
+    found = []
     for module in list(sys.modules.values()):
         name = getattr(module, "__dict__", {}).get("__file__") \
             if isinstance(getattr(module, "__dict__", None), dict) else None
         if isinstance(name, str) and name.endswith(".py"):
-            found.update((name, os.path.realpath(name)))
+            found.append(name)
+    return found
+
+
+def index_loaded_files() -> None:
+    """Resolve, once (the fork server, after its imports), the real path
+    of the file of every module loaded now: a worker then resolves only
+    the files of the modules loaded since (:func:`_loaded_files`), not
+    the thousand files torch brings (a realpath is an lstat per folder
+    of the path). Absolute names only: a relative one depends on the
+    folder the worker runs in. Library files are not moved while a
+    server runs (its identity covers the kit's own)."""
+    for name in _module_files():
+        if os.path.isabs(name) and name not in _REAL_FILES:
+            _REAL_FILES[name] = os.path.realpath(name)
+
+
+def _loaded_files() -> frozenset[str]:
+    """The files (as named and real) of every module loaded now: executing
+    one of them again is loading a second copy."""
+    found = set()
+    known = _REAL_FILES
+    for name in _module_files():
+        real = known.get(name)
+        found.update((name, os.path.realpath(name) if real is None
+                      else real))
     return frozenset(found)
 
 
@@ -1109,15 +1192,16 @@ def audit_hook(send: Callable, report: Callable, token: object,
     ``codes``: the ids of the agent's, the frame users', the import
     system's code; ``who``: :func:`code_kinds`' ``classify, actor,
     made_code``; ``paths``: :func:`path_rules`' closures; ``places``: the
-    scratch folder and the hidden and library roots; ``busy``: the hook's
-    and the tracer's flags (lists of one bool).
+    scratch folder and the hidden and library roots; ``busy``: the ids
+    of the threads inside the hook, the guard's flag and ``get_ident``.
     """
     import types
 
     b_len, b_type, b_str, b_int, b_id = len, type, str, int, id
     b_list, b_any, b_isinstance = list, any, isinstance
     b_PermissionError, b_ImportError = PermissionError, ImportError
-    b_TypeError = TypeError
+    b_TypeError, b_BaseException = TypeError, BaseException
+    error_args = BaseException.__dict__["args"].__get__
     type_name = type.__dict__["__name__"].__get__
     getframe = sys._getframe
     file_exists = os.path.isfile
@@ -1136,7 +1220,7 @@ def audit_hook(send: Callable, report: Callable, token: object,
     library_roots = places["library_roots"]
     kit_modules = KIT_PACKAGES
     devnull = os.devnull
-    in_hook, tracer_busy = busy["hook"], busy["tracer"]
+    in_hook = busy["hook"]
     refusing = busy["guard"]
     get_ident = busy["ident"]
     on_grader_stack = REFUSED_ON_GRADER
@@ -1151,6 +1235,9 @@ def audit_hook(send: Callable, report: Callable, token: object,
                                "sys.addaudithook", "grader.frame",
                                "grader.event", "grader.open"])
 
+    unchecked = ("the grader's sandbox refuses this: the grader could "
+                 "not check it")
+
     def refuse(kind, verb, what, frame, error=None):
         report(kind, verb, what, frame)
         raise (error or b_PermissionError)(
@@ -1158,20 +1245,33 @@ def audit_hook(send: Callable, report: Callable, token: object,
             + (" " + what if what else ""))
 
     def hook(event, args):
+        """The hook CPython calls. Its checks run in :func:`verdict`,
+        which never raises: a refusal is raised here, from this frame
+        alone, so the traceback a submission catches holds no frame of
+        the checks (their locals: the channel's writer, the paths) and
+        no exception of theirs as its context."""
         if event not in watched_events:
             return
+        refusal = verdict(event, args)
+        if refusal is not None:
+            raise refusal[0](refusal[1])
+
+    def verdict(event, args):
+        """None, or the refusal's class and text. A check that fails
+        (a recursion limit met inside, a channel that cannot be written)
+        refuses the event: the hook fails closed."""
         me = get_ident()
-        if tracer_busy[0] == me or me in in_hook:
-            return
+        if me in in_hook:
+            return None
         if event == "object.__getattr__" and (
                 b_len(args) < 2 or args[1] not in frame_attributes):
-            return
+            return None
         in_hook.add(me)
         try:
             # None when C code called from no Python frame raised it (a
             # job of the trampoline): decided as the agent's, as a
             # stack of the agent's frames alone is.
-            caller = getframe().f_back
+            caller = getframe(1).f_back
             if event == "sys.settrace" and refusing[0] == me:
                 # The grader's own thread met the submission's code (its
                 # guard raised): CPython removing the guard is refused.
@@ -1183,8 +1283,17 @@ def audit_hook(send: Callable, report: Callable, token: object,
                 relay(event, args, caller)
             else:
                 decide(event, args, caller)
+        except b_BaseException as error:
+            kind = b_type(error)
+            if kind is b_PermissionError or kind is b_ImportError or \
+                    kind is b_TypeError:
+                told = error_args(error)
+                if b_len(told) == 1 and b_type(told[0]) is b_str:
+                    return kind, told[0]
+            return b_PermissionError, unchecked
         finally:
             in_hook.discard(me)
+        return None
 
     def relay(event, args, caller):
         """The agent's own frames and events, accepted only from the
@@ -1625,10 +1734,11 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
 
 def shape_tracer(units: list, line_unit: dict, phase: dict,
                  classify: Callable, synthetic: dict, readers: tuple,
-                 tracer_busy: list, note: Callable | None = None,
+                 note: Callable | None = None,
                  tensor_base: type | None = None,
                  operations: tuple | None = None,
-                 stand_ins: dict | None = None) -> Callable:
+                 stand_ins: dict | None = None,
+                 reads: tuple | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -1652,16 +1762,25 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     ``stand_ins`` (:func:`install_tripwires`): the code objects of the
     inert stand-ins, with what each stands for; the call of one is
     reported here (``note``), by the code's identity alone, so that
-    nothing the stand-in holds can silence it."""
-    import _thread
+    nothing the stand-in holds can silence it.
 
+    ``reads`` (:func:`traced_reads`' ``read`` and ``aim``): what reads a
+    value the submission may have made runs through ``read``, traced by
+    this trace function (aimed at it here)."""
     b_len, b_str, b_id, b_type = len, str, id, type
     b_isinstance = isinstance
-    get_ident = _thread.get_ident
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
     gettrace, settrace = sys.gettrace, sys.settrace
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
-    protocol = frozenset(STAND_IN_PROTOCOL)
+    # Compared by identity: the names the compiler interned (a name that
+    # is not, a str subclass, belongs to code made at run time: foreign).
+    protocol_function, protocol_dispatch = STAND_IN_PROTOCOL
+    b_BaseException = BaseException
+
+    def plain_call(function, *args):
+        return function(*args)
+
+    read = reads[0] if reads is not None else plain_call
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
@@ -1736,57 +1855,66 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return expand(value, True)
 
     local_tracer = line_tracer(units, line_unit, record, held,
-                               read_chain, expand, phase)
+                               read_chain, expand, phase, read)
 
     def note_recorder(find, frame, code):
-        """Report a stand-in for tensors that ``find`` sees at ``frame``
-        (the tracer is busy meanwhile: what it calls is not traced)."""
-        tracer_busy[0] = get_ident()
-        try:
-            recorder = find(frame, code)
-        finally:
-            tracer_busy[0] = None
+        """Report a stand-in for tensors that ``find`` sees at ``frame``."""
+        recorder = find(frame, code)
         if recorder is not None:
             note("untraceable", "compile",
                  recorder[:120] + " (a stand-in for tensors that records "
                  "the code it runs through)")
 
     def global_tracer(frame, event, arg):
-        code = frame.f_code
-        if code is handler_code:
-            return judge(frame)
-        if note is not None and code.co_name in protocol:
-            note_recorder(stand_in, frame, code)
-        kind = classify(code)
-        if kind == "agent":
-            entry = inert.get(b_id(code))
-            if entry is not None and entry[0] is code and note is not None:
-                note(entry[1], entry[2], entry[3])
-            return None
-        if kind == "library":
+        # Whatever reads a value the submission may have made (a class's
+        # namespace, a frame's locals, an operation's arguments) runs
+        # through ``read``, traced: code of the submission's that such a
+        # read runs (a key's __eq__, a finalizer) is traced like any
+        # other. An error of the trace function's own ends the
+        # phase's trust (``silenced``) and stays here: the submission never
+        # catches a traceback through the grader's frames.
+        try:
+            code = frame.f_code
+            if code is handler_code:
+                return judge(frame)
+            kind = classify(code)
+            if kind == "agent":
+                entry = inert.get(b_id(code))
+                if entry is not None and entry[0] is code and \
+                        note is not None:
+                    note(entry[1], entry[2], entry[3])
+                return None
+            name = code.co_name
+            if note is not None and (name is protocol_function or
+                                     name is protocol_dispatch):
+                read(note_recorder, stand_in, frame, code)
+            if kind == "library":
+                if in_force is not None:
+                    in_force(frame)
+                return None
+            if note is not None:
+                read(note_recorder, stand_in_argument, frame, code)
             if in_force is not None:
                 in_force(frame)
+            if kind == "submission":
+                phase["ran"].add((b_id(code), phase["stage"]))
+            else:
+                foreign = phase["foreign"]
+                entry = [code.co_filename[:200], code.co_name[:80],
+                         code.co_firstlineno, synthetic.get(b_id(code), "")]
+                if entry not in foreign:
+                    if b_len(foreign) < max_foreign:
+                        foreign.append(entry)
+                    else:
+                        phase["foreign_left_out"] += 1
+                return None
+            if not phase["tracing"]:
+                return None
+            phase["calls"] += 1
+            return local_tracer()
+        except b_BaseException:
+            phase["silenced"] = True
             return None
-        if note is not None:
-            note_recorder(stand_in_argument, frame, code)
-        if in_force is not None:
-            in_force(frame)
-        if kind == "submission":
-            phase["ran"].add((b_id(code), phase["stage"]))
-        else:
-            foreign = phase["foreign"]
-            entry = [code.co_filename[:200], code.co_name[:80],
-                     code.co_firstlineno, synthetic.get(b_id(code), "")]
-            if entry not in foreign:
-                if b_len(foreign) < max_foreign:
-                    foreign.append(entry)
-                else:
-                    phase["foreign_left_out"] += 1
-            return None
-        if not phase["tracing"]:
-            return None
-        phase["calls"] += 1
-        return local_tracer()
 
     def still_tracing():
         """False once the trace function was ever removed (CPython removes
@@ -1798,7 +1926,44 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             settrace(global_tracer)
         return not phase["silenced"]
 
+    if reads is not None:
+        reads[1](global_tracer)
     return global_tracer, still_tracing
+
+
+def traced_reads(quiet: set) -> tuple[Callable, Callable]:
+    """Return ``read(function, *args)`` and ``aim(tracer)``.
+
+    CPython traces nothing a trace function runs. ``read`` calls
+    ``function(*args)`` inside ``sys.call_tracing`` with the trace
+    function ``aim`` names installed anew (CPython needs both), so that
+    code of the submission's that the call runs (a namespace key's
+    ``__eq__``, a ``__class__`` property, a finalizer) is traced like any
+    other. The reinstallation raises an audit event: ``quiet`` (the audit
+    hook's set of threads inside it) lets it pass unjudged, for that
+    thread and while it happens only."""
+    import _thread
+
+    call_tracing, settrace = sys.call_tracing, sys.settrace
+    get_ident = _thread.get_ident
+    target: list = [None]
+
+    def rearmed(function, args):
+        me = get_ident()
+        quiet.add(me)
+        try:
+            settrace(target[0])
+        finally:
+            quiet.discard(me)
+        return function(*args)
+
+    def read(function, *args):
+        return call_tracing(rearmed, (function, args))
+
+    def aim(tracer):
+        target[0] = tracer
+
+    return read, aim
 
 
 # -- principle 4: a torch operation is chosen by code, not by data ----------
@@ -1825,7 +1990,8 @@ def torch_function_mode(namespace_type: type, method_type: type
 
 def operation_judge(torch: Any, mode: object, handler: Callable,
                     classify: Callable, note: Callable, phase: dict,
-                    kernels: Any = None, roots: tuple[str, ...] = (),
+                    read: Callable | None = None, kernels: Any = None,
+                    roots: tuple[str, ...] = (),
                     packages: tuple[str, ...] = ("torch",)
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
@@ -1893,6 +2059,13 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     method_self = {wrapper_type: wrapper_type.__dict__["__self__"].__get__}
     mode_dict = mode.__dict__
     bound = mode_dict["__torch_function__"]
+    protocol_key = "__torch_function__"
+    dict_items = dict.items
+
+    def plain_call(function, *args):
+        return function(*args)
+
+    traced = read if read is not None else plain_call
     handler_code = function_code(handler)
     protocol_code = torch.overrides.handle_torch_function.__code__
     # What the protocol runs to set a mode aside and back (and nothing else
@@ -1907,9 +2080,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                          ("CALL", "CALL_FUNCTION_EX", "CALL_KW")
                          if name in dis.opmap)
     cache_op = dis.opmap.get("CACHE", 0)
-    plain = frozenset((b_str, bytes, int, float, bool, complex,
-                       type(None), torch.Size, torch.dtype, torch.device,
-                       torch.layout, torch.memory_format))
+    plain = (b_str, bytes, int, float, bool, complex, type(None),
+             torch.Size, torch.dtype, torch.device, torch.layout,
+             torch.memory_format)
     armed: set = b_set()
     verb = CHOSEN_BY_DATA
     b_len, max_known = len, 4096
@@ -2037,7 +2210,11 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
 
     def reporter_of(what):
         def returned(frame, event, arg):
-            if event == "return" and b_type(arg) not in plain:
+            if event == "return":
+                kind = b_type(arg)
+                for known in plain:
+                    if kind is known:
+                        return returned
                 note("untraceable", verb, what)
             return returned
         return returned
@@ -2076,13 +2253,15 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         """The dotted name of the forbidden kernel on whose behalf the
         operation runs ("" when none): the operation's own Python code,
         or a library frame between it and the nearest frame that is not
-        a library's (the submission's, code it made, the grader's)."""
+        a library's (the submission's, code it made, the grader's). Reads
+        only code objects and frames' links (nothing of the submission's
+        runs): it needs no ``traced``."""
         if b_type(func) is FunctionType:
-            for code in own_codes(func):
-                if classify(code) == "library":
-                    found = kernel_name(code)
-                    if found:
-                        return found
+            code = function_code(func)
+            if classify(code) == "library":
+                found = kernel_name(code)
+                if found:
+                    return found
         caller = frame.f_back
         while caller is not None:
             code = caller.f_code
@@ -2096,8 +2275,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         return ""
 
     def judge(frame):
+        func = frame.f_locals.get("func")
         if search is not None:
-            kernel = forbidden_kernel(frame, frame.f_locals.get("func"))
+            kernel = forbidden_kernel(frame, func)
             if kernel:
                 note("forbidden", "use", kernel)
                 return None
@@ -2106,7 +2286,6 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             kind = classify(caller.f_code)
             if kind != "library":
                 return None  # the submission's line (or the grader) chose
-        func = frame.f_locals.get("func")
         key = None
         if caller is not None and caller.f_back is not None and \
                 not caller.f_code.co_freevars:
@@ -2116,6 +2295,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             key = (b_id(caller.f_code), caller.f_lasti, b_id(func))
             if known_calls.get(key):
                 return None
+        # What follows reads the operation and the frames' values: traced.
+        return traced(judged, frame, func, key)
+
+    def judged(frame, func, key):
         caller = caller_of(frame, func)
         if caller is None:
             return None
@@ -2212,12 +2395,16 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
              "disabled or replaced")
 
     def in_force(frame):
+        # Reads only torch's C state and the mode's own dict, by identity
+        # (a key of the submission's in it could compare itself): nothing
+        # of the submission's runs here, so it needs no ``traced``.
         if stack_len() and stack_at(0) is mode and mode_enabled() and \
-                not skip_next() and \
-                mode_dict.get("__torch_function__") is bound and \
-                function_code(handler) is handler_code:
-            return
-        off(frame)
+                not skip_next() and function_code(handler) is handler_code \
+                and b_len(mode_dict) == 1:
+            for key, value in dict_items(mode_dict):
+                if key is protocol_key and value is bound:
+                    return
+        traced(off, frame)
 
     return judge, in_force, arm
 
@@ -2807,7 +2994,6 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
     reports when that code is called) and among the agent's codes (a
     report names the line that called it)."""
     import types
-    import warnings
 
     table = (stand_ins, agent_codes)
     replacements = {}
@@ -2863,21 +3049,40 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
         except (TypeError, AttributeError):
             pass
     if aten_pattern:
-        library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for name in aten_names(aten_pattern):
-                tripped = _forbidden(table, "torch.ops.aten." + name)
-                for dispatch_key in ("CompositeImplicitAutograd", "CPU"):
-                    try:
-                        library.impl(name, tripped, dispatch_key)
-                    except (RuntimeError, ValueError):
-                        pass
-        holder.append(library)
+        holder.append(_trip_aten(torch, table, aten_pattern))
     for dotted, before in _snapshot(watched_extra).items():
         value = _lookup(dotted)
         if value is not None:
             watched.append((dotted, value, before))
+
+
+def _trip_aten(torch: Any, table: tuple[dict, set], pattern: str
+               ) -> object:
+    """Register a stand-in for every forbidden ATen operator at every key
+    where it has a kernel (:func:`aten_kernels`); return the registration
+    handle, which the caller keeps alive in the grader's holder.
+
+    The handle is torch's C registration object itself
+    (``torch._C._dispatch_library``), not a ``torch.library.Library``: that
+    class registers a ``weakref.finalize`` (reachable from anyone through
+    ``weakref.finalize._registry``) whose call deregisters every kernel,
+    and enters each in ``torch.library._impls``. This handle is in no
+    registry; its ``reset`` is reachable only through the handle, which
+    only the holder (a cell of the runner's closure) keeps. Set-up."""
+    import warnings
+
+    handle = torch._C._dispatch_library("IMPL", "aten", "", ATEN_TRIPWIRE,
+                                        0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a registered kernel"
+        for name, keys in aten_kernels(pattern):
+            tripped = _forbidden(table, "torch.ops.aten." + name.split(".")[0])
+            for key in keys:
+                try:
+                    handle.impl(name, key, tripped, False)
+                except (RuntimeError, ValueError):
+                    pass
+    return handle
 
 
 # -- the submission's own stack (docs/threat-model.md, principle 1) --------
@@ -3141,7 +3346,7 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              error_describer, module_describer, probe_runner,
              coverage_keeper, patch_watch, inert_call, inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
-             torch_function_mode, operation_judge)
+             torch_function_mode, operation_judge, traced_reads)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
@@ -3170,6 +3375,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     import torch
 
     from grader.wire import result_writer, value_encoder
+    from grader.worker.confine import seal_threads
 
     forbidden_functions, forbidden_classes = forbidden
     library = job.get("sandbox", {})
@@ -3204,8 +3410,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose
-    # tracer is busy, the thread whose guard refused the submission's code.
-    busy = {"hook": set(), "tracer": [None], "guard": [None],
+    # guard refused the submission's code.
+    busy = {"hook": set(), "guard": [None],
             "ident": _thread.get_ident}
     watched: list = []
     holder: list = []
@@ -3227,23 +3433,30 @@ def _assemble(job: dict, probes: list, result_fd: int,
     units, line_unit = plan_units(job.get("statements", []))
     mode, handler = torch_function_mode(types.SimpleNamespace,
                                         types.MethodType)
+    reads = traced_reads(busy["hook"])
     rules = job.get("forbidden", {})
     kernels = rules.get("name_pattern")
     judge, in_force, arm = operation_judge(
-        torch, mode, handler, who[0], note, phase,
+        torch, mode, handler, who[0], note, phase, reads[0],
         re.compile(kernels) if kernels else None,
         tuple(os.path.realpath(p) for p in sys.path if p),
         tuple(str(p) for p in rules.get("packages", ["torch"])))
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
-        busy["tracer"], note, torch._C.TensorBase,
-        (judge, in_force, handler.__code__), stand_ins)
+        note, torch._C.TensorBase,
+        (judge, in_force, handler.__code__), stand_ins, reads)
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
     call, carried, release, _ = trampoline(
         _thread.start_new_thread, _thread.stack_size, _stack_size())
+    # The worker has every thread it needs: from now on no thread starts,
+    # by any route (the kernel refuses clone in every thread).
+    sealing = seal_threads()
+    confinement["threads_sealed"] = not sealing
+    confinement["problems"] = list(confinement.get("problems", [])) + \
+        list(sealing)
     # The trace function is that thread's: it is checked there.
     traced = functools.partial(call, still_tracing)
     describe = module_describer(torch, readers, _child_numbers(library),

@@ -47,6 +47,8 @@ _PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+_SECCOMP_SET_MODE_FILTER = 1       # seccomp(2)'s operation
+_SECCOMP_FILTER_FLAG_TSYNC = 1     # every thread of the process gets it
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _EPERM = 1
@@ -68,6 +70,7 @@ _ARCHES = {
     "x86_64": {
         "arch": 0xC000003E, "x32": True,
         "clone": 56, "clone3": 435, "kill": 62, "tgkill": 234,
+        "seccomp": 317,
         "denied": {
             "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
             "ptrace": 101, "process_vm_readv": 310,
@@ -86,6 +89,7 @@ _ARCHES = {
     "aarch64": {
         "arch": 0xC00000B7, "x32": False,
         "clone": 220, "clone3": 435, "kill": 129, "tgkill": 131,
+        "seccomp": 277,
         "denied": {
             "execve": 221, "execveat": 281, "ptrace": 117,
             "process_vm_readv": 270, "process_vm_writev": 271,
@@ -319,18 +323,74 @@ def seccomp_program(machine: str, pid: int) -> bytes:
     return p.assemble()
 
 
-def _apply_seccomp(libc: ctypes.CDLL) -> None:
-    program = seccomp_program(platform.machine(), os.getpid())
+def thread_seal_program(machine: str) -> bytes:
+    """The second filter, installed once the worker has every thread it
+    needs: ``clone`` and ``clone3`` are refused whatever their flags
+    (EPERM), so no thread can start by any route. Stacked on
+    :func:`seccomp_program`'s (the kernel runs both; a refusal wins)."""
+    arch = _ARCHES[machine]
+    p = _Program()
+    p.op(_LD_W_ABS, _OFFSET_ARCH)
+    p.op(_JEQ_K, arch["arch"], 0, "deny")
+    p.op(_LD_W_ABS, _OFFSET_NR)
+    p.op(_JEQ_K, arch["clone"], "deny", 0)
+    p.op(_JEQ_K, arch["clone3"], "deny", 0)
+    p.op(_RET_K, _RET_ALLOW)
+    p.label("deny")
+    p.op(_RET_K, _RET_ERRNO | _EPERM)
+    return p.assemble()
+
+
+def _filter_buffer(program: bytes) -> tuple[ctypes.Structure, object]:
+    """A ``sock_fprog`` for ``program`` and the buffer it points to (keep
+    both alive until the system call returns)."""
     filters = ctypes.create_string_buffer(program, len(program))
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort),
                     ("filter", ctypes.c_void_p)]
 
-    fprog = SockFprog(len(program) // 8, ctypes.addressof(filters))
+    return SockFprog(len(program) // 8, ctypes.addressof(filters)), filters
+
+
+def _apply_seccomp(libc: ctypes.CDLL) -> None:
+    fprog, _filters = _filter_buffer(
+        seccomp_program(platform.machine(), os.getpid()))
     _check(libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER),
                       ctypes.byref(fprog), ctypes.c_ulong(0),
                       ctypes.c_ulong(0)), "seccomp")
+
+
+def seal_threads() -> tuple[str, ...]:
+    """Refuse every new thread from now on, in every thread of the
+    process: :func:`thread_seal_program` installed with
+    ``SECCOMP_FILTER_FLAG_TSYNC``. Call it once the worker's own threads
+    run (the submission's thread) and before any code of the submission.
+    Returns the problems (empty when sealed), worded as
+    :class:`Confinement`'s."""
+    if not seccomp_supported():
+        return (f"threads not sealed: no seccomp filter for "
+                f"{platform.machine() or platform.system()}",)
+    machine = platform.machine()
+    try:
+        libc = _libc()
+        # Already set by confine(); a filter needs it (idempotent).
+        _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1),
+                          ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)), "no_new_privs")
+        fprog, _filters = _filter_buffer(thread_seal_program(machine))
+        # TSYNC: 0, or the id of a thread that could not take the filter.
+        result = libc.syscall(
+            ctypes.c_long(_ARCHES[machine]["seccomp"]),
+            ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+            ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
+        if result > 0:
+            return (f"threads not sealed: thread {result} could not take "
+                    f"the filter",)
+        _check(result, "seccomp(TSYNC)")
+    except OSError as exc:
+        return (f"threads not sealed: {exc}",)
+    return ()
 
 
 def _drop_capabilities(libc: ctypes.CDLL) -> None:
@@ -354,6 +414,8 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
 
     Must run in the worker before student code and before any thread is
     started: both apply to the calling thread and to what it creates.
+    Once the worker's own threads run, :func:`seal_threads` refuses every
+    new one.
     """
     if platform.system() != "Linux":
         return Confinement(problems=("not Linux",))

@@ -11,6 +11,7 @@ this kit's.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -305,3 +306,67 @@ def test_an_authentic_frame_is_parsed_within_bounds() -> None:
         assert "arrays and objects" in str(exc)
     else:
         raise AssertionError("a frame of 300,000 lists was parsed")
+
+
+def test_the_servers_index_of_loaded_files_changes_no_answer(
+        tmp_path: Path) -> None:
+    """The real paths the server resolves once (``index_loaded_files``)
+    give a worker exactly the files it would resolve itself, a module
+    loaded through a symbolic link under both its names; a module loaded
+    after the index is resolved by the worker, as before."""
+    from grader.worker import agent
+
+    saved = dict(agent._REAL_FILES)
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    names = ("loaded_before_the_index", "loaded_after_the_index")
+    for name in names:
+        (real / f"{name}.py").write_text("VALUE = 1\n")
+    sys.path.insert(0, str(link))
+    try:
+        importlib.import_module(names[0])
+        agent._REAL_FILES.clear()
+        resolved_here = agent._loaded_files()
+        agent.index_loaded_files()
+        assert len(agent._REAL_FILES) > 100  # torch's files, at least
+        assert agent._REAL_FILES[str(link / f"{names[0]}.py")] == \
+            str(real / f"{names[0]}.py")
+        assert agent._loaded_files() == resolved_here
+        importlib.import_module(names[1])
+        files = agent._loaded_files()
+        for name in names:
+            assert {str(link / f"{name}.py"), str(real / f"{name}.py")} \
+                <= files
+    finally:
+        sys.path.remove(str(link))
+        for name in names:
+            sys.modules.pop(name, None)
+        agent._REAL_FILES.clear()
+        agent._REAL_FILES.update(saved)
+
+
+def test_the_command_ends_as_sys_exit_would() -> None:
+    """``python -m grader`` skips the interpreter's teardown: its status,
+    its whole output and its exit handlers (temporary folders) are as
+    ``sys.exit`` leaves them; with another thread still running, it is
+    ``sys.exit`` that ends it (the thread finishes first)."""
+    script = textwrap.dedent('''
+        import atexit, sys, threading, time
+        from grader.__main__ import _exit
+        atexit.register(print, "handler ran")
+        sys.stdout.write("x" * 100000 + "\\n")
+        if sys.argv[1] == "thread":
+            threading.Thread(target=lambda: (time.sleep(0.3),
+                                             print("thread done"))).start()
+        _exit(int(sys.argv[2]))
+    ''')
+    for mode, status in (("alone", 3), ("thread", 0)):
+        result = subprocess.run([sys.executable, "-c", script, mode,
+                                 str(status)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        lines = result.stdout.splitlines()
+        assert result.returncode == status, result.stderr
+        assert lines[0] == "x" * 100000
+        assert lines[-1] == "handler ran"
+        assert ("thread done" in lines) == (mode == "thread")

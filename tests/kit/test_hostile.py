@@ -423,7 +423,61 @@ def test_a_real_worker_reports_its_confinement() -> None:
     layers = hello["confinement"]
     assert layers["landlock_abi"] == confine.landlock_abi()
     assert layers["seccomp"] == confine.seccomp_supported()
+    assert layers["threads_sealed"] == confine.seccomp_supported()
     if _kernel_layers():
         assert layers["problems"] == []
     assert [check_frame(m) for m in result.frames] == [None] * len(
         result.frames)
+
+
+#: Run in a fresh interpreter: a thread started before the seal, then the
+#: seal, then every route to a new thread (the seal cannot be undone).
+SEAL_CHILD = """
+import _thread, sys, threading
+from grader.worker import confine
+said, asked, done = [], threading.Event(), threading.Event()
+def earlier():
+    asked.wait(5)
+    try:
+        _thread.start_new_thread(print, ())
+        said.append("earlier thread: started")
+    except RuntimeError as error:
+        said.append("earlier thread: " + str(error))
+    done.set()
+threading.Thread(target=earlier).start()
+print("problems:", list(confine.seal_threads()))
+asked.set()
+done.wait(5)
+try:
+    threading.Thread(target=print).start()
+    said.append("threading: started")
+except RuntimeError as error:
+    said.append("threading: " + str(error))
+del sys.modules["_thread"]
+import _thread as fresh
+try:
+    fresh.start_new_thread(print, ())
+    said.append("reimported _thread: started")
+except RuntimeError as error:
+    said.append("reimported _thread: " + str(error))
+print("\\n".join(said))
+"""
+
+
+def test_sealed_threads_refuse_every_route() -> None:
+    """Principle 4 at the kernel: once sealed, no thread of the process
+    (one that ran before the seal included) can start a thread, by
+    ``threading``, by ``_thread`` or by a second copy of ``_thread``
+    (CPython's own ``start_new_thread``, not the grader's stand-in)."""
+    if not confine.seccomp_supported():
+        pytest.skip("no seccomp filter for this machine: threads are not "
+                    "sealed (the confinement's problems say so)")
+    done = subprocess.run([sys.executable, "-c", SEAL_CHILD],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=KIT, env={"PYTHONPATH": str(KIT),
+                                        "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    refused = "can't start new thread"
+    assert done.stdout.split("\n")[:4] == [
+        "problems: []", f"earlier thread: {refused}",
+        f"threading: {refused}", f"reimported _thread: {refused}"]

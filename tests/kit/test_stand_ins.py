@@ -89,7 +89,7 @@ def classify(code):
 
 
 tracer, _ = agent.shape_tracer(
-    [], {}, phase, classify, {}, agent.value_readers(torch), [None],
+    [], {}, phase, classify, {}, agent.value_readers(torch),
     lambda *event: notes.append(list(event)), None, None, stand_ins)
 sdpa = F.scaled_dot_product_attention
 for cell in sdpa.__closure__:

@@ -116,7 +116,7 @@ def test_a_removed_tracer_is_seen_in_every_later_phase() -> None:
              "returns": 0, "calls": 0, "silenced": False}
     readers = agent.value_readers(__import__("torch"))
     tracer, still_tracing = agent.shape_tracer(
-        [], {}, phase, lambda code: "library", {}, readers, [False])
+        [], {}, phase, lambda code: "library", {}, readers)
     coverage, start_phase = agent.coverage_keeper(
         phase, {}, agent.make_fingerprint(), still_tracing)
     before = sys.gettrace()

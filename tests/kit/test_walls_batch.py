@@ -38,6 +38,7 @@ CLEAN_2 = (3, 1, 2, 0, 0)
 ZERO = (0, 0, 0, 0, 0)
 CAPPED_1 = (1, 3, 0, -1, 0)
 ZERO_SHAPES = (0, 0, 0, -1, 0)  # and the comments' shapes are wrong
+REFUSED_THREAD = (1, 0, 0, 0, 0)  # the layers, but no thread computed
 #: name -> (task 1 items, task 2 items, flag kinds, words of the report).
 CORPUS: dict[str, tuple] = {
     # -- Principle 2: past the shape records' cap, what is left out is
@@ -101,6 +102,24 @@ CORPUS: dict[str, tuple] = {
     "cells_reach_audit": (ZERO, CLEAN_2, ("forbidden",),
                           ("torch.nn.functional.scaled_dot_product_"
                            "attention",)),
+    # -- Principle 2 by construction: what the grader's trace function
+    #    reads runs traced, so code of the submission's a read runs (a
+    #    key's __eq__, a __class__ property) is seen like any helper.
+    #    Before, each kept 11 points with no flag.
+    "tracer_key_runs_code": ((1, 3, -1, -1, 0), CLEAN_2, (),
+                             ("_Key.__eq__",)),
+    "tracer_key_runs_exec": ((0, 0, -1, -1, 0), CLEAN_2, ("untraceable",),
+                             ("made at run time by exec",)),
+    "tracer_class_property": ((1, 3, -1, -1, 0), CLEAN_2, (),
+                              ("_Lens.__class__",)),
+    # -- Principle 1 by construction: a refusal is raised from the audit
+    #    hook's own frame, never through its checks or the channel's
+    #    writer (their locals: the key, the paths).
+    "hook_refusal_locals": ((1, 3, 0, 0, 1), CLEAN_2, ("refused",),
+                            ('read "/etc/hostname"',)),
+    "hook_key_by_recursion": ((0, 0, 0, -1, 0), (0, 0, 0, 0, -1),
+                              ("refused", "untraceable", "untraceable"),
+                              ('read "/etc/nothing-',)),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
     "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
@@ -161,6 +180,31 @@ CORPUS: dict[str, tuple] = {
                                  ("every tensor statement in "
                                   "SelfAttention.forward has a correct "
                                   "shape comment",)),
+    # -- Principle 4 at the kernel: once the submission's thread runs, a
+    #    second seccomp filter (every thread of the worker) refuses clone,
+    #    so CPython's own start_new_thread (from a second copy of _thread)
+    #    fails. Before, the thread ran exec'd code unseen: full marks.
+    #    The files catch the error and return zeros: what the thread would
+    #    have computed earns nothing.
+    "kernel_thread_reimport": (REFUSED_THREAD, CLEAN_2, (),
+                               ("does not match the reference",)),
+    "kernel_thread_from_spec": (REFUSED_THREAD, CLEAN_2, (),
+                                ("does not match the reference",)),
+    # -- Principle 3: the aten tripwires cannot be deregistered (no
+    #    finalizer, no Library, no registry holds their handle) and sit at
+    #    every dispatch key where a forbidden operator has a kernel.
+    #    Before, each of these four earned full marks with no flag.
+    "untrip_finalizers": (ZERO, CLEAN_2, ("forbidden",),
+                          ("torch.ops.aten.scaled_dot_product_attention",)),
+    "untrip_reset_handles": (ZERO, CLEAN_2, ("forbidden",),
+                             ("torch.ops.aten.scaled_dot_product_"
+                              "attention",)),
+    "forbidden_nested_key": (ZERO, CLEAN_2, ("forbidden",),
+                             ("torch.ops.aten._native_multi_head_"
+                              "attention",)),
+    "forbidden_batched_key": (ZERO, CLEAN_2, ("forbidden",),
+                              ("torch.ops.aten._scaled_dot_product_"
+                               "attention_math",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
@@ -170,11 +214,22 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "cells_restore_originals": ("task1", "originals read out: none"),
           "cells_code_swap": ("task1", "swapped the stand-in's code"),
           "cells_reach_audit": ("task1", "escape: refused"),
+          "hook_refusal_locals": ("task1", "FRAME hook "),
+          "hook_key_by_recursion": ("task1", "no send frame in 60 errors"),
           "stack_seen_by_every_call": (
               ("task1", "nothing of the grader below SelfAttention.__init__,"
                         " SelfAttention.forward, SelfAttention.named_modules"),
               ("task2", "nothing of the grader below MultiHeadSelfAttention"
                         ".forward, MultiHeadSelfAttention.named_modules")),
+          "kernel_thread_reimport": (
+              ("task1", "reimported _thread: refused (can't start new "
+                        "thread)"),
+              ("task2", "reimported _thread: refused (can't start new "
+                        "thread)")),
+          "kernel_thread_from_spec": (
+              "task1", "thread from the spec's module: refused can't "
+                       "start new thread"),
+          "untrip_finalizers": ("task1", "tripwire finalizers found: 0"),
           "globals_key_on_grader": (
               "task2", "nothing of the grader below MultiHeadSelfAttention"
                        ".forward, _Twin.__eq__")}
@@ -182,7 +237,9 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
 ESCAPE = Path("/tmp/transformer_lm_cells_escape.pt")
 #: What no report may hold (a verdict that found a frame below the code).
 NEVER = ("stack below the code: FOUND", 'raised _Refusal: "FOUND',
-         "sys.exit('FOUND')")
+         "sys.exit('FOUND')", "FRAME verdict", "FRAME decide",
+         "FRAME refuse", "FRAME report", "FRAME send", "FRAME dump",
+         "GOT ")
 
 
 @pytest.fixture(scope="module")
@@ -359,3 +416,64 @@ def test_the_plan_watches_every_target_it_can_name() -> None:
     assert watch("print(x)") == ("expr", ())
     assert watch("f(lambda: (q := 1))") == ("expr", ())
     assert watch("for t in xs:\n    pass") is None
+
+
+#: Installs the tripwires for real (they replace library functions in every
+#: loaded module), so in a child interpreter; prints what the checks read.
+TRIPWIRE_CHILD = r'''
+import json
+import weakref
+
+import torch
+import torch.library
+
+from grader.worker import agent
+
+PATTERN = "attention|multi_head|transformer_encoder|_fused_sdp"
+before = set(id(f) for f in weakref.finalize._registry)
+impls = set(torch.library._impls)
+holder = []
+agent.install_tripwires(torch, {}, set(), {}, [], PATTERN, (), [], holder)
+handles = [item for f, info in weakref.finalize._registry.items()
+           if id(f) not in before for item in info.args
+           if type(item) is torch._C._DispatchModule]
+active = {}
+for name, _ in agent.aten_kernels(PATTERN):
+    for line in torch._C._dispatch_dump("aten::" + name).splitlines():
+        key, _, where = line.partition(": registered at ")
+        # The active kernel of each key (those below it are "inactive").
+        if where and key != "debug" and not key.endswith("(inactive)"):
+            active[name + " " + key] = where.startswith(agent.ATEN_TRIPWIRE)
+print(json.dumps({
+    "new finalizers": len(handles), "impls changed": torch.library._impls
+    != impls, "held": [type(h).__name__ for h in holder],
+    "untripped": sorted(k for k, tripped in active.items() if not tripped),
+    "tripped": sorted(k for k, tripped in active.items() if tripped)}))
+'''
+
+
+def test_every_kernel_of_a_forbidden_operator_is_tripped() -> None:
+    """Principle 3 by construction, read from torch's dispatcher after the
+    tripwires are installed: at every dispatch key (runtime or alias) of
+    every overload of every forbidden operator, the active kernel is the
+    grader's tripwire; and nothing the submission can reach (a finalizer
+    in ``weakref.finalize``'s registry, ``torch.library._impls``) holds or
+    names their registration, which only the grader's holder keeps."""
+    done = subprocess.run([sys.executable, "-c", TRIPWIRE_CHILD],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=KIT, env={**os.environ, "PYTHONPATH": str(KIT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["untripped"] == []
+    for key in ("_native_multi_head_attention NestedTensorCPU",
+                "_native_multi_head_attention.out CompositeExplicitAutograd"
+                "[alias]",
+                "_scaled_dot_product_attention_math "
+                "FuncTorchBatchedDecomposition[alias]",
+                "scaled_dot_product_attention AutocastCPU",
+                "scaled_dot_product_attention Tracer",
+                "_transformer_encoder_layer_fwd NestedTensorCPU"):
+        assert key in seen["tripped"], key
+    assert seen["new finalizers"] == 0
+    assert seen["impls changed"] is False
+    assert seen["held"] == ["_DispatchModule"]
