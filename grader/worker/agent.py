@@ -820,6 +820,8 @@ def _life(job: dict, result_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import types
+
     import grader.wire as wire
     import grader.worker.confine as confine
     from grader.wire import decode_tensor
@@ -868,14 +870,35 @@ def _life(job: dict, result_fd: int) -> None:
     run = _assemble(job, probes, result_fd, (functions, classes), codes,
                     confinement.as_plain(), kept)
     del job, probes, functions, classes, codes
+    kit_modules = _kit_modules()
     for name in list(sys.modules):
         if name.split(".")[0] in KIT_PACKAGES:
             del sys.modules[name]
+    if sys.modules.get("__main__") in kit_modules:
+        # The fork server's own module (python -m grader.run.forkserver).
+        sys.modules["__main__"] = types.ModuleType("__main__")
     # What the submission finds loaded (the kit's own modules gone).
     loaded_files.update(_loaded_files())
+    for module in kit_modules:
+        if vars(module) is not globals() and module is not wire:
+            _seal_module(vars(module))
+    del kit_modules, module
     _seal_module(vars(wire))
     _seal_module(globals())
     run()
+
+
+def _kit_modules() -> list:
+    """Every loaded module of the kit's packages, and the main module
+    when it is the kit's (the fork server run as ``-m``)."""
+    found = [module for name, module in list(sys.modules.items())
+             if name.split(".")[0] in KIT_PACKAGES]
+    main_module = sys.modules.get("__main__")
+    spec = getattr(main_module, "__spec__", None)
+    if spec is not None and str(getattr(spec, "name", "")).split(".")[0] \
+            in KIT_PACKAGES:
+        found.append(main_module)
+    return found
 
 
 def _module_files() -> list[str]:
@@ -926,14 +949,17 @@ def _stack_size() -> int:
 
 
 def _seal_module(namespace: dict) -> None:
-    """Empty a module's globals (this one's and the wire's), once the
-    runtime is built.
+    """Empty a module's globals (every module of the kit's, this one's
+    and the wire's last), once the runtime is built.
 
     The tripwires the agent installs are reachable by the submission (they
     replace library functions), and through their ``__globals__`` this
-    module's namespace: emptied, it offers no way to build a second
-    runtime or call the set-up functions. Nothing that runs from now on
-    looks a global up (a kit test checks the bytecode).
+    module's namespace; the kit's other modules through the classes they
+    made (``object.__subclasses__()``) and the fork server's through
+    ``__main__``: emptied, they offer no way to build a second runtime,
+    call the set-up functions or reach the confinement's C library. Nothing
+    that runs from now on looks a global up (a kit test checks the
+    bytecode).
     """
     namespace.clear()
 
@@ -946,9 +972,9 @@ def _seal_module(namespace: dict) -> None:
 # arguments and the references it binds; the closures look up no global
 # name (tests/kit/test_integrity.py walks every factory of FACTORIES and
 # fails on a function that makes closures and is not listed). A closure
-# holds only the cells it uses, so the tripwires a submission can reach
-# (they replace library functions) lead to ``note`` and the replaced
-# function, never to the key, the channel or the plan.
+# holds only the cells it uses; the tripwires a submission can reach
+# (they replace library functions) are inert and hold only their error's
+# class and text, never the key, the channel, a reporter or the plan.
 # ---------------------------------------------------------------------------
 
 def messenger(sys_audit: Callable, token: object) -> tuple[Callable, ...]:
@@ -1781,6 +1807,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return function(*args)
 
     read = reads[0] if reads is not None else plain_call
+    verdicts: dict = {}      # id(class) -> (class, stand-in name or None)
+    max_verdicts = 4096
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
@@ -1817,13 +1845,28 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     def stand_in_argument(frame, code):
         """The stand-in class of an argument the submission's code was
-        called with (None when none is one)."""
+        called with (None when none is one).
+
+        Runs untraced: it reads the frame's locals (keyed by the names of
+        its code) and the arguments' classes, by identity. Each class is
+        judged once, traced (``read``: its namespace may hold a key of
+        the submission's); the verdict is kept by the class's identity.
+        A class that answers torch's protocol only later (a name set on
+        it after its first call) is still seen where its protocol runs
+        from the submission's code (:func:`stand_in`)."""
         count = code.co_argcount + code.co_kwonlyargcount
         if not count:
             return None
         local_values = frame.f_locals
         for name in code.co_varnames[:count]:
-            found = stand_in_name(b_type(local_values.get(name)))
+            cls = b_type(local_values.get(name))
+            known = verdicts.get(b_id(cls))
+            if known is not None and known[0] is cls:
+                found = known[1]
+            else:
+                found = read(stand_in_name, cls)
+                if b_len(verdicts) < max_verdicts:
+                    verdicts[b_id(cls)] = (cls, found)
             if found is not None:
                 return found
         return None
@@ -1893,7 +1936,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                     in_force(frame)
                 return None
             if note is not None:
-                read(note_recorder, stand_in_argument, frame, code)
+                note_recorder(stand_in_argument, frame, code)
             if in_force is not None:
                 in_force(frame)
             if kind == "submission":

@@ -106,7 +106,9 @@ CORPUS: dict[str, tuple] = {
     #    reads runs traced, so code of the submission's a read runs (a
     #    key's __eq__, a __class__ property) is seen like any helper.
     #    Before, each kept 11 points with no flag.
-    "tracer_key_runs_code": ((1, 3, -1, -1, 0), CLEAN_2, (),
+    # (The key's __eq__ runs once, when the grader first judges the
+    # class; later calls find no fresh output: forward earns nothing.)
+    "tracer_key_runs_code": ((1, 0, -1, -1, 0), CLEAN_2, (),
                              ("_Key.__eq__",)),
     "tracer_key_runs_exec": ((0, 0, -1, -1, 0), CLEAN_2, ("untraceable",),
                              ("made at run time by exec",)),
@@ -120,6 +122,9 @@ CORPUS: dict[str, tuple] = {
     "hook_key_by_recursion": ((0, 0, 0, -1, 0), (0, 0, 0, 0, -1),
                               ("refused", "untraceable", "untraceable"),
                               ('read "/etc/nothing-',)),
+    # -- Principle 1: the kit's other modules (the fork server's main
+    #    module, the classes object still knows) hold no globals.
+    "reach_kit_modules": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
     "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
@@ -215,6 +220,8 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "cells_code_swap": ("task1", "swapped the stand-in's code"),
           "cells_reach_audit": ("task1", "escape: refused"),
           "hook_refusal_locals": ("task1", "FRAME hook "),
+          "reach_kit_modules": (("task1", "kit globals reached: none"),
+                                ("task2", "kit globals reached: none")),
           "hook_key_by_recursion": ("task1", "no send frame in 60 errors"),
           "stack_seen_by_every_call": (
               ("task1", "nothing of the grader below SelfAttention.__init__,"

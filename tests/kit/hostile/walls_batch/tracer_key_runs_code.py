@@ -12,7 +12,9 @@ judged on ``forward`` alone).
 
 Expected: the grader's reads run traced, so ``__eq__`` is code that ran
 for the task like any helper: task 1 loses pep8 and shapes (-1 each)
-and the bonus (2/4 in all); task 2 keeps its 6 points. No flag.
+and the bonus; the grader judges a class once, so the key computes only
+the first output and the later calls return a stale one (forward 0/3);
+task 2 keeps its 6 points. No flag.
 """
 import torch
 import torch.nn as nn
