@@ -27,6 +27,10 @@ MAX_HELD_SHAPES = 64
 # by data rather than by code (grader.worker.agent.CHOSEN_BY_DATA;
 # docs/threat-model.md, principle 4).
 CHOSEN_BY_DATA = "choose by data"
+# The trace record of a value the tracer could not read without running
+# code of the value's own (grader.worker.agent.UNREAD_RECORD;
+# docs/threat-model.md, principle 6): the statement is not verified.
+UNREAD_RECORD = "unread"
 MAGIC_SIZE = 16
 MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
@@ -345,7 +349,8 @@ def _trace(value: Any) -> str | None:
     for key, executions in records.items():
         if not (_text(key) and isinstance(executions, list) and all(
                 isinstance(execution, list) and all(
-                    shape is None or _shape(shape) or _held(shape)
+                    shape is None or shape == UNREAD_RECORD
+                    or _shape(shape) or _held(shape)
                     for shape in execution)
                 for execution in executions)):
             return "trace records are not shapes"

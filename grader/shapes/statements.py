@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from grader.constants import END_MARKER, NBGRADER_MARKERS, START_MARKER
 
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 #: The watch entry that stands for the value a ``return`` statement returns.
 RETURN_VALUE = "<return>"
+#: The watch entry of a target that is no name or attribute chain
+#: (``vars(self)["q"] = ...``, ``f().attr = ...``): the tracer reads it as
+#: unread, so the statement's comment is not verified (it fails closed).
+UNWATCHABLE = "<target>"
 
 _MARKERS = (START_MARKER, END_MARKER) + NBGRADER_MARKERS
 
@@ -84,16 +88,42 @@ def _chain(node: ast.expr) -> tuple[str, ...] | None:
 
 
 def _target_chains(target: ast.expr) -> list[tuple[str, ...]]:
-    """The values an assignment target writes, read back after it runs."""
+    """The values an assignment target writes, read back after it runs.
+
+    ``x[mask] = v`` changes ``x`` (a container's item: the container);
+    ``obj.__dict__["a"] = v`` writes ``obj.a``. A target with no name or
+    attribute chain at its root is UNWATCHABLE."""
     if isinstance(target, (ast.Tuple, ast.List)):
         return [chain for element in target.elts
                 for chain in _target_chains(element)]
     if isinstance(target, ast.Starred):
         return _target_chains(target.value)
-    while isinstance(target, ast.Subscript):  # x[mask] = v changes x
+    if isinstance(target, ast.Subscript) and isinstance(
+            target.slice, ast.Constant) and isinstance(
+            target.slice.value, str):
+        base = _chain(target.value)
+        if base is not None and len(base) > 1 and base[-1] == "__dict__":
+            return [(*base[:-1], target.slice.value)]
+    while isinstance(target, ast.Subscript):
         target = target.value
     chain = _chain(target)
-    return [] if chain is None else [chain]
+    return [(UNWATCHABLE,)] if chain is None else [chain]
+
+
+def _walrus_chains(node: ast.AST) -> list[tuple[str, ...]]:
+    """The names ``:=`` binds anywhere in a statement, in the function's
+    own scope (not inside a lambda)."""
+    found: list[tuple[str, ...]] = []
+    pending: list[ast.AST] = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, ast.Lambda):
+            continue
+        if isinstance(item, ast.NamedExpr) and isinstance(item.target,
+                                                          ast.Name):
+            found.append((item.target.id,))
+        pending.extend(ast.iter_child_nodes(item))
+    return sorted(found)
 
 
 def _receiver(call: ast.expr) -> tuple[str, ...] | None:
@@ -119,9 +149,51 @@ def _receiver(call: ast.expr) -> tuple[str, ...] | None:
             return None
 
 
+def _header(node: ast.stmt) -> list[ast.expr]:
+    """The expressions of a compound statement's header (``if``/``while``
+    test, ``for`` iterable, ``with`` items, ``match`` subject)."""
+    if isinstance(node, (ast.If, ast.While)):
+        return [node.test]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return [node.iter]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [item.context_expr for item in node.items]
+    if isinstance(node, ast.Match):
+        return [node.subject]
+    return []
+
+
+def _headers(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The compound statements at any depth (not entering nested
+    definitions) whose header binds a name with ``:=``: such a header is
+    watched as a statement of its own (kind "header")."""
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef)):
+            continue
+        if any(_walrus_chains(expr) for expr in _header(node)):
+            yield node
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                yield from _headers(block)
+        for inner in (getattr(node, "handlers", [])
+                      + getattr(node, "cases", [])):
+            yield from _headers(inner.body)
+
+
+def _header_last(node: ast.stmt) -> int:
+    """The last line of a compound statement's header."""
+    return max(expr.end_lineno or node.lineno for expr in _header(node))
+
+
 def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
     """The kind of a statement and the values to record, or None to skip."""
     chains: list[tuple[str, ...]]
+    if _header(node):
+        chains = [chain for expr in _header(node)
+                  for chain in _walrus_chains(expr)]
+        return ("header", tuple(dict.fromkeys(chains))) if chains else None
     if isinstance(node, ast.Assign):
         kind = "assign"
         chains = [c for target in node.targets for c in _target_chains(target)]
@@ -139,7 +211,9 @@ def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
         receiver = _receiver(node.value)
         kind, chains = "expr", [] if receiver is None else [receiver]
     else:
-        return None
+        kind, chains = type(node).__name__.lower(), []
+    if kind != "return":
+        chains += _walrus_chains(node)
     unique: list[tuple[str, ...]] = []
     for chain in chains:
         if chain not in unique:
@@ -240,8 +314,10 @@ def collect_statements(source: SourceFile, class_name: str | None,
     (:func:`grader.locate.source.student_code`: a student region, or code
     outside the regions that is not the stub's ``given`` code; with ``given``
     None, the regions only), at any depth of if/for/while/with/try, in source
-    order; statements with nothing to watch (``print(x)``, an assignment to
-    ``f().attr``) are left out. Returns [] when the class or the method is
+    order; statements with nothing to watch (``print(x)``) are left out. A
+    target the tracer cannot watch (``f().attr = v``) is watched as
+    UNWATCHABLE, and the names ``:=`` binds in any statement are watched
+    too. Returns [] when the class or the method is
     missing; raises ``SyntaxError`` when the source does not parse.
     """
     from grader.locate.source import find_class, find_function, find_method
@@ -287,16 +363,26 @@ def function_statements(source: SourceFile,
     everything = list(simple_statements(func.body))
     untraceable = {id(node) for unit in _units(everything)
                    if _has_prefix(lines, unit[0]) for node in unit}
+    headers = list(_headers(func.body))
+    simple_lines = {number for node in everything
+                    for number in range(node.lineno, _last_line(node) + 1)}
+    untraceable |= {id(node) for node in headers
+                    if simple_lines & set(range(node.lineno,
+                                                _header_last(node) + 1))}
     statements: list[Statement] = []
-    for node in sorted(everything, key=lambda n: (n.lineno, n.col_offset)):
+    for node in sorted(everything + headers,
+                       key=lambda n: (n.lineno, n.col_offset)):
         if not code.owns(node):
             continue
         watched = _watch(node)
         if watched is None or not watched[1]:
             continue  # nothing it computes can be a tensor we can read
         kind, watch = watched
-        verdict = facts.resolved(facts.statement(node)) if facts else NEVER
-        first, last = node.lineno, _last_line(node)
+        header = kind == "header"
+        verdict = (facts.resolved(facts.statement(node))
+                   if facts and not header else NEVER)
+        first = node.lineno
+        last = _header_last(node) if header else _last_line(node)
         inside = [n for n in range(first, last + 1) if n in comments.text]
         below = comments.block(range(last + 1, len(lines) + 1))
         gap = last + 1
@@ -311,7 +397,8 @@ def function_statements(source: SourceFile,
             comment, where = comments.join(below), "below"
         if comment is None:
             where = None
-        segment = _segment(lines, node)
+        segment = (_segment(lines, node) if not header else
+                   "\n".join(lines[first - 1:last]))
         statements.append(Statement(
             id=first_id + len(statements), kind=kind, first_line=first,
             last_line=last,

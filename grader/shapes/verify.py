@@ -19,13 +19,15 @@ from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
                                    ShapeEvalError, ShapeSyntaxError, brief,
                                    ignored_brackets, is_index, is_tuple,
                                    notation_of, parse_shapes, shape_groups)
-from grader.shapes.statements import Statement
+from grader.shapes.statements import UNWATCHABLE, Statement
+from grader.wire import UNREAD_RECORD
 
 if TYPE_CHECKING:
     from grader.locate.source import SourceFile
 
 #: Finding kinds that cost the task's point.
-PENALISED_KINDS = ("missing", "no_shape", "unknown_name", "wrong_shape")
+PENALISED_KINDS = ("missing", "no_shape", "unknown_name", "wrong_shape",
+                   "not_verified")
 #: Finding kinds that are reported as notes and cost nothing.
 NOTE_KINDS = ("never_ran", "not_traced")
 
@@ -57,13 +59,19 @@ class Held:
     unread: bool = False
 
 
-Execution = tuple[Shape | Held | None, ...]
+#: A recorded value the tracer could not read (UNREAD_RECORD): the
+#: statement's comment is not verified, never "no tensor".
+NOT_READ = UNREAD_RECORD
+Execution = tuple[Shape | Held | str | None, ...]
 
 
-def _entry(value: Any) -> Shape | Held | None:
-    """One recorded value: None, a tensor's shape, or a container's."""
+def _entry(value: Any) -> Shape | Held | str | None:
+    """One recorded value: None, a tensor's shape, a container's, or
+    NOT_READ."""
     if value is None:
         return None
+    if value == NOT_READ:
+        return NOT_READ
     if isinstance(value, list) and all(
             type(size) is int and size >= 0 for size in value):
         return tuple(value)
@@ -178,7 +186,7 @@ def _tensors(execution: Execution) -> list[Shape]:
     for value in execution:
         if isinstance(value, Held):
             found += list(value.shapes) + ([UNREAD] if value.unread else [])
-        elif value is not None:
+        elif isinstance(value, tuple):
             found.append(value)
     return found
 
@@ -345,8 +353,7 @@ def observed_tensors(statements: list[Statement],
                     if index >= len(execution):
                         continue
                     value = execution[index]
-                    (tensor if value is not None
-                     and not isinstance(value, Held)
+                    (tensor if isinstance(value, tuple)
                      else other).add(chain[0])
     return frozenset(tensor - other)
 
@@ -391,6 +398,38 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
                    hint=hint, **base)
 
 
+def _not_read(statement: Statement,
+              runs: list[tuple[dict[str, int], list[Execution]]]
+              ) -> Finding | None:
+    """The finding for a statement one of whose targets the tracer could
+    not read after it ran (principle 6 fails closed: an unread value is
+    never "no tensor")."""
+    unread = sorted({index for _, executions in runs
+                     for execution in executions
+                     for index, value in enumerate(execution)
+                     if value == NOT_READ and index < len(statement.watch)})
+    if not unread:
+        return None
+    chains = [statement.watch[index] for index in unread]
+    named = [chain for chain in chains if chain[0] != UNWATCHABLE]
+    why = []
+    if named:
+        why.append(", ".join("`" + ".".join(chain) + "`" for chain in named)
+                   + " (only its holder's own code could: a property, a "
+                     "__getattribute__ of its own)")
+    if len(named) < len(chains):
+        why.append("what it writes (its target is no name or attribute "
+                   "chain)")
+    return Finding(
+        line=statement.first_line, statement=statement.text,
+        kind="not_verified", claimed=None, real=(),
+        message=brief(f"the grader cannot read {' or '.join(why)} after "
+                      f"this statement runs, so its shape comment is not "
+                      f"verified", 400),
+        hint="keep tensors in local names, in attributes of self or of a "
+             "plain object, or in a list, tuple or dict")
+
+
 def _verify_statement(statement: Statement,
                       runs: list[tuple[dict[str, int], list[Execution]]],
                       following: list[tuple[dict[str, int], list[Execution]]],
@@ -404,6 +443,9 @@ def _verify_statement(statement: Statement,
     ran = any(executions for _, executions in runs)
     if not ran:
         return _unverified(statement, claims, table, tensors)
+    unread = _not_read(statement, runs)
+    if unread is not None:
+        return unread
     if not any(_tensors(execution) for _, executions in runs
                for execution in executions):
         return None  # ran and produced no tensor: nothing to claim
@@ -505,6 +547,7 @@ _TITLES = {
     "no_shape": "comment without a shape",
     "unknown_name": "unknown dimension name",
     "wrong_shape": "wrong shape",
+    "not_verified": "shape comment not verifiable",
     "never_ran": "note: not run by the shape checks",
     "not_traced": "note: not checked",
 }

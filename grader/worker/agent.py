@@ -20,6 +20,10 @@ MAX_EXECUTIONS = 64
 MAX_HELD_SCAN = 4096
 MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
+# The record of a value the tracer cannot read without running code of
+# its own (a property, a __getattribute__ of Python's, a name it cannot
+# find): the statement's comment is not verified (it fails closed).
+UNREAD_RECORD = "unread"  # grader.wire.UNREAD_RECORD
 MAX_HELD_DEPTH = 8
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
@@ -1502,13 +1506,28 @@ def audit_hook(send: Callable, report: Callable, token: object,
 
 def value_readers(torch: Any) -> tuple[Callable, ...]:
     """Return ``is_tensor, shape_of, instance_dict, read_chain, expand``:
-    values read without running any code of theirs."""
+    values read without running any code of theirs.
+
+    ``read_chain`` fails closed: a name, attribute or item it cannot read
+    with the base types' own methods (a property or any descriptor of
+    Python's, a ``__getattribute__`` written in Python, a watch entry the
+    plan marks as unwatchable) reads as a value
+    of its own, which ``expand`` records as UNREAD_RECORD, never as "no
+    tensor"."""
+    import builtins
+    import types
+
     b_type, b_int, b_dict, b_range = type, int, dict, range
     b_tuple, b_list, b_BaseException = tuple, list, BaseException
+    b_str = str
     type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
     tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
     list_len, list_item = list.__len__, list.__getitem__
     dict_values, b_len, b_min = dict.values, len, min
+    dict_items = dict.items
+    proxy_type = types.MappingProxyType
+    proxy_items = proxy_type.items
     max_scan, max_held, max_depth = MAX_HELD_SCAN, MAX_HELD, MAX_HELD_DEPTH
     TensorBase = torch._C.TensorBase
     t_size = TensorBase.size
@@ -1516,6 +1535,17 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     Module = torch.nn.Module
     module_instance_dict = Module.__dict__["__dict__"].__get__ \
         if "__dict__" in Module.__dict__ else None
+    wrapper_type = b_type(object.__dict__["__getattribute__"])
+    member_type = types.MemberDescriptorType
+    getset_type = types.GetSetDescriptorType
+    FunctionType = types.FunctionType
+    builtin_values = vars(builtins)
+    holders = ("_parameters", "_buffers", "_modules")
+    module_methods = {name: Module.__dict__.get(name)
+                      for name in ("__getattr__", "__setattr__")}
+    unread = object()  # what read_chain returns for what it cannot read
+    unread_record = UNREAD_RECORD
+    missing = (False, None)
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
@@ -1537,26 +1567,121 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
             return {}
         return namespace if b_type(namespace) is b_dict else {}
 
+    def entry(namespace, key):
+        """``(True, value)`` when the dict (or a class's mapping proxy)
+        holds ``key``: its items are compared only when they are exact
+        strings, so no key's own ``__eq__`` runs; ``(True, unread)`` when
+        it does not, but holds a key of another type (which Python's
+        lookup might find equal); ``(False, None)`` otherwise."""
+        kind = b_type(namespace)
+        if kind is b_dict:
+            pairs = dict_items(namespace)
+        elif kind is proxy_type:
+            pairs = proxy_items(namespace)
+        else:
+            return missing
+        odd = False
+        for name, value in pairs:
+            if b_type(name) is not b_str:
+                odd = True
+            elif name == key:
+                return True, value
+        return (True, unread) if odd else missing
+
+    def declared(mro, name):
+        """What the first class of ``mro`` that declares ``name`` holds."""
+        for base in mro:
+            found = entry(type_dict(base), name)
+            if found[0]:
+                return found
+        return missing
+
+    def data_descriptor(value):
+        mro = type_mro(b_type(value))
+        return declared(mro, "__set__")[0] or \
+            declared(mro, "__delete__")[0]
+
+    def own_dict(value, kind, mro):
+        """The instance's attribute dict, read through its class's native
+        ``__dict__`` descriptor (None when it has none)."""
+        found, holder = declared(mro, "__dict__")
+        if not found or (b_type(holder) is not getset_type
+                         and b_type(holder) is not member_type):
+            return None
+        try:
+            namespace = holder.__get__(value, kind)
+        except b_BaseException:
+            return None
+        return namespace if b_type(namespace) is b_dict else None
+
+    def attribute_of(value, attribute):
+        """``value.attribute`` as Python's own lookup finds it, read only
+        where no code of the value's runs (``unread`` otherwise): a slot,
+        the instance's dict (a module's parameters, buffers and
+        submodules too), a plain class attribute."""
+        kind = b_type(value)
+        mro = type_mro(kind)
+        found, getter = declared(mro, "__getattribute__")
+        if not found or b_type(getter) is not wrapper_type:
+            return unread
+        in_class, slot = declared(mro, attribute)
+        if in_class and b_type(slot) is member_type:
+            try:
+                return slot.__get__(value, kind)
+            except b_BaseException:
+                return unread
+        if in_class and data_descriptor(slot):
+            return unread
+        namespace = own_dict(value, kind, mro)
+        if namespace is not None:
+            found, item = entry(namespace, attribute)
+            if found:
+                return item
+            if Module in mro:
+                for holder_name in holders:
+                    inner = entry(namespace, holder_name)[1]
+                    found, item = entry(inner, attribute)
+                    if found:
+                        return item
+        if in_class:
+            if not declared(type_mro(b_type(slot)), "__get__")[0]:
+                return slot
+            if b_type(slot) is FunctionType:
+                return None  # a method: no tensor
+            return unread
+        if own_code(mro, "__getattr__") or own_code(mro, "__setattr__"):
+            return unread  # its own code keeps or serves the value
+        # No value at all (Python's lookup raises): a frame on the
+        # statement's line that is not its own (a lambda's, a
+        # comprehension's) reads before the statement wrote it.
+        return None
+
+    def own_code(mro, name):
+        """True when the class's ``name`` is its own code: neither a C
+        slot nor ``nn.Module``'s."""
+        found, method = declared(mro, name)
+        if not found or b_type(method) is wrapper_type:
+            return False
+        return method is not module_methods.get(name)
+
     def read_chain(chain, local_values, global_values):
         name = chain[0]
-        if name in local_values:
-            value = local_values[name]
-        elif name in global_values:
-            value = global_values[name]
-        else:
+        if name[:1] == "<":
+            return unread  # a target the plan cannot watch
+        found, value = entry(local_values, name)
+        if not found:
+            found, value = entry(global_values, name)
+        if not found:
+            found, value = entry(builtin_values, name)
+        if not found:
+            # Not the statement's frame: a lambda's or a comprehension's
+            # on its line (the statement's own frame records it), or the
+            # name was deleted in the same line (its value is gone).
             return None
         for attribute in chain[1:]:
-            namespace = instance_dict(value)
-            found = namespace.get(attribute)
-            if found is None:
-                for holder_name in ("_parameters", "_buffers", "_modules"):
-                    inner = namespace.get(holder_name)
-                    if b_type(inner) is b_dict and attribute in inner:
-                        found = inner[attribute]
-                        break
-            if found is None:
-                return None
-            value = found
+            value = attribute_of(value, attribute)
+            if value is unread:
+                return unread
         return value
 
     def items_of(value):
@@ -1603,7 +1728,10 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     def held_of(value):
         """A tensor's shape; for a list, tuple or dict, the shapes of the
         tensors it holds (nested ones too, in order), with None last when
-        it holds more than the grader reads; None when it holds none."""
+        it holds more than the grader reads; None when it holds none;
+        UNREAD_RECORD for what :func:`read_chain` could not read."""
+        if value is unread:
+            return unread_record
         if is_tensor(value):
             return shape_of(value)
         found, state = [], [0, False]
@@ -1905,8 +2033,25 @@ def torch_function_mode(namespace_type: type, method_type: type
 
 def operation_judge(torch: Any, mode: object, handler: Callable,
                     classify: Callable, note: Callable, phase: dict,
-                    read: Callable | None = None) -> tuple[Callable, ...]:
+                    read: Callable | None = None, kernels: Any = None,
+                    roots: tuple[str, ...] = (),
+                    packages: tuple[str, ...] = ("torch",)
+                    ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
+
+    ``judge`` first judges what computes (principle 3): ``kernels`` (the
+    job's forbidden ``name_pattern``, compiled) is searched in the
+    qualified name and the module of every library code of the forbidden
+    ``packages`` (the rubric's, e.g. torch) between the submission and
+    the operation, and of the operation itself when it is a Python
+    function. A match is a forbidden use of that library function,
+    reported by its dotted name (the module is named from the code's
+    file, under ``roots``, the import path: no dict of the library's is
+    read), however the function was reached: a value in a dict or a
+    decomposition table, a module loaded after the tripwires, a wrapper's
+    inner function. The submission's own frames never count (its classes
+    may be named like a kernel), nor other libraries' (the student-facing
+    package's stubs); a verdict is kept per code.
 
     ``judge`` runs at the call of the mode's handler (``frame``): a torch
     operation is about to run. The operation is chosen by code when the
@@ -1937,7 +2082,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     import warnings
 
     b_type, b_str, b_set, b_dict, b_id = type, str, set, dict, id
-    b_BaseException = BaseException
+    b_BaseException, b_tuple = BaseException, tuple
     C = torch._C
     stack_len = C._len_torch_function_stack
     stack_at = C._get_function_stack_at
@@ -1990,6 +2135,13 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     warning_codes = frozenset(b_id(c) for c in _code_objects(warnings))
     warnings_dict = vars(warnings)
     show, format_ = warnings.showwarning, warnings.formatwarning
+    search = kernels.search if kernels is not None else None
+    verdicts: dict = {}      # id(code) -> the kernel's dotted name, or ""
+    b_sorted = sorted
+    path_roots = b_tuple(b_sorted((r.rstrip("/") + "/" for r in roots
+                                   if r), key=len, reverse=True))
+    prefixes = b_tuple(name + "." for name in packages)
+    whole = b_tuple(packages)
 
     def native(value, attribute):
         """``value.attribute`` when a native descriptor of its class holds
@@ -2110,13 +2262,73 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return returned
         return returned
 
+    def module_of(filename):
+        """A library file's dotted module name, from its path under the
+        import path (its own name when it lies under none)."""
+        for root in path_roots:
+            if filename.startswith(root):
+                filename = filename[b_len(root):]
+                break
+        if filename.endswith(".py"):
+            filename = filename[:-3]
+        if filename.endswith("/__init__"):
+            filename = filename[:-9]
+        return filename.replace("/", ".")
+
+    def kernel_name(code):
+        """The dotted name of a library code named like a forbidden
+        kernel ("" when it is not one); computed once per code."""
+        key = b_id(code)
+        found = verdicts.get(key)
+        if found is None:
+            module = module_of(code.co_filename)
+            qualname = code.co_qualname
+            found = ""
+            ours = module in whole or module.startswith(prefixes)
+            if ours and (search(qualname) is not None
+                         or search(module) is not None):
+                found = (module + "." + qualname)[:200]
+            if b_len(verdicts) < max_known:
+                verdicts[key] = found
+        return found
+
+    def forbidden_kernel(frame, func):
+        """The dotted name of the forbidden kernel on whose behalf the
+        operation runs ("" when none): the operation's own Python code,
+        or a library frame between it and the nearest frame that is not
+        a library's (the submission's, code it made, the grader's). Reads
+        only code objects and frames' links (nothing of the submission's
+        runs): it needs no ``traced``."""
+        if b_type(func) is FunctionType:
+            code = function_code(func)
+            if classify(code) == "library":
+                found = kernel_name(code)
+                if found:
+                    return found
+        caller = frame.f_back
+        while caller is not None:
+            code = caller.f_code
+            if code is not protocol_code and code is not handler_code:
+                if classify(code) != "library":
+                    return ""
+                found = kernel_name(code)
+                if found:
+                    return found
+            caller = caller.f_back
+        return ""
+
     def judge(frame):
+        func = frame.f_locals.get("func")
+        if search is not None:
+            kernel = forbidden_kernel(frame, func)
+            if kernel:
+                note("forbidden", "use", kernel)
+                return None
         caller = frame.f_back
         if caller is not None and not caller.f_code.co_freevars:
             kind = classify(caller.f_code)
             if kind != "library":
                 return None  # the submission's line (or the grader) chose
-        func = frame.f_locals.get("func")
         key = None
         if caller is not None and caller.f_back is not None and \
                 not caller.f_code.co_freevars:
@@ -3200,6 +3412,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     import functools
     import hashlib
     import linecache
+    import re
     import types
 
     import torch
@@ -3264,8 +3477,13 @@ def _assemble(job: dict, probes: list, result_fd: int,
     mode, handler = torch_function_mode(types.SimpleNamespace,
                                         types.MethodType)
     reads = traced_reads(busy["hook"])
-    judge, in_force, arm = operation_judge(torch, mode, handler, who[0],
-                                           note, phase, reads[0])
+    rules = job.get("forbidden", {})
+    kernels = rules.get("name_pattern")
+    judge, in_force, arm = operation_judge(
+        torch, mode, handler, who[0], note, phase, reads[0],
+        re.compile(kernels) if kernels else None,
+        tuple(os.path.realpath(p) for p in sys.path if p),
+        tuple(str(p) for p in rules.get("packages", ["torch"])))
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,

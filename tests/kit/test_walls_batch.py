@@ -2,14 +2,17 @@
 
 Every file in ``hostile/walls_batch/`` attacks a worker-side wall of
 docs/threat-model.md ("Walls by construction"): it floods the shape
-records past their cap (principle 2), or runs its work where the grader's
-trace function does not follow, through a route no list names, or through
-torch operations chosen by data rather than code (principle 4); one
-honest control passes operations as values on its own lines. The whole
-folder is graded by ONE ``python -m grader batch`` (the suite's time is
-tight); each row must earn exactly the scores below, item by item, with
-the flags that say what it did; the walker must say, in its own output,
-that it reached nothing of the grader.
+records past their cap (principle 2), reaches a ready-made attention of
+torch by a route no tripwire names (principle 3), runs its work where the
+grader's trace function does not follow, through a route no list names,
+or through torch operations chosen by data rather than code (principle
+4), or keeps tensors where the tracer cannot read them (principle 6);
+honest controls pass operations as values on their own lines, name their
+own helpers like kernels, and keep commented tensors in plain holders.
+The whole folder is graded by ONE ``python -m grader batch`` (the suite's
+time is tight); each row must earn exactly the scores below, item by
+item, with the flags that say what it did; the walker must say, in its
+own output, that it reached nothing of the grader.
 """
 from __future__ import annotations
 
@@ -146,6 +149,42 @@ CORPUS: dict[str, tuple] = {
     # __eq__ in its thread: refused there, so task 1 earns nothing.
     "globals_key_on_grader": (ZERO, CLEAN_2, ("refused",),
                               ("run on the grader's own stack",)),
+    # -- Principle 3 by what computes: an operation run on behalf of a
+    #    library code named like a forbidden kernel is a forbidden use of
+    #    it, however the kernel was reached. Before, each earned 11/11
+    #    with no flag; the submission's own helpers so named cost nothing.
+    "kernel_onnx_init_fn": (ZERO, CLEAN_2, ("forbidden",),
+                            ("torch.onnx.ops._impl.attention_23",
+                             "which this homework forbids")),
+    "kernel_decomp_table": (ZERO, CLEAN_2, ("forbidden",),
+                            ("torch.onnx.ops._impl.attention_23",)),
+    "kernel_registry_partial": (ZERO, CLEAN_2, ("forbidden",),
+                                ("torch.onnx.ops._impl.attention_23",)),
+    "honest_kernel_named_helper": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
+    # -- Principle 6 fails closed: a target the tracer cannot read is
+    #    never "no tensor". Before, each file's task 1 shapes item was
+    #    earned (0) with missing and wrong comments.
+    "shapes_plain_holder": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                            ("line 68: missing shape comment",
+                             "the comment claims [batch_size, hidden]",
+                             "the comment claims [seq_len]")),
+    "shapes_unwatched_targets": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                                 ("line 66: shape comment not verifiable",
+                                  "the grader cannot read what it writes",
+                                  "line 67: wrong shape",
+                                  "line 68: missing shape comment")),
+    "shapes_descriptor_holders": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                                  ("line 90: shape comment not verifiable",
+                                   "cannot read `box.q`",
+                                   "cannot read `lens.k`")),
+    "shapes_walrus_everywhere": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                                 ("line 65: missing shape comment",
+                                  "line 66: missing shape comment",
+                                  "line 67: missing shape comment")),
+    "honest_holders_commented": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                                 ("every tensor statement in "
+                                  "SelfAttention.forward has a correct "
+                                  "shape comment",)),
     # -- Principle 4 at the kernel: once the submission's thread runs, a
     #    second seccomp filter (every thread of the worker) refuses clone,
     #    so CPython's own start_new_thread (from a second copy of _thread)
@@ -293,6 +332,97 @@ def test_torchscripts_ways_in_are_derived_from_the_bindings() -> None:
     assert not any(name.startswith(("torch._C.ScriptClass.",
                                     "torch._C.ScriptObject."))
                    for name in names)
+
+
+def test_the_tracer_reads_holders_without_running_their_code() -> None:
+    """Principle 6 fails closed: ``read_chain`` reads a plain object's
+    attributes, a slot and a builtin name with the base types' own
+    methods, and reads as unread (never "no tensor") what only the
+    holder's code could give: a property, a ``__getattribute__`` of its
+    own, a target the plan cannot watch. No code of
+    the values runs, not even a dict key's ``__eq__``."""
+    import types
+
+    import torch
+
+    ran: list[str] = []
+
+    class Key(str):
+        def __eq__(self, other: object) -> bool:
+            ran.append("__eq__")
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    class Holder:
+        pass
+
+    class Prop:
+        @property
+        def q(self) -> torch.Tensor:
+            ran.append("property")
+            return torch.zeros(2)
+
+    class Own:
+        def __getattribute__(self, name: str) -> object:
+            ran.append("__getattribute__")
+            return object.__getattribute__(self, name)
+
+    class Slots:
+        __slots__ = ("k",)
+
+    class Away:
+        def __setattr__(self, name: str, value: object) -> None:
+            ran.append("__setattr__")
+
+    holder, slots, own = Holder(), Slots(), Own()
+    holder.t = torch.zeros(2, 3)
+    holder.__dict__[Key("q")] = torch.zeros(3)
+    slots.k = torch.zeros(4)
+    object.__setattr__(own, "x", torch.zeros(6))
+    ran.clear()
+    local = {"h": holder, "p": Prop(), "o": own, "s": slots, "a": Away(),
+             "ns": types.SimpleNamespace(v=torch.zeros(5))}
+    _, _, _, read_chain, expand = agent.value_readers(torch)
+
+    def held(*chain: str) -> object:
+        return expand(read_chain(chain, local, {}), True)
+
+    assert held("h", "t") == [2, 3]
+    assert held("s", "k") == [4]
+    assert held("ns", "v") == [5]
+    assert held("len") is None  # a builtin: no tensor
+    assert held("nowhere") is None  # another frame's (a lambda's) name
+    assert held("ns", "w") is None  # not written yet: no value at all
+    for chain in (("h", "q"), ("p", "q"), ("o", "x"), ("a", "q"),
+                  ("<target>",), ("h", "__dict__")):
+        assert held(*chain) == agent.UNREAD_RECORD, chain
+    assert ran == []
+
+
+def test_the_plan_watches_every_target_it_can_name() -> None:
+    """Principle 6: the plan names what each statement writes; a target
+    with no name or attribute chain at its root is UNWATCHABLE (read as
+    unread, never dropped), ``obj.__dict__["a"]`` is ``obj.a``, and the
+    names ``:=`` binds are watched in any statement and header."""
+    import ast
+
+    from grader.shapes.statements import RETURN_VALUE, UNWATCHABLE, _watch
+
+    def watch(code: str) -> object:
+        return _watch(ast.parse(code).body[0])
+
+    assert watch('vars(self)["q"] = t') == ("assign", ((UNWATCHABLE,),))
+    assert watch("f().a = t") == ("assign", ((UNWATCHABLE,),))
+    assert watch('self.__dict__["k"] = t') == ("assign", (("self", "k"),))
+    assert watch("x[m] = t") == ("assign", (("x",),))
+    assert watch("y = (z := t) + 1") == ("assign", (("y",), ("z",)))
+    assert watch("assert (p := t) is not None") == ("assert", (("p",),))
+    assert watch("if (p := t) is None:\n    pass") == ("header", (("p",),))
+    assert watch("return (p := t)") == ("return", ((RETURN_VALUE,),))
+    assert watch("print(x)") == ("expr", ())
+    assert watch("f(lambda: (q := 1))") == ("expr", ())
+    assert watch("for t in xs:\n    pass") is None
 
 
 #: Installs the tripwires for real (they replace library functions in every
