@@ -2033,7 +2033,7 @@ def torch_function_mode(namespace_type: type, method_type: type
 
 def operation_judge(torch: Any, mode: object, handler: Callable,
                     classify: Callable, note: Callable, phase: dict,
-                    read: Callable | None = None, kernels: Any = None,
+                    read: Callable, kernels: Any = None,
                     roots: tuple[str, ...] = (),
                     packages: tuple[str, ...] = ("torch",)
                     ) -> tuple[Callable, ...]:
@@ -2104,11 +2104,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     bound = mode_dict["__torch_function__"]
     protocol_key = "__torch_function__"
     dict_items = dict.items
-
-    def plain_call(function, *args):
-        return function(*args)
-
-    traced = read if read is not None else plain_call
+    traced = read
     handler_code = function_code(handler)
     protocol_code = torch.overrides.handle_torch_function.__code__
     # What the protocol runs to set a mode aside and back (and nothing else
