@@ -137,7 +137,7 @@ def course(folder: Path, size: int) -> None:
     shutil.copytree(ROOT / "solutions" / "source",
                     folder / "solutions" / "source")
     run("setup", [sys.executable, "-m", "nbgrader", "generate_assignment",
-                  ASSIGNMENT, "--force"], folder)
+                  ASSIGNMENT, "--force"], folder, ok=(0,))
     source = folder / "solutions" / "source" / ASSIGNMENT
     release = folder / "assignment" / ASSIGNMENT
     notebook = f"{ASSIGNMENT}.ipynb"
