@@ -361,6 +361,13 @@ def main(job_fd: int, result_fd: int, output_fd: int, parent: int) -> None:
     code = 0
     try:
         os.setsid()
+        # No signal reaches the grader's thread as a Python exception:
+        # SIGINT (the only signal Python turns into one) is ignored, so
+        # signal.raise_signal and _thread.interrupt_main from the
+        # submission's thread do nothing (docs/threat-model.md).
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         from grader.worker.confine import die_with_parent
 
         from grader.wire import read_job

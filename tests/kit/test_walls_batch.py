@@ -210,6 +210,14 @@ CORPUS: dict[str, tuple] = {
     "forbidden_batched_key": (ZERO, CLEAN_2, ("forbidden",),
                               ("torch.ops.aten._scaled_dot_product_"
                                "attention_math",)),
+    # -- Principle 2: no signal reaches the grader's thread as an
+    #    exception (the worker ignores SIGINT). Before, raise_signal and
+    #    interrupt_main wedged the grader's thread until the task's
+    #    deadline: "did not finish", 20 s of a worker each.
+    "signal_interrupts_grader": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                                 ("every tensor statement in "
+                                  "SelfAttention.forward has a correct "
+                                  "shape comment",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
