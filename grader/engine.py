@@ -67,9 +67,17 @@ def resolve_seed(seed: int | None) -> tuple[int, str]:
         try:
             return int(secret), f"secret (${SEED_ENV})"
         except ValueError:
-            return (int.from_bytes(secret.encode(), "big") % (2 ** 31),
-                    f"secret (${SEED_ENV})")
+            return text_seed(secret), f"secret (${SEED_ENV})"
     return DEFAULT_SEED, str(DEFAULT_SEED)
+
+
+def text_seed(secret: str) -> int:
+    """The seed a text secret stands for: every character counts (a
+    digest, not the text's last bytes)."""
+    import hashlib
+
+    digest = hashlib.sha256(secret.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(digest.digest()[:8], "big") % (2 ** 31)
 
 
 def build_plan(assignment: Assignment, seed: int,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grader.constants import KIT_ROOT, SEED_ENV
+from grader.constants import DEFAULT_SEED, KIT_ROOT, SEED_ENV
 from grader.run.proctree import kill_group
 
 # Inside grader/assignments/, which the sandbox keeps submissions from
@@ -33,6 +33,8 @@ VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 #: Who sees the hidden cases' details (their names and sizes), by default:
 #: nobody before the due date, so the sizes stay secret while it matters.
 DEFAULT_HIDDEN_DETAILS = "after_due_date"
+#: Bytes of an upload's files that its digest reads (then only sizes).
+UPLOAD_BYTES = 64 * 1024 * 1024
 _HIDDEN_CASE = re.compile(r"hidden case '[^'\n]*'[^(\n]* \([^)\n]*\)")
 
 
@@ -78,11 +80,61 @@ def _grade_command(submission: Path, output: Path,
     return command
 
 
-def _environment(source: Path) -> dict[str, str]:
+def upload_digest(submission: Path, budget: int = UPLOAD_BYTES) -> str:
+    """A digest of what was uploaded to ``submission``: every entry's
+    relative path, and the bytes of its regular files (at most ``budget``
+    in all, then their sizes); a symbolic link counts by its target's
+    name and is never followed, and nothing else is opened (a FIFO would
+    block)."""
+    import hashlib
+    import stat
+
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(submission):
+        dirs.sort()
+        for name in sorted(files) + dirs:
+            path = Path(folder) / name
+            digest.update(os.fsencode(path.relative_to(submission)) + b"\0")
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    digest.update(b"->" + os.fsencode(os.readlink(path)))
+                elif stat.S_ISREG(info.st_mode):
+                    digest.update(str(info.st_size).encode() + b"\0")
+                    budget = _digest_file(digest, path, budget)
+            except OSError:
+                digest.update(b"?")
+    return digest.hexdigest()
+
+
+def _digest_file(digest: Any, path: Path, budget: int) -> int:
+    """Add up to ``budget`` bytes of ``path`` to ``digest``; the budget
+    left."""
+    if budget <= 0:
+        return 0
+    with path.open("rb") as handle:
+        while budget > 0:
+            chunk = handle.read(min(budget, 1 << 20))
+            if not chunk:
+                break
+            digest.update(chunk)
+            budget -= len(chunk)
+    return budget
+
+
+def _environment(source: Path, submission: Path | None = None
+                 ) -> dict[str, str]:
+    """The grader's environment: the course's secret seed (the
+    container's $GRADER_SEED, else the one baked into the bundle, else
+    the public default) mixed with a digest of the upload, so that every
+    upload draws hidden cases of its own (docs/gradescope.md)."""
     env = dict(os.environ)
     seed_file = source / SEED_FILE
     if not env.get(SEED_ENV, "").strip() and seed_file.is_file():
         env[SEED_ENV] = seed_file.read_text(encoding="utf-8").strip()
+    if submission is not None:
+        secret = env.get(SEED_ENV, "").strip() or str(DEFAULT_SEED)
+        env[SEED_ENV] = f"{secret}:{upload_digest(submission)}"
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(source) + (os.pathsep + path if path else "")
     return env
@@ -164,8 +216,8 @@ def run(root: Path, assignment: str | None = None,
     print(f"grading {submission} with kit {kit_version()} (assignment: "
           f"{which})", flush=True)
     try:
-        status, stderr = _execute(command, source, _environment(source),
-                                  timeout)
+        status, stderr = _execute(command, source,
+                                  _environment(source, submission), timeout)
     except OSError as exc:
         status, stderr = -1, f"cannot start the grader: {exc}"
     seconds = time.perf_counter() - started

@@ -304,6 +304,51 @@ def test_zip_is_reproducible_and_bakes_the_seed_privately(built, tmp_path,
         assert archive.read(bundle.SEED_FILE) == b"from-the-shell\n"
 
 
+def test_every_upload_draws_hidden_cases_of_its_own(tmp_path, monkeypatch):
+    """The course's seed is mixed with a digest of the upload: the same
+    upload gets the same hidden cases (a regrade agrees), an edited one
+    other sizes (what a report showed of the hidden cases says nothing
+    about the next upload's); the digest opens no FIFO and follows no
+    link."""
+    from grader.engine import resolve_seed
+    from grader.rubric import get_assignment
+    from grader.shapes.sizes import secret_size_sets
+
+    source = tmp_path / "source"
+    (source / bundle.SEED_FILE).parent.mkdir(parents=True)
+    (source / bundle.SEED_FILE).write_text(f"{SEED}\n")
+    monkeypatch.delenv(bundle.SEED_ENV, raising=False)
+    upload = tmp_path / "submission"
+    upload.mkdir()
+    module = upload / "modeling_attention.py"
+    module.write_text("VERSION = 1\n")
+
+    def secret_sets() -> tuple[str, list[dict[str, int]]]:
+        text = gradescope_driver._environment(source, upload)[
+            bundle.SEED_ENV]
+        monkeypatch.setenv(bundle.SEED_ENV, text)
+        seed, label = resolve_seed(None)
+        monkeypatch.delenv(bundle.SEED_ENV)
+        assert str(SEED) not in label
+        sets = get_assignment(ASSIGNMENT).size_sets
+        return text, list(secret_size_sets(sets, seed, ASSIGNMENT))
+
+    first, first_sets = secret_sets()
+    assert first.startswith(f"{SEED}:")
+    assert secret_sets() == (first, first_sets)
+    module.write_text("VERSION = 2\n")
+    second, second_sets = secret_sets()
+    assert second != first and second_sets != first_sets
+    os.mkfifo(upload / "pipe")
+    (upload / "zero").symlink_to("/dev/zero")
+    third, _ = secret_sets()
+    assert third not in (first, second)
+    # Without a baked seed, the public default is mixed the same way.
+    (source / bundle.SEED_FILE).unlink()
+    assert gradescope_driver._environment(source, upload)[
+        bundle.SEED_ENV].startswith("2024:")
+
+
 def test_cli_writes_the_bundle_and_rejects_an_unknown_assignment(tmp_path):
     """``python -m grader gradescope-bundle`` is wired to write_bundle."""
     out = tmp_path / "ag.zip"
