@@ -1251,6 +1251,14 @@ def audit_hook(send: Callable, report: Callable, token: object,
     real, inside, readable_path, show, module_name = paths
     scratch, hidden = places["scratch"], places["hidden"]
     library_roots = places["library_roots"]
+    # The interpreter's own extension folder, and what of it is the
+    # standard library: CPython also builds modules there for its own
+    # tests (_testcapi: pending calls on the grader's thread) and
+    # experiments (_xxsubinterpreters: an interpreter with no audit hook
+    # and no trace function), which sys.stdlib_module_names leaves out.
+    natives = _interpreter_natives(real)
+    standard = frozenset(sys.stdlib_module_names)
+    basename = os.path.basename
     kit_modules = KIT_PACKAGES
     devnull = os.devnull
     in_hook = busy["hook"]
@@ -1389,6 +1397,12 @@ def audit_hook(send: Callable, report: Callable, token: object,
                 if full is None or not inside(full, library_roots) or \
                         inside(full, hidden):
                     refuse("refused", "load native code from", show(path),
+                           student, b_ImportError)
+                if natives and inside(full, natives) and \
+                        basename(full).split(".")[0] not in standard:
+                    refuse("refused", "load a module the interpreter "
+                           "builds outside its standard library (for its "
+                           "own tests and experiments):", show(path),
                            student, b_ImportError)
             return
         if event in process_events:
@@ -3263,6 +3277,15 @@ def trampoline(start_thread: Callable, stack_size: Callable,
         return ident
 
     return call, carried, release, thread
+
+
+def _interpreter_natives(real: Callable) -> tuple[str, ...]:
+    """The interpreter's own extension folder (``DESTSHARED``), real."""
+    import sysconfig
+
+    folder = sysconfig.get_config_var("DESTSHARED")
+    full = real(folder) if folder else None
+    return (full,) if full else ()
 
 
 def guard_tracer(classify: Callable, refusing: list, get_ident: Callable

@@ -218,6 +218,22 @@ CORPUS: dict[str, tuple] = {
                                  ("every tensor statement in "
                                   "SelfAttention.forward has a correct "
                                   "shape comment",)),
+    # -- Principles 1 and 4: the interpreter's extension modules outside
+    #    its standard library (sys.stdlib_module_names) do not load, by
+    #    file, whatever the name: a second interpreter (no audit hook, no
+    #    trace function: before, 3/3 for the work done there, no flag)
+    #    and a call queued on the grader's thread (before: both tasks
+    #    "did not finish", 20 s each). The helper's statements without a
+    #    comment cost the shapes point.
+    "natives_subinterpreter": ((1, 0, 0, -1, 0), CLEAN_2, ("refused",),
+                               ("builds outside its standard library",
+                                "_xxsubinterpreters")),
+    "natives_renamed_spec": ((1, 0, 0, -1, 0), CLEAN_2, ("refused",),
+                             ("builds outside its standard library",
+                              "_xxsubinterpreters")),
+    "natives_pending_call": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
+                             ("builds outside its standard library",
+                              "_testcapi")),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
