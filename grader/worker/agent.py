@@ -1258,6 +1258,11 @@ def audit_hook(send: Callable, report: Callable, token: object,
     # and no trace function), which sys.stdlib_module_names leaves out.
     natives = _interpreter_natives(real)
     standard = frozenset(sys.stdlib_module_names)
+    # Native code outside the standard library: only that of the packages
+    # whose native code the worker runs already (torch, numpy, matplotlib
+    # when warmed). Every other native module is an FFI away from raw
+    # memory (cffi: the channel's key, the grader's frames).
+    own_natives = _loaded_native_roots(real, natives)
     basename = os.path.basename
     kit_modules = KIT_PACKAGES
     devnull = os.devnull
@@ -1398,11 +1403,17 @@ def audit_hook(send: Callable, report: Callable, token: object,
                         inside(full, hidden):
                     refuse("refused", "load native code from", show(path),
                            student, b_ImportError)
-                if natives and inside(full, natives) and \
-                        basename(full).split(".")[0] not in standard:
-                    refuse("refused", "load a module the interpreter "
-                           "builds outside its standard library (for its "
-                           "own tests and experiments):", show(path),
+                if natives and inside(full, natives):
+                    if basename(full).split(".")[0] not in standard:
+                        refuse("refused", "load a module the interpreter "
+                               "builds outside its standard library (for "
+                               "its own tests and experiments):",
+                               show(path), student, b_ImportError)
+                elif not inside(full, own_natives):
+                    refuse("refused", "load native code of a library the "
+                           "grader does not run (only the standard "
+                           "library's and that of the libraries the grader "
+                           "loaded, such as torch, load):", show(path),
                            student, b_ImportError)
             return
         if event in process_events:
@@ -3286,6 +3297,36 @@ def _interpreter_natives(real: Callable) -> tuple[str, ...]:
     folder = sysconfig.get_config_var("DESTSHARED")
     full = real(folder) if folder else None
     return (full,) if full else ()
+
+
+def _loaded_native_roots(real: Callable, natives: tuple[str, ...]
+                         ) -> tuple[str, ...]:
+    """The folders of the packages (or the files of the top-level
+    modules) that have native code loaded now, outside the interpreter's
+    own extension folder ``natives``: the grader's own libraries."""
+    import importlib.machinery
+    import types
+
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    module_dict = types.ModuleType.__dict__["__dict__"].__get__
+    roots: set[str] = set()
+    for name, module in list(sys.modules.items()):
+        if type(module) is not types.ModuleType or type(name) is not str:
+            continue
+        path = module_dict(module).get("__file__")
+        full = real(path) if type(path) is str else None
+        if not full or not path.endswith(suffixes) or any(
+                full.startswith(folder + os.sep) for folder in natives):
+            continue
+        top = sys.modules.get(name.partition(".")[0])
+        where = (module_dict(top).get("__path__")
+                 if type(top) is types.ModuleType else None)
+        if where is None:
+            roots.add(full)
+        else:
+            roots.update(folder for folder in map(real, list(where))
+                         if folder)
+    return tuple(sorted(roots))
 
 
 def guard_tracer(classify: Callable, refusing: list, get_ident: Callable

@@ -234,6 +234,21 @@ CORPUS: dict[str, tuple] = {
     "natives_pending_call": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
                              ("builds outside its standard library",
                               "_testcapi")),
+    # -- Principle 1: native code outside the standard library loads only
+    #    from the libraries the grader runs (torch, numpy, matplotlib when
+    #    warmed). cffi, an FFI with no audit event, read any object's
+    #    bytes by address, by import or by a spec of another name (before:
+    #    loaded, no flag); a copy in the scratch folder was refused already.
+    #    Each file computes honestly: graded on merit, flagged.
+    "natives_cffi_memory": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
+                            ("library the grader does not run",
+                             "_cffi_backend")),
+    "natives_cffi_by_spec": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
+                             ("library the grader does not run",
+                              "_cffi_backend")),
+    "natives_copied_to_scratch": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
+                                  ("load native code from",
+                                   "_cffi_backend")),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
