@@ -249,9 +249,16 @@ CORPUS: dict[str, tuple] = {
     "natives_copied_to_scratch": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
                                   ("load native code from",
                                    "_cffi_backend")),
+    # -- Principle 1: the collector told to keep its garbage finds none of
+    #    the grader's (before: 63 of its objects at every call; the file
+    #    prints what it found, PRINTS).
+    "gc_keeps_garbage": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                         ("every tensor statement in SelfAttention.forward "
+                          "has a correct shape comment",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
+          "gc_keeps_garbage": ("task1", "gc.garbage holds no grader object"),
           "cells_silence_stand_ins": (
               ("task1", "grader closures reached: some"),
               ("task1", "grader functions in cells: none")),
@@ -285,7 +292,7 @@ ESCAPE = Path("/tmp/transformer_lm_cells_escape.pt")
 NEVER = ("stack below the code: FOUND", 'raised _Refusal: "FOUND',
          "sys.exit('FOUND')", "FRAME verdict", "FRAME decide",
          "FRAME refuse", "FRAME report", "FRAME send", "FRAME dump",
-         "GOT ")
+         "GOT ", "gc.garbage holds grader objects")
 
 
 @pytest.fixture(scope="module")
