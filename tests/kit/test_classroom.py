@@ -27,7 +27,8 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -201,9 +202,10 @@ def graded(tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def jobs(template, graded, tmp_path_factory):
+def jobs(template, hanging, graded, tmp_path_factory):
     """Each case's job, run once by the offline runner (lazily), with
-    the instructor's report of the same submission."""
+    the instructor's report of the same submission (the hanging runs go
+    on in the background meanwhile: ``hanging``)."""
     done: dict[str, tuple[JobRun, Path, dict]] = {}
 
     def run(case: str) -> tuple[JobRun, Path, dict]:
@@ -357,33 +359,28 @@ def _hanging_public_tests(template: Path, where: Path, mode: str,
 
 
 @pytest.fixture(scope="module")
-def hanging(template, tmp_path_factory) -> dict[str, tuple[JobRun, Path]]:
-    """The offline runs of the hanging submission, side by side: each
-    waits out a fixed limit (the step's deadline, the command grader's
-    timeout) while the hanging code sleeps, so their waits overlap
-    instead of adding up. "whole job": the job, the public tests stopped
+def hanging(template, tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """The offline runs of the hanging submission, started in the
+    background (by the first job test: ``jobs`` asks for this first):
+    each mostly waits out a fixed limit (the step's deadline, the command
+    grader's timeout, the grader's time limit) while the hanging code
+    sleeps, so the other jobs of the module run meanwhile, and the two
+    runs' waits overlap. "whole job": the job, the public tests stopped
     by their deadline; "action timeout": the public-tests step stopped
-    by the command grader's timeout (emulated).
+    by the command grader's timeout (emulated). Name -> future of (job,
+    repository).
 
-    Their processes are counted as a runner sees them: a fork server of
-    the command's own, as outside the suite (not the session's shared
-    one; what the ``own_fork_server`` fixture does for one test)."""
-    from grader.run import forkserver
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv(forkserver.SHARED_ADDRESS, raising=False)
-        forkserver.stop()
-        try:
-            with ThreadPoolExecutor(2) as pool:
-                whole = pool.submit(_whole_hanging_job, template,
-                                    tmp_path_factory.mktemp("whole_job"))
-                timed = pool.submit(_hanging_public_tests, template,
-                                    tmp_path_factory.mktemp("timed_out"),
-                                    "emulated", "action timeout")
-                return {"whole job": whole.result(),
-                        "action timeout": timed.result()}
-        finally:
-            forkserver.stop()
+    Their processes are counted as a runner sees them: the runner gives
+    each step an environment of its own (no shared fork server: a
+    command starts its own, as outside the suite)."""
+    with ThreadPoolExecutor(2) as pool:
+        yield {"whole job": pool.submit(
+                   _whole_hanging_job, template,
+                   tmp_path_factory.mktemp("whole_job")),
+               "action timeout": pool.submit(
+                   _hanging_public_tests, template,
+                   tmp_path_factory.mktemp("timed_out"), "emulated",
+                   "action timeout")}
 
 
 @pytest.mark.slow
@@ -391,7 +388,7 @@ def test_hanging_submission_whole_job(hanging):
     """A public test that never returns: the step stops the test process
     and the detached process the submission started, the job goes on,
     the grade is the grader's, the run is red, nothing is left."""
-    job, repo = hanging["whole job"]
+    job, repo = hanging["whole job"].result()
     assert job.leftovers == []
     pids = _pids(repo)
     assert len(pids) >= 2 and not [p for p in pids if _alive(p)]
@@ -432,7 +429,7 @@ def test_hanging_public_tests_leave_nothing(template, tmp_path, mode,
     (SIGTERM to its shell: error "Command timed out"): either way the
     tree is gone when the step ends."""
     if mode == "emulated":
-        job, repo = request.getfixturevalue("hanging")[stopper]
+        job, repo = request.getfixturevalue("hanging")[stopper].result()
     else:
         job, repo = _hanging_public_tests(template, tmp_path, mode, stopper)
     (done,) = job.steps
