@@ -27,6 +27,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -200,9 +202,16 @@ def graded(tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def jobs(template, graded, tmp_path_factory):
+def jobs(template, tmp_path_factory, request):
     """Each case's job, run once by the offline runner (lazily), with
-    the instructor's report of the same submission."""
+    the instructor's report of the same submission. The hanging runs, if
+    their tests are to run, start first and go on in the background
+    meanwhile (``hanging``)."""
+    if any(item.module is request.module
+           and item.originalname.startswith("test_hanging")
+           for item in request.session.items):
+        request.getfixturevalue("hanging")
+    graded = request.getfixturevalue("graded")
     done: dict[str, tuple[JobRun, Path, dict]] = {}
 
     def run(case: str) -> tuple[JobRun, Path, dict]:
@@ -328,20 +337,64 @@ def _pids(repo: Path) -> list[int]:
     return [int(p) for p in (repo / PID_FILE).read_text().split()]
 
 
-# Its processes are counted as a runner sees them: a fork server of the
-# command's own, as outside the suite (not the session's shared one).
-@pytest.mark.usefixtures("own_fork_server")
-@pytest.mark.slow
-def test_hanging_submission_whole_job(template, tmp_path):
-    """A public test that never returns: the step stops the test process
-    and the detached process the submission started, the job goes on,
-    the grade is the grader's, the run is red, nothing is left."""
-    repo, workflow = _hanging_repo(template, tmp_path)
-    step = _public_step(workflow)
+def _with_deadline(step: dict) -> None:
+    """The public tests' own deadline, shortened to DEADLINE_S."""
     step["with"]["command"] = step["with"]["command"].replace(
         f"--deadline {student_repo.PUBLIC_TESTS_DEADLINE_S}",
         f"--deadline {DEADLINE_S}")
-    job = ClassroomRunner(repo, skip=_offline).run(workflow)
+
+
+def _whole_hanging_job(template: Path, where: Path) -> tuple[JobRun, Path]:
+    """The whole job of the hanging submission, the public tests stopped
+    by their own deadline."""
+    repo, workflow = _hanging_repo(template, where)
+    _with_deadline(_public_step(workflow))
+    return ClassroomRunner(repo, skip=_offline).run(workflow), repo
+
+
+def _hanging_public_tests(template: Path, where: Path, mode: str,
+                          stopper: str) -> tuple[JobRun, Path]:
+    """The public-tests step alone, stopped by ``stopper``."""
+    repo, workflow = _hanging_repo(template, where)
+    step = _public_step(workflow)
+    if stopper == "deadline":
+        _with_deadline(step)
+    else:
+        step["with"]["timeout"] = ACTION_TIMEOUT_MIN
+    return _run_public_tests(repo, step, mode), repo
+
+
+@pytest.fixture(scope="module")
+def hanging(template, tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """The offline runs of the hanging submission, started in the
+    background (by the first job test: ``jobs`` asks for this first):
+    each mostly waits out a fixed limit (the step's deadline, the command
+    grader's timeout, the grader's time limit) while the hanging code
+    sleeps, so the other jobs of the module run meanwhile, and the two
+    runs' waits overlap. "whole job": the job, the public tests stopped
+    by their deadline; "action timeout": the public-tests step stopped
+    by the command grader's timeout (emulated). Name -> future of (job,
+    repository).
+
+    Their processes are counted as a runner sees them: the runner gives
+    each step an environment of its own (no shared fork server: a
+    command starts its own, as outside the suite)."""
+    with ThreadPoolExecutor(2) as pool:
+        yield {"whole job": pool.submit(
+                   _whole_hanging_job, template,
+                   tmp_path_factory.mktemp("whole_job")),
+               "action timeout": pool.submit(
+                   _hanging_public_tests, template,
+                   tmp_path_factory.mktemp("timed_out"), "emulated",
+                   "action timeout")}
+
+
+@pytest.mark.slow
+def test_hanging_submission_whole_job(hanging):
+    """A public test that never returns: the step stops the test process
+    and the detached process the submission started, the job goes on,
+    the grade is the grader's, the run is red, nothing is left."""
+    job, repo = hanging["whole job"].result()
     assert job.leftovers == []
     pids = _pids(repo)
     assert len(pids) >= 2 and not [p for p in pids if _alive(p)]
@@ -367,8 +420,8 @@ def test_hanging_submission_whole_job(template, tmp_path):
     assert shown[5:11] == TASK2_FULL
 
 
-# Its processes are counted as a runner sees them: a fork server of the
-# command's own, as outside the suite (not the session's shared one).
+# The real actions' runs are counted as a runner sees them too: a fork
+# server of the command's own (the offline one: the `hanging` fixture).
 @pytest.mark.usefixtures("own_fork_server")
 @pytest.mark.slow
 @pytest.mark.parametrize("stopper, mode", [
@@ -376,20 +429,15 @@ def test_hanging_submission_whole_job(template, tmp_path):
     pytest.param("deadline", "real", marks=needs_real_actions),
     pytest.param("action timeout", "real", marks=needs_real_actions)])
 def test_hanging_public_tests_leave_nothing(template, tmp_path, mode,
-                                            stopper):
+                                            stopper, request):
     """The step's own deadline (fail, "did not finish"; offline, the
     whole-job test above) or, as a backstop, the command grader's timeout
     (SIGTERM to its shell: error "Command timed out"): either way the
     tree is gone when the step ends."""
-    repo, workflow = _hanging_repo(template, tmp_path)
-    step = _public_step(workflow)
-    if stopper == "deadline":
-        step["with"]["command"] = step["with"]["command"].replace(
-            f"--deadline {student_repo.PUBLIC_TESTS_DEADLINE_S}",
-            f"--deadline {DEADLINE_S}")
+    if mode == "emulated":
+        job, repo = request.getfixturevalue("hanging")[stopper].result()
     else:
-        step["with"]["timeout"] = ACTION_TIMEOUT_MIN
-    job = _run_public_tests(repo, step, mode)
+        job, repo = _hanging_public_tests(template, tmp_path, mode, stopper)
     (done,) = job.steps
     assert done.outcome == "success" and done.leftovers == []
     pids = _pids(repo)
