@@ -250,8 +250,8 @@ CORPUS: dict[str, tuple] = {
                             ("line 70: wrong shape",
                              "line 71: missing shape comment")),
     "shapes_match_captures": ((1, 3, 0, -1, 0), CLEAN_2, (),
-                              ("line 74: wrong shape",
-                               "line 77: missing shape comment")),
+                              ("1 statement(s) in SelfAttention.forward",
+                               "line 75: wrong shape")),
     "honest_bound_targets": ((1, 3, 0, 0, 0), CLEAN_2, (),
                              ("every tensor statement in "
                               "SelfAttention.forward has a correct "

@@ -1,13 +1,14 @@
 """Issue 24's residual (principle 6): tensors bound by the names a
-``case`` pattern captures, and by a ``global`` write.
+``case`` pattern captures.
 
 Task 1 matches a tuple of its projections and captures q and k in a
-``case`` whose comment is wrong; the values are written to a global
-name (``global``) with no comment. Before, a ``case`` pattern's captures
-were not watched at all.
+``case`` whose comment is wrong; the output is written to a global name
+(``global``, rightly commented: a global write is an assignment, read
+from the frame's globals). Before, a ``case`` pattern's captures were
+not watched at all: shapes 0.
 
 Expected: task 1's correctness items; shapes -1 with a wrong shape on
-the ``case`` line and a missing comment on the global write.
+the ``case`` line, and nothing about the global write.
 """
 import torch
 import torch.nn as nn
@@ -74,7 +75,7 @@ class SelfAttention(nn.Module):
             case (q, k):  # [seq_len, seq_len] and [seq_len, seq_len]
                 p = torch.softmax(q @ k.transpose(1, 2) / self.scale, dim=-1)
                 # [batch_size, seq_len, seq_len]
-        LAST = p @ self.v(x)
+        LAST = p @ self.v(x)  # [batch_size, seq_len, hidden]
         return LAST  # [batch_size, seq_len, hidden]
         ### END SOLUTION
         # YOUR CODE ENDS HERE
