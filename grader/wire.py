@@ -31,6 +31,10 @@ CHOSEN_BY_DATA = "choose by data"
 # code of the value's own (grader.worker.agent.UNREAD_RECORD;
 # docs/threat-model.md, principle 6): the statement is not verified.
 UNREAD_RECORD = "unread"
+# The trace record of a tensor with no fixed shape (a nested tensor whose
+# parts differ in size; grader.worker.agent.IRREGULAR_RECORD): no
+# bracketed shape claims it, so the statement is not verified.
+IRREGULAR_RECORD = "irregular"
 MAGIC_SIZE = 16
 MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
@@ -350,6 +354,7 @@ def _trace(value: Any) -> str | None:
         if not (_text(key) and isinstance(executions, list) and all(
                 isinstance(execution, list) and all(
                     shape is None or shape == UNREAD_RECORD
+                    or shape == IRREGULAR_RECORD
                     or _shape(shape) or _held(shape)
                     for shape in execution)
                 for execution in executions)):

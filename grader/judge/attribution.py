@@ -156,6 +156,20 @@ class Ran:
         return tuple(seen.values())
 
 
+def _ran_order(entry: tuple) -> tuple[int, str, str, str]:
+    """A worker's ``ran`` entry's place: line, name, stage, digest."""
+    digest, line, name, stage = entry
+    return (line if type(line) is int else -1, str(name), str(stage),
+            str(digest))
+
+
+def _in_source_order(found: dict[int, Definition]
+                     ) -> tuple[Definition, ...]:
+    """The definitions by their place in the source (then name)."""
+    return tuple(sorted(found.values(),
+                        key=lambda d: (d.span, d.qualname)))
+
+
 def ran(run: TaskRun, mapping: SourceMap) -> Ran:
     """The definitions that ran during a task's probes, by stage, and the
     code that ran but is not the submission's visible source."""
@@ -163,7 +177,10 @@ def ran(run: TaskRun, mapping: SourceMap) -> Ran:
     call: dict[int, Definition] = {}
     foreign: list[str] = []
     for result in run.results.values():
-        for digest, line, name, stage in result.ran:
+        # The worker reports what ran from a set: read it in source
+        # order, so that a report (the `outside` list, the untraceable
+        # sentences) is the same in every run.
+        for digest, line, name, stage in sorted(result.ran, key=_ran_order):
             definition = mapping.lookup(digest)
             if definition is None:
                 if digest not in mapping.known:
@@ -178,7 +195,7 @@ def ran(run: TaskRun, mapping: SourceMap) -> Ran:
             # removed, entries past its cap), in its own words.
             where = f" (from {filename!r}, line {line})" if filename else ""
             foreign.append(f"{name}{made}{where}")
-    return Ran(build=tuple(build.values()), call=tuple(call.values()),
+    return Ran(build=_in_source_order(build), call=_in_source_order(call),
                untraceable=tuple(dict.fromkeys(foreign)))
 
 
@@ -296,8 +313,9 @@ def task_code(*, static_span: tuple[int, int] | None,
                         statements=tuple(statements.values()),
                         statement_count=count_value)
     outside: list[str] = []
-    mine = [d for d in executed.all
-            if not any(_inside(d.span, other) for other in other_spans)]
+    mine = sorted((d for d in executed.all
+                   if not any(_inside(d.span, o) for o in other_spans)),
+                  key=lambda d: (d.span, d.qualname))
     for definition in mine:
         if not (static_span and _inside(definition.owner_span, static_span)):
             spans.append(definition.owner_span)

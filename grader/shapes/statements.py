@@ -126,6 +126,45 @@ def _walrus_chains(node: ast.AST) -> list[tuple[str, ...]]:
     return sorted(found)
 
 
+#: Calls that write an attribute or an item of their first argument:
+#: ``setattr(obj, "a", v)`` writes ``obj.a`` as ``obj.a = v`` does.
+_SETTERS = {"setattr": "attribute", "__setattr__": "attribute",
+            "setitem": "item", "__setitem__": "item"}
+
+
+def _written(call: ast.expr) -> tuple[str, ...] | None:
+    """What a call of a setter writes (``setattr(obj, "a", v)``,
+    ``object.__setattr__(obj, "a", v)``, ``obj.__setattr__("a", v)``,
+    ``operator.setitem(d, k, v)``): the attribute chain, the container,
+    or UNWATCHABLE when the object or the attribute's name is not
+    written out; None for any other call."""
+    if not isinstance(call, ast.Call):
+        return None
+    func = call.func
+    name = (func.id if isinstance(func, ast.Name) else
+            func.attr if isinstance(func, ast.Attribute) else None)
+    setter = _SETTERS.get(name or "")
+    if setter is None:
+        return None
+    args = list(call.args)
+    if isinstance(func, ast.Attribute) and name in ("__setattr__",
+                                                    "__setitem__") \
+            and len(args) == 2:
+        args = [func.value, *args]  # obj.__setattr__("a", v)
+    if len(args) != 3 or any(isinstance(a, ast.Starred) for a in args):
+        return (UNWATCHABLE,)
+    target = args[0]
+    if setter == "item":
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        return _chain(target) or (UNWATCHABLE,)
+    base = _chain(target)
+    if base is None or not (isinstance(args[1], ast.Constant)
+                            and isinstance(args[1].value, str)):
+        return (UNWATCHABLE,)
+    return (*base, args[1].value)
+
+
 def _receiver(call: ast.expr) -> tuple[str, ...] | None:
     """The object a method call works on: ``scores`` in ``scores.fill_()``.
 
@@ -145,13 +184,38 @@ def _receiver(call: ast.expr) -> tuple[str, ...] | None:
             node = node.func.value
         elif isinstance(node, (ast.Subscript, ast.Attribute)):
             node = node.value
+        elif isinstance(node, ast.Call):
+            # ``vars(self).update(q=t)``, ``globals().update(...)``: a
+            # method of what a call returned, which no chain names.
+            return (UNWATCHABLE,)
         else:
             return None
 
 
-def _header(node: ast.stmt) -> list[ast.expr]:
+@dataclass(frozen=True)
+class _Case:
+    """A ``case`` of a ``match`` (no statement of its own in ``ast``): a
+    header whose pattern binds names, watched as a statement."""
+
+    case: ast.match_case
+    match: ast.Match
+
+    @property
+    def lineno(self) -> int:
+        return self.case.pattern.lineno
+
+    @property
+    def col_offset(self) -> int:
+        return self.case.pattern.col_offset
+
+
+def _header(node: ast.stmt | _Case) -> list[ast.AST]:
     """The expressions of a compound statement's header (``if``/``while``
-    test, ``for`` iterable, ``with`` items, ``match`` subject)."""
+    test, ``for`` iterable, ``with`` items, ``match`` subject; a case's
+    pattern and guard)."""
+    if isinstance(node, _Case):
+        guard = [node.case.guard] if node.case.guard is not None else []
+        return [node.case.pattern, *guard]
     if isinstance(node, (ast.If, ast.While)):
         return [node.test]
     if isinstance(node, (ast.For, ast.AsyncFor)):
@@ -163,16 +227,51 @@ def _header(node: ast.stmt) -> list[ast.expr]:
     return []
 
 
-def _headers(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
+def _header_targets(node: ast.stmt | _Case) -> list[tuple[str, ...]]:
+    """What a header binds besides ``:=``: a ``for`` target, the ``as``
+    targets of a ``with``, the names a ``case`` pattern captures."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return _target_chains(node.target)
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [chain for item in node.items
+                if item.optional_vars is not None
+                for chain in _target_chains(item.optional_vars)]
+    if isinstance(node, _Case):
+        return sorted({(name,) for pattern in ast.walk(node.case.pattern)
+                       for name in _captured(pattern)})
+    return []
+
+
+def _captured(pattern: ast.AST) -> list[str]:
+    """The names one node of a ``case`` pattern binds."""
+    if isinstance(pattern, (ast.MatchAs, ast.MatchStar)):
+        return [pattern.name] if pattern.name else []
+    if isinstance(pattern, ast.MatchMapping):
+        return [pattern.rest] if pattern.rest else []
+    return []
+
+
+def _header_chains(node: ast.stmt | _Case) -> list[tuple[str, ...]]:
+    """Everything a compound statement's header binds."""
+    return _header_targets(node) + [chain for expr in _header(node)
+                                    for chain in _walrus_chains(expr)]
+
+
+def _headers(nodes: list[ast.stmt]) -> Iterator[ast.stmt | _Case]:
     """The compound statements at any depth (not entering nested
-    definitions) whose header binds a name with ``:=``: such a header is
+    definitions) whose header binds a name (a ``for`` or ``with`` target,
+    ``:=``), and the ``case`` clauses whose pattern captures one: each is
     watched as a statement of its own (kind "header")."""
     for node in nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
                              ast.ClassDef)):
             continue
-        if any(_walrus_chains(expr) for expr in _header(node)):
+        if _header_chains(node):
             yield node
+        if isinstance(node, ast.Match):
+            for case in node.cases:
+                if _header_chains(_Case(case, node)):
+                    yield _Case(case, node)
         for name in ("body", "orelse", "finalbody"):
             block = getattr(node, name, None)
             if isinstance(block, list):
@@ -182,17 +281,18 @@ def _headers(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield from _headers(inner.body)
 
 
-def _header_last(node: ast.stmt) -> int:
+def _header_last(node: ast.stmt | _Case) -> int:
     """The last line of a compound statement's header."""
-    return max(expr.end_lineno or node.lineno for expr in _header(node))
+    return max(getattr(expr, "end_lineno", None) or node.lineno
+               for expr in _header(node))
 
 
-def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
+def _watch(node: ast.stmt | _Case
+           ) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
     """The kind of a statement and the values to record, or None to skip."""
     chains: list[tuple[str, ...]]
     if _header(node):
-        chains = [chain for expr in _header(node)
-                  for chain in _walrus_chains(expr)]
+        chains = _header_chains(node)
         return ("header", tuple(dict.fromkeys(chains))) if chains else None
     if isinstance(node, ast.Assign):
         kind = "assign"
@@ -208,7 +308,8 @@ def _watch(node: ast.stmt) -> tuple[str, tuple[tuple[str, ...], ...]] | None:
     elif isinstance(node, ast.Expr):
         if isinstance(node.value, ast.Constant):
             return None  # a docstring-like string or ``...``
-        receiver = _receiver(node.value)
+        written = _written(node.value)
+        receiver = _receiver(node.value) if written is None else written
         kind, chains = "expr", [] if receiver is None else [receiver]
     else:
         kind, chains = type(node).__name__.lower(), []
@@ -372,7 +473,7 @@ def function_statements(source: SourceFile,
     statements: list[Statement] = []
     for node in sorted(everything + headers,
                        key=lambda n: (n.lineno, n.col_offset)):
-        if not code.owns(node):
+        if not code.owns(node.match if isinstance(node, _Case) else node):
             continue
         watched = _watch(node)
         if watched is None or not watched[1]:

@@ -20,7 +20,7 @@ from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
                                    ignored_brackets, is_index, is_tuple,
                                    notation_of, parse_shapes, shape_groups)
 from grader.shapes.statements import UNWATCHABLE, Statement
-from grader.wire import UNREAD_RECORD
+from grader.wire import IRREGULAR_RECORD, UNREAD_RECORD
 
 if TYPE_CHECKING:
     from grader.locate.source import SourceFile
@@ -62,6 +62,10 @@ class Held:
 #: A recorded value the tracer could not read (UNREAD_RECORD): the
 #: statement's comment is not verified, never "no tensor".
 NOT_READ = UNREAD_RECORD
+#: A tensor with no fixed shape (IRREGULAR_RECORD: a nested tensor whose
+#: parts differ in size): no bracketed shape claims it, so the statement's
+#: comment is not verified.
+NO_FIXED_SHAPE = IRREGULAR_RECORD
 Execution = tuple[Shape | Held | str | None, ...]
 
 
@@ -70,8 +74,8 @@ def _entry(value: Any) -> Shape | Held | str | None:
     NOT_READ."""
     if value is None:
         return None
-    if value == NOT_READ:
-        return NOT_READ
+    if value == NOT_READ or value == NO_FIXED_SHAPE:
+        return value
     if isinstance(value, list) and all(
             type(size) is int and size >= 0 for size in value):
         return tuple(value)
@@ -404,10 +408,16 @@ def _not_read(statement: Statement,
     """The finding for a statement one of whose targets the tracer could
     not read after it ran (principle 6 fails closed: an unread value is
     never "no tensor")."""
-    unread = sorted({index for _, executions in runs
-                     for execution in executions
-                     for index, value in enumerate(execution)
-                     if value == NOT_READ and index < len(statement.watch)})
+    def indexes(marker: str) -> list[int]:
+        return sorted({index for _, executions in runs
+                       for execution in executions
+                       for index, value in enumerate(execution)
+                       if value == marker and index < len(statement.watch)})
+
+    unread = indexes(NOT_READ)
+    irregular = indexes(NO_FIXED_SHAPE)
+    if irregular and not unread:
+        return _no_fixed_shape(statement, irregular)
     if not unread:
         return None
     chains = [statement.watch[index] for index in unread]
@@ -428,6 +438,25 @@ def _not_read(statement: Statement,
                       f"verified", 400),
         hint="keep tensors in local names, in attributes of self or of a "
              "plain object, or in a list, tuple or dict")
+
+
+def _no_fixed_shape(statement: Statement, indexes: list[int]) -> Finding:
+    """The finding for a statement that wrote a tensor with no fixed
+    shape (a nested tensor whose parts differ in size): a comment's
+    bracketed shape cannot claim it, so the comment is not verified."""
+    names = ", ".join("`" + ".".join(statement.watch[index]) + "`"
+                      for index in indexes
+                      if not statement.watch[index][0].startswith("<"))
+    what = f"{names} holds" if names else "its value is"
+    return Finding(
+        line=statement.first_line, statement=statement.text,
+        kind="not_verified", claimed=None, real=(),
+        message=brief(f"{what} a nested tensor whose parts differ in size "
+                      f"(it has no fixed shape), so no bracketed shape can "
+                      f"claim it and its shape comment is not verified",
+                      400),
+        hint="keep the attention's tensors as ordinary (padded) tensors: "
+             "every shape comment must name a fixed shape")
 
 
 def _verify_statement(statement: Statement,

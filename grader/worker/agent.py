@@ -24,7 +24,14 @@ CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 # its own (a property, a __getattribute__ of Python's, a name it cannot
 # find): the statement's comment is not verified (it fails closed).
 UNREAD_RECORD = "unread"  # grader.wire.UNREAD_RECORD
+# The record of a tensor with no fixed shape (a nested tensor whose parts
+# differ in size): no bracketed shape can claim it, so the statement's
+# comment is not verified (it fails closed, and names why).
+IRREGULAR_RECORD = "irregular"  # grader.wire.IRREGULAR_RECORD
 MAX_HELD_DEPTH = 8
+# The trace function looks at the garbage collector's count every this
+# many call events (collector: the collection it runs when one is due).
+COLLECT_CHECK = 32
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
 # forbidden use is always listed); past them, only their number.
@@ -266,8 +273,8 @@ def plan_units(statements: list[dict]) -> tuple[list, dict]:
 
 def line_tracer(units: list, line_unit: dict, record: Callable,
                 shape_of: Callable, read_chain: Callable, expand: Callable,
-                counters: dict, read: Callable | None = None
-                ) -> Callable[[], Callable]:
+                counters: dict, read: Callable | None = None,
+                hold: tuple | None = None) -> Callable[[], Callable]:
     """Return a factory of local trace functions, one per traced frame.
 
     A unit of statements completes when a line event belongs to another
@@ -277,19 +284,31 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     or the shapes of the tensors a list, tuple or dict holds);
     a ``return`` statement records the returned value (``expand``: one shape
     per element of a tuple). A unit that raised records nothing. The
-    reading runs through ``read`` (:func:`shape_tracer`'s: traced), and an
-    error of its own marks ``counters["silenced"]``.
+    reading runs through ``read`` (:func:`shape_tracer`'s: traced). A value
+    whose reading raised is recorded as UNREAD_RECORD (its statement is
+    not verified: it fails closed, and costs honest code no more than
+    that); any other error of its own marks ``counters["silenced"]``.
     ``counters["returns"]`` counts the traced frames that returned.
+    ``hold`` (:func:`collector`'s ``is_on`` and ``hold``) runs first at
+    every event: no collection starts inside the bookkeeping.
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
     """
-    b_BaseException = BaseException
+    b_BaseException, b_Exception = BaseException, Exception
+    unread_record = UNREAD_RECORD
 
     def plain(function, *args):
         return function(*args)
 
     traced = read if read is not None else plain
+    gc_on, gc_off = hold if hold is not None else (None, None)
+
+    def value_record(chain, local_values, global_values):
+        try:
+            return shape_of(read_chain(chain, local_values, global_values))
+        except b_Exception:
+            return unread_record
 
     def local_tracer():
         state = {"pending": None, "returning": None}
@@ -304,14 +323,18 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             for statement in units[pending]:
                 if statement["kind"] == "return":
                     continue
-                record(statement, [shape_of(read_chain(
-                    chain, local_values, global_values))
+                record(statement, [value_record(
+                    chain, local_values, global_values)
                     for chain in statement["watch"]])
 
         def returned(frame, arg):
             finish(frame)
             if state["returning"] is not None:
-                record(state["returning"], expand(arg))
+                try:
+                    values = expand(arg)
+                except b_Exception:
+                    values = [unread_record]
+                record(state["returning"], values)
                 state["returning"] = None
 
         def trace(frame, event, arg):
@@ -319,6 +342,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             # submission's a read runs is traced like any other); an
             # error of the reading ends the phase's trust and stays here.
             try:
+                if gc_on is not None and gc_on():
+                    gc_off()
                 if event == "line":
                     unit = line_unit.get(frame.f_lineno)
                     if unit != state["pending"]:
@@ -1569,7 +1594,7 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     proxy_items = proxy_type.items
     max_scan, max_held, max_depth = MAX_HELD_SCAN, MAX_HELD, MAX_HELD_DEPTH
     TensorBase = torch._C.TensorBase
-    t_size = TensorBase.size
+    t_size, t_dim = TensorBase.size, TensorBase.dim
     no_torch_function = torch._C.DisableTorchFunction
     Module = torch.nn.Module
     module_instance_dict = Module.__dict__["__dict__"].__get__ \
@@ -1583,17 +1608,34 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     module_methods = {name: Module.__dict__.get(name)
                       for name in ("__getattr__", "__setattr__")}
     unread = object()  # what read_chain returns for what it cannot read
-    unread_record = UNREAD_RECORD
+    unread_record, irregular_record = UNREAD_RECORD, IRREGULAR_RECORD
+    b_Exception = Exception
     missing = (False, None)
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
 
-    def shape_of(value):
+    def size_of(value):
+        """A tensor's shape (None for no tensor); IRREGULAR_RECORD when
+        it has no fixed one: a nested tensor whose parts differ in size
+        (torch cannot give its sizes, or gives one as no whole number)."""
         if not is_tensor(value):
             return None
         with no_torch_function():
-            return [b_int(s) for s in t_size(value)]
+            try:
+                return [b_int(s) for s in t_size(value)]
+            except b_Exception:
+                pass
+            try:  # a nested tensor: its sizes one dimension at a time
+                return [b_int(t_size(value, i))
+                        for i in b_range(t_dim(value))]
+            except b_Exception:
+                return irregular_record
+
+    def shape_of(value):
+        """A tensor's fixed shape, or None (no tensor, or none fixed)."""
+        size = size_of(value)
+        return size if b_type(size) is b_list else None
 
     def instance_dict(obj):
         """A module's own attribute dict, read without running its code."""
@@ -1749,7 +1791,10 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
             return
         state[0] += 1
         if is_tensor(value):
-            shape = shape_of(value)
+            shape = size_of(value)
+            if shape is irregular_record:
+                state[2] = True
+                return
             if b_len(found) < max_held:
                 found.append(shape)
             elif shape not in found:
@@ -1768,13 +1813,17 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
         """A tensor's shape; for a list, tuple or dict, the shapes of the
         tensors it holds (nested ones too, in order), with None last when
         it holds more than the grader reads; None when it holds none;
-        UNREAD_RECORD for what :func:`read_chain` could not read."""
+        UNREAD_RECORD for what :func:`read_chain` could not read;
+        IRREGULAR_RECORD for a tensor with no fixed shape, or a container
+        that holds one."""
         if value is unread:
             return unread_record
         if is_tensor(value):
-            return shape_of(value)
-        found, state = [], [0, False]
+            return size_of(value)
+        found, state = [], [0, False, False]
         walk(value, 0, found, state)
+        if state[2]:
+            return irregular_record
         if state[1]:
             found.append(None)
         return found or None
@@ -1846,6 +1895,15 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return function(*args)
 
     read = reads[0] if reads is not None else plain_call
+    gc_on, hold, collect_due = collector(read) if reads is not None \
+        else (None, None, None)
+    collect_every = COLLECT_CHECK
+    due = [collect_every]
+    resumable = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR ... ASYNC_GEN
+
+    def locals_of(frame):
+        return frame.f_locals
+
     verdicts: dict = {}      # id(class) -> (class, stand-in name or None)
     max_verdicts = 4096
     type_mro = type.__dict__["__mro__"].__get__
@@ -1896,7 +1954,11 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         count = code.co_argcount + code.co_kwonlyargcount
         if not count:
             return None
-        local_values = frame.f_locals
+        # A generator's frame is resumed with its dict of locals from
+        # before: refreshing it may drop the last reference to an object
+        # (its finalizer runs there), so it is refreshed traced.
+        local_values = read(locals_of, frame) if \
+            code.co_flags & resumable else frame.f_locals
         for name in code.co_varnames[:count]:
             cls = b_type(local_values.get(name))
             known = verdicts.get(b_id(cls))
@@ -1937,7 +1999,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         return expand(value, True)
 
     local_tracer = line_tracer(units, line_unit, record, held,
-                               read_chain, expand, phase, read)
+                               read_chain, expand, phase, read,
+                               (gc_on, hold) if gc_on is not None else None)
 
     def note_recorder(find, frame, code):
         """Report a stand-in for tensors that ``find`` sees at ``frame``."""
@@ -1956,6 +2019,13 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         # phase's trust (``silenced``) and stays here: the submission never
         # catches a traceback through the grader's frames.
         try:
+            if gc_on is not None:
+                if gc_on():
+                    hold()
+                due[0] -= 1
+                if due[0] <= 0:
+                    due[0] = collect_every
+                    collect_due()
             code = frame.f_code
             if code is handler_code:
                 return judge(frame)
@@ -2013,6 +2083,42 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     return global_tracer, still_tracing
 
 
+def collector(read: Callable) -> tuple[Callable, Callable, Callable]:
+    """Return ``is_on()``, ``hold()`` and ``collect_due()``: the garbage
+    collector's automatic collection, moved out of the trace function's
+    bookkeeping.
+
+    In CPython 3.11 a collection starts at an allocation, any allocation,
+    and runs the finalizers of what it frees there (``__del__``,
+    ``weakref.finalize``, weak references' callbacks): inside the trace
+    function, where nothing is traced. ``hold`` (the first thing the
+    trace functions do, when ``is_on()``) turns automatic collection off
+    (the submission may turn it on again: ``gc.enable()`` is allowed; a
+    ``read`` turns it off again on return). ``collect_due`` (every
+    COLLECT_CHECK call events) runs the collection CPython would have
+    run, of the generation it would have chosen, when the count of
+    allocations has passed the threshold, but through ``read``: traced,
+    so a finalizer's code is seen like any other code of the
+    submission's."""
+    import gc
+
+    gc_isenabled, gc_disable = gc.isenabled, gc.disable
+    get_count, get_threshold, collect = (gc.get_count, gc.get_threshold,
+                                         gc.collect)
+
+    def collect_due():
+        young = get_count()
+        limits = get_threshold()
+        if limits[0] <= 0 or young[0] <= limits[0]:
+            return
+        generation = 0
+        if young[1] > limits[1]:
+            generation = 2 if young[2] > limits[2] else 1
+        read(collect, generation)
+
+    return gc_isenabled, gc_disable, collect_due
+
+
 def traced_reads(quiet: set) -> tuple[Callable, Callable]:
     """Return ``read(function, *args)`` and ``aim(tracer)``.
 
@@ -2023,11 +2129,14 @@ def traced_reads(quiet: set) -> tuple[Callable, Callable]:
     ``__eq__``, a ``__class__`` property, a finalizer) is traced like any
     other. The reinstallation raises an audit event: ``quiet`` (the audit
     hook's set of threads inside it) lets it pass unjudged, for that
-    thread and while it happens only."""
+    thread and while it happens only. A read leaves the garbage
+    collector's automatic collection off (:func:`collector`)."""
     import _thread
+    import gc
 
     call_tracing, settrace = sys.call_tracing, sys.settrace
     get_ident = _thread.get_ident
+    gc_isenabled, gc_disable = gc.isenabled, gc.disable
     target: list = [None]
 
     def rearmed(function, args):
@@ -2040,7 +2149,14 @@ def traced_reads(quiet: set) -> tuple[Callable, Callable]:
         return function(*args)
 
     def read(function, *args):
-        return call_tracing(rearmed, (function, args))
+        try:
+            return call_tracing(rearmed, (function, args))
+        finally:
+            # Code the read ran may have turned the collector back on;
+            # the trace function's bookkeeping that follows must not
+            # collect (see :func:`collector`).
+            if gc_isenabled():
+                gc_disable()
 
     def aim(tracer):
         target[0] = tracer
@@ -2936,10 +3052,16 @@ def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable,
     return coverage, start_phase
 
 
-def patch_watch(watched: list) -> Callable:
+def patch_watch(watched: list, classify: Callable | None = None
+                ) -> Callable:
     """Return ``patched()``: the entries of the watched namespaces (a list
     of ``(dotted, namespace owner, ids before)``, filled once the
-    tripwires are in place) that now hold another function or class."""
+    tripwires are in place) that now hold another function or class.
+
+    A library's own wrapper of the original (a function of library code,
+    ``classify``, whose ``__wrapped__`` is the object the entry held and
+    whose closure holds it: ``import torch._dynamo`` wraps
+    ``torch.manual_seed``) is no patch: it calls the original."""
     import types
 
     b_type, b_str, b_id, b_list = type, str, id, list
@@ -2947,6 +3069,33 @@ def patch_watch(watched: list) -> Callable:
     type_dict = type.__dict__["__dict__"].__get__
     ModuleType, FunctionType = types.ModuleType, types.FunctionType
     module_dict = ModuleType.__dict__["__dict__"].__get__
+    function_dict = FunctionType.__dict__["__dict__"].__get__
+    function_code = FunctionType.__dict__["__code__"].__get__
+
+    function_closure = FunctionType.__dict__["__closure__"].__get__
+    cell_contents = types.CellType.__dict__["cell_contents"].__get__
+    b_ValueError = ValueError
+
+    def holds(item, old):
+        """True when a cell of the function's closure holds ``old``."""
+        for cell in function_closure(item) or ():
+            try:
+                if b_id(cell_contents(cell)) == old:
+                    return True
+            except b_ValueError:  # an empty cell
+                continue
+        return False
+
+    def wraps_original(item, old):
+        """True for a library's function that wraps and calls ``old``
+        (its ``__wrapped__`` names it and its closure holds it)."""
+        if classify is None or b_type(item) is not FunctionType or \
+                classify(function_code(item)) != "library":
+            return False
+        for key, inner in b_list(function_dict(item).items()):
+            if b_type(key) is b_str and key == "__wrapped__":
+                return b_id(inner) == old and holds(item, old)
+        return False
 
     def patched():
         changed = []
@@ -2956,7 +3105,7 @@ def patch_watch(watched: list) -> Callable:
             for name, item in b_list(namespace.items()):
                 name = b_str(name)
                 old = before.get(name)
-                if old == b_id(item):
+                if old == b_id(item) or wraps_original(item, old):
                     continue
                 if old is None and b_type(value) is ModuleType and \
                         b_type(item) is ModuleType:
@@ -3098,7 +3247,8 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
     for name, attribute, ident in alias_sites(set(replacements),
                                               KIT_PACKAGES):
         namespace = getattr(sys.modules[name], "__dict__")
-        namespace[attribute] = replacements[ident]
+        namespace[attribute] = _wrapping(replacements[ident],
+                                         namespace.get(attribute))
     for owner, name, writing in (
             (torch._C, "PyTorchFileWriter", True),
             (torch._C, "PyTorchFileReader", False),
@@ -3132,6 +3282,30 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
         value = _lookup(dotted)
         if value is not None:
             watched.append((dotted, value, before))
+
+
+def _wrapping(stand_in: Any, original: object) -> Any:
+    """``stand_in``, with a ``__wrapped__`` when ``original`` has one (a
+    function made by ``functools.wraps``, a context manager's decorator):
+    libraries read it at import (``torch._dynamo`` registers
+    ``torch.nn.attention.sdpa_kernel.__wrapped__``), so an honest
+    submission that imports them must not fail there. It is a copy of
+    the stand-in (the same code: reported as the stand-in, inert as it
+    is), never the original. Set-up."""
+    import types
+
+    if type(stand_in) is not types.FunctionType or \
+            "__wrapped__" in stand_in.__dict__:
+        return stand_in
+    try:
+        wraps = "__wrapped__" in vars(original)
+    except TypeError:
+        wraps = False
+    if wraps:
+        stand_in.__wrapped__ = types.FunctionType(
+            stand_in.__code__, stand_in.__globals__, stand_in.__name__,
+            stand_in.__defaults__, stand_in.__closure__)
+    return stand_in
 
 
 def _trip_aten(torch: Any, table: tuple[dict, set], pattern: str
@@ -3392,7 +3566,15 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     start_phase, patched = parts["start_phase"], parts["patched"]
     describe_error, note = parts["describe_error"], parts["note"]
     call, release, guard = parts["call"], parts["release"], parts["guard"]
-    arm = parts["arm"]
+    arm, thread_starts = parts["arm"], parts.get("thread_starts")
+
+    def unlisted():
+        """The end of a phase: what the report left out, and the thread
+        starts the kernel refused (the seal tells no one; a refused start
+        is a refusal like any other, whatever route asked for it)."""
+        note("unlisted", "", "")
+        if thread_starts is not None and thread_starts():
+            note("refused", "start a thread", "")
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
@@ -3422,13 +3604,13 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             release(exception)
             emit({"type": "import", "ok": False, "error": error,
                   "seconds": clock() - started, "coverage": coverage()})
-            note("unlisted", "", "")
+            unlisted()
             emit({"type": "patched", "what": patched()})
             emit({"type": "done"})
             return
         emit({"type": "import", "ok": True, "seconds": clock() - started,
               "coverage": coverage()})
-        note("unlisted", "", "")
+        unlisted()
         emit({"type": "patched", "what": patched()})
         for number, probe in b_enumerate(probes):
             emit({"type": "start", "id": probe["id"]})
@@ -3448,7 +3630,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
             emit(message)
-            note("unlisted", "", "")
+            unlisted()
         start_phase("end", "end")
         emit({"type": "patched", "what": patched()})
         emit({"type": "done"})
@@ -3463,7 +3645,8 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              error_describer, module_describer, probe_runner,
              coverage_keeper, patch_watch, inert_call, inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
-             torch_function_mode, operation_judge, traced_reads)
+             torch_function_mode, operation_judge, traced_reads,
+             collector)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
@@ -3492,7 +3675,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     import torch
 
     from grader.wire import result_writer, value_encoder
-    from grader.worker.confine import seal_threads
+    from grader.worker.confine import refused_thread_starts, seal_threads
 
     forbidden_functions, forbidden_classes = forbidden
     library = job.get("sandbox", {})
@@ -3572,8 +3755,10 @@ def _assemble(job: dict, probes: list, result_fd: int,
     # by any route (the kernel refuses clone in every thread).
     sealing = seal_threads()
     confinement["threads_sealed"] = not sealing
+    thread_starts, counting = refused_thread_starts(
+        _thread.start_new_thread) if not sealing else (None, "")
     confinement["problems"] = list(confinement.get("problems", [])) + \
-        list(sealing)
+        list(sealing) + ([counting] if counting else [])
     # The trace function is that thread's: it is checked there.
     traced = functools.partial(call, still_tracing)
     describe = module_describer(torch, readers, _child_numbers(library),
@@ -3593,8 +3778,9 @@ def _assemble(job: dict, probes: list, result_fd: int,
          "held": phase["held"]},
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
-         "start_phase": start_phase, "patched": patch_watch(watched),
+         "start_phase": start_phase, "patched": patch_watch(watched, who[0]),
          "note": note, "call": call, "release": release, "arm": arm,
+         "thread_starts": thread_starts,
          "guard": guard_tracer(who[0], busy["guard"], _thread.get_ident),
          "describe_error": error_describer(filename, lines,
                                            int(job["memory_mb"]), call,

@@ -11,6 +11,7 @@ import platform
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 # --------------------------------------------------------------------------
 # Landlock (include/uapi/linux/landlock.h)
@@ -391,6 +392,63 @@ def seal_threads() -> tuple[str, ...]:
     except OSError as exc:
         return (f"threads not sealed: {exc}",)
     return ()
+
+
+def refused_thread_starts(start_thread: Callable[..., object]
+                          ) -> tuple[Callable[[], int] | None, str]:
+    """Return ``count()``, the thread starts the seal refused since the
+    last call, and a problem (empty when the count works). Call it just
+    after :func:`seal_threads`, with the real ``_thread.start_new_thread``.
+
+    The kernel refuses without telling anyone, and CPython's error is
+    that of any failed start; but CPython makes the new thread's state
+    (``PyThreadState``, numbered in order) before it asks the kernel, and
+    keeps it in the interpreter's list when the start fails (3.11). Once
+    the seal holds no thread can start, so every thread state numbered
+    after the seal is a refused start, whatever route asked for it (a
+    second copy of ``_thread``, ``threading``, C code). The count is
+    checked here with a start of the grader's own (refused, so counted):
+    where it does not count that one, it says so and returns None."""
+    # Function objects of their own (``pythonapi[name]`` makes a new one;
+    # ``pythonapi.name`` is cached where the submission could reach it).
+    api = ctypes.pythonapi
+    try:
+        interpreter = api["PyInterpreterState_Get"]
+        head = api["PyInterpreterState_ThreadHead"]
+        after = api["PyThreadState_Next"]
+        number = api["PyThreadState_GetID"]
+    except AttributeError as exc:
+        return None, f"refused thread starts not counted: {exc}"
+    interpreter.restype = head.restype = after.restype = ctypes.c_void_p
+    head.argtypes = after.argtypes = number.argtypes = [ctypes.c_void_p]
+    number.restype = ctypes.c_uint64
+    b_max, b_len = max, len
+
+    def numbers() -> list[int]:
+        found, state = [], head(interpreter())
+        while state:
+            found.append(number(state))
+            state = after(state)
+        return found
+
+    last = [b_max(numbers())]
+
+    def count() -> int:
+        fresh = [n for n in numbers() if n > last[0]]
+        if fresh:
+            last[0] = b_max(fresh)
+        return b_len(fresh)
+
+    try:
+        start_thread(int, ())
+    except RuntimeError:
+        pass
+    else:
+        return None, "refused thread starts not counted: threads start"
+    if count() != 1:
+        return None, ("refused thread starts not counted: this Python "
+                      "keeps no state of a refused start")
+    return count, ""
 
 
 def _drop_capabilities(libc: ctypes.CDLL) -> None:

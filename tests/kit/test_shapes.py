@@ -546,6 +546,9 @@ PROBE_EXPECTED = {
         "y = (x\n     + x\n     + x)": [[[2, 3]]],
         "ys = [y for _ in range(n)]": [[None]],
         "total = x.view(1)": [[[1]]],
+        # A for target is watched (issue 24): read after each binding and
+        # once more when the loop ends (no tensor: an int).
+        "for h in range(n):": [[None], [None], [None], [None]],
         "total = total.view(h + 1)": [[[1]], [[2]], [[3]]],
         "total += x": [[[3]]],
         "total.fill_(0)": [[[3]]],

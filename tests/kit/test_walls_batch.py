@@ -7,8 +7,13 @@ torch by a route no tripwire names (principle 3), runs its work where the
 grader's trace function does not follow, through a route no list names,
 or through torch operations chosen by data rather than code (principle
 4), or keeps tensors where the tracer cannot read them (principle 6);
-honest controls pass operations as values on their own lines, name their
-own helpers like kernels, and keep commented tensors in plain holders.
+issue 24's residuals: a thread start the kernel refused, a finalizer run
+inside the trace function's bookkeeping, tensors bound by a setter call,
+a ``for``/``with`` target or a ``case`` capture, nested tensors, a
+counterfeit library wrapper. Honest controls pass operations as values
+on their own lines, name their own helpers like kernels, keep commented
+tensors in plain holders and in every binding form, hold a nested tensor
+of equal parts, and import ``torch._dynamo``.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -190,11 +195,67 @@ CORPUS: dict[str, tuple] = {
     #    so CPython's own start_new_thread (from a second copy of _thread)
     #    fails. Before, the thread ran exec'd code unseen: full marks.
     #    The files catch the error and return zeros: what the thread would
-    #    have computed earns nothing.
-    "kernel_thread_reimport": (REFUSED_THREAD, CLEAN_2, (),
-                               ("does not match the reference",)),
-    "kernel_thread_from_spec": (REFUSED_THREAD, CLEAN_2, (),
-                                ("does not match the reference",)),
+    #    have computed earns nothing. Every start the kernel refused is
+    #    counted (CPython keeps the thread state it made) and reported as
+    #    a refusal; before, no flag (nor for the old synonym
+    #    ``_thread.start_new``, which no stand-in replaces).
+    "kernel_thread_reimport": (REFUSED_THREAD, CLEAN_2, ("refused",),
+                               ("does not match the reference",
+                                "The code tried to start a thread (the "
+                                "sandbox refused it)")),
+    "kernel_thread_from_spec": (REFUSED_THREAD, CLEAN_2, ("refused",),
+                                ("does not match the reference",
+                                 "The code tried to start a thread")),
+    "kernel_thread_alias": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
+                            ("The code tried to start a thread (the "
+                             "sandbox refused it)",)),
+    # -- Principle 4: a finalizer never runs untraced. Automatic garbage
+    #    collection is the trace function's, run traced when due; a
+    #    generator's locals are refreshed traced. Before, the first file
+    #    earned task 1's forward (3) with exec'd code and no flag.
+    "finalizer_in_bookkeeping": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                                 ("made at run time by exec",)),
+    "finalizer_collected": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                            ("made at run time by exec",)),
+    # -- Principle 2, the shape reader fails closed on the value, never on
+    #    the phase: a nested tensor's size is read dimension by dimension;
+    #    one whose parts differ in size has no fixed shape, so its comment
+    #    is not verified. Before, the reader raised and the phase read as
+    #    silenced: task 1 earned nothing, flagged untraceable.
+    "honest_nested_regular": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "nested_ragged_rows": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                           ("line 77: shape comment not verifiable",
+                            "`self.kept` holds a nested tensor whose parts "
+                            "differ in size")),
+    "nested_in_dict": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                       ("line 75: shape comment not verifiable",
+                        "`held` holds a nested tensor")),
+    # -- Principle 2: an honest import of torch._dynamo neither fails (a
+    #    stand-in keeps a __wrapped__ of its own) nor reads as a patch
+    #    (a library's wrapper that calls the original is none); a
+    #    wrapper of the submission's own, or a library function given
+    #    the original's __wrapped__, still is. Before: 0 points.
+    "honest_imports_dynamo": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "patched_seed_own_wrapper": ((1, 3, 0, 0, 0), CLEAN_2, ("patched",),
+                                 ("torch.manual_seed, "
+                                  "torch.nn.functional.gelu",)),
+    # -- Principle 6: every binding form is watched: a setter call, a
+    #    ``for`` or ``with`` target, a ``case`` capture, a global write.
+    #    Before, their comments were never read (shapes 0).
+    "shapes_setter_calls": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                            ("line 71: wrong shape",
+                             "line 72: missing shape comment",
+                             "line 73: shape comment not verifiable")),
+    "shapes_loop_targets": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                            ("line 70: wrong shape",
+                             "line 71: missing shape comment")),
+    "shapes_match_captures": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                              ("1 statement(s) in SelfAttention.forward",
+                               "line 75: wrong shape")),
+    "honest_bound_targets": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                             ("every tensor statement in "
+                              "SelfAttention.forward has a correct "
+                              "shape comment",)),
     # -- Principle 3: the aten tripwires cannot be deregistered (no
     #    finalizer, no Library, no registry holds their handle) and sit at
     #    every dispatch key where a forbidden operator has a kernel.
@@ -279,6 +340,10 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
                         "thread)"),
               ("task2", "reimported _thread: refused (can't start new "
                         "thread)")),
+          "kernel_thread_alias": (
+              "task1", "start_new: refused (can't start new thread)"),
+          "honest_imports_dynamo": (("task1", "False False"),
+                                    ("task2", "False False")),
           "kernel_thread_from_spec": (
               "task1", "thread from the spec's module: refused can't "
                        "start new thread"),
@@ -468,7 +533,29 @@ def test_the_plan_watches_every_target_it_can_name() -> None:
     assert watch("return (p := t)") == ("return", ((RETURN_VALUE,),))
     assert watch("print(x)") == ("expr", ())
     assert watch("f(lambda: (q := 1))") == ("expr", ())
-    assert watch("for t in xs:\n    pass") is None
+    # Every binding form (issue 24's residual): a ``for`` or ``with``
+    # target, a setter call, a ``case`` capture; a method of what a call
+    # returned is unwatchable; ``del`` and ``global`` bind nothing.
+    assert watch("for t, (u, *w) in xs:\n    pass") == (
+        "header", (("t",), ("u",), ("w",)))
+    assert watch("with a as b, c as self.d:\n    pass") == (
+        "header", (("b",), ("self", "d")))
+    assert watch('setattr(self, "q", t)') == ("expr", (("self", "q"),))
+    assert watch('object.__setattr__(self.box, "q", t)') == (
+        "expr", (("self", "box", "q"),))
+    assert watch('self.__setattr__("q", t)') == ("expr", (("self", "q"),))
+    assert watch("setattr(self, name, t)") == ("expr", ((UNWATCHABLE,),))
+    assert watch("operator.setitem(d[0], k, t)") == ("expr", (("d",),))
+    assert watch("vars(self).update(q=t)") == ("expr", ((UNWATCHABLE,),))
+    assert watch("print(x)") == ("expr", ())
+    assert watch("del x") == ("delete", ())
+    match = ast.parse("match v:\n    case [a, *b] if (z := a):\n"
+                      "        pass\n    case {'k': c, **r}:\n"
+                      "        pass\n    case 1:\n        pass\n").body
+    from grader.shapes.statements import _headers
+    assert [(node.lineno, _watch(node)) for node in _headers(match)] == [
+        (2, ("header", (("a",), ("b",), ("z",)))),
+        (4, ("header", (("c",), ("r",))))]
 
 
 #: Installs the tripwires for real (they replace library functions in every
@@ -530,3 +617,113 @@ def test_every_kernel_of_a_forbidden_operator_is_tripped() -> None:
     assert seen["new finalizers"] == 0
     assert seen["impls changed"] is False
     assert seen["held"] == ["_DispatchModule"]
+
+
+ORDER_SOURCE = '''
+def helper_b(x):
+    return x
+
+
+def helper_a(x):
+    return helper_b(x)
+
+
+class Graded:
+    def forward(self, x):
+        return helper_a(x) + (lambda y: y)(x)
+'''
+
+
+def test_what_ran_is_read_in_source_order(tmp_path: Path) -> None:
+    """The worker reports what ran from a set (its order differs from run
+    to run): the attribution reads it in source order, so a report's list
+    of helpers outside the class (and the rest) is stable."""
+    import ast
+    import itertools
+    from types import SimpleNamespace
+
+    from grader.judge.attribution import SourceMap, ran, task_code
+    from grader.locate.source import SourceFile
+
+    path = tmp_path / "order.py"
+    path.write_text(ORDER_SOURCE)
+    mapping = SourceMap.build(SourceFile(ORDER_SOURCE, path))
+    entries = [(digest, d.span[0], d.name, "call")
+               for digest, d in mapping.by_print.items()]
+    assert len(entries) == 4  # the helpers, forward and the lambda
+    tree = ast.parse(ORDER_SOURCE)
+    graded = tree.body[2]
+    seen = set()
+    for order in itertools.permutations(entries):
+        result = SimpleNamespace(ran=tuple(order), foreign=())
+        executed = ran(SimpleNamespace(results={"p": result}), mapping)
+        code = task_code(static_span=(graded.lineno, graded.end_lineno),
+                         static_method=graded.body[0], stub=False,
+                         executed=executed, plan={}, other_spans=[],
+                         count=lambda node: 1)
+        seen.add((tuple(d.qualname for d in executed.call),
+                  code.outside))
+    assert seen == {(("helper_b", "helper_a", "Graded.forward",
+                      "Graded.forward.<locals>.<lambda>"),
+                     ("helper_b (line 2)", "helper_a (line 6)"))}
+
+
+def test_the_reader_reads_a_nested_tensor_without_raising() -> None:
+    """Principle 2 fails closed on the value, not the phase: a nested
+    tensor of equal parts has its fixed shape (read one dimension at a
+    time); one whose parts differ in size, or a holder of one, is
+    IRREGULAR_RECORD; no reading raises."""
+    import warnings
+
+    import torch
+
+    from grader.wire import IRREGULAR_RECORD
+
+    is_tensor, shape_of, _, _, expand = agent.value_readers(torch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        even = torch.nested.nested_tensor([torch.zeros(2, 3)] * 2)
+        ragged = torch.nested.nested_tensor([torch.zeros(2, 3),
+                                             torch.zeros(4, 3)])
+    assert agent.IRREGULAR_RECORD == IRREGULAR_RECORD
+    assert expand(even, True) == [2, 2, 3]
+    assert expand(ragged, True) == IRREGULAR_RECORD
+    assert expand([torch.zeros(1), {"r": ragged}], True) == IRREGULAR_RECORD
+    assert expand((torch.zeros(1), ragged)) == [[1], IRREGULAR_RECORD]
+    assert is_tensor(ragged) and shape_of(ragged) is None
+
+
+#: Seals a fresh interpreter's threads, then starts threads by three routes.
+THREAD_CHILD = r'''
+import _thread
+import sys
+import threading
+
+from grader.worker import confine
+
+assert confine.seal_threads() == ()
+count, problem = confine.refused_thread_starts(_thread.start_new_thread)
+assert problem == "", problem
+refused = []
+del sys.modules["_thread"]
+import _thread as second  # noqa: E402
+for start in (lambda: _thread.start_new(print, ()),
+              lambda: threading.Thread(target=print).start(),
+              lambda: second.start_new_thread(print, ())):
+    try:
+        start()
+    except RuntimeError as error:
+        refused.append(str(error))
+print(len(refused), count(), count())
+'''
+
+
+def test_every_refused_thread_start_is_counted() -> None:
+    """Principle 4's kernel wall tells the grader: every thread start the
+    seal refused, by any route, is counted once (CPython keeps the thread
+    state it made for it), and the grader's own test start is not."""
+    done = subprocess.run([sys.executable, "-c", THREAD_CHILD],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=KIT, env={**os.environ, "PYTHONPATH": str(KIT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["3", "3", "0"]
