@@ -187,18 +187,8 @@ class Synonyms(ast.NodeTransformer):
         return node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        """Operands of ``+`` and ``*`` in one order (not of a list or a
-        string: their ``+`` does not commute)."""
         self.generic_visit(node)
-        if isinstance(node.op, (ast.Add, ast.Mult)) and not any(
-                isinstance(side, (ast.List, ast.Tuple, ast.ListComp,
-                                  ast.JoinedStr))
-                or (isinstance(side, ast.Constant)
-                    and isinstance(side.value, str))
-                for side in (node.left, node.right)):
-            left, right = sorted((node.left, node.right), key=ast.dump)
-            node.left, node.right = left, right
-        return node
+        return _commuted(node)
 
     # -- calls
 
@@ -284,7 +274,7 @@ class Synonyms(ast.NodeTransformer):
             return _method_call(tensor, op, args, keywords)
         args, keywords = found
         if op in _OPERATORS and len(args) == 1 and not keywords:
-            return ast.BinOp(tensor, _OPERATORS[op](), args[0])
+            return _commuted(ast.BinOp(tensor, _OPERATORS[op](), args[0]))
         if op == "transpose" and len(args) == 2 and not keywords:
             return self._transpose(tensor, args)
         return _method_call(tensor, op, args, keywords)
@@ -328,6 +318,20 @@ class Synonyms(ast.NodeTransformer):
         if swapped:
             right = self._transpose(right, [_number(a) for a in axes])
         return ast.BinOp(left, ast.MatMult(), right)
+
+
+def _commuted(node: ast.BinOp) -> ast.BinOp:
+    """The operands of ``+`` and ``*`` in one order (not of a list or a
+    string: their ``+`` does not commute)."""
+    if isinstance(node.op, (ast.Add, ast.Mult)) and not any(
+            isinstance(side, (ast.List, ast.Tuple, ast.ListComp,
+                              ast.JoinedStr))
+            or (isinstance(side, ast.Constant)
+                and isinstance(side.value, str))
+            for side in (node.left, node.right)):
+        node.left, node.right = sorted((node.left, node.right),
+                                       key=ast.dump)
+    return node
 
 
 def _method_call(tensor: ast.expr, op: str, args: list[ast.expr],

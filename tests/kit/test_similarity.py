@@ -120,6 +120,19 @@ def test_the_report_marks_the_shared_lines_helpers_included(ranked):
     # The one product written with einsum reads as the ``@`` it spells.
     assert ('scores = torch.einsum("bid,bjd->bij", qh, kh) / self.scale'
             in shared)
+    respelt = _shared(_pair(pairs, "max", "dan"), "max")
+    assert ("out.append(torch.matmul(a[..., part], b[..., part]"
+            ".permute(0, 2, 1)))") in respelt
+    assert "while i < n:" in respelt and "i += 1" in respelt
+    assert ('sc = sc.masked_fill(upper, -float("inf"))  '
+            '# [bs, heads, seq, seq]') in respelt
+    assert "if not return_attention:" not in respelt
+    forms = _shared(_pair(pairs, "ned", "fay"), "ned")
+    assert ("weights = softmax(matmul(query, key.t()) / self.scale, "
+            "dim=-1)") in forms
+    assert ("att = self.mix(att.transpose(2, 1).contiguous()"
+            ".view(bs, seq, -1))") in forms
+    assert "logits = torch.where(allowed, logits, -math.inf)" in forms
     # The HTML report marks them, in the pair's section, escaped.
     assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
             "float(&#x27;-inf&#x27;))</mark>") in page
@@ -259,3 +272,120 @@ def test_code_too_deep_to_compare_is_a_reason_not_a_crash():
                              "to compare (RecursionError)"]
     assert {code.origin[i][0] for _, indexes in code.units
             for i in indexes} == {"task2"}
+
+
+# API synonyms (grader.analyse.synonyms): each pair reads alike once
+# normalised (imports already written as the module they name).
+MODULES = frozenset({"torch", "torch.nn", "torch.nn.functional", "math"})
+SAME = [
+    ("torch.matmul(a, b)", "a @ b"),
+    ("torch.bmm(a, b)", "a.matmul(b)"),
+    ("a.bmm(b)", "a @ b"),
+    ("torch.einsum('bij,bjk->bik', a, b)", "a @ b"),
+    ("torch.einsum('bid,bjd->bij', a, b)", "a @ b.transpose(1, 2)"),
+    ("torch.einsum('...id,...jd->...ij', a, b)", "a @ b.mT"),
+    ("x.permute(0, 2, 1)", "x.transpose(1, 2)"),
+    ("x.permute(0, 2, 1, 3)", "torch.transpose(x, 2, 1)"),
+    ("x.swapaxes(-1, -2)", "x.mT"),
+    ("x.T", "x.t()"),
+    ("x.permute(0, 1, 2)", "x"),
+    ("torch.nn.functional.softmax(x, -1)", "torch.softmax(x, dim=-1)"),
+    ("x.softmax(dim=-1)", "torch.nn.Softmax(dim=-1)(x)"),
+    ("torch.div(x, s)", "x / s"),
+    ("x.mul(s)", "s * x"),
+    ("torch.sub(a, b)", "a - b"),
+    ("-float('inf')", "float('-inf')"),
+    ("-math.inf", "float('-inf')"),
+    ("torch.ones(n, n).triu(diagonal=1)", "torch.triu(torch.ones((n, n)), 1)"),
+    ("torch.tril(m, diagonal=0)", "m.tril()"),
+    ("torch.cat(xs, dim=-1)", "torch.concat(xs, -1)"),
+    ("torch.stack(xs, dim=0)", "torch.stack(tensors=xs)"),
+    ("x.view(a, b, -1)", "torch.reshape(x, (a, b, -1))"),
+    ("x.contiguous().view(a, -1)", "x.reshape((a, -1))"),
+    ("torch.flatten(x, start_dim=0, end_dim=1)", "x.flatten(0, 1)"),
+    ("x.size(0)", "x.shape[0]"),
+    ("x[:, :, i]", "x[..., i]"),
+    ("range(0, n)", "range(n)"),
+    ("n > i", "i < n"),
+    ("math.sqrt(d)", "d ** 0.5"),
+]
+DIFFERENT = [
+    ("x.transpose(1, 2)", "x.transpose(0, 1)"),
+    ("x.transpose(1, 2)", "x.transpose(-2, -1)"),
+    ("x.permute(0, 2, 3, 1)", "x.transpose(1, 3)"),
+    ("torch.einsum('bij,bkj->bki', a, b)", "a @ b.transpose(1, 2)"),
+    ("a @ b", "b @ a"),
+    ("torch.sub(a, b)", "b - a"),
+    ("x / s", "x * s"),
+    ("x.softmax(-1)", "x.softmax(1)"),
+    ("x.log_softmax(-1)", "x.softmax(-1)"),
+    ("float('inf')", "float('-inf')"),
+    ("torch.ones(n, n).triu(1)", "torch.ones(n, n).tril(1)"),
+    ("torch.div(x, s, rounding_mode='floor')", "x / s"),
+    ("x.flatten(0, 1)", "x.flatten(1)"),
+    ("[a] + b", "b + [a]"),
+    ("x[:, i]", "x[i]"),
+]
+
+
+def _canonical(text: str) -> str:
+    import ast
+
+    from grader.analyse.synonyms import canonical
+
+    return ast.unparse(canonical(ast.parse(text, mode="eval"), MODULES))
+
+
+@pytest.mark.parametrize("one, two", SAME)
+def test_api_synonyms_normalise_alike(one, two):
+    assert _canonical(one) == _canonical(two)
+
+
+@pytest.mark.parametrize("one, two", DIFFERENT)
+def test_different_computations_stay_different(one, two):
+    assert _canonical(one) != _canonical(two)
+
+
+# Statement forms, in SelfAttention.forward of correct_bmm.py (compared as
+# in test_one_refactoring_changes_nothing_compared).
+LOOPS = {
+    "for": "        for i in range(3):\n            q = q + 1\n",
+    "while": "        i = 0\n        while i < 3:\n            q = q + 1\n"
+             "            i += 1\n",
+    "while, reversed test": "        i = 0\n        while 3 > i:\n"
+                            "            q = 1 + q\n            i = i + 1\n",
+}
+
+
+def _with(extra: str) -> Counter:
+    original = (SUBMISSIONS / "correct_bmm.py").read_text(encoding="utf-8")
+    text = original.replace(FORWARD, extra + FORWARD)
+    assert text != original
+    compile(text, "student.py", "exec")
+    return _statements(text)
+
+
+def test_a_counter_loop_reads_as_its_for_loop():
+    found = {how: _with(body) for how, body in LOOPS.items()}
+    assert found["while"] == found["for"] == found["while, reversed test"]
+    # A loop whose counter is read after it (a for leaves another value),
+    # or that skips the increment with continue, is not rewritten.
+    read_after = LOOPS["while"] + "        q = q + i\n"
+    assert _with(read_after) != _with(LOOPS["for"] + "        q = q + i\n")
+    skipping = ("        i = 0\n        while i < 3:\n"
+                "            if q is None:\n                continue\n"
+                "            q = q + 1\n            i += 1\n")
+    assert _with(skipping) != _with(
+        "        for i in range(3):\n            if q is None:\n"
+        "                continue\n            q = q + 1\n")
+
+
+def test_a_negated_test_with_an_else_reads_as_the_branches_swapped():
+    plain = _with("        if q is None:\n            q = k\n"
+                  "        else:\n            q = v\n")
+    negated = _with("        if not q is None:\n            q = v\n"
+                    "        else:\n            q = k\n")
+    assert plain == negated
+    # Without an else (nor an exit), `not` is the computation.
+    assert _with("        if q is None:\n            q = k\n") != _with(
+        "        if not q is None:\n            q = k\n")
