@@ -53,7 +53,8 @@ _SEQUENCE_OPS = {"cat": (("tensors", "dim"), {1: 0}),
                  "concatenate": (("tensors", "dim"), {1: 0}),
                  "stack": (("tensors", "dim"), {1: 0})}
 #: Modules whose functions are the tensor operations above.
-_FUNCTION_MODULES = ("torch", "torch.nn.functional", "torch.special")
+_FUNCTION_MODULES = ("torch", "torch.nn.functional", "torch.special",
+                     "torch.Tensor")
 #: Factories whose shape may be a tuple or separate arguments.
 _FACTORIES = frozenset({"ones", "zeros", "empty", "rand", "randn"})
 #: Operations written as an operator.

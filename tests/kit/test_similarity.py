@@ -292,6 +292,7 @@ SAME = [
     ("torch.nn.functional.softmax(x, -1)", "torch.softmax(x, dim=-1)"),
     ("x.softmax(dim=-1)", "torch.nn.Softmax(dim=-1)(x)"),
     ("torch.div(x, s)", "x / s"),
+    ("torch.Tensor.softmax(x, -1)", "x.softmax(-1)"),
     ("x.mul(s)", "s * x"),
     ("torch.sub(a, b)", "a - b"),
     ("-float('inf')", "float('-inf')"),
