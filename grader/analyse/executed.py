@@ -755,7 +755,10 @@ class _Strings(ast.NodeTransformer):
 
 def _simple(value: ast.expr, roots: set[str]) -> bool:
     """A constant, or a name of ``roots`` and attributes of it
-    (``self.width``): what an alias may stand for."""
+    (``self.width``), or a tuple of those: what an alias may stand
+    for."""
+    if isinstance(value, ast.Tuple):
+        return all(_simple(v, roots) for v in value.elts)
     while isinstance(value, ast.Attribute):
         value = value.value
     return isinstance(value, ast.Constant) or (

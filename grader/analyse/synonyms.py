@@ -25,6 +25,7 @@ _OPS: dict[str, tuple[tuple[str, ...], dict[int, object]]] = {
     "tril": (("diagonal",), {0: 0}),
     "masked_fill": (("mask", "value"), {}),
     "flatten": (("start_dim", "end_dim"), {0: 0, 1: -1}),
+    "unflatten": (("dim", "sizes"), {}),
     "unsqueeze": (("dim",), {}),
     "squeeze": (("dim",), {}),
     "sum": (("dim", "keepdim"), {1: False}),
@@ -229,8 +230,11 @@ class Synonyms(ast.NodeTransformer):
             shape = ast.Attribute(func.value, "shape", ast.Load())
             return (ast.Subscript(shape, node.args[0], ast.Load())
                     if node.args else shape)
-        if op == "einsum":
-            return node
+        if op == "where" and len(node.args) == 2 and not node.keywords:
+            # x.where(c, y) is torch.where(c, x, y)
+            return ast.Call(ast.Attribute(ast.Name("torch", ast.Load()),
+                                          "where", ast.Load()),
+                            [node.args[0], func.value, node.args[1]], [])
         if op in _OPS or op in _SHAPED:
             return self._call(func.value, op, node.args, node.keywords)
         return node

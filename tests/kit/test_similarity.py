@@ -4,12 +4,13 @@
 A class of independent solutions of ``multi_head_attention`` (one file of
 each family of the kit's corpus: the mutation corpora are one file with
 one statement changed, copies by construction, so only one of each is a
-student here) and five disguised copies from ``hostile/similarity/``,
+student here) and six disguised copies from ``hostile/similarity/``,
 each of a different classmate and in its own style: helpers extracted and
 renamed; reordered, renamed and reformatted; a helper class, lambdas and a
 submodule with one product written with einsum; ``while`` helpers with
 every call respelt by an API synonym; private methods with calls in the
-other form (function for method, keyword for positional). Each copy pair
+other form (function for method, keyword for positional); every method
+as a ``torch`` function with sizes in a tuple. Each copy pair
 must rank above every unrelated pair, and the report must mark the shared
 lines (the copy's helpers and respelt calls too). The normalisation of
 API synonyms is tested on pairs of snippets (``grader.analyse.synonyms``).
@@ -48,6 +49,7 @@ COPIED = {
     "jon": ("copy_helper_class_lambdas.py", "amy"),
     "max": ("copy_api_synonyms.py", "dan"),
     "ned": ("copy_method_forms.py", "fay"),
+    "oli": ("copy_function_forms.py", "cat"),
 }
 
 
@@ -89,11 +91,14 @@ def test_a_disguised_copy_ranks_above_every_unrelated_pair(ranked, copy):
     pairs, _ = ranked
     original = COPIED[copy][1]
     pair = _pair(pairs, copy, original)
-    copies = {frozenset((c, o)) for c, (_, o) in COPIED.items()}
+    # Related: a copy and its original, two copies of one original.
+    copies = {frozenset((c, o)) for c, (_, o) in COPIED.items()} | {
+        frozenset((c, d)) for c, (_, o) in COPIED.items()
+        for d, (_, e) in COPIED.items() if c != d and o == e}
     unrelated = [p for p in pairs
                  if frozenset((p.left.student, p.right.student))
                  not in copies]
-    assert len(unrelated) == 66 - len(COPIED)
+    assert len(unrelated) == 78 - len(copies)
     best = max(unrelated, key=lambda p: p.rank)
     assert pair.rank > best.rank + 0.2, (pair.shares, best.left.student,
                                          best.right.student, best.shares)
@@ -133,10 +138,13 @@ def test_the_report_marks_the_shared_lines_helpers_included(ranked):
     assert ("att = self.mix(att.transpose(2, 1).contiguous()"
             ".view(bs, seq, -1))") in forms
     assert "logits = torch.where(allowed, logits, -math.inf)" in forms
+    functions = _shared(_pair(pairs, "oli", "cat"), "oli")
+    assert "logits = qq.bmm(kk.permute(0, 2, 1)).div(self.scale)" in functions
+    assert "logits = torch.masked_fill(logits, hide, -math.inf)" in functions
     # The HTML report marks them, in the pair's section, escaped.
     assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
             "float(&#x27;-inf&#x27;))</mark>") in page
-    assert "12 of 14 students had code of their own" in page
+    assert "13 of 15 students had code of their own" in page
     assert "not a verdict" in page and "similar by nature" in page
     assert ("kim: SelfAttention: the code does not parse (SyntaxError at "
             "line 73: &#x27;(&#x27; was never closed)") in page
@@ -293,6 +301,8 @@ SAME = [
     ("x.softmax(dim=-1)", "torch.nn.Softmax(dim=-1)(x)"),
     ("torch.div(x, s)", "x / s"),
     ("torch.Tensor.softmax(x, -1)", "x.softmax(-1)"),
+    ("x.where(m, y)", "torch.where(m, x, y)"),
+    ("torch.unflatten(x, dim=-1, sizes=(h, d))", "x.unflatten(-1, (h, d))"),
     ("x.mul(s)", "s * x"),
     ("torch.sub(a, b)", "a - b"),
     ("-float('inf')", "float('-inf')"),
