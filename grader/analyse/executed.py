@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.analyse.synonyms import canonical, counter_loops, if_test
+
 #: How deep helpers are inlined into helpers.
 MAX_DEPTH = 4
 #: At most this many units per graded function, tokens per unit.
@@ -340,7 +342,9 @@ class Expander:
 
     def _block(self, func: ast.AST, body: list[ast.stmt], frame: _Frame,
                out: list, owned_only: bool) -> None:
-        for node in body:
+        # A counter loop reads as the ``for`` it spells; whose code it is
+        # is judged on the statement written.
+        for node, written in counter_loops(body):
             if len(out) >= MAX_UNITS:
                 return
             if _inert(node) or isinstance(node, (ast.Import, ast.ImportFrom,
@@ -348,7 +352,7 @@ class Expander:
                 continue
             if isinstance(node, _DEFINITIONS) or _lambda_binding(node):
                 continue  # a local helper: inlined where it is called
-            mine = not owned_only or self.owns(func, node)
+            mine = not owned_only or self.owns(func, written)
             blocks = _blocks(node)
             if blocks:
                 if mine:
@@ -495,6 +499,10 @@ class Expander:
         normal = _Normaliser(self.scope, positions, members).visit(
             copy.deepcopy(node))
         try:
+            # One spelling per operation, then strings to placeholders
+            # (an einsum's pattern is read first).
+            normal = _Strings().visit(canonical(normal, frozenset(
+                self.scope.imports.values())))
             text = ast.unparse(ast.fix_missing_locations(normal))
         except (ValueError, TypeError, AttributeError, RecursionError):
             return ()
@@ -693,7 +701,7 @@ def _rename_locals(body: list[ast.stmt], params: list[str],
 
 class _Normaliser(ast.NodeTransformer):
     """Names to placeholders, imports to the module they name, keyword
-    arguments sorted, long strings and f-strings to one token."""
+    arguments sorted."""
 
     def __init__(self, scope: FileScope, positions: dict[str, str],
                  members: set[str]) -> None:
@@ -732,6 +740,10 @@ class _Normaliser(ast.NodeTransformer):
         node.keywords.sort(key=lambda k: k.arg or "")
         return node
 
+
+class _Strings(ast.NodeTransformer):
+    """Long strings and f-strings to one token."""
+
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         if isinstance(node.value, str) and len(node.value) > 12:
             return ast.copy_location(ast.Name(STRING, ast.Load()), node)
@@ -743,7 +755,10 @@ class _Normaliser(ast.NodeTransformer):
 
 def _simple(value: ast.expr, roots: set[str]) -> bool:
     """A constant, or a name of ``roots`` and attributes of it
-    (``self.width``): what an alias may stand for."""
+    (``self.width``), or a tuple of those: what an alias may stand
+    for."""
+    if isinstance(value, ast.Tuple):
+        return all(_simple(v, roots) for v in value.elts)
     while isinstance(value, ast.Attribute):
         value = value.value
     return isinstance(value, ast.Constant) or (
@@ -921,9 +936,12 @@ def header_key(node: ast.stmt) -> str | None:
 def _header(node: ast.stmt) -> ast.stmt | None:
     """A compound statement's own part (its test, its loop), as a
     statement whose tokens stand for it."""
-    if isinstance(node, (ast.If, ast.While)):
-        return ast.Expr(ast.Call(ast.Name(type(node).__name__.lower(),
-                                          ast.Load()), [node.test], []))
+    if isinstance(node, ast.If):
+        return ast.Expr(ast.Call(ast.Name("if", ast.Load()),
+                                 [if_test(node)], []))
+    if isinstance(node, ast.While):
+        return ast.Expr(ast.Call(ast.Name("while", ast.Load()),
+                                 [node.test], []))
     if isinstance(node, (ast.For, ast.AsyncFor)):
         return ast.Assign(targets=[node.target], value=ast.Call(
             ast.Name("for", ast.Load()), [node.iter], []))

@@ -4,13 +4,17 @@
 A class of independent solutions of ``multi_head_attention`` (one file of
 each family of the kit's corpus: the mutation corpora are one file with
 one statement changed, copies by construction, so only one of each is a
-student here) and three disguised copies from ``hostile/similarity/``,
+student here) and six disguised copies from ``hostile/similarity/``,
 each of a different classmate and in its own style: helpers extracted and
 renamed; reordered, renamed and reformatted; a helper class, lambdas and a
-submodule with one product written with einsum. Each copy pair must rank
-above every unrelated pair, and the report must mark the shared lines
-(the copy's helpers too) and not the product that differs. Static: nothing
-runs, no sandbox (a few seconds).
+submodule with one product written with einsum; ``while`` helpers with
+every call respelt by an API synonym; private methods with calls in the
+other form (function for method, keyword for positional); every method
+as a ``torch`` function with sizes in a tuple. Each copy pair
+must rank above every unrelated pair, and the report must mark the shared
+lines (the copy's helpers and respelt calls too). The normalisation of
+API synonyms is tested on pairs of snippets (``grader.analyse.synonyms``).
+Static: nothing runs, no sandbox (a few seconds).
 """
 from __future__ import annotations
 
@@ -43,6 +47,9 @@ COPIED = {
     "hal": ("copy_helpers_renamed.py", "eve"),
     "ida": ("copy_reordered_reformatted.py", "cat"),
     "jon": ("copy_helper_class_lambdas.py", "amy"),
+    "max": ("copy_api_synonyms.py", "dan"),
+    "ned": ("copy_method_forms.py", "fay"),
+    "oli": ("copy_function_forms.py", "cat"),
 }
 
 
@@ -84,11 +91,14 @@ def test_a_disguised_copy_ranks_above_every_unrelated_pair(ranked, copy):
     pairs, _ = ranked
     original = COPIED[copy][1]
     pair = _pair(pairs, copy, original)
-    copies = {frozenset((c, o)) for c, (_, o) in COPIED.items()}
+    # Related: a copy and its original, two copies of one original.
+    copies = {frozenset((c, o)) for c, (_, o) in COPIED.items()} | {
+        frozenset((c, d)) for c, (_, o) in COPIED.items()
+        for d, (_, e) in COPIED.items() if c != d and o == e}
     unrelated = [p for p in pairs
                  if frozenset((p.left.student, p.right.student))
                  not in copies]
-    assert len(unrelated) == 45 - len(COPIED)
+    assert len(unrelated) == 78 - len(copies)
     best = max(unrelated, key=lambda p: p.rank)
     assert pair.rank > best.rank + 0.2, (pair.shares, best.left.student,
                                          best.right.student, best.shares)
@@ -112,12 +122,29 @@ def test_the_report_marks_the_shared_lines_helpers_included(ranked):
     shared = _shared(lambdas, "jon")
     assert "o.view(b, n, s, d).transpose(1, 2).reshape(b, s, -1))" in shared
     assert "return t.transpose(1, 2).reshape(b * n, s, d)" in shared
-    # The one product written otherwise is not shared.
-    assert not any("einsum" in line for line in shared)
+    # The one product written with einsum reads as the ``@`` it spells.
+    assert ('scores = torch.einsum("bid,bjd->bij", qh, kh) / self.scale'
+            in shared)
+    respelt = _shared(_pair(pairs, "max", "dan"), "max")
+    assert ("out.append(torch.matmul(a[..., part], b[..., part]"
+            ".permute(0, 2, 1)))") in respelt
+    assert "while i < n:" in respelt and "i += 1" in respelt
+    assert ('sc = sc.masked_fill(upper, -float("inf"))  '
+            '# [bs, heads, seq, seq]') in respelt
+    assert "if not return_attention:" not in respelt
+    forms = _shared(_pair(pairs, "ned", "fay"), "ned")
+    assert ("weights = softmax(matmul(query, key.t()) / self.scale, "
+            "dim=-1)") in forms
+    assert ("att = self.mix(att.transpose(2, 1).contiguous()"
+            ".view(bs, seq, -1))") in forms
+    assert "logits = torch.where(allowed, logits, -math.inf)" in forms
+    functions = _shared(_pair(pairs, "oli", "cat"), "oli")
+    assert "logits = qq.bmm(kk.permute(0, 2, 1)).div(self.scale)" in functions
+    assert "logits = torch.masked_fill(logits, hide, -math.inf)" in functions
     # The HTML report marks them, in the pair's section, escaped.
     assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
             "float(&#x27;-inf&#x27;))</mark>") in page
-    assert "10 of 12 students had code of their own" in page
+    assert "13 of 15 students had code of their own" in page
     assert "not a verdict" in page and "similar by nature" in page
     assert ("kim: SelfAttention: the code does not parse (SyntaxError at "
             "line 73: &#x27;(&#x27; was never closed)") in page
@@ -253,3 +280,123 @@ def test_code_too_deep_to_compare_is_a_reason_not_a_crash():
                              "to compare (RecursionError)"]
     assert {code.origin[i][0] for _, indexes in code.units
             for i in indexes} == {"task2"}
+
+
+# API synonyms (grader.analyse.synonyms): each pair reads alike once
+# normalised (imports already written as the module they name).
+MODULES = frozenset({"torch", "torch.nn", "torch.nn.functional", "math"})
+SAME = [
+    ("torch.matmul(a, b)", "a @ b"),
+    ("torch.bmm(a, b)", "a.matmul(b)"),
+    ("a.bmm(b)", "a @ b"),
+    ("torch.einsum('bij,bjk->bik', a, b)", "a @ b"),
+    ("torch.einsum('bid,bjd->bij', a, b)", "a @ b.transpose(1, 2)"),
+    ("torch.einsum('...id,...jd->...ij', a, b)", "a @ b.mT"),
+    ("x.permute(0, 2, 1)", "x.transpose(1, 2)"),
+    ("x.permute(0, 2, 1, 3)", "torch.transpose(x, 2, 1)"),
+    ("x.swapaxes(-1, -2)", "x.mT"),
+    ("x.T", "x.t()"),
+    ("x.permute(0, 1, 2)", "x"),
+    ("torch.nn.functional.softmax(x, -1)", "torch.softmax(x, dim=-1)"),
+    ("x.softmax(dim=-1)", "torch.nn.Softmax(dim=-1)(x)"),
+    ("torch.div(x, s)", "x / s"),
+    ("torch.Tensor.softmax(x, -1)", "x.softmax(-1)"),
+    ("x.where(m, y)", "torch.where(m, x, y)"),
+    ("torch.unflatten(x, dim=-1, sizes=(h, d))", "x.unflatten(-1, (h, d))"),
+    ("x.mul(s)", "s * x"),
+    ("torch.sub(a, b)", "a - b"),
+    ("-float('inf')", "float('-inf')"),
+    ("-math.inf", "float('-inf')"),
+    ("torch.ones(n, n).triu(diagonal=1)", "torch.triu(torch.ones((n, n)), 1)"),
+    ("torch.tril(m, diagonal=0)", "m.tril()"),
+    ("torch.cat(xs, dim=-1)", "torch.concat(xs, -1)"),
+    ("torch.stack(xs, dim=0)", "torch.stack(tensors=xs)"),
+    ("x.view(a, b, -1)", "torch.reshape(x, (a, b, -1))"),
+    ("x.contiguous().view(a, -1)", "x.reshape((a, -1))"),
+    ("torch.flatten(x, start_dim=0, end_dim=1)", "x.flatten(0, 1)"),
+    ("x.size(0)", "x.shape[0]"),
+    ("x[:, :, i]", "x[..., i]"),
+    ("range(0, n)", "range(n)"),
+    ("n > i", "i < n"),
+    ("math.sqrt(d)", "d ** 0.5"),
+]
+DIFFERENT = [
+    ("x.transpose(1, 2)", "x.transpose(0, 1)"),
+    ("x.transpose(1, 2)", "x.transpose(-2, -1)"),
+    ("x.permute(0, 2, 3, 1)", "x.transpose(1, 3)"),
+    ("torch.einsum('bij,bkj->bki', a, b)", "a @ b.transpose(1, 2)"),
+    ("a @ b", "b @ a"),
+    ("torch.sub(a, b)", "b - a"),
+    ("x / s", "x * s"),
+    ("x.softmax(-1)", "x.softmax(1)"),
+    ("x.log_softmax(-1)", "x.softmax(-1)"),
+    ("float('inf')", "float('-inf')"),
+    ("torch.ones(n, n).triu(1)", "torch.ones(n, n).tril(1)"),
+    ("torch.div(x, s, rounding_mode='floor')", "x / s"),
+    ("x.flatten(0, 1)", "x.flatten(1)"),
+    ("[a] + b", "b + [a]"),
+    ("x[:, i]", "x[i]"),
+]
+
+
+def _canonical(text: str) -> str:
+    import ast
+
+    from grader.analyse.synonyms import canonical
+
+    return ast.unparse(canonical(ast.parse(text, mode="eval"), MODULES))
+
+
+@pytest.mark.parametrize("one, two", SAME)
+def test_api_synonyms_normalise_alike(one, two):
+    assert _canonical(one) == _canonical(two)
+
+
+@pytest.mark.parametrize("one, two", DIFFERENT)
+def test_different_computations_stay_different(one, two):
+    assert _canonical(one) != _canonical(two)
+
+
+# Statement forms, in SelfAttention.forward of correct_bmm.py (compared as
+# in test_one_refactoring_changes_nothing_compared).
+LOOPS = {
+    "for": "        for i in range(3):\n            q = q + 1\n",
+    "while": "        i = 0\n        while i < 3:\n            q = q + 1\n"
+             "            i += 1\n",
+    "while, reversed test": "        i = 0\n        while 3 > i:\n"
+                            "            q = 1 + q\n            i = i + 1\n",
+}
+
+
+def _with(extra: str) -> Counter:
+    original = (SUBMISSIONS / "correct_bmm.py").read_text(encoding="utf-8")
+    text = original.replace(FORWARD, extra + FORWARD)
+    assert text != original
+    compile(text, "student.py", "exec")
+    return _statements(text)
+
+
+def test_a_counter_loop_reads_as_its_for_loop():
+    found = {how: _with(body) for how, body in LOOPS.items()}
+    assert found["while"] == found["for"] == found["while, reversed test"]
+    # A loop whose counter is read after it (a for leaves another value),
+    # or that skips the increment with continue, is not rewritten.
+    read_after = LOOPS["while"] + "        q = q + i\n"
+    assert _with(read_after) != _with(LOOPS["for"] + "        q = q + i\n")
+    skipping = ("        i = 0\n        while i < 3:\n"
+                "            if q is None:\n                continue\n"
+                "            q = q + 1\n            i += 1\n")
+    assert _with(skipping) != _with(
+        "        for i in range(3):\n            if q is None:\n"
+        "                continue\n            q = q + 1\n")
+
+
+def test_a_negated_test_with_an_else_reads_as_the_branches_swapped():
+    plain = _with("        if q is None:\n            q = k\n"
+                  "        else:\n            q = v\n")
+    negated = _with("        if not q is None:\n            q = v\n"
+                    "        else:\n            q = k\n")
+    assert plain == negated
+    # Without an else (nor an exit), `not` is the computation.
+    assert _with("        if q is None:\n            q = k\n") != _with(
+        "        if not q is None:\n            q = k\n")
