@@ -25,6 +25,13 @@ CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 # find): the statement's comment is not verified (it fails closed).
 UNREAD_RECORD = "unread"  # grader.wire.UNREAD_RECORD
 MAX_HELD_DEPTH = 8
+# The kind of a planned statement that records nothing: it only groups the
+# lines of a statement of the student's code, so that a tensor made on them
+# is judged when the whole statement is over (grader.shapes.SPAN_KIND).
+SPAN_KIND = "span"
+# Tensors made on a frame's current statement, watched until it completes;
+# past them, the statement counts as one whose tensor outlived it.
+MAX_MADE_PENDING = 256
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
 # forbidden use is always listed); past them, only their number.
@@ -266,7 +273,8 @@ def plan_units(statements: list[dict]) -> tuple[list, dict]:
 
 def line_tracer(units: list, line_unit: dict, record: Callable,
                 shape_of: Callable, read_chain: Callable, expand: Callable,
-                counters: dict, read: Callable | None = None
+                counters: dict, read: Callable | None = None,
+                settle: Callable | None = None
                 ) -> Callable[[], Callable]:
     """Return a factory of local trace functions, one per traced frame.
 
@@ -280,11 +288,15 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     reading runs through ``read`` (:func:`shape_tracer`'s: traced), and an
     error of its own marks ``counters["silenced"]``.
     ``counters["returns"]`` counts the traced frames that returned.
+    A statement of kind SPAN_KIND records nothing (it only groups lines).
+    ``settle(frame)`` (:func:`made_keeper`) runs when a unit of the frame
+    completes and when the frame returns.
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
     """
     b_BaseException = BaseException
+    span_kind = SPAN_KIND
 
     def plain(function, *args):
         return function(*args)
@@ -302,7 +314,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             local_values = frame.f_locals
             global_values = frame.f_globals
             for statement in units[pending]:
-                if statement["kind"] == "return":
+                kind = statement["kind"]
+                if kind == "return" or kind == span_kind:
                     continue
                 record(statement, [shape_of(read_chain(
                     chain, local_values, global_values))
@@ -323,6 +336,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                     unit = line_unit.get(frame.f_lineno)
                     if unit != state["pending"]:
                         traced(finish, frame)
+                        if settle is not None:
+                            settle(frame)
                         state["pending"] = unit
                         if unit is not None:
                             for statement in units[unit]:
@@ -334,6 +349,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 elif event == "return":
                     counters["returns"] += 1
                     traced(returned, frame, arg)
+                    if settle is not None:
+                        settle(frame)
                 return trace
             except b_BaseException:
                 counters["silenced"] = True
@@ -1897,8 +1914,10 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     def held(value):
         return expand(value, True)
 
+    made, settle, clear_made = made_keeper(phase, classify, is_tensor)
+    phase["clear_made"] = clear_made
     local_tracer = line_tracer(units, line_unit, record, held,
-                               read_chain, expand, phase, read)
+                               read_chain, expand, phase, read, settle)
 
     def note_recorder(find, frame, code):
         """Report a stand-in for tensors that ``find`` sees at ``frame``."""
@@ -1919,7 +1938,10 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
         try:
             code = frame.f_code
             if code is handler_code:
-                return judge(frame)
+                verdict = judge(frame)
+                if verdict is None and phase["tracing"]:
+                    return made(frame)
+                return verdict
             kind = classify(code)
             if kind == "agent":
                 entry = inert.get(b_id(code))
@@ -1972,6 +1994,75 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     if reads is not None:
         reads[1](global_tracer)
     return global_tracer, still_tracing
+
+
+def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
+                ) -> tuple[Callable, Callable, Callable]:
+    """Return ``made(frame)``, ``settle(frame)`` and ``clear()``: which
+    lines of the submission made a tensor that outlived their statement.
+
+    ``made`` runs at the call of the torch function mode's handler
+    (``frame``): a torch operation is about to run. The nearest frame of
+    the submission's below it (however many library frames lie between:
+    a layer's ``forward``) is the line that asked for it; ``made`` returns
+    a local trace function that, when the operation returns a tensor,
+    keeps a weak reference to it for that frame and line. ``settle(frame)``
+    (when a statement of the frame completes, or the frame returns or
+    yields) adds to ``phase["made"]`` every such line whose tensor is
+    still alive: the statement kept it somewhere (a name, a container, a
+    default, a class body, a context variable, an ``out=`` tensor).
+    Intermediates that die with the statement (``x.sum().item()``) count
+    for nothing. Past MAX_MADE_PENDING tensors on one statement, its line
+    counts as made (fails closed). Nothing of the submission's runs here:
+    the references are weak, and a tensor is known by its classes alone.
+    """
+    import weakref
+
+    b_id, b_len, b_TypeError = id, len, TypeError
+    weak_ref = weakref.ref
+    pending: dict = {}     # id(frame) -> [frame, [(line, reference)]]
+    max_pending = MAX_MADE_PENDING
+
+    def made(frame):
+        caller = frame.f_back
+        while caller is not None and \
+                classify(caller.f_code) != "submission":
+            caller = caller.f_back
+        if caller is None or phase["made"] is None:
+            return None
+        line = caller.f_lineno
+        frame.f_trace_lines = False
+
+        def returned(_frame, event, arg):
+            if event != "return" or not is_tensor(arg):
+                return None
+            entry = pending.get(b_id(caller))
+            if entry is None or entry[0] is not caller:
+                entry = pending[b_id(caller)] = [caller, []]
+            if b_len(entry[1]) >= max_pending:
+                phase["made"][line] = True
+                return None
+            try:
+                entry[1].append((line, weak_ref(arg)))
+            except b_TypeError:
+                phase["made"][line] = True
+            return None
+        return returned
+
+    def settle(frame):
+        entry = pending.get(b_id(frame))
+        if entry is None or entry[0] is not frame:
+            return
+        del pending[b_id(frame)]
+        lines = phase["made"]
+        for line, reference in entry[1]:
+            if lines is not None and reference() is not None:
+                lines[line] = True
+
+    def clear():
+        pending.clear()
+
+    return made, settle, clear
 
 
 def traced_reads(quiet: set) -> tuple[Callable, Callable]:
@@ -2833,6 +2924,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if tracing:
             phase["records"] = {}
             phase["left_out"] = {}
+            phase["made"] = {}
             phase["calls"] = phase["returns"] = 0
         phase["tracing"] = tracing
         try:
@@ -2840,11 +2932,14 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         finally:
             phase["tracing"] = False
         if tracing:
+            phase["clear_made"]()
             result["trace"] = {"records": phase["records"],
                                "left_out": phase["left_out"],
+                               "made": b_sorted(phase["made"])[:4096],
                                "intact": phase["calls"] == phase["returns"]
                                and still_tracing()}
             phase["records"] = None
+            phase["made"] = None
             phase["left_out"] = {}
         phase["held"].append(value)
         result["value"] = encode(value)
@@ -3445,7 +3540,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
-             "left_out": {},
+             "left_out": {}, "made": None,
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose
