@@ -2018,7 +2018,7 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     """
     import weakref
 
-    b_id, b_len, b_TypeError = id, len, TypeError
+    b_id, b_len, b_TypeError, b_type, b_int = id, len, TypeError, type, int
     weak_ref = weakref.ref
     pending: dict = {}     # id(frame) -> [frame, [(line, reference)]]
     max_pending = MAX_MADE_PENDING
@@ -2031,6 +2031,8 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
         if caller is None or phase["made"] is None:
             return None
         line = caller.f_lineno
+        if b_type(line) is not b_int:
+            return None
         frame.f_trace_lines = False
 
         def returned(_frame, event, arg):
