@@ -2012,9 +2012,10 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     still alive: the statement kept it somewhere (a name, a container, a
     default, a class body, a context variable, an ``out=`` tensor).
     Intermediates that die with the statement (``x.sum().item()``) count
-    for nothing. Past MAX_MADE_PENDING tensors on one statement, its line
-    counts as made (fails closed). Nothing of the submission's runs here:
-    the references are weak, and a tensor is known by its classes alone.
+    for nothing. Past MAX_MADE_PENDING tensors alive at once on one
+    statement, its line counts as made (fails closed). Nothing of the
+    submission's runs here: the references are weak, and a tensor is
+    known by its classes alone.
     """
     import weakref
 
@@ -2042,8 +2043,11 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
             if entry is None or entry[0] is not caller:
                 entry = pending[b_id(caller)] = [caller, []]
             if b_len(entry[1]) >= max_pending:
-                phase["made"][line] = True
-                return None
+                entry[1] = [kept for kept in entry[1]
+                            if kept[1]() is not None]
+                if b_len(entry[1]) >= max_pending:
+                    phase["made"][line] = True
+                    return None
             try:
                 entry[1].append((line, weak_ref(arg)))
             except b_TypeError:
