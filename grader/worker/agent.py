@@ -289,8 +289,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     error of its own marks ``counters["silenced"]``.
     ``counters["returns"]`` counts the traced frames that returned.
     A statement of kind SPAN_KIND records nothing (it only groups lines).
-    ``settle(frame)`` (:func:`made_keeper`) runs when a unit of the frame
-    completes and when the frame returns.
+    ``settle(frame, how)`` (:func:`made_keeper`) runs when a unit of the
+    frame completes, when it raises and when the frame returns.
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
@@ -304,7 +304,7 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     traced = read if read is not None else plain
 
     def local_tracer():
-        state = {"pending": None, "returning": None}
+        state = {"pending": None, "returning": None, "raising": False}
 
         def finish(frame):
             pending = state["pending"]
@@ -333,11 +333,12 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             # error of the reading ends the phase's trust and stays here.
             try:
                 if event == "line":
+                    state["raising"] = False
                     unit = line_unit.get(frame.f_lineno)
                     if unit != state["pending"]:
                         traced(finish, frame)
                         if settle is not None:
-                            settle(frame)
+                            settle(frame, "statement")
                         state["pending"] = unit
                         if unit is not None:
                             for statement in units[unit]:
@@ -346,11 +347,15 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 elif event == "exception":
                     state["pending"] = None
                     state["returning"] = None
+                    state["raising"] = True
+                    if settle is not None:
+                        settle(frame, "raised")
                 elif event == "return":
                     counters["returns"] += 1
                     traced(returned, frame, arg)
                     if settle is not None:
-                        settle(frame)
+                        settle(frame, "unwound" if state["raising"]
+                               else "returned")
                 return trace
             except b_BaseException:
                 counters["silenced"] = True
@@ -1998,30 +2003,34 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
 def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
                 ) -> tuple[Callable, Callable, Callable]:
-    """Return ``made(frame)``, ``settle(frame)`` and ``clear()``: which
-    lines of the submission made a tensor that outlived their statement.
+    """Return ``made(frame)``, ``settle(frame, how)`` and ``clear()``:
+    which lines of the submission made a tensor that outlived their
+    statement.
 
     ``made`` runs at the call of the torch function mode's handler
     (``frame``): a torch operation is about to run. The nearest frame of
     the submission's below it (however many library frames lie between:
     a layer's ``forward``) is the line that asked for it; ``made`` returns
     a local trace function that, when the operation returns a tensor,
-    keeps a weak reference to it for that frame and line. ``settle(frame)``
-    (when a statement of the frame completes, or the frame returns or
-    yields) adds to ``phase["made"]`` every such line whose tensor is
-    still alive: the statement kept it somewhere (a name, a container, a
-    default, a class body, a context variable, an ``out=`` tensor).
-    Intermediates that die with the statement (``x.sum().item()``) count
-    for nothing. Past MAX_MADE_PENDING tensors alive at once on one
-    statement, its line counts as made (fails closed). Nothing of the
-    submission's runs here: the references are weak, and a tensor is
-    known by its classes alone.
+    keeps a weak reference to it for that frame and line.
+    ``settle(frame, how)`` (when a statement of the frame completes, or
+    the frame returns or yields) adds to ``phase["made"]`` every such
+    line whose tensor is still alive: the statement kept it somewhere (a
+    name, a container, a default, a class body, a context variable, an
+    ``out=`` tensor). Intermediates that die with the statement
+    (``x.sum().item()``) count for nothing; so does a statement that
+    raised, if its tensors are gone when the frame ends (its exception's
+    traceback held them), or whose frame ends by an exception. Past
+    MAX_MADE_PENDING tensors alive at once on one statement, its line
+    counts as made (fails closed). Nothing of the submission's runs here:
+    the references are weak, and a tensor is known by its classes alone.
     """
     import weakref
 
     b_id, b_len, b_TypeError, b_type, b_int = id, len, TypeError, type, int
     weak_ref = weakref.ref
-    pending: dict = {}     # id(frame) -> [frame, [(line, reference)]]
+    # id(frame) -> [frame, [(line, reference)], [those of raised ones]]
+    pending: dict = {}
     max_pending = MAX_MADE_PENDING
 
     def made(frame):
@@ -2041,7 +2050,7 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
                 return None
             entry = pending.get(b_id(caller))
             if entry is None or entry[0] is not caller:
-                entry = pending[b_id(caller)] = [caller, []]
+                entry = pending[b_id(caller)] = [caller, [], []]
             if b_len(entry[1]) >= max_pending:
                 entry[1] = [kept for kept in entry[1]
                             if kept[1]() is not None]
@@ -2055,13 +2064,26 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
             return None
         return returned
 
-    def settle(frame):
+    def settle(frame, how):
+        """``how``: "statement" (a statement of the frame is over: its
+        tensors are judged), "raised" (the statement raised: its tensors
+        wait for the frame's end, the exception's traceback holds them
+        meanwhile), "returned" (everything is judged) or "unwound" (the
+        frame ends by an exception: nothing is)."""
         entry = pending.get(b_id(frame))
         if entry is None or entry[0] is not frame:
             return
-        del pending[b_id(frame)]
+        if how == "raised":
+            entry[2].extend(entry[1])
+            entry[1] = []
+            return
         lines = phase["made"]
-        for line, reference in entry[1]:
+        judged = entry[1]
+        entry[1] = []
+        if how != "statement":
+            del pending[b_id(frame)]
+            judged = [] if how == "unwound" else judged + entry[2]
+        for line, reference in judged:
             if lines is not None and reference() is not None:
                 lines[line] = True
 

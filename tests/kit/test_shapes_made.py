@@ -118,7 +118,51 @@ def test_the_keeper_reports_a_line_whose_tensor_outlived_it() -> None:
         return result
 
     frame = _student(handler, keep := [])
-    settle(frame)
+    settle(frame, "returned")
     assert list(phase["made"]) == [calls[0]]
     assert len(keep) == 1
     clear()
+
+
+def _fails(value: torch.Tensor) -> None:
+    raise ValueError("refused")  # its frame (in the traceback) holds value
+
+
+def test_a_statement_that_raised_is_judged_when_its_frame_ends() -> None:
+    """A tensor held only by a caught exception's traceback dies with the
+    handler (not made); one the raising statement stashed is made."""
+    phase: dict = {"made": {}}
+    codes: set = set()
+    made, settle, _ = agent.made_keeper(
+        phase, lambda code: "submission" if code in codes else "library",
+        lambda value: isinstance(value, torch.Tensor))
+
+    def handler(value):
+        tracer = made(sys._getframe())
+        tracer(None, "return", value)
+        return value
+
+    def refused():
+        frame = sys._getframe()
+        try:
+            _fails(handler(torch.ones(2)))
+        except ValueError:
+            settle(frame, "raised")
+        settle(frame, "statement")  # the handler's line
+        return frame
+
+    def stashed(box):
+        frame = sys._getframe()
+        try:
+            box.append(handler(torch.ones(2))) or 1 / 0
+        except ZeroDivisionError:
+            settle(frame, "raised")
+        settle(frame, "statement")
+        assert phase["made"] == {}  # judged only when the frame ends
+        return frame
+
+    codes.update({refused.__code__, stashed.__code__})
+    settle(refused(), "returned")
+    assert phase["made"] == {}
+    settle(stashed(box := []), "returned")
+    assert len(phase["made"]) == 1 and box
