@@ -1922,7 +1922,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     made, settle, clear_made = made_keeper(phase, classify, is_tensor)
     phase["clear_made"] = clear_made
     local_tracer = line_tracer(units, line_unit, record, held,
-                               read_chain, expand, phase, read, settle)
+                               read_chain, expand, phase, read,
+                               settle=settle)
 
     def note_recorder(find, frame, code):
         """Report a stand-in for tensors that ``find`` sees at ``frame``."""
