@@ -2012,8 +2012,9 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     (``frame``): a torch operation is about to run. The nearest frame of
     the submission's below it (however many library frames lie between:
     a layer's ``forward``) is the line that asked for it; ``made`` returns
-    a local trace function that, when the operation returns a tensor,
-    keeps a weak reference to it for that frame and line.
+    a local trace function that, when the operation returns a tensor (or
+    a tuple or list of them: ``split``, ``sort``; its first 64), keeps a
+    weak reference to each for that frame and line.
     ``settle(frame, how)`` (when a statement of the frame completes, or
     the frame returns or yields) adds to ``phase["made"]`` every such
     line whose tensor is still alive: the statement kept it somewhere (a
@@ -2029,6 +2030,11 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     import weakref
 
     b_id, b_len, b_TypeError, b_type, b_int = id, len, TypeError, type, int
+    b_tuple, b_list, b_range = tuple, list, range
+    type_mro = type.__dict__["__mro__"].__get__
+    # The base types' own C methods: no method of a subclass runs.
+    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
+    list_len, list_item = list.__len__, list.__getitem__
     weak_ref = weakref.ref
     # id(frame) -> [frame, [(line, reference)], [those of raised ones]]
     pending: dict = {}
@@ -2047,23 +2053,36 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
         frame.f_trace_lines = False
 
         def returned(_frame, event, arg):
-            if event != "return" or not is_tensor(arg):
+            if event != "return":
                 return None
-            entry = pending.get(b_id(caller))
-            if entry is None or entry[0] is not caller:
-                entry = pending[b_id(caller)] = [caller, [], []]
-            if b_len(entry[1]) >= max_pending:
-                entry[1] = [kept for kept in entry[1]
-                            if kept[1]() is not None]
-                if b_len(entry[1]) >= max_pending:
-                    phase["made"][line] = True
-                    return None
-            try:
-                entry[1].append((line, weak_ref(arg)))
-            except b_TypeError:
-                phase["made"][line] = True
+            if is_tensor(arg):
+                keep(caller, line, arg)
+                return None
+            mro = type_mro(b_type(arg))
+            if b_tuple in mro or b_list in mro:  # split, sort, chunk...
+                size = (tuple_len if b_tuple in mro else list_len)(arg)
+                item = tuple_item if b_tuple in mro else list_item
+                for index in b_range(size if size < 64 else 64):
+                    value = item(arg, index)
+                    if is_tensor(value):
+                        keep(caller, line, value)
             return None
         return returned
+
+    def keep(caller, line, arg):
+        entry = pending.get(b_id(caller))
+        if entry is None or entry[0] is not caller:
+            entry = pending[b_id(caller)] = [caller, [], []]
+        if b_len(entry[1]) >= max_pending:
+            entry[1] = [kept for kept in entry[1]
+                        if kept[1]() is not None]
+            if b_len(entry[1]) >= max_pending:
+                phase["made"][line] = True
+                return
+        try:
+            entry[1].append((line, weak_ref(arg)))
+        except b_TypeError:
+            phase["made"][line] = True
 
     def settle(frame, how):
         """``how``: "statement" (a statement of the frame is over: its
