@@ -166,3 +166,30 @@ def test_a_statement_that_raised_is_judged_when_its_frame_ends() -> None:
     assert phase["made"] == {}
     settle(stashed(box := []), "returned")
     assert len(phase["made"]) == 1 and box
+
+
+def test_each_tensor_of_a_returned_tuple_is_made() -> None:
+    """``torch.sort`` and ``split`` return tensors in a tuple: a stash of
+    one of them is seen; a tuple whose tensors all die is not."""
+    phase: dict = {"made": {}}
+    codes: set = set()
+    made, settle, _ = agent.made_keeper(
+        phase, lambda code: "submission" if code in codes else "library",
+        lambda value: isinstance(value, torch.Tensor))
+
+    def handler(value):
+        tracer = made(sys._getframe())
+        tracer(None, "return", value)
+        return value
+
+    def student(box):
+        frame = sys._getframe()
+        box.append(handler(torch.sort(torch.rand(4)))[0])
+        settle(frame, "statement")
+        handler(torch.ones(4).split(2))
+        settle(frame, "statement")
+        return frame
+
+    codes.add(student.__code__)
+    settle(student(box := []), "returned")
+    assert len(phase["made"]) == 1 and len(box) == 1
