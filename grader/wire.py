@@ -35,6 +35,10 @@ UNREAD_RECORD = "unread"
 # parts differ in size; grader.worker.agent.IRREGULAR_RECORD): no
 # bracketed shape claims it, so the statement is not verified.
 IRREGULAR_RECORD = "irregular"
+#: A trace's ``made``: the lines of the submission on which a torch
+#: operation made a tensor that outlived its statement (at most this many,
+#: grader.worker.agent's run_probe).
+MAX_MADE_LINES = 4096
 MAGIC_SIZE = 16
 MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
@@ -359,6 +363,10 @@ def _trace(value: Any) -> str | None:
                     for shape in execution)
                 for execution in executions)):
             return "trace records are not shapes"
+    made = value.get("made", [])
+    if not (isinstance(made, list) and len(made) <= MAX_MADE_LINES
+            and all(_count(line) for line in made)):
+        return "a trace's lines that made tensors are malformed"
     left_out = value.get("left_out", {})
     if not (isinstance(left_out, dict) and all(
             _text(key) and _count(count) for key, count in left_out.items())):

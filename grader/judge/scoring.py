@@ -254,6 +254,13 @@ def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
     return runs, _unique(problems)
 
 
+def _made_lines(run: TaskRun) -> frozenset[int]:
+    """The lines on which a traced run's torch operations made a tensor
+    that outlived its statement (the worker's ``made``, every trace)."""
+    return frozenset(line for result in run.results.values()
+                     for line in (result.trace or {}).get("made") or ())
+
+
 def _never_completed(run: TaskRun, method: str | None) -> str | None:
     """Why ``method`` ran to the end in every graded case but in none of
     the grader's shape checks (None when that is not so).
@@ -310,7 +317,8 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return not_checked(item, "the code does not parse")
     if analysis.span is None:
         return not_checked(item, f"{analysis.task.target} is not defined")
-    if (analysis.stub and not (code and code.outside)) or not statements:
+    if (analysis.stub and not (code and code.outside)) or not [
+            s for s in statements if s.kind != shapes.SPAN_KIND]:
         return not_checked(item, f"{where} has no code of yours yet")
     if run.import_error:
         return not_checked(item, "the code could not be loaded")
@@ -325,7 +333,8 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                           False, "; ".join(problems) + ".")
     table = shapes.DimensionTable.of(assignment)
     try:
-        findings = shapes.verify(statements, trace_runs, table)
+        findings = shapes.verify(statements, trace_runs, table,
+                                 _made_lines(run))
     except shapes.ShapeRecordError as exc:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "

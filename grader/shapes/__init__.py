@@ -8,7 +8,7 @@ from grader.shapes.grammar import (MAX_COMMENT_SCAN, MAX_DIM_OPERATORS, BinOp,
                                    Dim, DimensionTable, Int, Name, ShapeClaim,
                                    ShapeEvalError, ShapeSyntaxError,
                                    ignored_brackets, parse_shapes)
-from grader.shapes.statements import (RETURN_VALUE, Statement,
+from grader.shapes.statements import (RETURN_VALUE, SPAN_KIND, Statement,
                                       collect_statements, function_statements,
                                       merge_records)
 from grader.shapes.verify import (NOTE_KINDS, PENALISED_KINDS, Execution,
@@ -19,7 +19,8 @@ from grader.shapes.verify import (NOTE_KINDS, PENALISED_KINDS, Execution,
 __all__ = [
     "BinOp", "Dim", "DimensionTable", "Execution", "Finding", "Int",
     "MAX_COMMENT_SCAN", "MAX_DIM_OPERATORS", "NOTE_KINDS", "Name",
-    "PENALISED_KINDS", "RETURN_VALUE", "RealShapes", "Shape", "ShapeClaim",
+    "PENALISED_KINDS", "RETURN_VALUE", "RealShapes", "SPAN_KIND", "Shape",
+    "ShapeClaim",
     "ShapeEvalError", "ShapeRecordError", "ShapeSyntaxError", "Statement",
     "collect_statements", "format_findings", "function_statements",
     "ignored_brackets", "merge_records", "observed_tensors", "parse_shapes",

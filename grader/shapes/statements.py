@@ -26,6 +26,12 @@ RETURN_VALUE = "<return>"
 #: (``vars(self)["q"] = ...``, ``f().attr = ...``): the tracer reads it as
 #: unread, so the statement's comment is not verified (it fails closed).
 UNWATCHABLE = "<target>"
+#: The kind of a statement with nothing to watch (``print(x)``, an ``if``
+#: header, a nested ``def`` or ``class`` line, a class body's statement):
+#: planned only so that the tracer groups its lines. A torch operation on
+#: it that makes a tensor outliving it makes it a tensor statement whose
+#: comment cannot be verified (:func:`grader.shapes.verify.verify`).
+SPAN_KIND = "span"
 
 _MARKERS = (START_MARKER, END_MARKER) + NBGRADER_MARKERS
 
@@ -509,7 +515,63 @@ def function_statements(source: SourceFile,
             above=comments.join(above), detached=comments.join(detached),
             traceable=id(node) not in untraceable,
             tensor=verdict.always, operands=tuple(sorted(verdict.names))))
-    return statements
+    return statements + _span_statements(
+        func.body, {s.first_line for s in statements}, code, comments,
+        lines, first_id + len(statements))
+
+
+def _spans(nodes: list[ast.stmt]) -> Iterator[tuple[ast.stmt, int, int]]:
+    """Every statement at any depth with its lines (a compound statement's
+    header only; a nested ``def`` or ``class`` from its first decorator to
+    its header's end), entering class bodies but not nested functions'
+    bodies (those are planned as functions of their own)."""
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef)):
+            first = min([node.lineno] + [d.lineno
+                                         for d in node.decorator_list])
+            yield node, first, max(node.lineno, node.body[0].lineno - 1)
+            if isinstance(node, ast.ClassDef):
+                yield from _spans(node.body)
+            continue
+        blocks = [getattr(node, name) for name in ("body", "orelse",
+                                                   "finalbody")
+                  if isinstance(getattr(node, name, None), list)]
+        blocks += [inner.body for inner in (getattr(node, "handlers", [])
+                                            + getattr(node, "cases", []))]
+        if not blocks:
+            yield node, node.lineno, _last_line(node)
+            continue
+        header = [getattr(expr, "end_lineno", None) or node.lineno
+                  for expr in _header(node)]
+        yield node, node.lineno, max([node.lineno] + header)
+        for block in blocks:
+            yield from _spans(block)
+
+
+def _span_statements(body: list[ast.stmt], planned: set[int], code: Any,
+                     comments: _Comments, lines: list[str], first_id: int
+                     ) -> list[Statement]:
+    """The student's statements that no plan watches, as SPAN_KIND
+    statements (with their comments), numbered from ``first_id``."""
+    found: list[Statement] = []
+    for node, first, last in _spans(body):
+        if first in planned or not code.owns(node):
+            continue
+        planned.add(first)
+        inside = [n for n in range(first, last + 1) if n in comments.text]
+        comment, where = comments.join(inside), "trailing"
+        if comment is None:
+            below = comments.block(range(last + 1, len(lines) + 1))
+            comment, where = comments.join(below), "below"
+        found.append(Statement(
+            id=first_id + len(found), kind=SPAN_KIND, first_line=first,
+            last_line=last,
+            text=textwrap.dedent("\n".join(lines[first - 1:last])).strip(),
+            watch=(), comment=comment,
+            comment_where=where if comment is not None else None,
+            below=None, above=None, detached=None, traceable=True))
+    return found
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
                                    ShapeEvalError, ShapeSyntaxError, brief,
                                    ignored_brackets, is_index, is_tuple,
                                    notation_of, parse_shapes, shape_groups)
-from grader.shapes.statements import UNWATCHABLE, Statement
+from grader.shapes.statements import SPAN_KIND, UNWATCHABLE, Statement
 from grader.wire import IRREGULAR_RECORD, UNREAD_RECORD
 
 if TYPE_CHECKING:
@@ -539,9 +539,56 @@ def _verify_statement(statement: Statement,
                    hint=hint, **base)
 
 
+def _made_findings(statements: list[Statement],
+                   per_statement: list[list[tuple[dict[str, int],
+                                                  list[Execution]]]],
+                   made: frozenset[int], found: set[int]) -> list[Finding]:
+    """The findings of statements on whose lines a torch operation made a
+    tensor that outlived them (``made``, the tracer's lines), when the
+    grader read no tensor for them: whatever their syntax, a statement
+    that computes a tensor the reader did not read fails closed. A
+    statement that read a tensor accounts for its line; ``found`` (ids of
+    statements that already have a finding) is not judged twice."""
+    findings: list[Finding] = []
+    for line in sorted(made):
+        covering = [(s, runs) for s, runs in zip(statements, per_statement)
+                    if s.first_line <= line <= s.last_line]
+        if not covering or any(
+                s.kind != SPAN_KIND and s.traceable and any(
+                    _tensors(execution) or NOT_READ in execution
+                    for _, executions in runs for execution in executions)
+                for s, runs in covering):
+            continue
+        statement = next((s for s, _ in covering if s.kind != SPAN_KIND),
+                         covering[0][0])
+        if statement.id in found:
+            continue
+        found.add(statement.id)
+        base = _Place(line=statement.first_line, statement=statement.text,
+                      real=())
+        hint = ("keep the tensor in a name (or an attribute, list, tuple "
+                "or dict) that an assignment on its own line writes, and "
+                "put the shape comment there")
+        if statement.comment is None:
+            findings.append(Finding(
+                kind="missing", claimed=None, hint=hint,
+                message="this statement computes a tensor (a torch "
+                        "operation on it made one that outlived it) but has "
+                        "no shape comment", **base))
+            continue
+        findings.append(Finding(
+            kind="not_verified", claimed=None, hint=hint,
+            message="this statement computes a tensor (a torch operation on "
+                    "it made one that outlived it) that the grader cannot "
+                    "read after it runs, so its shape comment is not "
+                    "verified", **base))
+    return findings
+
+
 def verify(statements: list[Statement],
            runs: list[tuple[dict[str, int], dict[str, Any]]],
-           dims: DimensionTable) -> list[Finding]:
+           dims: DimensionTable,
+           made: frozenset[int] = frozenset()) -> list[Finding]:
     """Compare every statement's claimed shape with what really ran.
 
     ``runs`` holds one ``(sizes, records)`` pair per size set: ``sizes`` maps
@@ -556,6 +603,8 @@ def verify(statements: list[Statement],
     :class:`ShapeRecordError` for records that are not the documented plain
     data.
     """
+    every = statements
+    statements = [s for s in every if s.kind != SPAN_KIND]
     per_statement = [[(sizes, _executions(records, statement.id))
                       for sizes, records in runs]
                      for statement in statements]
@@ -568,6 +617,13 @@ def verify(statements: list[Statement],
                                     following, dims, tensors)
         if finding is not None:
             findings.append(finding)
+    if made:
+        spans = [s for s in every if s.kind == SPAN_KIND]
+        found = {s.id for s in statements for f in findings
+                 if f.penalised and f.line == s.first_line}
+        findings += _made_findings(statements + spans, per_statement
+                                   + [[] for _ in spans], made, found)
+        findings.sort(key=lambda f: f.line)
     return findings
 
 

@@ -32,6 +32,13 @@ MAX_HELD_DEPTH = 8
 # The trace function looks at the garbage collector's count every this
 # many call events (collector: the collection it runs when one is due).
 COLLECT_CHECK = 32
+# The kind of a planned statement that records nothing: it only groups the
+# lines of a statement of the student's code, so that a tensor made on them
+# is judged when the whole statement is over (grader.shapes.SPAN_KIND).
+SPAN_KIND = "span"
+# Tensors made on a frame's current statement, watched until it completes;
+# past them, the statement counts as one whose tensor outlived it.
+MAX_MADE_PENDING = 256
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
 # forbidden use is always listed); past them, only their number.
@@ -274,7 +281,9 @@ def plan_units(statements: list[dict]) -> tuple[list, dict]:
 def line_tracer(units: list, line_unit: dict, record: Callable,
                 shape_of: Callable, read_chain: Callable, expand: Callable,
                 counters: dict, read: Callable | None = None,
-                hold: tuple | None = None) -> Callable[[], Callable]:
+                hold: tuple | None = None,
+                settle: Callable | None = None
+                ) -> Callable[[], Callable]:
     """Return a factory of local trace functions, one per traced frame.
 
     A unit of statements completes when a line event belongs to another
@@ -291,12 +300,16 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     ``counters["returns"]`` counts the traced frames that returned.
     ``hold`` (:func:`collector`'s ``is_on`` and ``hold``) runs first at
     every event: no collection starts inside the bookkeeping.
+    A statement of kind SPAN_KIND records nothing (it only groups lines).
+    ``settle(frame, how)`` (:func:`made_keeper`) runs when a unit of the
+    frame completes, when it raises and when the frame returns.
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
     """
     b_BaseException, b_Exception = BaseException, Exception
     unread_record = UNREAD_RECORD
+    span_kind = SPAN_KIND
 
     def plain(function, *args):
         return function(*args)
@@ -311,7 +324,7 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             return unread_record
 
     def local_tracer():
-        state = {"pending": None, "returning": None}
+        state = {"pending": None, "returning": None, "raising": False}
 
         def finish(frame):
             pending = state["pending"]
@@ -321,7 +334,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             local_values = frame.f_locals
             global_values = frame.f_globals
             for statement in units[pending]:
-                if statement["kind"] == "return":
+                kind = statement["kind"]
+                if kind == "return" or kind == span_kind:
                     continue
                 record(statement, [value_record(
                     chain, local_values, global_values)
@@ -345,9 +359,12 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 if gc_on is not None and gc_on():
                     gc_off()
                 if event == "line":
+                    state["raising"] = False
                     unit = line_unit.get(frame.f_lineno)
                     if unit != state["pending"]:
                         traced(finish, frame)
+                        if settle is not None:
+                            settle(frame, "statement")
                         state["pending"] = unit
                         if unit is not None:
                             for statement in units[unit]:
@@ -356,9 +373,15 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 elif event == "exception":
                     state["pending"] = None
                     state["returning"] = None
+                    state["raising"] = True
+                    if settle is not None:
+                        settle(frame, "raised")
                 elif event == "return":
                     counters["returns"] += 1
                     traced(returned, frame, arg)
+                    if settle is not None:
+                        settle(frame, "unwound" if state["raising"]
+                               else "returned")
                 return trace
             except b_BaseException:
                 counters["silenced"] = True
@@ -1998,9 +2021,12 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     def held(value):
         return expand(value, True)
 
+    made, settle, clear_made = made_keeper(phase, classify, is_tensor)
+    phase["clear_made"] = clear_made
     local_tracer = line_tracer(units, line_unit, record, held,
                                read_chain, expand, phase, read,
-                               (gc_on, hold) if gc_on is not None else None)
+                               (gc_on, hold) if gc_on is not None else None,
+                               settle=settle)
 
     def note_recorder(find, frame, code):
         """Report a stand-in for tensors that ``find`` sees at ``frame``."""
@@ -2028,7 +2054,10 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                     collect_due()
             code = frame.f_code
             if code is handler_code:
-                return judge(frame)
+                verdict = judge(frame)
+                if verdict is None and phase["tracing"]:
+                    return made(frame)
+                return verdict
             kind = classify(code)
             if kind == "agent":
                 entry = inert.get(b_id(code))
@@ -2117,6 +2146,117 @@ def collector(read: Callable) -> tuple[Callable, Callable, Callable]:
         read(collect, generation)
 
     return gc_isenabled, gc_disable, collect_due
+
+
+def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
+                ) -> tuple[Callable, Callable, Callable]:
+    """Return ``made(frame)``, ``settle(frame, how)`` and ``clear()``:
+    which lines of the submission made a tensor that outlived their
+    statement.
+
+    ``made`` runs at the call of the torch function mode's handler
+    (``frame``): a torch operation is about to run. The nearest frame of
+    the submission's below it (however many library frames lie between:
+    a layer's ``forward``) is the line that asked for it; ``made`` returns
+    a local trace function that, when the operation returns a tensor (or
+    a tuple or list of them: ``split``, ``sort``; its first 64), keeps a
+    weak reference to each for that frame and line.
+    ``settle(frame, how)`` (when a statement of the frame completes, or
+    the frame returns or yields) adds to ``phase["made"]`` every such
+    line whose tensor is still alive: the statement kept it somewhere (a
+    name, a container, a default, a class body, a context variable, an
+    ``out=`` tensor). Intermediates that die with the statement
+    (``x.sum().item()``) count for nothing; so does a statement that
+    raised, if its tensors are gone when the frame ends (its exception's
+    traceback held them), or whose frame ends by an exception. Past
+    MAX_MADE_PENDING tensors alive at once on one statement, its line
+    counts as made (fails closed). Nothing of the submission's runs here:
+    the references are weak, and a tensor is known by its classes alone.
+    """
+    import weakref
+
+    b_id, b_len, b_TypeError, b_type, b_int = id, len, TypeError, type, int
+    b_tuple, b_list, b_range = tuple, list, range
+    type_mro = type.__dict__["__mro__"].__get__
+    # The base types' own C methods: no method of a subclass runs.
+    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
+    list_len, list_item = list.__len__, list.__getitem__
+    weak_ref = weakref.ref
+    # id(frame) -> [frame, [(line, reference)], [those of raised ones]]
+    pending: dict = {}
+    max_pending = MAX_MADE_PENDING
+
+    def made(frame):
+        caller = frame.f_back
+        while caller is not None and \
+                classify(caller.f_code) != "submission":
+            caller = caller.f_back
+        if caller is None or phase["made"] is None:
+            return None
+        line = caller.f_lineno
+        if b_type(line) is not b_int:
+            return None
+        frame.f_trace_lines = False
+
+        def returned(_frame, event, arg):
+            if event != "return":
+                return None
+            if is_tensor(arg):
+                keep(caller, line, arg)
+                return None
+            mro = type_mro(b_type(arg))
+            if b_tuple in mro or b_list in mro:  # split, sort, chunk...
+                size = (tuple_len if b_tuple in mro else list_len)(arg)
+                item = tuple_item if b_tuple in mro else list_item
+                for index in b_range(size if size < 64 else 64):
+                    value = item(arg, index)
+                    if is_tensor(value):
+                        keep(caller, line, value)
+            return None
+        return returned
+
+    def keep(caller, line, arg):
+        entry = pending.get(b_id(caller))
+        if entry is None or entry[0] is not caller:
+            entry = pending[b_id(caller)] = [caller, [], []]
+        if b_len(entry[1]) >= max_pending:
+            entry[1] = [kept for kept in entry[1]
+                        if kept[1]() is not None]
+            if b_len(entry[1]) >= max_pending:
+                phase["made"][line] = True
+                return
+        try:
+            entry[1].append((line, weak_ref(arg)))
+        except b_TypeError:
+            phase["made"][line] = True
+
+    def settle(frame, how):
+        """``how``: "statement" (a statement of the frame is over: its
+        tensors are judged), "raised" (the statement raised: its tensors
+        wait for the frame's end, the exception's traceback holds them
+        meanwhile), "returned" (everything is judged) or "unwound" (the
+        frame ends by an exception: nothing is)."""
+        entry = pending.get(b_id(frame))
+        if entry is None or entry[0] is not frame:
+            return
+        if how == "raised":
+            entry[2].extend(entry[1])
+            entry[1] = []
+            return
+        lines = phase["made"]
+        judged = entry[1]
+        entry[1] = []
+        if how != "statement":
+            del pending[b_id(frame)]
+            judged = [] if how == "unwound" else judged + entry[2]
+        for line, reference in judged:
+            if lines is not None and reference() is not None:
+                lines[line] = True
+
+    def clear():
+        pending.clear()
+
+    return made, settle, clear
 
 
 def traced_reads(quiet: set) -> tuple[Callable, Callable]:
@@ -2988,6 +3128,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if tracing:
             phase["records"] = {}
             phase["left_out"] = {}
+            phase["made"] = {}
             phase["calls"] = phase["returns"] = 0
         phase["tracing"] = tracing
         try:
@@ -2995,11 +3136,14 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         finally:
             phase["tracing"] = False
         if tracing:
+            phase["clear_made"]()
             result["trace"] = {"records": phase["records"],
                                "left_out": phase["left_out"],
+                               "made": b_sorted(phase["made"])[:4096],
                                "intact": phase["calls"] == phase["returns"]
                                and still_tracing()}
             phase["records"] = None
+            phase["made"] = None
             phase["left_out"] = {}
         phase["held"].append(value)
         result["value"] = encode(value)
@@ -3706,7 +3850,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
-             "left_out": {},
+             "left_out": {}, "made": None,
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose

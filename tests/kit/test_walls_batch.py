@@ -44,6 +44,8 @@ ZERO = (0, 0, 0, 0, 0)
 CAPPED_1 = (1, 3, 0, -1, 0)
 ZERO_SHAPES = (0, 0, 0, -1, 0)  # and the comments' shapes are wrong
 REFUSED_THREAD = (1, 0, 0, 0, 0)  # the layers, but no thread computed
+UNREAD_1 = (1, 3, 0, -1, 0)  # correct, but a comment fails closed
+UNREAD_BONUS_1 = (1, 3, 0, -1, 1)  # the same, in at most 3 statements
 #: name -> (task 1 items, task 2 items, flag kinds, words of the report).
 CORPUS: dict[str, tuple] = {
     # -- Principle 2: past the shape records' cap, what is left out is
@@ -190,6 +192,45 @@ CORPUS: dict[str, tuple] = {
                                  ("every tensor statement in "
                                   "SelfAttention.forward has a correct "
                                   "shape comment",)),
+    # -- Principle 6, whatever the syntax: a statement on which a torch
+    #    operation made a tensor that outlived it, and for which the
+    #    reader read no tensor, fails closed ("not verifiable"; without a
+    #    comment, "missing"). Eight of red team 2's forms (each earned
+    #    shapes 0 before), three invented, and the honest forms' control.
+    "unread_for_target": (UNREAD_1, CLEAN_2, (),
+                          ("line 60: missing shape comment",
+                           "line 61: missing shape comment",
+                           "line 62: missing shape comment")),
+    "unread_contextvar": (UNREAD_BONUS_1, CLEAN_2, (),
+                          ("line 65: missing shape comment",
+                           "a torch operation on it made one that outlived "
+                           "it")),
+    "unread_out_param": (UNREAD_1, CLEAN_2, (),
+                         ("line 63: missing shape comment",)),
+    "unread_def_default": (UNREAD_BONUS_1, CLEAN_2, (),
+                           ("line 59: missing shape comment",)),
+    "unread_class_body": (UNREAD_1, CLEAN_2, (),
+                          ("line 60: shape comment not verifiable",
+                           "line 61: shape comment not verifiable",
+                           "line 62: shape comment not verifiable")),
+    "unread_generator_yield": (UNREAD_1, CLEAN_2, (),
+                               ("line 61: shape comment not verifiable",)),
+    "unread_map_append": (UNREAD_1, CLEAN_2, (),
+                          ("line 61: missing shape comment",)),
+    "unread_register_buffer": (UNREAD_1, CLEAN_2, (),
+                               ("line 60: missing shape comment",
+                                "line 61: missing shape comment")),
+    "unread_deque_store": (UNREAD_1, CLEAN_2, (),
+                           ("line 63: shape comment not verifiable",
+                            "cannot read after it runs")),
+    "unread_side_effect_target": (UNREAD_1, CLEAN_2, (),
+                                  ("line 62: shape comment not verifiable",)),
+    "unread_global_helper": (UNREAD_1, CLEAN_2, (),
+                             ("line 69: missing shape comment",)),
+    "honest_made_tensors": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                            ("every tensor statement in "
+                             "SelfAttention.forward has a correct shape "
+                             "comment",)),
     # -- Principle 4 at the kernel: once the submission's thread runs, a
     #    second seccomp filter (every thread of the worker) refuses clone,
     #    so CPython's own start_new_thread (from a second copy of _thread)
