@@ -3790,7 +3790,7 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              coverage_keeper, patch_watch, inert_call, inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads,
-             collector)
+             collector, made_keeper)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:
