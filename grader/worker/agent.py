@@ -2095,11 +2095,11 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     function_dict = FunctionType.__dict__["__dict__"].__get__
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
-    native_descriptors = (types.GetSetDescriptorType,
-                          types.MemberDescriptorType)
+    getset_type = types.GetSetDescriptorType
+    member_type = types.MemberDescriptorType
     b_range = range
     wrapper_type = b_type(C.TensorBase.T.__get__)
-    method_self = {wrapper_type: wrapper_type.__dict__["__self__"].__get__}
+    wrapper_self = wrapper_type.__dict__["__self__"].__get__
     mode_dict = mode.__dict__
     bound = mode_dict["__torch_function__"]
     protocol_key = "__torch_function__"
@@ -2138,16 +2138,48 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                                    if r), key=len, reverse=True))
     prefixes = b_tuple(name + "." for name in packages)
     whole = b_tuple(packages)
+    # Raised by ``plain_get``: a read that could run code, made again traced.
+    unsure = b_type("Unsure", (LookupError,), {})
+    proxy_type = b_type(type_dict(b_type))
+    proxy_items = proxy_type.items
+    max_plain = 256
 
-    def native(value, attribute):
+    def traced_get(namespace, key):
+        return namespace.get(key)
+
+    def plain_get(namespace, key):
+        """``namespace.get(key)`` read untraced: only from a dict (or a
+        class's namespace) whose keys are all exact strings, whose
+        comparison runs no code, and small enough to walk (at most
+        ``max_plain`` keys); ``unsure`` is raised for any other."""
+        if b_len(namespace) > max_plain:
+            raise unsure
+        if b_type(namespace) is b_dict:
+            pairs = dict_items(namespace)
+        elif b_type(namespace) is proxy_type:
+            pairs = proxy_items(namespace)
+        else:
+            raise unsure
+        found = None
+        for name, value in pairs:
+            if b_type(name) is not b_str:
+                raise unsure
+            if name == key:
+                found = value
+        return found
+
+    def native(value, attribute, get=traced_get):
         """``value.attribute`` when a native descriptor of its class holds
         it (None otherwise): no code of the value's runs."""
         kind = b_type(value)
         for base in type_mro(kind):
-            found = type_dict(base).get(attribute)
+            found = get(type_dict(base), attribute)
             if found is None:
                 continue
-            if b_type(found) not in native_descriptors:
+            # By identity: a metaclass's __eq__ never runs here.
+            kind_found = b_type(found)
+            if kind_found is not getset_type and \
+                    kind_found is not member_type:
                 return None
             try:
                 return found.__get__(value, kind)
@@ -2155,25 +2187,24 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 return None
         return None
 
-    def name_of(value):
+    def name_of(value, get=traced_get):
         """``value.__name__``, from a native descriptor or the instance's
         own dict (an operator object's), read without running its code."""
-        name = native(value, "__name__")
+        name = native(value, "__name__", get)
         if name is None:
-            namespace = native(value, "__dict__")
+            namespace = native(value, "__dict__", get)
             if b_type(namespace) is b_dict:
-                name = namespace.get("__name__")
+                name = get(namespace, "__name__")
         return name if b_type(name) is b_str else ""
 
-    def operation_name(func):
-        name = name_of(func)
-        if name in ("__get__", "__set__", "__delete__"):
-            reader = method_self.get(b_type(func))
-            if reader is not None:
-                name = name_of(reader(func))  # a property: its own name
+    def operation_name(func, get=traced_get):
+        name = name_of(func, get)
+        if name in ("__get__", "__set__", "__delete__") and \
+                b_type(func) is wrapper_type:  # by identity (no __eq__)
+            name = name_of(wrapper_self(func), get)  # a property: its name
         return name
 
-    def own_codes(func):
+    def own_codes(func, get=traced_get):
         """The code objects of the operation's own Python body (a torch
         function written in Python, its functools.wraps chain, or the
         ``__call__`` of an operator object such as ``torch.ops``')."""
@@ -2182,10 +2213,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         for _ in b_range(4):
             if b_type(value) is FunctionType:
                 found.append(function_code(value))
-                value = function_dict(value).get("__wrapped__")
+                value = get(function_dict(value), "__wrapped__")
                 continue
             for base in type_mro(b_type(value)):
-                call = type_dict(base).get("__call__")
+                call = get(type_dict(base), "__call__")
                 if call is not None:
                     if b_type(call) is FunctionType:
                         found.append(function_code(call))
@@ -2193,27 +2224,29 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             break
         return found
 
-    def forwards(frame, func):
+    def forwards(frame, func, get=traced_get):
         """True when ``frame`` runs a wrapper that calls a function it
         closes over: the operation itself (a decorator, a dispatch)."""
         code = frame.f_code
         if not code.co_freevars:
             return False
+        if get is plain_get:
+            raise unsure  # a frame's values are read traced
         local_values = frame.f_locals
         for name in code.co_freevars:
             if local_values.get(name) is func:
                 return True
         return False
 
-    def caller_of(frame, func):
+    def caller_of(frame, func, get=traced_get):
         """The frame that chose the operation: below the handler, past
         torch's protocol, the operation's own body and forwarders."""
-        own = own_codes(func)
+        own = own_codes(func, get)
         caller = frame.f_back
         while caller is not None:
             code = caller.f_code
             if code is protocol_code or code is handler_code or \
-                    forwards(caller, func):
+                    forwards(caller, func, get):
                 caller = caller.f_back
                 continue
             mine = False
@@ -2334,11 +2367,17 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             key = (b_id(caller.f_code), caller.f_lasti, b_id(func))
             if known_calls.get(key):
                 return None
-        # What follows reads the operation and the frames' values: traced.
-        return traced(judged, frame, func, key)
+        # What follows reads the operation and the frames' values: untraced
+        # while every dict it reads holds only exact strings as keys and no
+        # frame's values are needed, traced otherwise (the same reads again).
+        try:
+            return judged(frame, func, key, plain_get)
+        except unsure:
+            pass
+        return traced(judged, frame, func, key, traced_get)
 
-    def judged(frame, func, key):
-        caller = caller_of(frame, func)
+    def judged(frame, func, key, get):
+        caller = caller_of(frame, func, get)
         if caller is None:
             return None
         code = caller.f_code
@@ -2346,7 +2385,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             if key is not None and caller is frame.f_back:
                 remember(key)
             return None
-        name = operation_name(func)
+        name = operation_name(func, get)
         if names(code, name):
             if key is not None and caller is frame.f_back:
                 remember(key)
@@ -2406,7 +2445,26 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return protocol_name in code.co_names
         return above is start
 
+    def body_of(frame, above, start):
+        """:func:`torch_body`'s verdict. Read untraced when it needs no
+        value the submission may have made: the handler's ``func`` (read
+        from its frame) is a plain function whose own code (read by the
+        native descriptor) is the code ``above`` runs, and that code's
+        names (exact strings) say whether it hands itself to the
+        protocol. Anything else (a warning, an operator object, a
+        wrapper's chain) is read by ``torch_body``, traced."""
+        if above is None:
+            return False
+        code = above.f_code
+        if b_id(code) not in warning_codes:
+            func = frame.f_locals.get("func")
+            if b_type(func) is FunctionType and function_code(func) is code:
+                return protocol_name in code.co_names
+        return traced(torch_body, frame, above, start)
+
     def off(frame):
+        # Reads frames and code objects only; the operation's own body is
+        # judged through ``body_of`` (traced when it reads values).
         if phase["grader_off"]:
             return  # the grader's own gradient step (principle 5 judges it)
         if thread_ident() not in armed:
@@ -2416,7 +2474,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         while walk is not None:
             code = walk.f_code
             if code is handler_code:
-                if torch_body(walk, above, frame):
+                if body_of(walk, above, frame):
                     return
                 break
             if code is protocol_code and setting_aside:
@@ -2443,7 +2501,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             for key, value in dict_items(mode_dict):
                 if key is protocol_key and value is bound:
                     return
-        traced(off, frame)
+        off(frame)
 
     return judge, in_force, arm
 
