@@ -173,6 +173,27 @@ CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 # The protocol through which a stand-in for tensors (torch.fx's Proxy, any
 # recorder) records the code it runs through, to run it later elsewhere.
 STAND_IN_PROTOCOL = ("__torch_function__", "__torch_dispatch__")
+# What torch's initialisation of a plain torch.nn.Linear (its
+# reset_parameters: kaiming_uniform_, then uniform_ on the bias, through
+# torch's function protocol) reads: these namespaces whole, and these
+# entries of larger ones. While they hold what the worker found, the
+# grader's equivalent runs instead (:func:`quick_init`).
+QUICK_INIT_NAMESPACES = (
+    "builtins", "math", "contextlib", "torch.nn.modules.linear",
+    "torch.nn.init", "torch.overrides", "torch.autograd.grad_mode",
+    "torch.utils._contextlib", "torch.nn.Linear", "torch.nn.Module",
+    "torch.nn.Parameter", "torch.Tensor", "torch.autograd.grad_mode.no_grad")
+QUICK_INIT_ENTRIES = (
+    ("torch", ("overrides", "no_grad", "is_grad_enabled", "_C",
+               "_jit_internal")),
+    ("torch._C", ("_set_grad_enabled", "is_grad_enabled")),
+    ("torch._jit_internal", ("is_scripting",)))
+# The names of torch's code on that path: a forbidden pattern that matches
+# one of them leaves torch's own initialisation in place (it is judged).
+QUICK_INIT_CODE = (
+    "torch.nn.modules.linear", "torch.nn.init", "Linear.reset_parameters",
+    "kaiming_uniform_", "uniform_", "_no_grad_uniform_", "calculate_gain",
+    "_calculate_fan_in_and_fan_out", "_calculate_correct_fan")
 # Namespaces whose entries are remembered before the submission runs, so
 # that a replaced function (nn.Module.__call__, json.dumps) is reported;
 # the job's "sandbox" table (the rubric's) adds an assignment's own.
@@ -3001,6 +3022,128 @@ def patch_watch(watched: list) -> Callable:
 # error's class and text) changes what the error says, never what the
 # grader sees (docs/threat-model.md, principle 2, "Stand-ins").
 
+def quick_init(torch: Any, original: Callable, mode_id: int
+               ) -> tuple[Callable, ...]:
+    """Return ``reset_parameters(self)``, the grader's equivalent of
+    torch.nn.Linear's own (``original``), and ``seal()``, which remembers
+    the namespaces of QUICK_INIT_NAMESPACES and QUICK_INIT_ENTRIES as
+    they are (called once the tripwires are in place).
+
+    It draws the same numbers from the same generator, in the same order,
+    into the same tensors (``kaiming_uniform_`` with ``a=sqrt(5)`` on the
+    weight, then ``uniform_`` on the bias, computed with the same
+    floating-point operations) and leaves gradients as it found them, but
+    runs no Python frame of torch's: each of those the trace function
+    would follow and the operation judge would judge (a module's
+    initialisation ran dozens), and a probe whose weights the grader sets
+    discards the values anyway. Torch's own runs (``original``) for
+    anything else: a subclass, a parameter that is not an exact
+    ``Parameter`` or is empty, a torch function mode on the stack other
+    than the grader's (whose id is ``mode_id``),
+    or any of the remembered namespaces changed (torch's code on the path
+    replaced, e.g.). docs/threat-model.md, principle 2."""
+    import math
+
+    b_type, b_len, b_zip, b_dict = type, len, zip, dict
+    b_vars, b_list, lookup = vars, list, _lookup
+    wanted, wanted_entries = QUICK_INIT_NAMESPACES, QUICK_INIT_ENTRIES
+    sqrt = math.sqrt
+    C = torch._C
+    no_torch_function = C.DisableTorchFunction
+    set_grad, grad_enabled = C._set_grad_enabled, C.is_grad_enabled
+    stack_len, stack_at = C._len_torch_function_stack, C._get_function_stack_at
+    b_id = id
+    Linear, Parameter = torch.nn.Linear, torch.nn.Parameter
+    instance_dict = torch.nn.Module.__dict__["__dict__"].__get__
+    base = C.TensorBase
+    t_uniform, t_dim, t_size = base.uniform_, base.dim, base.size
+    dict_items = dict.items
+    proxy_type = type(type.__dict__["__dict__"].__get__(Linear))
+    proxy_items = proxy_type.items
+    namespaces: list = []    # (namespace, items, its items as they were)
+    entries: list = []       # (namespace, name, value)
+
+    def seal():
+        for dotted in wanted:
+            value = lookup(dotted)
+            if value is None:
+                continue
+            namespace = b_vars(value)
+            items = proxy_items if b_type(namespace) is proxy_type \
+                else dict_items
+            namespaces.append((namespace, items, b_list(items(namespace))))
+        for dotted, names in wanted_entries:
+            value = lookup(dotted)
+            if value is not None:
+                namespace = b_vars(value)
+                for name in names:
+                    entries.append((namespace, name, namespace.get(name)))
+
+    def unchanged():
+        for namespace, items, before in namespaces:
+            if b_len(namespace) != b_len(before):
+                return False
+            for (key, value), (old_key, old_value) in b_zip(
+                    items(namespace), before):
+                if key is not old_key or value is not old_value:
+                    return False
+        for namespace, name, value in entries:
+            if namespace.get(name) is not value:
+                return False
+        return True
+
+    def parameters(module):
+        """(weight, bias) when ``self.weight`` and ``self.bias`` are the
+        module's own registered parameters (weight exact and 2-d with no
+        empty size, bias exact or None); None otherwise."""
+        namespace = instance_dict(module)
+        if b_type(namespace) is not b_dict or "weight" in namespace or \
+                "bias" in namespace:
+            return None
+        params = namespace.get("_parameters")
+        if b_type(params) is not b_dict or "weight" not in params or \
+                "bias" not in params:
+            return None
+        weight, bias = params["weight"], params["bias"]
+        if b_type(weight) is not Parameter or \
+                (bias is not None and b_type(bias) is not Parameter):
+            return None
+        with no_torch_function():
+            if t_dim(weight) != 2 or 0 in t_size(weight):
+                return None
+        return weight, bias
+
+    def reset_parameters(self):
+        depth = stack_len()
+        if b_type(self) is not Linear or depth > 1 or \
+                (depth and b_id(stack_at(0)) != mode_id) or not unchanged():
+            return original(self)
+        found = parameters(self)
+        if found is None:
+            return original(self)  # with torch's functions as they were
+        weight, bias = found
+        with no_torch_function():
+            fan_in = t_size(weight)[1]
+            # torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5)):
+            # calculate_gain("leaky_relu", a), fan_in of a 2-d tensor.
+            slope = sqrt(5)
+            gain = sqrt(2.0 / (1 + slope ** 2))
+            std = gain / sqrt(fan_in)
+            bound = sqrt(3.0) * std
+            enabled = grad_enabled()
+            set_grad(False)
+            try:
+                t_uniform(weight, -bound, bound, generator=None)
+                if bias is not None:
+                    bound = 1 / sqrt(fan_in) if fan_in > 0 else 0
+                    t_uniform(bias, -bound, bound, generator=None)
+            finally:
+                set_grad(enabled)
+        return None
+
+    return reset_parameters, seal
+
+
 def inert_call(error: type, message: str) -> Callable:
     """Return a stand-in that raises ``error(message)`` and does nothing
     else: a forbidden kernel, a refused call, a compiler the grader cannot
@@ -3441,7 +3584,8 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
 FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              code_kinds, audit_hook, value_readers, shape_tracer,
              error_describer, module_describer, probe_runner,
-             coverage_keeper, patch_watch, inert_call, inert_hook,
+             coverage_keeper, patch_watch, quick_init, inert_call,
+             inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads)
 
@@ -3563,10 +3707,20 @@ def _assemble(job: dict, probes: list, result_fd: int,
                              traced, call)
     coverage, start_phase = coverage_keeper(phase, alive, fingerprint,
                                             traced)
+    # Torch's initialisation of a plain Linear, replaced by the grader's
+    # equivalent before the watched namespaces are remembered; what it
+    # checks is remembered once the tripwires are in place.
+    seal = None
+    if not (kernels and any(re.search(kernels, name)
+                            for name in QUICK_INIT_CODE)):
+        torch.nn.Linear.reset_parameters, seal = quick_init(
+            torch, torch.nn.Linear.reset_parameters, id(mode))
     install_tripwires(torch, stand_ins, codes["agent"], forbidden_functions,
                       forbidden_classes,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
+    if seal is not None:
+        seal()
     return runner(
         {"source": source, "filename": filename, "probes": probes,
          "confinement": confinement, "kept": kept, "holder": holder,
