@@ -3027,7 +3027,8 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     """Return ``reset_parameters(self)``, the grader's equivalent of
     torch.nn.Linear's own (``original``), and ``seal()``, which remembers
     the namespaces of QUICK_INIT_NAMESPACES and QUICK_INIT_ENTRIES as
-    they are (called once the tripwires are in place).
+    they are (``seal(_lookup)``, once the tripwires are in place; the
+    closures keep torch's objects only).
 
     It draws the same numbers from the same generator, in the same order,
     into the same tensors (``kaiming_uniform_`` with ``a=sqrt(5)`` on the
@@ -3045,7 +3046,7 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     import math
 
     b_type, b_len, b_zip, b_dict = type, len, zip, dict
-    b_vars, b_list, lookup = vars, list, _lookup
+    b_vars, b_list = vars, list
     wanted, wanted_entries = QUICK_INIT_NAMESPACES, QUICK_INIT_ENTRIES
     sqrt = math.sqrt
     C = torch._C
@@ -3063,7 +3064,7 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     namespaces: list = []    # (namespace, items, its items as they were)
     entries: list = []       # (namespace, name, value)
 
-    def seal():
+    def seal(lookup):
         for dotted in wanted:
             value = lookup(dotted)
             if value is None:
@@ -3079,49 +3080,42 @@ def quick_init(torch: Any, original: Callable, mode_id: int
                 for name in names:
                     entries.append((namespace, name, namespace.get(name)))
 
-    def unchanged():
+    def reset_parameters(self):
+        # One function, no helper of the grader's in its cells (a cell can
+        # be rewritten from Python): the checks are written out here.
+        depth = stack_len()
+        if b_type(self) is not Linear or depth > 1 or \
+                (depth and b_id(stack_at(0)) != mode_id):
+            return original(self)
         for namespace, items, before in namespaces:
             if b_len(namespace) != b_len(before):
-                return False
+                return original(self)
             for (key, value), (old_key, old_value) in b_zip(
                     items(namespace), before):
                 if key is not old_key or value is not old_value:
-                    return False
+                    return original(self)
         for namespace, name, value in entries:
             if namespace.get(name) is not value:
-                return False
-        return True
-
-    def parameters(module):
-        """(weight, bias) when ``self.weight`` and ``self.bias`` are the
-        module's own registered parameters (weight exact and 2-d with no
-        empty size, bias exact or None); None otherwise."""
-        namespace = instance_dict(module)
+                return original(self)
+        # ``self.weight`` and ``self.bias``: the module's own registered
+        # parameters (nothing shadows them), exact, the weight 2-d and not
+        # empty.
+        namespace = instance_dict(self)
         if b_type(namespace) is not b_dict or "weight" in namespace or \
                 "bias" in namespace:
-            return None
+            return original(self)
         params = namespace.get("_parameters")
         if b_type(params) is not b_dict or "weight" not in params or \
                 "bias" not in params:
-            return None
+            return original(self)
         weight, bias = params["weight"], params["bias"]
         if b_type(weight) is not Parameter or \
                 (bias is not None and b_type(bias) is not Parameter):
-            return None
-        with no_torch_function():
-            if t_dim(weight) != 2 or 0 in t_size(weight):
-                return None
-        return weight, bias
-
-    def reset_parameters(self):
-        depth = stack_len()
-        if b_type(self) is not Linear or depth > 1 or \
-                (depth and b_id(stack_at(0)) != mode_id) or not unchanged():
             return original(self)
-        found = parameters(self)
-        if found is None:
+        with no_torch_function():
+            plain = t_dim(weight) == 2 and 0 not in t_size(weight)
+        if not plain:
             return original(self)  # with torch's functions as they were
-        weight, bias = found
         with no_torch_function():
             fan_in = t_size(weight)[1]
             # torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5)):
@@ -3720,7 +3714,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
     if seal is not None:
-        seal()
+        seal(_lookup)
     return runner(
         {"source": source, "filename": filename, "probes": probes,
          "confinement": confinement, "kept": kept, "holder": holder,
