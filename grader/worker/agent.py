@@ -3044,9 +3044,10 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     or any of the remembered namespaces changed (torch's code on the path
     replaced, e.g.). docs/threat-model.md, principle 2."""
     import math
+    import operator
 
-    b_type, b_len, b_zip, b_dict = type, len, zip, dict
-    b_vars, b_list = vars, list
+    b_type, b_len, b_dict, b_all, b_map = type, len, dict, all, map
+    b_vars, b_tuple, is_ = vars, tuple, operator.is_
     wanted, wanted_entries = QUICK_INIT_NAMESPACES, QUICK_INIT_ENTRIES
     sqrt = math.sqrt
     C = torch._C
@@ -3058,10 +3059,12 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     instance_dict = torch.nn.Module.__dict__["__dict__"].__get__
     base = C.TensorBase
     t_uniform, t_dim, t_size = base.uniform_, base.dim, base.size
-    dict_items = dict.items
     proxy_type = type(type.__dict__["__dict__"].__get__(Linear))
-    proxy_items = proxy_type.items
-    namespaces: list = []    # (namespace, items, its items as they were)
+    views = {b_dict: (dict.keys, dict.values),
+             proxy_type: (proxy_type.keys, proxy_type.values)}
+    # (namespace, its keys' view, its values', its keys and values as they
+    # were): compared by identity, in order, in C (operator.is_).
+    namespaces: list = []
     entries: list = []       # (namespace, name, value)
 
     def seal(lookup):
@@ -3070,9 +3073,10 @@ def quick_init(torch: Any, original: Callable, mode_id: int
             if value is None:
                 continue
             namespace = b_vars(value)
-            items = proxy_items if b_type(namespace) is proxy_type \
-                else dict_items
-            namespaces.append((namespace, items, b_list(items(namespace))))
+            keys_of, values_of = views[b_type(namespace)]
+            namespaces.append((namespace, keys_of, values_of,
+                               b_tuple(keys_of(namespace)),
+                               b_tuple(values_of(namespace))))
         for dotted, names in wanted_entries:
             value = lookup(dotted)
             if value is not None:
@@ -3087,13 +3091,11 @@ def quick_init(torch: Any, original: Callable, mode_id: int
         if b_type(self) is not Linear or depth > 1 or \
                 (depth and b_id(stack_at(0)) != mode_id):
             return original(self)
-        for namespace, items, before in namespaces:
-            if b_len(namespace) != b_len(before):
+        for namespace, keys_of, values_of, keys, values in namespaces:
+            if b_len(namespace) != b_len(keys) or \
+                    not b_all(b_map(is_, keys_of(namespace), keys)) or \
+                    not b_all(b_map(is_, values_of(namespace), values)):
                 return original(self)
-            for (key, value), (old_key, old_value) in b_zip(
-                    items(namespace), before):
-                if key is not old_key or value is not old_value:
-                    return original(self)
         for namespace, name, value in entries:
             if namespace.get(name) is not value:
                 return original(self)
