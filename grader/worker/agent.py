@@ -175,14 +175,30 @@ CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 STAND_IN_PROTOCOL = ("__torch_function__", "__torch_dispatch__")
 # What torch's initialisation of a plain torch.nn.Linear (its
 # reset_parameters: kaiming_uniform_, then uniform_ on the bias, through
-# torch's function protocol) reads: these namespaces whole, and these
-# entries of larger ones. While they hold what the worker found, the
-# grader's equivalent runs instead (:func:`quick_init`).
+# torch's function protocol) reads: in these namespaces, every name that
+# the code of QUICK_INIT_PATH names (and their sizes), and these entries
+# of larger ones. While they hold what the worker found, the grader's
+# equivalent runs instead (:func:`quick_init`).
 QUICK_INIT_NAMESPACES = (
     "builtins", "math", "contextlib", "torch.nn.modules.linear",
     "torch.nn.init", "torch.overrides", "torch.autograd.grad_mode",
     "torch.utils._contextlib", "torch.nn.Linear", "torch.nn.Module",
     "torch.nn.Parameter", "torch.Tensor", "torch.autograd.grad_mode.no_grad")
+QUICK_INIT_PATH = (
+    "torch.nn.Linear.reset_parameters", "torch.nn.init.kaiming_uniform_",
+    "torch.nn.init.uniform_", "torch.nn.init._no_grad_uniform_",
+    "torch.nn.init._calculate_fan_in_and_fan_out",
+    "torch.nn.init._calculate_correct_fan", "torch.nn.init.calculate_gain",
+    "torch.overrides.handle_torch_function",
+    "torch.overrides._get_overloaded_args",
+    "torch.overrides._pop_mode_temporarily.__wrapped__",
+    "torch.overrides._pop_mode", "torch.overrides._push_mode",
+    "torch.nn.Module.__getattr__", "torch.autograd.grad_mode.no_grad",
+    "torch.utils._contextlib._NoParamDecoratorContextManager",
+    "torch.utils._contextlib._DecoratorContextManager",
+    "torch._jit_internal.is_scripting",
+    "contextlib._GeneratorContextManager",
+    "contextlib._GeneratorContextManagerBase")
 QUICK_INIT_ENTRIES = (
     ("torch", ("overrides", "no_grad", "is_grad_enabled", "_C",
                "_jit_internal")),
@@ -3047,7 +3063,8 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     import operator
 
     b_type, b_len, b_dict, b_all, b_map = type, len, dict, all, map
-    b_vars, b_tuple, is_ = vars, tuple, operator.is_
+    b_vars, b_tuple, b_sorted, is_ = vars, tuple, sorted, operator.is_
+    path = QUICK_INIT_PATH
     wanted, wanted_entries = QUICK_INIT_NAMESPACES, QUICK_INIT_ENTRIES
     sqrt = math.sqrt
     C = torch._C
@@ -3060,23 +3077,32 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     base = C.TensorBase
     t_uniform, t_dim, t_size = base.uniform_, base.dim, base.size
     proxy_type = type(type.__dict__["__dict__"].__get__(Linear))
-    views = {b_dict: (dict.keys, dict.values),
-             proxy_type: (proxy_type.keys, proxy_type.values)}
-    # (namespace, its keys' view, its values', its keys and values as they
-    # were): compared by identity, in order, in C (operator.is_).
+    getters = {b_dict: dict.get, proxy_type: proxy_type.get}
+    # (namespace, its get, its size, the names the path's code names that
+    # it holds, and their values as they were): compared by identity, in C
+    # (operator.is_), with the size (a key added is seen).
     namespaces: list = []
     entries: list = []       # (namespace, name, value)
 
-    def seal(lookup):
+    def seal(lookup, code_objects):
+        named: set = set()
+        for dotted in path:
+            value = lookup(dotted)
+            if value is not None:
+                for code in code_objects(value):
+                    named.update(code.co_names)
+        # Before the submission's code: the originals (torch's own).
+        named.update(("weight", "bias", "reset_parameters"))
         for dotted in wanted:
             value = lookup(dotted)
             if value is None:
                 continue
             namespace = b_vars(value)
-            keys_of, values_of = views[b_type(namespace)]
-            namespaces.append((namespace, keys_of, values_of,
-                               b_tuple(keys_of(namespace)),
-                               b_tuple(values_of(namespace))))
+            names = b_tuple(b_sorted(name for name in named
+                                     if name in namespace))
+            namespaces.append((namespace, getters[b_type(namespace)],
+                               b_len(namespace), names,
+                               b_tuple(namespace[name] for name in names)))
         for dotted, names in wanted_entries:
             value = lookup(dotted)
             if value is not None:
@@ -3091,10 +3117,10 @@ def quick_init(torch: Any, original: Callable, mode_id: int
         if b_type(self) is not Linear or depth > 1 or \
                 (depth and b_id(stack_at(0)) != mode_id):
             return original(self)
-        for namespace, keys_of, values_of, keys, values in namespaces:
-            if b_len(namespace) != b_len(keys) or \
-                    not b_all(b_map(is_, keys_of(namespace), keys)) or \
-                    not b_all(b_map(is_, values_of(namespace), values)):
+        for namespace, get, size, names, values in namespaces:
+            if b_len(namespace) != size or not b_all(b_map(
+                    is_, b_map(get, (namespace,) * b_len(names), names),
+                    values)):
                 return original(self)
         for namespace, name, value in entries:
             if namespace.get(name) is not value:
@@ -3716,7 +3742,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
     if seal is not None:
-        seal(_lookup)
+        seal(_lookup, _code_objects)
     return runner(
         {"source": source, "filename": filename, "probes": probes,
          "confinement": confinement, "kept": kept, "holder": holder,

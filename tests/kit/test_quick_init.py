@@ -37,7 +37,7 @@ def quick() -> Iterator[list[str]]:
 
     reset, seal = agent.quick_init(torch, original, MODE)
     torch.nn.Linear.reset_parameters = reset
-    seal(agent._lookup)
+    seal(agent._lookup, agent._code_objects)
     try:
         yield calls
     finally:
@@ -61,7 +61,7 @@ def test_the_same_numbers_and_generator_bit_for_bit() -> None:
                 for i, (args, kwargs) in enumerate(CASES)]
     reset, seal = agent.quick_init(torch, ORIGINAL, MODE)
     torch.nn.Linear.reset_parameters = reset
-    seal(agent._lookup)
+    seal(agent._lookup, agent._code_objects)
     try:
         built = [_built(11 + i, *args, **kwargs)
                  for i, (args, kwargs) in enumerate(CASES)]
