@@ -3064,6 +3064,7 @@ def quick_init(torch: Any, original: Callable, mode_id: int
 
     b_type, b_len, b_dict, b_all, b_map = type, len, dict, all, map
     b_vars, b_tuple, b_sorted, is_ = vars, tuple, sorted, operator.is_
+    b_set = set
     path = QUICK_INIT_PATH
     wanted, wanted_entries = QUICK_INIT_NAMESPACES, QUICK_INIT_ENTRIES
     sqrt = math.sqrt
@@ -3085,7 +3086,7 @@ def quick_init(torch: Any, original: Callable, mode_id: int
     entries: list = []       # (namespace, name, value)
 
     def seal(lookup, code_objects):
-        named: set = set()
+        named = b_set()
         for dotted in path:
             value = lookup(dotted)
             if value is not None:
