@@ -187,6 +187,43 @@ CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 # The protocol through which a stand-in for tensors (torch.fx's Proxy, any
 # recorder) records the code it runs through, to run it later elsewhere.
 STAND_IN_PROTOCOL = ("__torch_function__", "__torch_dispatch__")
+# What torch's initialisation of a plain torch.nn.Linear (its
+# reset_parameters: kaiming_uniform_, then uniform_ on the bias, through
+# torch's function protocol) reads: in these namespaces, every name that
+# the code of QUICK_INIT_PATH names (and their sizes), and these entries
+# of larger ones. While they hold what the worker found, the grader's
+# equivalent runs instead (:func:`quick_init`).
+QUICK_INIT_NAMESPACES = (
+    "builtins", "math", "contextlib", "torch.nn.modules.linear",
+    "torch.nn.init", "torch.overrides", "torch.autograd.grad_mode",
+    "torch.utils._contextlib", "torch.nn.Linear", "torch.nn.Module",
+    "torch.nn.Parameter", "torch.Tensor", "torch.autograd.grad_mode.no_grad")
+QUICK_INIT_PATH = (
+    "torch.nn.Linear.reset_parameters", "torch.nn.init.kaiming_uniform_",
+    "torch.nn.init.uniform_", "torch.nn.init._no_grad_uniform_",
+    "torch.nn.init._calculate_fan_in_and_fan_out",
+    "torch.nn.init._calculate_correct_fan", "torch.nn.init.calculate_gain",
+    "torch.overrides.handle_torch_function",
+    "torch.overrides._get_overloaded_args",
+    "torch.overrides._pop_mode_temporarily.__wrapped__",
+    "torch.overrides._pop_mode", "torch.overrides._push_mode",
+    "torch.nn.Module.__getattr__", "torch.autograd.grad_mode.no_grad",
+    "torch.utils._contextlib._NoParamDecoratorContextManager",
+    "torch.utils._contextlib._DecoratorContextManager",
+    "torch._jit_internal.is_scripting",
+    "contextlib._GeneratorContextManager",
+    "contextlib._GeneratorContextManagerBase")
+QUICK_INIT_ENTRIES = (
+    ("torch", ("overrides", "no_grad", "is_grad_enabled", "_C",
+               "_jit_internal")),
+    ("torch._C", ("_set_grad_enabled", "is_grad_enabled")),
+    ("torch._jit_internal", ("is_scripting",)))
+# The names of torch's code on that path: a forbidden pattern that matches
+# one of them leaves torch's own initialisation in place (it is judged).
+QUICK_INIT_CODE = (
+    "torch.nn.modules.linear", "torch.nn.init", "Linear.reset_parameters",
+    "kaiming_uniform_", "uniform_", "_no_grad_uniform_", "calculate_gain",
+    "_calculate_fan_in_and_fan_out", "_calculate_correct_fan")
 # Namespaces whose entries are remembered before the submission runs, so
 # that a replaced function (nn.Module.__call__, json.dumps) is reported;
 # the job's "sandbox" table (the rubric's) adds an assignment's own.
@@ -2390,11 +2427,11 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     function_dict = FunctionType.__dict__["__dict__"].__get__
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
-    native_descriptors = (types.GetSetDescriptorType,
-                          types.MemberDescriptorType)
+    getset_type = types.GetSetDescriptorType
+    member_type = types.MemberDescriptorType
     b_range = range
     wrapper_type = b_type(C.TensorBase.T.__get__)
-    method_self = {wrapper_type: wrapper_type.__dict__["__self__"].__get__}
+    wrapper_self = wrapper_type.__dict__["__self__"].__get__
     mode_dict = mode.__dict__
     bound = mode_dict["__torch_function__"]
     protocol_key = "__torch_function__"
@@ -2433,16 +2470,48 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                                    if r), key=len, reverse=True))
     prefixes = b_tuple(name + "." for name in packages)
     whole = b_tuple(packages)
+    # Raised by ``plain_get``: a read that could run code, made again traced.
+    unsure = b_type("Unsure", (LookupError,), {})
+    proxy_type = b_type(type_dict(b_type))
+    proxy_items = proxy_type.items
+    max_plain = 256
 
-    def native(value, attribute):
+    def traced_get(namespace, key):
+        return namespace.get(key)
+
+    def plain_get(namespace, key):
+        """``namespace.get(key)`` read untraced: only from a dict (or a
+        class's namespace) whose keys are all exact strings, whose
+        comparison runs no code, and small enough to walk (at most
+        ``max_plain`` keys); ``unsure`` is raised for any other."""
+        if b_len(namespace) > max_plain:
+            raise unsure
+        if b_type(namespace) is b_dict:
+            pairs = dict_items(namespace)
+        elif b_type(namespace) is proxy_type:
+            pairs = proxy_items(namespace)
+        else:
+            raise unsure
+        found = None
+        for name, value in pairs:
+            if b_type(name) is not b_str:
+                raise unsure
+            if name == key:
+                found = value
+        return found
+
+    def native(value, attribute, get=traced_get):
         """``value.attribute`` when a native descriptor of its class holds
         it (None otherwise): no code of the value's runs."""
         kind = b_type(value)
         for base in type_mro(kind):
-            found = type_dict(base).get(attribute)
+            found = get(type_dict(base), attribute)
             if found is None:
                 continue
-            if b_type(found) not in native_descriptors:
+            # By identity: a metaclass's __eq__ never runs here.
+            kind_found = b_type(found)
+            if kind_found is not getset_type and \
+                    kind_found is not member_type:
                 return None
             try:
                 return found.__get__(value, kind)
@@ -2450,25 +2519,24 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 return None
         return None
 
-    def name_of(value):
+    def name_of(value, get=traced_get):
         """``value.__name__``, from a native descriptor or the instance's
         own dict (an operator object's), read without running its code."""
-        name = native(value, "__name__")
+        name = native(value, "__name__", get)
         if name is None:
-            namespace = native(value, "__dict__")
+            namespace = native(value, "__dict__", get)
             if b_type(namespace) is b_dict:
-                name = namespace.get("__name__")
+                name = get(namespace, "__name__")
         return name if b_type(name) is b_str else ""
 
-    def operation_name(func):
-        name = name_of(func)
-        if name in ("__get__", "__set__", "__delete__"):
-            reader = method_self.get(b_type(func))
-            if reader is not None:
-                name = name_of(reader(func))  # a property: its own name
+    def operation_name(func, get=traced_get):
+        name = name_of(func, get)
+        if name in ("__get__", "__set__", "__delete__") and \
+                b_type(func) is wrapper_type:  # by identity (no __eq__)
+            name = name_of(wrapper_self(func), get)  # a property: its name
         return name
 
-    def own_codes(func):
+    def own_codes(func, get=traced_get):
         """The code objects of the operation's own Python body (a torch
         function written in Python, its functools.wraps chain, or the
         ``__call__`` of an operator object such as ``torch.ops``')."""
@@ -2477,10 +2545,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         for _ in b_range(4):
             if b_type(value) is FunctionType:
                 found.append(function_code(value))
-                value = function_dict(value).get("__wrapped__")
+                value = get(function_dict(value), "__wrapped__")
                 continue
             for base in type_mro(b_type(value)):
-                call = type_dict(base).get("__call__")
+                call = get(type_dict(base), "__call__")
                 if call is not None:
                     if b_type(call) is FunctionType:
                         found.append(function_code(call))
@@ -2488,27 +2556,29 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             break
         return found
 
-    def forwards(frame, func):
+    def forwards(frame, func, get=traced_get):
         """True when ``frame`` runs a wrapper that calls a function it
         closes over: the operation itself (a decorator, a dispatch)."""
         code = frame.f_code
         if not code.co_freevars:
             return False
+        if get is plain_get:
+            raise unsure  # a frame's values are read traced
         local_values = frame.f_locals
         for name in code.co_freevars:
             if local_values.get(name) is func:
                 return True
         return False
 
-    def caller_of(frame, func):
+    def caller_of(frame, func, get=traced_get):
         """The frame that chose the operation: below the handler, past
         torch's protocol, the operation's own body and forwarders."""
-        own = own_codes(func)
+        own = own_codes(func, get)
         caller = frame.f_back
         while caller is not None:
             code = caller.f_code
             if code is protocol_code or code is handler_code or \
-                    forwards(caller, func):
+                    forwards(caller, func, get):
                 caller = caller.f_back
                 continue
             mine = False
@@ -2629,11 +2699,17 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             key = (b_id(caller.f_code), caller.f_lasti, b_id(func))
             if known_calls.get(key):
                 return None
-        # What follows reads the operation and the frames' values: traced.
-        return traced(judged, frame, func, key)
+        # What follows reads the operation and the frames' values: untraced
+        # while every dict it reads holds only exact strings as keys and no
+        # frame's values are needed, traced otherwise (the same reads again).
+        try:
+            return judged(frame, func, key, plain_get)
+        except unsure:
+            pass
+        return traced(judged, frame, func, key, traced_get)
 
-    def judged(frame, func, key):
-        caller = caller_of(frame, func)
+    def judged(frame, func, key, get):
+        caller = caller_of(frame, func, get)
         if caller is None:
             return None
         code = caller.f_code
@@ -2641,7 +2717,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             if key is not None and caller is frame.f_back:
                 remember(key)
             return None
-        name = operation_name(func)
+        name = operation_name(func, get)
         if names(code, name):
             if key is not None and caller is frame.f_back:
                 remember(key)
@@ -2701,7 +2777,26 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return protocol_name in code.co_names
         return above is start
 
+    def body_of(frame, above, start):
+        """:func:`torch_body`'s verdict. Read untraced when it needs no
+        value the submission may have made: the handler's ``func`` (read
+        from its frame) is a plain function whose own code (read by the
+        native descriptor) is the code ``above`` runs, and that code's
+        names (exact strings) say whether it hands itself to the
+        protocol. Anything else (a warning, an operator object, a
+        wrapper's chain) is read by ``torch_body``, traced."""
+        if above is None:
+            return False
+        code = above.f_code
+        if b_id(code) not in warning_codes:
+            func = frame.f_locals.get("func")
+            if b_type(func) is FunctionType and function_code(func) is code:
+                return protocol_name in code.co_names
+        return traced(torch_body, frame, above, start)
+
     def off(frame):
+        # Reads frames and code objects only; the operation's own body is
+        # judged through ``body_of`` (traced when it reads values).
         if phase["grader_off"]:
             return  # the grader's own gradient step (principle 5 judges it)
         if thread_ident() not in armed:
@@ -2711,7 +2806,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         while walk is not None:
             code = walk.f_code
             if code is handler_code:
-                if torch_body(walk, above, frame):
+                if body_of(walk, above, frame):
                     return
                 break
             if code is protocol_code and setting_aside:
@@ -2738,7 +2833,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             for key, value in dict_items(mode_dict):
                 if key is protocol_key and value is bound:
                     return
-        traced(off, frame)
+        off(frame)
 
     return judge, in_force, arm
 
@@ -3275,6 +3370,135 @@ def patch_watch(watched: list, classify: Callable | None = None
 # error's class and text) changes what the error says, never what the
 # grader sees (docs/threat-model.md, principle 2, "Stand-ins").
 
+def quick_init(torch: Any, original: Callable, mode_id: int
+               ) -> tuple[Callable, ...]:
+    """Return ``reset_parameters(self)``, the grader's equivalent of
+    torch.nn.Linear's own (``original``), and ``seal()``, which remembers
+    the namespaces of QUICK_INIT_NAMESPACES and QUICK_INIT_ENTRIES as
+    they are (``seal(_lookup)``, once the tripwires are in place; the
+    closures keep torch's objects only).
+
+    It draws the same numbers from the same generator, in the same order,
+    into the same tensors (``kaiming_uniform_`` with ``a=sqrt(5)`` on the
+    weight, then ``uniform_`` on the bias, computed with the same
+    floating-point operations) and leaves gradients as it found them, but
+    runs no Python frame of torch's: each of those the trace function
+    would follow and the operation judge would judge (a module's
+    initialisation ran dozens), and a probe whose weights the grader sets
+    discards the values anyway. Torch's own runs (``original``) for
+    anything else: a subclass, a parameter that is not an exact
+    ``Parameter`` or is empty, a torch function mode on the stack other
+    than the grader's (whose id is ``mode_id``),
+    or any of the remembered namespaces changed (torch's code on the path
+    replaced, e.g.). docs/threat-model.md, principle 2."""
+    import math
+    import operator
+
+    b_type, b_len, b_dict, b_all, b_map = type, len, dict, all, map
+    b_vars, b_tuple, b_sorted, is_ = vars, tuple, sorted, operator.is_
+    b_set = set
+    path = QUICK_INIT_PATH
+    wanted, wanted_entries = QUICK_INIT_NAMESPACES, QUICK_INIT_ENTRIES
+    sqrt = math.sqrt
+    C = torch._C
+    no_torch_function = C.DisableTorchFunction
+    set_grad, grad_enabled = C._set_grad_enabled, C.is_grad_enabled
+    stack_len, stack_at = C._len_torch_function_stack, C._get_function_stack_at
+    b_id = id
+    Linear, Parameter = torch.nn.Linear, torch.nn.Parameter
+    instance_dict = torch.nn.Module.__dict__["__dict__"].__get__
+    base = C.TensorBase
+    t_uniform, t_dim, t_size = base.uniform_, base.dim, base.size
+    proxy_type = type(type.__dict__["__dict__"].__get__(Linear))
+    getters = {b_dict: dict.get, proxy_type: proxy_type.get}
+    # (namespace, its get, its size, the names the path's code names that
+    # it holds, and their values as they were): compared by identity, in C
+    # (operator.is_), with the size (a key added is seen).
+    namespaces: list = []
+    entries: list = []       # (namespace, name, value)
+
+    def seal(lookup, code_objects):
+        named = b_set()
+        for dotted in path:
+            value = lookup(dotted)
+            if value is not None:
+                for code in code_objects(value):
+                    named.update(code.co_names)
+        # Before the submission's code: the originals (torch's own).
+        named.update(("weight", "bias", "reset_parameters"))
+        for dotted in wanted:
+            value = lookup(dotted)
+            if value is None:
+                continue
+            namespace = b_vars(value)
+            names = b_tuple(b_sorted(name for name in named
+                                     if name in namespace))
+            namespaces.append((namespace, getters[b_type(namespace)],
+                               b_len(namespace), names,
+                               b_tuple(namespace[name] for name in names)))
+        for dotted, names in wanted_entries:
+            value = lookup(dotted)
+            if value is not None:
+                namespace = b_vars(value)
+                for name in names:
+                    entries.append((namespace, name, namespace.get(name)))
+
+    def reset_parameters(self):
+        # One function, no helper of the grader's in its cells (a cell can
+        # be rewritten from Python): the checks are written out here.
+        depth = stack_len()
+        if b_type(self) is not Linear or depth > 1 or \
+                (depth and b_id(stack_at(0)) != mode_id):
+            return original(self)
+        for namespace, get, size, names, values in namespaces:
+            if b_len(namespace) != size or not b_all(b_map(
+                    is_, b_map(get, (namespace,) * b_len(names), names),
+                    values)):
+                return original(self)
+        for namespace, name, value in entries:
+            if namespace.get(name) is not value:
+                return original(self)
+        # ``self.weight`` and ``self.bias``: the module's own registered
+        # parameters (nothing shadows them), exact, the weight 2-d and not
+        # empty.
+        namespace = instance_dict(self)
+        if b_type(namespace) is not b_dict or "weight" in namespace or \
+                "bias" in namespace:
+            return original(self)
+        params = namespace.get("_parameters")
+        if b_type(params) is not b_dict or "weight" not in params or \
+                "bias" not in params:
+            return original(self)
+        weight, bias = params["weight"], params["bias"]
+        if b_type(weight) is not Parameter or \
+                (bias is not None and b_type(bias) is not Parameter):
+            return original(self)
+        with no_torch_function():
+            plain = t_dim(weight) == 2 and 0 not in t_size(weight)
+        if not plain:
+            return original(self)  # with torch's functions as they were
+        with no_torch_function():
+            fan_in = t_size(weight)[1]
+            # torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5)):
+            # calculate_gain("leaky_relu", a), fan_in of a 2-d tensor.
+            slope = sqrt(5)
+            gain = sqrt(2.0 / (1 + slope ** 2))
+            std = gain / sqrt(fan_in)
+            bound = sqrt(3.0) * std
+            enabled = grad_enabled()
+            set_grad(False)
+            try:
+                t_uniform(weight, -bound, bound, generator=None)
+                if bias is not None:
+                    bound = 1 / sqrt(fan_in) if fan_in > 0 else 0
+                    t_uniform(bias, -bound, bound, generator=None)
+            finally:
+                set_grad(enabled)
+        return None
+
+    return reset_parameters, seal
+
+
 def inert_call(error: type, message: str) -> Callable:
     """Return a stand-in that raises ``error(message)`` and does nothing
     else: a forbidden kernel, a refused call, a compiler the grader cannot
@@ -3787,7 +4011,8 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
 FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              code_kinds, audit_hook, value_readers, shape_tracer,
              error_describer, module_describer, probe_runner,
-             coverage_keeper, patch_watch, inert_call, inert_hook,
+             coverage_keeper, patch_watch, quick_init, inert_call,
+             inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads,
              collector, made_keeper)
@@ -3912,10 +4137,20 @@ def _assemble(job: dict, probes: list, result_fd: int,
                              traced, call)
     coverage, start_phase = coverage_keeper(phase, alive, fingerprint,
                                             traced)
+    # Torch's initialisation of a plain Linear, replaced by the grader's
+    # equivalent before the watched namespaces are remembered; what it
+    # checks is remembered once the tripwires are in place.
+    seal = None
+    if not (kernels and any(re.search(kernels, name)
+                            for name in QUICK_INIT_CODE)):
+        torch.nn.Linear.reset_parameters, seal = quick_init(
+            torch, torch.nn.Linear.reset_parameters, id(mode))
     install_tripwires(torch, stand_ins, codes["agent"], forbidden_functions,
                       forbidden_classes,
                       job.get("forbidden", {}).get("aten"),
                       tuple(library.get("watched", [])), watched, holder)
+    if seal is not None:
+        seal(_lookup, _code_objects)
     return runner(
         {"source": source, "filename": filename, "probes": probes,
          "confinement": confinement, "kept": kept, "holder": holder,

@@ -121,6 +121,8 @@ CORPUS: dict[str, tuple] = {
                              ("made at run time by exec",)),
     "tracer_class_property": ((1, 3, -1, -1, 0), CLEAN_2, (),
                               ("_Lens.__class__",)),
+    "tracer_key_in_wrapped": ((0, 0, -1, -1, 0), CLEAN_2, ("untraceable",),
+                              ("taken off, disabled or replaced",)),
     # -- Principle 1 by construction: a refusal is raised from the audit
     #    hook's own frame, never through its checks or the channel's
     #    writer (their locals: the key, the paths).
