@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -359,6 +360,12 @@ CORPUS: dict[str, tuple] = {
     "gc_keeps_garbage": ((1, 3, 0, 0, 0), CLEAN_2, (),
                          ("every tensor statement in SelfAttention.forward "
                           "has a correct shape comment",)),
+    # -- Principle 8: a scratch folder 2,000 folders deep (the rest is
+    #    refused past the longest path) no longer crashes the cleanup
+    #    (RecursionError: an internal error, the folder left on disk);
+    #    test_a_scratch_folder_too_deep_is_removed checks it is gone.
+    "scratch_too_deep": ((1, 3, 0, 0, 1), CLEAN_2, ("refused",),
+                         ('create a folder "d"',)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
@@ -456,6 +463,49 @@ def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
             assert verdict in output, output[-500:]
     seen = text + " ".join(report["output"].values())
     assert not [words for words in NEVER if words in seen]
+
+
+def test_a_scratch_folder_too_deep_is_removed(graded: dict[str, dict]
+                                              ) -> None:
+    """The file printed its scratch folders (one a task) and how deep it
+    went: deeper than ``shutil.rmtree`` can recurse, and gone after."""
+    output = " ".join(graded["scratch_too_deep"]["output"].values())
+    found = re.findall(r"scratch: (\S+) depth: (\d+)", output)
+    assert len(found) == 2, output[-500:]
+    for folder, depth in found:
+        assert int(depth) > 1100
+        assert not Path(folder).exists()
+
+
+def test_remove_tree_needs_no_recursion_and_follows_no_link(tmp_path):
+    """Deeper than the recursion limit and than the longest path, with a
+    folder its owner cannot read, a FIFO, a link out and the names it
+    uses itself: all gone, and what the link names is kept."""
+    from grader.run.sandbox import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("kept")
+    top = tmp_path / "scratch"
+    top.mkdir()
+    (top / ".grader-removing-1").mkdir()
+    (top / ".grader-removing-1" / "x").mkdir()
+    here = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(2500):
+            os.mkdir("d", dir_fd=here)
+            below = os.open("d", os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = below
+        os.mkfifo("pipe", dir_fd=here)
+        os.symlink(outside, "out", dir_fd=here)
+        os.mkdir("locked", dir_fd=here)
+        os.chmod("locked", 0o000, dir_fd=here)
+    finally:
+        os.close(here)
+    remove_tree(top)
+    assert not top.exists()
+    assert (outside / "keep.txt").read_text() == "kept"
 
 
 def test_no_file_escaped_the_sandbox(graded: dict[str, dict]) -> None:
