@@ -19,6 +19,11 @@ from typing import Any
 from grader.errors import GraderError
 
 MAX_FRAME = 16 * 1024 * 1024
+# The base64 characters of tensor data one frame may carry (all its values
+# together): well under MAX_FRAME, so the worker never writes a frame the
+# reader would skip as too large. A tensor past what is left is sent as a
+# "too large" record (its shape and dtype, no data).
+VALUE_BUDGET = 6 * 1024 * 1024
 MAX_CONTAINERS = 200_000
 # The tensor shapes one trace record of a list, tuple or dict may hold
 # (grader.worker.agent.MAX_HELD).
@@ -275,6 +280,8 @@ def _tensor(value: dict) -> str | None:
         return "a tensor's shape is not a list of sizes"
     if not _text(value.get("dtype")):
         return "a tensor has no dtype"
+    if not isinstance(value.get("too_large", False), bool):
+        return "a tensor's too_large is not a flag"
     data = value.get("data")
     if data is None:
         return None
@@ -457,14 +464,18 @@ def check_frame(message: dict) -> str | None:
 
 
 def value_encoder(torch: Any = None) -> Callable[..., dict]:
-    """Return ``encode(value) -> dict``: a value as plain data.
+    """Return ``encode(value, budget=None) -> dict``: a value as plain data.
 
     Only exact ``torch.Tensor`` instances are sent as tensors (read with
     torch's own methods, bound now, under ``DisableTorchFunction``);
     tuples and lists (exact types) to two levels, eight items each;
     subclasses and other objects by their type's name, so they can never
-    take part in a comparison and no code of theirs runs. The closures look
-    up no global name.
+    take part in a comparison and no code of theirs runs. ``budget`` is a
+    one-item list of the base64 characters still allowed (shared by the
+    values of one frame; a fresh :data:`VALUE_BUDGET` when None): a
+    tensor whose data would not fit is sent as ``"too_large"``, with its
+    shape and dtype and no data, decided from its shape before any data is
+    read. The closures look up no global name.
     """
     import binascii
 
@@ -484,18 +495,28 @@ def value_encoder(torch: Any = None) -> Callable[..., dict]:
     float32, int64, cpu = torch.float32, torch.int64, torch.device("cpu")
     no_torch_function = torch._C.DisableTorchFunction
     ndarray_tobytes = type(t_numpy(torch.zeros(1))).tobytes
+    value_budget = VALUE_BUDGET
 
-    def tensor_data(value):
+    def tensor_data(value, budget):
         with no_torch_function():
             tensor = t_detach(value)
             dtype = b_str(t_dtype(tensor)).replace("torch.", "")
             shape = [b_int(s) for s in t_size(tensor)]
-            if t_is_floating(tensor):
-                data = t_contiguous(t_to(tensor, cpu, float32))
-                encoding = "float32"
-            elif t_is_complex(tensor):
+            if t_is_complex(tensor):
                 return {"kind": "tensor", "dtype": dtype, "shape": shape,
                         "data": None}
+            floating = t_is_floating(tensor)
+            elements = 1
+            for size in shape:
+                elements *= size
+            characters = (elements * (4 if floating else 8) + 2) // 3 * 4
+            if characters > budget[0]:
+                return {"kind": "tensor", "dtype": dtype, "shape": shape,
+                        "data": None, "too_large": True}
+            budget[0] -= characters
+            if floating:
+                data = t_contiguous(t_to(tensor, cpu, float32))
+                encoding = "float32"
             else:
                 data = t_contiguous(t_to(tensor, cpu, int64))
                 encoding = "int64"
@@ -504,13 +525,14 @@ def value_encoder(torch: Any = None) -> Callable[..., dict]:
                 "encoding": encoding,
                 "data": to_base64(raw, newline=False).decode("ascii")}
 
-    def encode(value, depth=0):
+    def encode_within(value, depth, budget):
         kind = b_type(value)
         if kind is exact_tensor:
-            return tensor_data(value)
+            return tensor_data(value, budget)
         if (kind is b_tuple or kind is b_list) and depth < 2:
             return {"kind": type_name(kind),
-                    "items": [encode(v, depth + 1) for v in value[:8]],
+                    "items": [encode_within(v, depth + 1, budget)
+                              for v in value[:8]],
                     "length": b_len(value)}
         if value is None:
             return {"kind": "none"}
@@ -519,6 +541,11 @@ def value_encoder(torch: Any = None) -> Callable[..., dict]:
         bases = [type_name(b)[:80] for b in type_mro(kind)[1:-1]][:8]
         return {"kind": "object", "type": type_name(kind)[:80],
                 "bases": bases}
+
+    def encode(value, budget=None):
+        if budget is None:
+            budget = [value_budget]
+        return encode_within(value, 0, budget)
 
     return encode
 
@@ -545,9 +572,18 @@ class Value:
     length: int = 0
     type_name: str | None = None
     number: float | None = None
+    too_large: bool = False     # a tensor past the frame's budget: no data
+
+    @property
+    def elements(self) -> int:
+        """How many values a tensor holds (0 for other kinds)."""
+        return math.prod(self.shape) if self.shape is not None else 0
 
     def describe(self) -> str:
         """Words for a student: what was returned."""
+        if self.kind == "tensor" and self.too_large:
+            return (f"a {self.dtype} tensor of shape {list(self.shape)} "
+                    f"({self.elements} values), too large to compare")
         if self.kind == "tensor":
             return f"a {self.dtype} tensor of shape {list(self.shape)}"
         if self.kind in ("tuple", "list"):
@@ -575,7 +611,8 @@ def decode_value(data: Any) -> Value:
             raise ChannelError("a tensor has an invalid shape")
         dtype = str(data.get("dtype"))
         if data.get("data") is None:
-            return Value(kind="tensor", dtype=dtype, shape=shape)
+            return Value(kind="tensor", dtype=dtype, shape=shape,
+                         too_large=data.get("too_large") is True)
         numpy_type = {"float32": np.float32, "int64": np.int64}.get(
             data.get("encoding"))
         if numpy_type is None:

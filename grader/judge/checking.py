@@ -187,6 +187,9 @@ def tensor_of(value: Any, what: str, shape: tuple[int, ...],
         got = value.describe() if value is not None else "nothing"
         fail(f"{what}{where} should be a tensor {list(shape)} = {meaning}; "
              f"got {got}.")
+    if value.too_large:
+        fail(f"{what}{where} returned {value.describe()}: expected "
+             f"{list(shape)} = {meaning}.")
     if value.tensor is None or not value.dtype.startswith(
             ("float", "bfloat")):
         fail(f"{what}{where} should be a floating-point tensor; got a "

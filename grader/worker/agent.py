@@ -3044,6 +3044,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     t_equal = torch.equal
     t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
+    from grader.wire import VALUE_BUDGET as value_budget
 
     def is_module(value):
         return Module in type_mro(b_type(value))
@@ -3201,6 +3202,9 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if probe.get("describe"):
             result["describe"] = describe(obj)
         called = probe.get("call")
+        # The tensor data this frame may carry, shared by all its values
+        # (grader.wire.VALUE_BUDGET).
+        budget = [value_budget]
         if probe.get("fit"):
             manual_seed(b_int(probe.get("seed", 0)))
             trained = fit(obj, probe["fit"],
@@ -3208,7 +3212,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             # The trained weights, as training left them: the grader can
             # judge them with its own model, whatever else the object kept.
             with no_torch_function():
-                result["state"] = {b_str(name)[:200]: encode(value)
+                result["state"] = {b_str(name)[:200]: encode(value, budget)
                                    for name, value in trained[:256]}
         if called is None:
             return result
@@ -3241,7 +3245,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             phase["made"] = None
             phase["left_out"] = {}
         phase["held"].append(value)
-        result["value"] = encode(value)
+        result["value"] = encode(value, budget)
         return result
 
     return run_probe

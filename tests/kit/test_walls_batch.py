@@ -366,6 +366,19 @@ CORPUS: dict[str, tuple] = {
     #    test_a_scratch_folder_too_deep_is_removed checks it is gone.
     "scratch_too_deep": ((1, 3, 0, 0, 1), CLEAN_2, ("refused",),
                          ('create a folder "d"',)),
+    # -- The channel (principles 1 and 2): an honest output too large for
+    #    a result frame crosses as its shape alone and fails its items
+    #    with both shapes (before: the worker's own frame was skipped as a
+    #    forgery, flagged, in 41 s).
+    "output_too_large": ((1, 3, 0, 0, 1), (0, 0, 1, 0, -1), (),
+                         ("returned a float32 tensor of shape [30, 1000, "
+                          "1000] (30000000 values), too large to compare: "
+                          "expected [30, 10, 10] = [batch_size * num_heads, "
+                          "seq_len, seq_len]",)),
+    "output_huge": ((1, 3, 0, 0, 1), (0, 0, 1, 0, -1), (),
+                    ("returned a float32 tensor of shape [150000000] "
+                     "(150000000 values), too large to compare: expected "
+                     "[30, 10, 10]",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),

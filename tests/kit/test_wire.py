@@ -10,6 +10,7 @@ writer and encoder and read through the trusted reader and decoder.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import secrets
@@ -87,6 +88,52 @@ def test_containers_numbers_and_objects_cross_as_described() -> None:
     assert (thing.kind, thing.type_name) == ("object", "object")
     assert nan.kind == "number" and math.isnan(nan.number)
     assert (long.length, len(long.items)) == (12, 8)
+
+
+def test_a_tensor_past_the_budget_crosses_as_its_shape_alone() -> None:
+    """150M values (an expanded view: no data to read) cross as a small
+    "too large" record with their shape and dtype; the trusted side sees
+    a tensor with no numbers and says so, rather than skip the frame as
+    a forgery (issue 24)."""
+    huge = torch.zeros(1).expand(150_000_000)
+    encoded = wire.value_encoder(torch)((torch.ones(2), huge))
+    [frame] = _round_trip({"type": "probe", "id": "p", "ok": True,
+                           "value": encoded})
+    assert wire.check_frame(frame) is None
+    value = wire.decode_value(frame["value"])
+    small, big = value.items
+    assert torch.equal(small.tensor, torch.ones(2)) and not small.too_large
+    assert big.too_large and big.tensor is None
+    assert (big.shape, big.dtype) == ((150_000_000,), "float32")
+    assert big.describe() == ("a float32 tensor of shape [150000000] "
+                              "(150000000 values), too large to compare")
+
+
+def test_the_values_of_one_frame_share_one_budget() -> None:
+    """Eight tensors that each fit the budget alone: the first is sent,
+    the rest cross as their shapes, and the frame stays under MAX_FRAME;
+    a fresh call starts a fresh budget, a shared one carries on."""
+    elements = wire.VALUE_BUDGET * 3 // 4 // 4 * 9 // 10
+    part = torch.ones(elements)
+    encode = wire.value_encoder(torch)
+    encoded = encode([part] * 8)
+    assert [item["data"] is None for item in encoded["items"]] == \
+        [False] + [True] * 7
+    assert [item.get("too_large") for item in encoded["items"][1:]] == \
+        [True] * 7
+    frame = json.dumps({"type": "probe", "value": encoded})
+    assert len(frame) < wire.MAX_FRAME // 2
+    assert encode(part)["data"] is not None
+    budget = [wire.VALUE_BUDGET]
+    assert encode(part, budget)["data"] is not None
+    assert encode(part, budget).get("too_large") is True
+
+
+def test_a_forged_too_large_flag_is_malformed() -> None:
+    frame = {"type": "probe", "id": "p", "ok": True,
+             "value": {"kind": "tensor", "dtype": "float32", "shape": [2],
+                       "data": None, "too_large": "yes"}}
+    assert wire.check_frame(frame) == "a tensor's too_large is not a flag"
 
 
 def test_the_trusted_side_encodes_with_the_same_encoder() -> None:
