@@ -17,7 +17,6 @@ Every item is judged on hidden cases whose sizes all differ from the
 public ones; when the code only runs at the public sizes, the failure is
 tagged ``hardcoded_size`` with the size that breaks it.
 """
-import math
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -30,6 +29,8 @@ from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import (DROPOUT_DRAWS,
                                                            DROPOUT_RATES)
+from grader.assignments.multi_head_attention.dropout_masks import (
+    position_kinds, shared_blocks, unlikely, whole_lines)
 
 OUT = "[batch_size, seq_len, hidden]"
 PROBS = "[batch_size * num_heads, seq_len, seq_len]"
@@ -764,24 +765,13 @@ def uniform_scale(train: torch.Tensor, evaluated: torch.Tensor
 # principle 5): a mask shared by the heads or the sequences, whole rows or
 # whole columns dropped together, or a kind of position (the diagonal)
 # never dropped is not nn.Dropout, even rescaled by 1 / (1 - p). Each test
-# below fails a correct dropout with probability at most INDEPENDENCE_ALPHA
-# (about 18 such tests per grading, and the shared-block test's own bound:
-# under 1e-9 in all; docs/threat-model.md gives the numbers).
+# below fails a correct dropout with probability at most
+# dropout_masks.ALPHA (18 such tests per grading, and the shared-block
+# test's own bound: under 1e-9 in all; docs/threat-model.md gives the
+# numbers).
 
-#: The false-failure budget of one binomial test of independence.
-INDEPENDENCE_ALPHA = 1e-11
 ON_ITS_OWN = ("dropout must drop each probability on its own: use "
               "self.dropout (an nn.Dropout) on probs")
-
-
-def binomial_tail(n: int, q: float, k: int, upper: bool) -> float:
-    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, q)."""
-    if not 0 < q < 1:
-        return 1.0
-    js = range(k, n + 1) if upper else range(0, min(k, n) + 1)
-    return min(1.0, sum(math.exp(
-        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
-        + j * math.log(q) + (n - j) * math.log1p(-q)) for j in js))
 
 
 def drop_blocks(task2: TaskRun, p: float
@@ -801,41 +791,6 @@ def drop_blocks(task2: TaskRun, p: float
     return (eval_probs > 0).reshape(-1, seq, seq), masks
 
 
-def shared_blocks(judged: torch.Tensor, mask: torch.Tensor) -> bool:
-    """True when two fully judged [seq, seq] blocks of one draw drop
-    exactly the same probabilities."""
-    full = judged.flatten(1).all(1)
-    blocks = mask[full].flatten(1)
-    return len(blocks) > 1 and len(torch.unique(blocks, dim=0)) < len(blocks)
-
-
-def whole_lines(judged: torch.Tensor, masks: list[torch.Tensor], dim: int
-                ) -> tuple[int, int]:
-    """(dropped, lines): how many fully judged query rows (``dim`` -1) or
-    key columns (``dim`` -2) of every draw are dropped whole, of how
-    many."""
-    full = judged.all(dim)
-    dropped = sum(int((mask.all(dim) & full).sum()) for mask in masks)
-    return dropped, int(full.sum()) * len(masks)
-
-
-def position_kinds(seq: int) -> dict[str, torch.Tensor]:
-    """Kinds of positions of a [seq, seq] block a mask could spare."""
-    eye = torch.eye(seq, dtype=torch.bool)
-    line = torch.zeros(seq, seq, dtype=torch.bool)
-    kinds = {"on the diagonal": eye,
-             "above the diagonal": torch.ones_like(eye).triu(1),
-             "below the diagonal": torch.ones_like(eye).tril(-1)}
-    for name, index in (("in the first query row", (0, slice(None))),
-                        ("in the last query row", (-1, slice(None))),
-                        ("in the first key column", (slice(None), 0)),
-                        ("in the last key column", (slice(None), -1))):
-        kind = line.clone()
-        kind[index] = True
-        kinds[name] = kind
-    return kinds
-
-
 def independent_masks(task2: TaskRun, p: float) -> None:
     """Fail unless the masks at rate ``p`` look element-wise independent:
     no two blocks (heads, sequences) of a draw share a mask; no more
@@ -853,8 +808,7 @@ def independent_masks(task2: TaskRun, p: float) -> None:
     seq = judged.shape[-1]
     for dim, what in ((-1, "query rows"), (-2, "key columns")):
         dropped, lines = whole_lines(judged, masks, dim)
-        if dropped and binomial_tail(lines, p ** seq, dropped, True) \
-                <= INDEPENDENCE_ALPHA:
+        if dropped and unlikely(lines, p ** seq, dropped, True):
             fail(f"With dropout={p:g} in train mode {dropped} of {lines} "
                  f"whole {what} of probs are dropped together (chance "
                  f"would drop about {lines * p ** seq:.2g}): {ON_ITS_OWN}, "
@@ -863,7 +817,7 @@ def independent_masks(task2: TaskRun, p: float) -> None:
         at = judged & kind
         dropped = sum(int((mask & at).sum()) for mask in masks)
         n = int(at.sum()) * len(masks)
-        if binomial_tail(n, p, dropped, False) <= INDEPENDENCE_ALPHA:
+        if unlikely(n, p, dropped, False):
             fail(f"With dropout={p:g} in train mode only {dropped} of "
                  f"{n} probabilities {where} are dropped (about "
                  f"{p * n:.0f} expected): {ON_ITS_OWN}; every position "
