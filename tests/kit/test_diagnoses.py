@@ -32,6 +32,7 @@ import pytest
 
 from grader.assignments.attention_basics import cases as basics_cases
 from grader.assignments.multi_head_attention import cases
+from grader.assignments.multi_head_attention import dropout_masks
 from grader.judge.checking import CheckOutcome, item_messages, share_bounds
 from grader.output.report import Report
 from grader.plan import derive_seed
@@ -520,6 +521,39 @@ def test_share_bounds_never_fail_a_correct_dropout(assignment: str,
     for wrong in {*cases.DROPOUT_RATES, 1 - p} - {p}:
         inside = 1 - _binomial_outside(n, wrong, low, high)
         assert inside < 1e-9, (p, wrong, low, high)
+
+
+def test_independence_tests_never_fail_a_correct_dropout() -> None:
+    """The dropout point's independence tests (test_task2's
+    independent_masks): the binomial tail is exact; at every size of the
+    dropout case, a correct dropout fails them all with probability below
+    1e-9; at the smallest sizes, the attacks of hostile/effects/dropout
+    (rows, columns or the diagonal kept whole) are caught on average."""
+    n, p = 160, 0.2
+    assert dropout_masks.binomial_tail(n, p, 20, False) == pytest.approx(
+        _binomial_outside(n, p, 20.5 / n, 2))
+    assert dropout_masks.binomial_tail(n, p, 21, True) == pytest.approx(
+        _binomial_outside(n, p, -1, 20.5 / n))
+    alpha = dropout_masks.ALPHA
+    ranges = {key: range(low, high + 1)
+              for key, (low, high) in cases.DROPOUT_RANGES.items()}
+    kinds = len(dropout_masks.position_kinds(3))
+    worst = 0.0
+    for seq in ranges["seq_len"]:
+        blocks = max(ranges["batch_size"]) * max(ranges["num_heads"])
+        pairs = blocks * (blocks - 1) / 2
+        shared = sum(cases.DROPOUT_DRAWS * pairs
+                     * (p * p + (1 - p) ** 2) ** (seq * seq)
+                     for p in cases.DROPOUT_RATES)
+        worst = max(worst, shared)
+    tests = len(cases.DROPOUT_RATES) * (2 + kinds)
+    assert worst + tests * alpha < 1e-9
+    seq = min(ranges["seq_len"])
+    blocks = min(ranges["batch_size"]) * min(ranges["num_heads"])
+    for p in cases.DROPOUT_RATES:
+        lines = blocks * seq * cases.DROPOUT_DRAWS
+        assert dropout_masks.unlikely(lines, p ** seq, int(p * lines), True)
+        assert dropout_masks.unlikely(lines, p, 0, False)
 
 
 # --------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 ``hostile/effects/dropout/`` attacks the dropout point of
 ``multi_head_attention`` (task2.output): the returned probs look dropped,
 but the randomness never reaches att, or not as the dropout of those
-probs. ``hostile/effects/training/`` attacks ``transformer_block``'s
-training item: the loss writes into the weights (an optimizer of its
+probs, or the mask is not element-wise independent (whole rows or
+columns, one mask for every block, the diagonal spared).
+``hostile/effects/training/`` attacks ``transformer_block``'s training
+item: the loss writes into the weights (an optimizer of its
 own, ``.data``, parameters replaced from a gradient hook, a finalizer)
 instead of letting the grader's gradient steps train them. Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
@@ -57,6 +59,14 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "drop_flipped_layout": (
             NO_DROPOUT, ("dropout_misplaced",),
             "the effect of dropout on att cannot be judged"),
+        "dropout_row_mask": (
+            NO_DROPOUT, (), "whole query rows of probs are dropped"),
+        "dropout_head_mask": (
+            NO_DROPOUT, (), "drop exactly the same probabilities"),
+        "dropout_col_mask": (
+            NO_DROPOUT, (), "whole key columns of probs are dropped"),
+        "dropout_diag_kept": (
+            NO_DROPOUT, (), "probabilities on the diagonal are dropped"),
         "honest_dropout_by_hand": (FULL_ATTENTION, (), "ok"),
     },
     "training": {

@@ -7,7 +7,8 @@ the future); task2.output's value point is judged on cases with zero
 query and key weights when task2.scores failed (the probabilities are then
 uniform whatever the score computation); its dropout point is judged by
 the properties of dropout on the student's own probabilities, whatever
-their layout, at two rates and under two random seeds each, and by its
+their layout, at two rates and under two random seeds each (each
+probability dropped on its own, element-wise independent), and by its
 effect on the output: att must be those dropped probabilities times the
 values, and the output without dropout in eval mode and at p = 0
 (docs/threat-model.md, principle 5).
@@ -28,6 +29,8 @@ from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import (DROPOUT_DRAWS,
                                                            DROPOUT_RATES)
+from grader.assignments.multi_head_attention.dropout_masks import (
+    position_kinds, shared_blocks, unlikely, whole_lines)
 
 OUT = "[batch_size, seq_len, hidden]"
 PROBS = "[batch_size * num_heads, seq_len, seq_len]"
@@ -757,14 +760,80 @@ def uniform_scale(train: torch.Tensor, evaluated: torch.Tensor
     return None
 
 
+# --------------------------------------------------------------------------
+# Dropout drops each probability on its own (docs/threat-model.md,
+# principle 5): a mask shared by the heads or the sequences, whole rows or
+# whole columns dropped together, or a kind of position (the diagonal)
+# never dropped is not nn.Dropout, even rescaled by 1 / (1 - p). Each test
+# below fails a correct dropout with probability at most
+# dropout_masks.ALPHA (18 such tests per grading, and the shared-block
+# test's own bound: under 1e-9 in all; docs/threat-model.md gives the
+# numbers).
+
+ON_ITS_OWN = ("dropout must drop each probability on its own: use "
+              "self.dropout (an nn.Dropout) on probs")
+
+
+def drop_blocks(task2: TaskRun, p: float
+                ) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
+    """(judged, masks): where the eval probs are > 0, and each draw's
+    dropped probabilities, as [blocks, seq, seq] (any layout whose last
+    dimension runs over the keys, cut into [seq, seq] blocks; None when
+    it cannot be)."""
+    case, _, eval_probs = any_layout(task2, f"dropout-eval:{p:g}")
+    seq = case.sizes["seq_len"]
+    if eval_probs.numel() % (seq * seq):
+        return None
+    masks = []
+    for draw in range(DROPOUT_DRAWS):
+        _, _, probs = any_layout(task2, f"dropout-train:{p:g}:{draw}")
+        masks.append((probs == 0).reshape(-1, seq, seq))
+    return (eval_probs > 0).reshape(-1, seq, seq), masks
+
+
+def independent_masks(task2: TaskRun, p: float) -> None:
+    """Fail unless the masks at rate ``p`` look element-wise independent:
+    no two blocks (heads, sequences) of a draw share a mask; no more
+    whole rows or whole columns dropped than chance allows; every kind of
+    position dropped about as often as p says."""
+    found = drop_blocks(task2, p)
+    if found is None:
+        return
+    judged, masks = found
+    if any(shared_blocks(judged, mask) for mask in masks):
+        fail(f"With dropout={p:g} in train mode two [seq_len, seq_len] "
+             f"blocks of probs (two heads or two sequences) drop exactly "
+             f"the same probabilities: {ON_ITS_OWN}, not one mask shared "
+             f"by the heads or the batch.")
+    seq = judged.shape[-1]
+    for dim, what in ((-1, "query rows"), (-2, "key columns")):
+        dropped, lines = whole_lines(judged, masks, dim)
+        if dropped and unlikely(lines, p ** seq, dropped, True):
+            fail(f"With dropout={p:g} in train mode {dropped} of {lines} "
+                 f"whole {what} of probs are dropped together (chance "
+                 f"would drop about {lines * p ** seq:.2g}): {ON_ITS_OWN}, "
+                 f"not whole {what} at once.")
+    for where, kind in position_kinds(seq).items():
+        at = judged & kind
+        dropped = sum(int((mask & at).sum()) for mask in masks)
+        n = int(at.sum()) * len(masks)
+        if unlikely(n, p, dropped, False):
+            fail(f"With dropout={p:g} in train mode only {dropped} of "
+                 f"{n} probabilities {where} are dropped (about "
+                 f"{p * n:.0f} expected): {ON_ITS_OWN}; every position "
+                 f"may be dropped.")
+
+
 @pytest.mark.item("task2.output", part="dropout")
 def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     """Dropout on the probabilities, as randomness that reaches the
     output: at p = 0.5 and 0.2, each prob is 0 or eval / (1 - p); two
     seeds drop different probabilities; the share of zeros follows p;
-    att is those dropped probs times the values (docs/threat-model.md,
-    principle 5); in eval mode and at p = 0 att is the output without
-    dropout."""
+    each probability is dropped on its own (no mask shared by two blocks,
+    no whole rows or columns dropped more often than chance allows, no
+    kind of position spared); att is those dropped probs times the
+    values (docs/threat-model.md, principle 5); in eval mode and at
+    p = 0 att is the output without dropout."""
     with explained(hardcoded(task2, "probs", lambda:
                              public_dropout_misplaced(task2))):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
@@ -786,6 +855,7 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
                      f"{low:.1%} and {high:.1%}: the share of zeros must "
                      f"follow p (use self.dropout, built from the rate "
                      f"passed to __init__).")
+            independent_masks(task2, p)
         dropout_reaches_output(task2)
 
 
