@@ -455,7 +455,7 @@ def _no_fixed_shape(statement: Statement, indexes: list[int]) -> Finding:
                       f"(it has no fixed shape), so no bracketed shape can "
                       f"claim it and its shape comment is not verified",
                       400),
-        hint="keep the attention's tensors as ordinary (padded) tensors: "
+        hint="keep the tensors as ordinary (padded) tensors: "
              "every shape comment must name a fixed shape")
 
 
