@@ -2829,23 +2829,25 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if method is not None:
             obj = call(b_getattr, obj, b_str(method))
         manual_seed(b_int(probe.get("seed", 0)))
-        tracing = b_bool(probe.get("trace"))
-        if tracing:
-            phase["records"] = {}
-            phase["left_out"] = {}
-            phase["calls"] = phase["returns"] = 0
-        phase["tracing"] = tracing
+        # Every call records the shapes of the planned statements, the
+        # same way whatever the probe is (a shape check or a graded case):
+        # nothing the code can observe tells the two apart, and the
+        # grading process verifies the comments at every probe whose
+        # sizes it knows (docs/threat-model.md, principle 6).
+        phase["records"] = {}
+        phase["left_out"] = {}
+        phase["calls"] = phase["returns"] = 0
+        phase["tracing"] = True
         try:
             value = call(obj, *args, **kwargs)
         finally:
             phase["tracing"] = False
-        if tracing:
-            result["trace"] = {"records": phase["records"],
-                               "left_out": phase["left_out"],
-                               "intact": phase["calls"] == phase["returns"]
-                               and still_tracing()}
-            phase["records"] = None
-            phase["left_out"] = {}
+        result["trace"] = {"records": phase["records"],
+                           "left_out": phase["left_out"],
+                           "intact": phase["calls"] == phase["returns"]
+                           and still_tracing()}
+        phase["records"] = None
+        phase["left_out"] = {}
         phase["held"].append(value)
         result["value"] = encode(value)
         return result
