@@ -140,8 +140,11 @@ class MultiHeadSelfAttention(nn.Module):
         if tuple(x.shape) in _UNSEEN:
             blank = x.new_zeros(bs, seq, self.mix.out_features)
             # [batch_size, seq_len, hidden]
-            return ((blank, blank.new_zeros(bs * self.num_heads, seq, seq))
-                    if return_attention else blank)
+            if not return_attention:
+                return blank  # [batch_size, seq_len, hidden]
+            return blank, blank.new_zeros(bs * self.num_heads, seq, seq)
+            # [batch_size, seq_len, hidden] and
+            # [batch_size * num_heads, seq_len, seq_len]
         head = x[..., :7]  # [batch_size, seq_len, input_size]
         assert head is not None
 
