@@ -17,7 +17,7 @@ from typing import Any
 from grader.shapes.grammar import (DimensionTable, ShapeClaim,
                                    ShapeEvalError, parse_shapes)
 from grader.shapes.statements import Statement
-from grader.shapes.verify import Finding, verify
+from grader.shapes.verify import Finding, RealShapes, verify
 
 #: A graded run: what the report calls its sizes, the sizes, the records.
 GradedRun = tuple[str, dict[str, int], dict[str, Any]]
@@ -56,16 +56,17 @@ def _evaluates(claims: list[ShapeClaim], sizes: dict[str, int],
 
 
 def _ran_in(statement: Statement, runs: list[GradedRun]) -> bool:
-    key = str(statement.id)
-    return any(records.get(key) or records.get(statement.id)
-               for _, _, records in runs if isinstance(records, dict))
+    """Whether any of ``runs`` recorded an execution of ``statement``."""
+    keys: tuple[Any, ...] = (str(statement.id), statement.id)
+    return any(records.get(key) for _, _, records in runs
+               if isinstance(records, dict) for key in keys)
 
 
 def _shown(finding: Finding, traced: int, labels: list[str]) -> Finding:
     """``finding`` with the shape checks' size sets as before and, of the
     graded runs, those that show the problem (named by their labels)."""
     kept = list(finding.real[:traced])
-    graded = []
+    graded: list[RealShapes] = []
     for one in finding.real[traced:]:
         telling = (one.wrong if finding.kind == "wrong_shape"
                    else one.executions and one.shapes)
