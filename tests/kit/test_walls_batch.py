@@ -129,7 +129,10 @@ CORPUS: dict[str, tuple] = {
     "reach_kit_modules": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
-    "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
+    #    The walker runs in the first (graded) call, where every probe
+    #    now records its shapes: its uncommented statements that hold
+    #    tensors in containers cost task1.shapes (principle 6).
+    "reach_walk_probe": ((1, 3, 0, -1, 0), CLEAN_2,
                          ("refused", "refused", "tampered", "tampered"),
                          ("inspect the grader's stack frames",
                           "inspect the grader's objects (gc)")),
