@@ -13,6 +13,9 @@ from typing import Any, Callable
 # submission's own files get.
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
+# Executions of one statement read per call (past them, counted as left
+# out): every probe records, so reading must stay bounded.
+MAX_READS = 1024
 # A list, tuple or dict a statement keeps tensors in: the elements read
 # (nested ones included), the tensor shapes recorded (then only new
 # ones), and the nesting followed; past any of them the record says so
@@ -284,7 +287,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
     """
-    b_BaseException = BaseException
+    b_BaseException, b_str = BaseException, str
+    max_reads = MAX_READS
 
     def plain(function, *args):
         return function(*args)
@@ -304,6 +308,19 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             for statement in units[pending]:
                 if statement["kind"] == "return":
                     continue
+                # At most MAX_READS executions of a statement are read per
+                # call (a read scans up to MAX_HELD_SCAN values); past that
+                # each is counted as left out: failing closed, the shapes
+                # item is not earned (principle 2), and a statement that
+                # grows a huge list cannot make every probe slow.
+                key = b_str(statement["id"])
+                reads = counters.setdefault("reads", {})
+                done = reads.get(key, 0)
+                if done >= max_reads:
+                    left_out = counters.setdefault("left_out", {})
+                    left_out[key] = left_out.get(key, 0) + 1
+                    continue
+                reads[key] = done + 1
                 record(statement, [shape_of(read_chain(
                     chain, local_values, global_values))
                     for chain in statement["watch"]])
@@ -2836,6 +2853,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # sizes it knows (docs/threat-model.md, principle 6).
         phase["records"] = {}
         phase["left_out"] = {}
+        phase["reads"] = {}
         phase["calls"] = phase["returns"] = 0
         phase["tracing"] = True
         try:
@@ -3447,7 +3465,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
-             "left_out": {},
+             "left_out": {}, "reads": {},
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose
