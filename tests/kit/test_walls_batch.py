@@ -131,9 +131,11 @@ CORPUS: dict[str, tuple] = {
     #    walked from inside a probe (the plan and the runner lie below).
     #    The walker runs in the first (graded) call, where every probe
     #    now records its shapes: its uncommented statements that hold
-    #    tensors in containers cost task1.shapes (principle 6).
+    #    tensors in containers cost task1.shapes (principle 6), and one
+    #    of them runs past the reads a call makes of a statement (capped).
     "reach_walk_probe": ((1, 3, 0, -1, 0), CLEAN_2,
-                         ("refused", "refused", "tampered", "tampered"),
+                         ("capped", "refused", "refused", "tampered",
+                          "tampered"),
                          ("inspect the grader's stack frames",
                           "inspect the grader's objects (gc)")),
     # -- Principle 1 by construction: the submission's code runs on a
