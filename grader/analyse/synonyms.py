@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Mapping
 
 #: Tensor operations that exist as a method and as a ``torch`` function:
 #: the canonical name -> the positional parameters after the tensor,
@@ -246,12 +247,12 @@ class Synonyms(ast.NodeTransformer):
         op = _RENAMED.get(attr, attr)
         if op in _SEQUENCE_OPS:
             names, defaults = _SEQUENCE_OPS[op]
-            args = _positional(node.args, node.keywords, names, defaults)
-            if args is None:
+            placed = _positional(node.args, node.keywords, names, defaults)
+            if placed is None:
                 return node
             return ast.Call(ast.Attribute(ast.Name("torch", ast.Load()),
                                           "cat" if op != "stack" else op,
-                                          ast.Load()), *args)
+                                          ast.Load()), *placed)
         if op in _FACTORIES and module == "torch":
             return _factory(node)
         if op == "einsum" and module == "torch":
@@ -346,7 +347,7 @@ def _method_call(tensor: ast.expr, op: str, args: list[ast.expr],
 
 
 def _positional(args: list[ast.expr], keywords: list[ast.keyword],
-                names: tuple[str, ...], defaults: dict[int, object]
+                names: tuple[str, ...], defaults: Mapping[int, object]
                 ) -> tuple[list[ast.expr], list[ast.keyword]] | None:
     """Keyword arguments as positional ones where the signature allows,
     trailing defaults dropped; None when a ``*`` argument hides which is
@@ -408,7 +409,7 @@ def _plain_product(pattern: str) -> tuple[bool, tuple[int, int]] | None:
     if not all(s.isalpha() for s in (left, right, output)) or not (
             len(left) == len(right) == len(output) >= 2):
         return None
-    prefix, (i, j) = left[:-2], left[-2:]
+    prefix, i, j = left[:-2], left[-2], left[-1]
     if right[:-2] != prefix or output[:-2] != prefix:
         return None
     k = output[-1]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 
 from grader.constants import END_MARKER, NBGRADER_MARKERS, START_MARKER
 
@@ -320,7 +320,7 @@ def _watch(node: ast.stmt | _Case
     else:
         kind, chains = type(node).__name__.lower(), []
     if kind != "return":
-        chains += _walrus_chains(node)
+        chains += _walrus_chains(cast(ast.AST, node))
     unique: list[tuple[str, ...]] = []
     for chain in chains:
         if chain not in unique:
@@ -486,10 +486,12 @@ def function_statements(source: SourceFile,
             continue  # nothing it computes can be a tensor we can read
         kind, watch = watched
         header = kind == "header"
-        verdict = (facts.resolved(facts.statement(node))
+        # A case of a match is a header: only a statement is read whole.
+        whole = cast(ast.stmt, node)
+        verdict = (facts.resolved(facts.statement(whole))
                    if facts and not header else NEVER)
         first = node.lineno
-        last = _header_last(node) if header else _last_line(node)
+        last = _header_last(node) if header else _last_line(whole)
         inside = [n for n in range(first, last + 1) if n in comments.text]
         below = comments.block(range(last + 1, len(lines) + 1))
         gap = last + 1
@@ -504,7 +506,7 @@ def function_statements(source: SourceFile,
             comment, where = comments.join(below), "below"
         if comment is None:
             where = None
-        segment = (_segment(lines, node) if not header else
+        segment = (_segment(lines, whole) if not header else
                    "\n".join(lines[first - 1:last]))
         statements.append(Statement(
             id=first_id + len(statements), kind=kind, first_line=first,
