@@ -1,7 +1,8 @@
 """A scratch folder too deep for the grader's cleanup (issue 24, principle 8).
 
-At import the file makes 3,000 nested folders in its scratch folder (the
-only one it may write) and prints where. ``shutil.rmtree``, which the
+At import the file makes 1,300 nested folders in its scratch folder (the
+only one it may write; past about 2,000 the longest path is refused) and
+prints where. ``shutil.rmtree``, which the
 grader used to delete a worker's scratch folder, recurses and raised
 RecursionError: ``grade`` crashed (exit 1, an empty Gradescope result), a
 batch row read "internal grader error", and the folder stayed on disk.
@@ -31,7 +32,7 @@ def _deep(levels):
     return depth
 
 
-print("scratch:", tempfile.gettempdir(), "depth:", _deep(3000),
+print("scratch:", tempfile.gettempdir(), "depth:", _deep(1300),
       file=sys.stderr)
 
 
