@@ -294,7 +294,8 @@ CORPUS: dict[str, tuple] = {
                             ("line 70: wrong shape",
                              "line 71: missing shape comment")),
     "shapes_match_captures": ((1, 3, 0, -1, 0), CLEAN_2, (),
-                              ("1 statement(s) in SelfAttention.forward",
+                              ("2 statement(s) in SelfAttention.forward",
+                               "line 74: missing shape comment",
                                "line 75: wrong shape")),
     "honest_bound_targets": ((1, 3, 0, 0, 0), CLEAN_2, (),
                              ("every tensor statement in "

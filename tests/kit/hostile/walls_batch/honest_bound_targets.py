@@ -73,8 +73,10 @@ class SelfAttention(nn.Module):
         for k in [self.k(x)]:  # [batch_size, seq_len, hidden]
             with contextlib.nullcontext(self.v(x)) as v:
                 # [batch_size, seq_len, hidden]
-                match [torch.softmax(
-                        self.q_ @ k.transpose(1, 2) / self.scale, dim=-1)]:
+                found = [torch.softmax(
+                    self.q_ @ k.transpose(1, 2) / self.scale, dim=-1)]
+                # [batch_size, seq_len, seq_len]
+                match found:
                     case [p]:  # [batch_size, seq_len, seq_len]
                         LAST = p @ v  # [batch_size, seq_len, hidden]
         return LAST  # [batch_size, seq_len, hidden]
