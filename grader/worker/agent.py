@@ -1354,7 +1354,7 @@ def audit_hook(send: Callable, report: Callable, token: object,
     # whose native code the worker runs already (torch, numpy, matplotlib
     # when warmed). Every other native module is an FFI away from raw
     # memory (cffi: the channel's key, the grader's frames).
-    own_natives = _loaded_native_roots(real, natives)
+    own_natives = _loaded_native_roots(real, inside, natives)
     basename = os.path.basename
     kit_modules = KIT_PACKAGES
     devnull = os.devnull
@@ -3852,8 +3852,8 @@ def _interpreter_natives(real: Callable) -> tuple[str, ...]:
     return (full,) if full else ()
 
 
-def _loaded_native_roots(real: Callable, natives: tuple[str, ...]
-                         ) -> tuple[str, ...]:
+def _loaded_native_roots(real: Callable, inside: Callable,
+                         natives: tuple[str, ...]) -> tuple[str, ...]:
     """The folders of the packages (or the files of the top-level
     modules) that have native code loaded now, outside the interpreter's
     own extension folder ``natives``: the grader's own libraries."""
@@ -3868,8 +3868,8 @@ def _loaded_native_roots(real: Callable, natives: tuple[str, ...]
             continue
         path = module_dict(module).get("__file__")
         full = real(path) if type(path) is str else None
-        if not full or not path.endswith(suffixes) or any(
-                full.startswith(folder + os.sep) for folder in natives):
+        if not full or not path.endswith(suffixes) or \
+                inside(full, natives):
             continue
         top = sys.modules.get(name.partition(".")[0])
         where = (module_dict(top).get("__path__")
