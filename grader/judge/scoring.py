@@ -22,6 +22,7 @@ from grader.judge.checking import CheckOutcome, item_messages
 from grader.locate.source import SourceFile
 from grader.locate.submission import Submission
 from grader.output.report import Flag, ItemReport, Report, TaskReport
+from grader.plan import Case
 from grader.rubric import Assignment, Item
 from grader.run.observe import TaskRun
 
@@ -261,6 +262,52 @@ def _made_lines(run: TaskRun) -> frozenset[int]:
                      for line in (result.trace or {}).get("made") or ())
 
 
+def _sizes_of(case: Case | None) -> str:
+    """What a report calls the sizes of a graded case ("the sizes of
+    hidden case 'hidden-0'")."""
+    if case is None:
+        return "the sizes of a graded case"
+    name = f"'{case.shown or case.name}'"
+    if case.public:
+        return f"the sizes of the public test values {name}"
+    if case.hidden:
+        return f"the sizes of hidden case {name}"
+    return f"the sizes of the grader's own case {name}"
+
+
+def _graded_runs(run: TaskRun, assignment: Assignment,
+                 dimensions: tuple[str, ...] = ()
+                 ) -> tuple[list[shapes.GradedRun], list[str]]:
+    """The shape records of every probe that is not a shape check and whose
+    sizes the plan knows (its case's, completed by the rubric's
+    identities), one run per distinct set of sizes, named by the first
+    case that has them (docs/threat-model.md, principle 6)."""
+    names = tuple(k for k in assignment.dimensions
+                  if not dimensions or k in dimensions)
+    groups: dict[tuple, tuple[str, dict[str, int], list[dict]]] = {}
+    problems = []
+    for result in run.results.values():
+        info = result.info
+        if info.trace is not None or result.trace is None:
+            continue
+        plain = info.sizes or (info.case.sizes if info.case else None)
+        sizes = shapes.known_sizes(dict(plain or {}), names,
+                                   assignment.identities)
+        if not sizes:
+            continue
+        if not result.trace.get("intact", True):
+            problems.append("the code removed or replaced the grader's "
+                            "trace function (sys.settrace), so its shape "
+                            "comments could not be verified")
+        key = tuple(sorted(sizes.items()))
+        if key not in groups:
+            groups[key] = (_sizes_of(info.case), sizes, [])
+        groups[key][2].append(result.trace.get("records") or {})
+    return ([(label, sizes, shapes.merge_records(*records))
+             for label, sizes, records in groups.values()],
+            _unique(problems))
+
+
 def _never_completed(run: TaskRun, method: str | None) -> str | None:
     """Why ``method`` ran to the end in every graded case but in none of
     the grader's shape checks (None when that is not so).
@@ -324,6 +371,9 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return not_checked(item, "the code could not be loaded")
     trace_runs, problems = _trace_runs(run, assignment.size_sets,
                                        analysis.task.dimensions)
+    graded_runs, graded_problems = _graded_runs(run, assignment,
+                                                analysis.task.dimensions)
+    problems = _unique(problems + graded_problems)
     unrecorded = run.unrecorded()
     if unrecorded:
         problems.append(_unrecorded_words(unrecorded, statements,
@@ -333,8 +383,9 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                           False, "; ".join(problems) + ".")
     table = shapes.DimensionTable.of(assignment)
     try:
-        findings = shapes.verify(statements, trace_runs, table,
-                                 _made_lines(run))
+        findings = shapes.verify_everywhere(statements, trace_runs,
+                                            graded_runs, table,
+                                            _made_lines(run))
     except shapes.ShapeRecordError as exc:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "

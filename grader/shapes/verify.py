@@ -121,6 +121,15 @@ class RealShapes:
     expected: str | None
     executions: int
     wrong: int
+    # What the report calls these sizes when they are not one of the
+    # shape checks' size sets (a graded case's: "the sizes of hidden case
+    # 'hidden-0'"); empty for a size set, shown as "size set N".
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """How the report names these sizes."""
+        return self.label or f"size set {self.index}"
 
 
 @dataclass(frozen=True)
@@ -667,11 +676,12 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
     if notes:
         counts.append(f"{len(notes)} note{'s' if len(notes) > 1 else ''}")
     header = [f"Shape comments: {', '.join(counts)}."]
-    size_sets = {one.index: one.sizes for f in findings for one in f.real}
+    size_sets = {(one.index, one.name): one.sizes
+                 for f in findings for one in f.real}
     if size_sets:
         header.append("Your forward ran under these sizes:")
-        header += [_wrap(_sizes_text(sizes), f"  size set {index}: ")
-                   for index, sizes in sorted(size_sets.items())]
+        header += [_wrap(_sizes_text(sizes), f"  {name}: ")
+                   for (_, name), sizes in sorted(size_sets.items())]
     blocks = ["\n".join(header)]
     for finding in problems + notes:
         shown = finding.statement.split("\n")
@@ -690,7 +700,7 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
                     seen += " (right under these sizes)"
             else:
                 seen = f"real {real}"
-            lines.append(_wrap(seen, f"  size set {one.index}: "))
+            lines.append(_wrap(seen, f"  {one.name}: "))
         if finding.hint:
             lines.append(_wrap(finding.hint, "  hint: "))
         blocks.append("\n".join(lines))

@@ -147,10 +147,12 @@ CORPUS: dict[str, Expected] = {
         "task2.causal", "mask_sees_next", CAUSAL_ONLY, 10),
     # ---------------------------------------------------- hardcoded_size
     "hardcoded_size_view3": Expected(
-        T1_FULL, (0, 0, 0, 0, 0), 5, ALL_TASK2,
+        T1_FULL, (0, 0, 0, 0, -1), 5, ALL_TASK2,
         why="num_heads written as 3: forward raises (or returns [bs * 3, "
-            "seq, seq]) on every hidden case; the shape comments are right "
-            "where the code runs"),
+            "seq, seq]) on every hidden case; where num_heads is not 3 and "
+            "it runs to the end (the size probes), the comments' num_heads "
+            "is wrong (task 2 is clamped at 0, so the total stays 5; "
+            "docs/rubric-decisions.md)"),
     "hardcoded_size_mask5": only(
         "task2.causal", "hardcoded_size", CAUSAL_ONLY, 10,
         why="only the causal branch has the literal 5"),

@@ -47,6 +47,8 @@ ZERO_SHAPES = (0, 0, 0, -1, 0)  # and the comments' shapes are wrong
 REFUSED_THREAD = (1, 0, 0, 0, 0)  # the layers, but no thread computed
 UNREAD_1 = (1, 3, 0, -1, 0)  # correct, but a comment fails closed
 UNREAD_BONUS_1 = (1, 3, 0, -1, 1)  # the same, in at most 3 statements
+CLEAN_1 = (1, 3, 0, 0, 1)
+BAD_SHAPES_2 = (3, 1, 2, 0, -1)
 #: name -> (task 1 items, task 2 items, flag kinds, words of the report).
 CORPUS: dict[str, tuple] = {
     # -- Principle 2: past the shape records' cap, what is left out is
@@ -137,8 +139,13 @@ CORPUS: dict[str, tuple] = {
     "reach_kit_modules": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
     # -- Principle 1: nothing of the grader is reachable from student code,
     #    walked from inside a probe (the plan and the runner lie below).
-    "reach_walk_probe": ((1, 3, 0, 0, 0), CLEAN_2,
-                         ("refused", "refused", "tampered", "tampered"),
+    #    The walker runs in the first (graded) call, where every probe
+    #    now records its shapes: its uncommented statements that hold
+    #    tensors in containers cost task1.shapes (principle 6), and one
+    #    of them runs past the reads a call makes of a statement (capped).
+    "reach_walk_probe": ((1, 3, 0, -1, 0), CLEAN_2,
+                         ("capped", "refused", "refused", "tampered",
+                          "tampered"),
                          ("inspect the grader's stack frames",
                           "inspect the grader's objects (gc)")),
     # -- Principle 1 by construction: the submission's code runs on a
@@ -381,6 +388,48 @@ CORPUS: dict[str, tuple] = {
                     ("returned a float32 tensor of shape [150000000] "
                      "(150000000 values), too large to compare: expected "
                      "[30, 10, 10]",)),
+    # -- Principle 6: a statement that ran in a graded case is verified at
+    #    that case's sizes, whatever the shape checks saw (every probe
+    #    records its shapes alike). Before, each earned its shapes item
+    #    (0) with a wrong comment; the first four are the red team's.
+    "shapes_skip_secret_raise": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                                 ("line 73: wrong shape",
+                                  "the sizes of hidden case 'hidden-0': "
+                                  "claimed [6, 9, 13], real [6, 9, 7]")),
+    "shapes_probe_detect": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                            ("line 73: wrong shape",
+                             "the sizes of the public test values "
+                             "'public': claimed [3, 9, 9]")),
+    "shapes_t2_probe_detect": (CLEAN_1, BAD_SHAPES_2, (),
+                               ("line 166: wrong shape",
+                                "the sizes of hidden case 'hidden-0': "
+                                "claimed [10], real [30, 10, 10]")),
+    "shapes_training_only": (CLEAN_1, BAD_SHAPES_2, (),
+                             ("line 190: wrong shape",
+                              "line 191: wrong shape",
+                              "the sizes of hidden case 'dropout': claimed "
+                              "[12], real [8, 12, 12]")),
+    "shapes_skip_secret_placeholder": (CLEAN_1, BAD_SHAPES_2, (),
+                                       ("line 148: wrong shape",
+                                        "the sizes of hidden case "
+                                        "'public-input_size': claimed "
+                                        "[3, 5, 8], real [3, 5, 7]")),
+    "shapes_detect_by_init": (CLEAN_1, BAD_SHAPES_2, (),
+                              ("line 209: wrong shape",
+                               "the sizes of hidden case 'hidden-0': "
+                               "claimed [6, 35, 10], real [6, 10, 35]")),
+    "shapes_training_helper": (CLEAN_1, BAD_SHAPES_2, (),
+                               ("line 114: wrong shape",
+                                "line 116: wrong shape",
+                                "the sizes of hidden case 'dropout'")),
+    "shapes_known_secret_branch": (CLEAN_1, BAD_SHAPES_2, (),
+                                   ("line 133: wrong shape",
+                                    "the sizes of hidden case 'hidden-1': "
+                                    "claimed [4, 5], real [6, 4, 5]")),
+    "honest_training_dropout": (CLEAN_1, CLEAN_2, (),
+                                ("every tensor statement in "
+                                 "MultiHeadSelfAttention.forward has a "
+                                 "correct shape comment",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),

@@ -18,8 +18,11 @@ no reporter is among them any more) and the handler of the
 grader's torch function mode (on torch's mode stack, with no cell), a
 32-byte value, or the probe plan is a find.
 
-Expected: full marks; the frame and gc look-ups are refused (tampered),
-and the walker prints that it found none.
+Expected: full marks but task1.shapes (-1: the walker's uncommented
+statements keep tensors in containers, verified since every probe
+records its shapes; one runs more often than a call reads: capped); the
+frame and gc look-ups are refused (tampered), and the walker prints that
+it found none.
 """
 import torch
 import torch.nn as nn

@@ -1,0 +1,121 @@
+"""Shape comments verified at every graded run (issue 24, principle 6).
+
+Unit tests of ``grader.shapes.everywhere`` on hand-made records (the
+worker's records are plain data): a statement the size sets left without a
+problem is verified at the graded runs' sizes too, named by its case; a
+statement already wrong at the size sets keeps its wording; a run whose
+sizes lack a name the comment uses does not judge it; the note "not run
+by the shape checks" goes when a graded run verified the statement. The
+end-to-end files are in hostile/walls_batch/ (test_walls_batch.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.locate.source import SourceFile
+from grader.shapes import (DimensionTable, collect_statements,
+                           format_findings, known_sizes, verify,
+                           verify_everywhere)
+
+DIMS = DimensionTable.from_rubric({
+    "batch_size": ["bs"], "seq_len": ["seq"], "hidden": [],
+    "num_heads": [], "head_size": []})
+SOURCE = '''class Net:
+    def forward(self, x):
+        # YOUR CODE STARTS HERE
+        a = x + 1  # [batch_size, seq_len, hidden]
+        b = a * 2  # [batch_size, seq_len, head_size]
+        if self.training:
+            c = b - 1  # [seq_len]
+        return b  # [batch_size, seq_len, hidden]
+        # YOUR CODE ENDS HERE
+'''
+SET_1 = {"batch_size": 2, "seq_len": 5, "hidden": 33, "num_heads": 3,
+         "head_size": 11}
+
+
+def _statements() -> tuple[SourceFile, list]:
+    source = SourceFile(text=SOURCE, path=Path("net.py"))
+    statements = collect_statements(source, "Net", "forward")
+    return source, statements
+
+
+def _records(statements: list, shapes: dict[str, list]) -> dict:
+    """Records: statement (by its text's first word) -> executions."""
+    by_name = {s.text.split()[0]: str(s.id) for s in statements}
+    return {by_name[name]: [[list(shape)] for shape in executions]
+            for name, executions in shapes.items()}
+
+
+def test_known_sizes_completes_an_identity_and_keeps_the_names() -> None:
+    identity = (("hidden", "num_heads", "head_size"),)
+    names = ("batch_size", "hidden", "num_heads", "head_size")
+    assert known_sizes({"batch_size": 2, "hidden": 12, "num_heads": 3,
+                        "num_layers": 2}, names, identity) == {
+        "batch_size": 2, "hidden": 12, "num_heads": 3, "head_size": 4}
+    assert known_sizes({"hidden": 10, "num_heads": 3}, names,
+                       identity) == {"hidden": 10, "num_heads": 3}
+    assert known_sizes({"num_heads": 2, "head_size": 5}, names,
+                       identity)["hidden"] == 10
+
+
+def test_a_statement_wrong_only_in_a_graded_run_is_found() -> None:
+    source, statements = _statements()
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 33)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    graded = [("the sizes of hidden case 'hidden-0'",
+               {"batch_size": 4, "seq_len": 6, "hidden": 10,
+                "num_heads": 2, "head_size": 5},
+               _records(statements, {"a": [(4, 6, 10)],
+                                     "b": [(4, 6, 10)],
+                                     "c": [(4, 6, 10)],
+                                     "return": [(4, 6, 10)]}))]
+    assert [f.kind for f in verify(statements, traced, DIMS)] == [
+        "never_ran"]  # c: not run by the shape checks
+    findings = verify_everywhere(statements, traced, graded, DIMS)
+    assert [(f.line, f.kind) for f in findings] == [(5, "wrong_shape"),
+                                                    (7, "wrong_shape")]
+    text = format_findings(findings, source)
+    assert "size set 1: claimed [2, 5, 11], real [2, 5, 11]" in text
+    assert ("the sizes of hidden case 'hidden-0': claimed [4, 6, 5], "
+            "real [4, 6, 10]") in " ".join(text.split())
+    assert "not run by the shape checks" not in text
+
+
+def test_a_problem_at_the_size_sets_keeps_its_wording() -> None:
+    _, statements = _statements()
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 7)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    graded = [("the sizes of hidden case 'hidden-0'",
+               {"batch_size": 4, "seq_len": 6, "hidden": 10,
+                "num_heads": 2, "head_size": 5},
+               _records(statements, {"a": [(4, 6, 3)]}))]
+    assert verify_everywhere(statements, traced, graded, DIMS) == \
+        verify(statements, traced, DIMS)
+
+
+def test_a_run_without_a_comments_name_does_not_judge_it() -> None:
+    _, statements = _statements()
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 33)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    graded = [("the sizes of hidden case 'hidden-0'",
+               {"batch_size": 4, "seq_len": 6, "hidden": 10},
+               _records(statements, {"a": [(4, 6, 10)],
+                                     "b": [(4, 6, 99)]}))]
+    assert verify_everywhere(statements, traced, graded, DIMS) == \
+        verify(statements, traced, DIMS)
+
+
+def test_a_graded_run_that_verifies_a_statement_drops_its_note() -> None:
+    _, statements = _statements()
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 33)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    graded = [("the sizes of hidden case 'dropout'",
+               {"batch_size": 4, "seq_len": 6, "hidden": 10,
+                "num_heads": 2, "head_size": 5},
+               _records(statements, {"c": [(6,)]}))]
+    assert verify_everywhere(statements, traced, graded, DIMS) == []
