@@ -17,7 +17,8 @@ from typing import Any
 from grader.shapes.grammar import (DimensionTable, ShapeClaim,
                                    ShapeEvalError, parse_shapes)
 from grader.shapes.statements import Statement
-from grader.shapes.verify import Finding, RealShapes, verify
+from grader.shapes.verify import (Finding, RealShapes, made_findings,
+                                  verify)
 
 #: A graded run: what the report calls its sizes, the sizes, the records.
 GradedRun = tuple[str, dict[str, int], dict[str, Any]]
@@ -88,10 +89,27 @@ def verify_everywhere(statements: list[Statement],
     comment uses does not judge it. Raises
     :class:`~grader.shapes.verify.ShapeRecordError` for records that are
     not plain data. ``made``: the lines whose tensors outlived their
-    statement (the catch-all, judged once, at the shape checks' call)."""
-    findings = verify(statements, traced, table, made)
+    statement (the catch-all, which every probe's records answer: a line
+    is accounted for when any run, a shape check or a graded one, read a
+    tensor of its statement)."""
     if not graded:
+        return verify(statements, traced, table, made)
+    findings = _verified_everywhere(statements, traced, graded, table)
+    if not made:
         return findings
+    runs = traced + [(sizes, records) for _, sizes, records in graded]
+    findings += made_findings(statements, runs, made, findings)
+    findings.sort(key=lambda f: f.line)
+    return findings
+
+
+def _verified_everywhere(statements: list[Statement],
+                         traced: list[tuple[dict[str, int], dict[str, Any]]],
+                         graded: list[GradedRun],
+                         table: DimensionTable) -> list[Finding]:
+    """The comments verified at the size sets, then each statement
+    without a problem there at the graded runs it ran in."""
+    findings = verify(statements, traced, table)
     place = {(f.line, f.statement): index
              for index, f in enumerate(findings)}
     found = list(findings)

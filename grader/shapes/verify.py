@@ -628,12 +628,35 @@ def verify(statements: list[Statement],
             findings.append(finding)
     if made:
         spans = [s for s in every if s.kind == SPAN_KIND]
-        found = {s.id for s in statements for f in findings
-                 if f.penalised and f.line == s.first_line}
         findings += _made_findings(statements + spans, per_statement
-                                   + [[] for _ in spans], made, found)
+                                   + [[] for _ in spans], made,
+                                   _penalised_ids(statements, findings))
         findings.sort(key=lambda f: f.line)
     return findings
+
+
+def _penalised_ids(statements: list[Statement],
+                   findings: list[Finding]) -> set[int]:
+    """The ids of the statements that already have a penalised finding."""
+    return {s.id for s in statements for f in findings
+            if f.penalised and f.line == s.first_line}
+
+
+def made_findings(statements: list[Statement],
+                  runs: list[tuple[dict[str, int], dict[str, Any]]],
+                  made: frozenset[int],
+                  findings: list[Finding]) -> list[Finding]:
+    """The catch-all's findings (the lines in ``made`` for which no run of
+    ``runs`` read a tensor), of statements ``findings`` does not already
+    penalise: as :func:`verify` judges ``made``, over any runs."""
+    planned = [s for s in statements if s.kind != SPAN_KIND]
+    spans = [s for s in statements if s.kind == SPAN_KIND]
+    per_statement = [[(sizes, _executions(records, statement.id))
+                      for sizes, records in runs]
+                     for statement in planned]
+    return _made_findings(planned + spans,
+                          per_statement + [[] for _ in spans], made,
+                          _penalised_ids(planned, findings))
 
 
 _TITLES = {

@@ -119,3 +119,25 @@ def test_a_graded_run_that_verifies_a_statement_drops_its_note() -> None:
                 "num_heads": 2, "head_size": 5},
                _records(statements, {"c": [(6,)]}))]
     assert verify_everywhere(statements, traced, graded, DIMS) == []
+
+
+def test_the_catch_all_reads_every_run() -> None:
+    """A line whose tensor outlived its statement (``made``) is accounted
+    for when a graded run read the statement's tensor (hand-made dropout
+    under ``if self.training:``: no shape check runs it), and fails closed
+    when no run read it."""
+    _, statements = _statements()
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 33)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    sizes = {"batch_size": 4, "seq_len": 6, "hidden": 10, "num_heads": 2,
+             "head_size": 5}
+    read = [("the sizes of hidden case 'dropout'", sizes,
+             _records(statements, {"c": [(6,)]}))]
+    assert verify_everywhere(statements, traced, read, DIMS,
+                             frozenset({7})) == []
+    unread = [("the sizes of hidden case 'dropout'", sizes, {})]
+    findings = verify_everywhere(statements, traced, unread, DIMS,
+                                 frozenset({7}))
+    assert [(f.line, f.kind) for f in findings
+            if f.penalised] == [(7, "not_verified")]

@@ -254,9 +254,14 @@ CORPUS: dict[str, tuple] = {
                                ("does not match the reference",
                                 "The code tried to start a thread (the "
                                 "sandbox refused it)")),
-    "kernel_thread_from_spec": (REFUSED_THREAD, CLEAN_2, ("refused",),
+    #    kernel_thread_from_spec keeps the first refusal (its traceback
+    #    holds the q, k, v its uncommented line 96 made) in a global: the
+    #    catch-all reads that line in the first call, a graded one whose
+    #    shapes are now recorded too (principle 6), so task1.shapes -1.
+    "kernel_thread_from_spec": ((1, 0, 0, -1, 0), CLEAN_2, ("refused",),
                                 ("does not match the reference",
-                                 "The code tried to start a thread")),
+                                 "The code tried to start a thread",
+                                 "line 96: missing shape comment")),
     "kernel_thread_alias": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
                             ("The code tried to start a thread (the "
                              "sandbox refused it)",)),
