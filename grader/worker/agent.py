@@ -13,9 +13,11 @@ from typing import Any, Callable
 # submission's own files get.
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
-# Executions of one statement read per call (past them, counted as left
-# out): every probe records, so reading must stay bounded.
-MAX_READS = 1024
+# What reading one statement may cost per call: a read costs 1 plus the
+# container values it scans; past it, executions are counted as left out
+# (fails closed). Every probe records, so reading must stay bounded; an
+# honest loop stays below (docs/threat-model.md, principle 6).
+MAX_READS = 1 << 18
 # A list, tuple or dict a statement keeps tensors in: the elements read
 # (nested ones included), the tensor shapes recorded (then only new
 # ones), and the nesting followed; past any of them the record says so
@@ -351,6 +353,7 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     unread_record = UNREAD_RECORD
     span_kind = SPAN_KIND
     max_reads = MAX_READS
+    spent = counters.get("scanned") or [0]
 
     def plain(function, *args):
         return function(*args)
@@ -378,11 +381,12 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 kind = statement["kind"]
                 if kind == "return" or kind == span_kind:
                     continue
-                # At most MAX_READS executions of a statement are read per
-                # call (a read scans up to MAX_HELD_SCAN values); past that
-                # each is counted as left out: failing closed, the shapes
-                # item is not earned (principle 2), and a statement that
-                # grows a huge list cannot make every probe slow.
+                # Reading a statement costs at most MAX_READS per call (1
+                # a read, plus the container values it scans: ``spent``);
+                # past that each execution is counted as left out: failing
+                # closed, the shapes item is not earned (principle 2), and
+                # a statement that grows a huge list cannot make every
+                # probe slow.
                 key = b_str(statement["id"])
                 reads = counters.setdefault("reads", {})
                 done = reads.get(key, 0)
@@ -390,10 +394,11 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                     left_out = counters.setdefault("left_out", {})
                     left_out[key] = left_out.get(key, 0) + 1
                     continue
-                reads[key] = done + 1
+                before = spent[0]
                 record(statement, [value_record(
                     chain, local_values, global_values)
                     for chain in statement["watch"]])
+                reads[key] = done + 1 + spent[0] - before
 
         def returned(frame, arg):
             finish(frame)
@@ -1645,7 +1650,8 @@ def audit_hook(send: Callable, report: Callable, token: object,
     return hook
 
 
-def value_readers(torch: Any) -> tuple[Callable, ...]:
+def value_readers(torch: Any, spent: list | None = None
+                  ) -> tuple[Callable, ...]:
     """Return ``is_tensor, shape_of, instance_dict, read_chain, expand``:
     values read without running any code of theirs.
 
@@ -1654,7 +1660,8 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
     Python's, a ``__getattribute__`` written in Python, a watch entry the
     plan marks as unwatchable) reads as a value
     of its own, which ``expand`` records as UNREAD_RECORD, never as "no
-    tensor"."""
+    tensor". ``spent[0]`` counts the container values read (the cost the
+    line tracer charges to a statement)."""
     import builtins
     import types
 
@@ -1899,6 +1906,8 @@ def value_readers(torch: Any) -> tuple[Callable, ...]:
             return size_of(value)
         found, state = [], [0, False, False]
         walk(value, 0, found, state)
+        if spent is not None:
+            spent[0] += state[0]
         if state[2]:
             return irregular_record
         if state[1]:
@@ -4099,7 +4108,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
-             "left_out": {}, "made": None, "reads": {},
+             "left_out": {}, "made": None, "reads": {}, "scanned": [0],
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose
@@ -4122,7 +4131,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     hook = audit_hook(send, report, token, codes, who, paths,
                       {"scratch": scratch, "hidden": hidden,
                        "library_roots": library_roots}, busy)
-    readers = value_readers(torch)
+    readers = value_readers(torch, phase["scanned"])
     units, line_unit = plan_units(job.get("statements", []))
     mode, handler = torch_function_mode(types.SimpleNamespace,
                                         types.MethodType)
