@@ -141,11 +141,10 @@ CORPUS: dict[str, tuple] = {
     #    walked from inside a probe (the plan and the runner lie below).
     #    The walker runs in the first (graded) call, where every probe
     #    now records its shapes: its uncommented statements that hold
-    #    tensors in containers cost task1.shapes (principle 6), and one
-    #    of them runs past the reads a call makes of a statement (capped).
+    #    tensors in containers cost task1.shapes (principle 6); its
+    #    walk stays within what reading a statement may cost a call.
     "reach_walk_probe": ((1, 3, 0, -1, 0), CLEAN_2,
-                         ("capped", "refused", "refused", "tampered",
-                          "tampered"),
+                         ("refused", "refused", "tampered", "tampered"),
                          ("inspect the grader's stack frames",
                           "inspect the grader's objects (gc)")),
     # -- Principle 1 by construction: the submission's code runs on a

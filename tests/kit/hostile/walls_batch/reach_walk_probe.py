@@ -20,9 +20,8 @@ grader's torch function mode (on torch's mode stack, with no cell), a
 
 Expected: full marks but task1.shapes (-1: the walker's uncommented
 statements keep tensors in containers, verified since every probe
-records its shapes; one runs more often than a call reads: capped); the
-frame and gc look-ups are refused (tampered), and the walker prints that
-it found none.
+records its shapes); the frame and gc look-ups are refused (tampered),
+and the walker prints that it found none.
 """
 import torch
 import torch.nn as nn
