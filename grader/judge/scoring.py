@@ -77,9 +77,10 @@ def integrity_flags(runs: dict[str, TaskRun],
             flags.append(Flag(
                 "capped", f"{task_id}: {unrecorded} execution(s) of "
                           f"shape-commented statements ran past the "
-                          f"grader's cap on the shapes it records per "
-                          f"statement and were not recorded; the shapes "
-                          f"item is not earned.", task_id))
+                          f"grader's caps on what it records per "
+                          f"statement (distinct shapes, reading a call) "
+                          f"and were not recorded; the shapes item is not "
+                          f"earned.", task_id))
     for task_id, code in codes.items():
         if code.untraceable:
             flags.append(Flag(
@@ -345,7 +346,8 @@ def _unrecorded_words(unrecorded: dict[str, int],
         unrecorded, key=lambda k: lines.get(k, 0)) if key in lines]
     total = sum(unrecorded.values())
     text = (f"{total} execution(s) ran with more distinct shapes than the "
-            f"grader records per statement")
+            f"grader records per statement, or past what it reads of a "
+            f"statement in one call")
     if where:
         text += f" (at {listing(where)})"
     return (text + ", so they were not recorded and the shape comments "
