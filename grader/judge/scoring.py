@@ -278,15 +278,17 @@ def _sizes_of(case: Case | None) -> str:
 
 def _graded_runs(run: TaskRun, assignment: Assignment,
                  dimensions: tuple[str, ...] = ()
-                 ) -> tuple[list[shapes.GradedRun], list[str]]:
+                 ) -> tuple[list[shapes.GradedRun], list[str], list[dict]]:
     """The shape records of every probe that is not a shape check and whose
     sizes the plan knows (its case's, completed by the rubric's
     identities), one run per distinct set of sizes, named by the first
-    case that has them (docs/threat-model.md, principle 6)."""
+    case that has them (docs/threat-model.md, principle 6); and the
+    records of the probes whose sizes it does not know (they answer only
+    the catch-all: was a tensor of the statement read)."""
     names = tuple(k for k in assignment.dimensions
                   if not dimensions or k in dimensions)
     groups: dict[tuple, tuple[str, dict[str, int], list[dict]]] = {}
-    problems = []
+    problems, unsized = [], []
     for result in run.results.values():
         info = result.info
         if info.trace is not None or result.trace is None:
@@ -295,6 +297,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment,
         sizes = shapes.known_sizes(dict(plain or {}), names,
                                    assignment.identities)
         if not sizes:
+            unsized.append(result.trace.get("records") or {})
             continue
         if not result.trace.get("intact", True):
             problems.append("the code removed or replaced the grader's "
@@ -306,7 +309,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment,
         groups[key][2].append(result.trace.get("records") or {})
     return ([(label, sizes, shapes.merge_records(*records))
              for label, sizes, records in groups.values()],
-            _unique(problems))
+            _unique(problems), unsized)
 
 
 def _never_completed(run: TaskRun, method: str | None) -> str | None:
@@ -373,8 +376,8 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return not_checked(item, "the code could not be loaded")
     trace_runs, problems = _trace_runs(run, assignment.size_sets,
                                        analysis.task.dimensions)
-    graded_runs, graded_problems = _graded_runs(run, assignment,
-                                                analysis.task.dimensions)
+    graded_runs, graded_problems, unsized = _graded_runs(
+        run, assignment, analysis.task.dimensions)
     problems = _unique(problems + graded_problems)
     unrecorded = run.unrecorded()
     if unrecorded:
@@ -387,7 +390,7 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     try:
         findings = shapes.verify_everywhere(statements, trace_runs,
                                             graded_runs, table,
-                                            _made_lines(run))
+                                            _made_lines(run), unsized)
     except shapes.ShapeRecordError as exc:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "

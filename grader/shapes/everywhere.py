@@ -80,7 +80,9 @@ def verify_everywhere(statements: list[Statement],
                       traced: list[tuple[dict[str, int], dict[str, Any]]],
                       graded: list[GradedRun],
                       table: DimensionTable,
-                      made: frozenset[int] = frozenset()) -> list[Finding]:
+                      made: frozenset[int] = frozenset(),
+                      unsized: list[dict[str, Any]] | None = None
+                      ) -> list[Finding]:
     """:func:`~grader.shapes.verify.verify` at the shape checks' size sets
     (``traced``), then at the graded runs' sizes (``graded``) for each
     statement without a problem there: one that ran in a graded run is
@@ -91,13 +93,15 @@ def verify_everywhere(statements: list[Statement],
     not plain data. ``made``: the lines whose tensors outlived their
     statement (the catch-all, which every probe's records answer: a line
     is accounted for when any run, a shape check or a graded one, read a
-    tensor of its statement)."""
-    if not graded:
+    tensor of its statement; ``unsized``: the records of runs whose sizes
+    are unknown, which answer only that)."""
+    if not graded and not unsized:
         return verify(statements, traced, table, made)
     findings = _verified_everywhere(statements, traced, graded, table)
     if not made:
         return findings
     runs = traced + [(sizes, records) for _, sizes, records in graded]
+    runs += [({}, records) for records in unsized or ()]
     findings += made_findings(statements, runs, made, findings)
     findings.sort(key=lambda f: f.line)
     return findings

@@ -141,3 +141,7 @@ def test_the_catch_all_reads_every_run() -> None:
                                  frozenset({7}))
     assert [(f.line, f.kind) for f in findings
             if f.penalised] == [(7, "not_verified")]
+    # A run whose sizes the plan does not know answers the catch-all too.
+    assert verify_everywhere(statements, traced, [], DIMS, frozenset({7}),
+                             [_records(statements, {"c": [(6,)]})]) == [
+        f for f in verify(statements, traced, DIMS) if not f.penalised]
