@@ -10,7 +10,9 @@ end-to-end files are in hostile/walls_batch/ (test_walls_batch.py).
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 from grader.locate.source import SourceFile
 from grader.shapes import (DimensionTable, collect_statements,
@@ -145,3 +147,75 @@ def test_the_catch_all_reads_every_run() -> None:
     assert verify_everywhere(statements, traced, [], DIMS, frozenset({7}),
                              [_records(statements, {"c": [(6,)]})]) == [
         f for f in verify(statements, traced, DIMS) if not f.penalised]
+
+
+GROWER = '''import torch
+
+
+class Net:
+    def forward(self, n):
+        found = []  # no tensor yet
+        for _ in range(n):
+            found.append(torch.zeros(2))  # [2]
+            x = torch.ones(3)  # [3]
+        return found, x
+'''
+
+
+def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
+                                                 monkeypatch: Any) -> None:
+    """The worker's read budget (``MAX_READS``): a read costs 1 plus the
+    container values it scans, per statement and call; past the budget
+    the executions are counted as left out (the shapes item then fails
+    closed, ``capped``), never read as "no tensor"."""
+    import importlib.util
+
+    import torch
+
+    from grader.worker import agent
+
+    path = tmp_path / "grower.py"
+    path.write_text(GROWER)
+    spec = importlib.util.spec_from_file_location("grower", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = SourceFile(text=GROWER, path=path)
+    plan = [s.to_plain() for s in collect_statements(source, "Net",
+                                                     "forward")]
+    ids = {s.text.split()[0]: str(s.id) for s in collect_statements(
+        source, "Net", "forward")}
+    monkeypatch.setattr(agent, "MAX_READS", 2000)
+    spent = [0]
+    _, _, _, read_chain, expand = agent.value_readers(torch, spent)
+    counters: dict = {"returns": 0, "calls": 0, "scanned": spent}
+    records: dict = {}
+
+    def record(statement: dict, values: list) -> None:
+        records.setdefault(str(statement["id"]), []).append(values)
+
+    units, line_unit = agent.plan_units(plan)
+    local = agent.line_tracer(units, line_unit, record,
+                              lambda value: expand(value, True), read_chain,
+                              expand, counters)
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename == str(path):
+            counters["calls"] += 1
+            return local()
+        return None
+
+    sys.settrace(tracer)
+    try:
+        module.Net().forward(300)
+    finally:
+        sys.settrace(None)
+    append, plain = ids["found.append(torch.zeros(2))"], ids["x"]
+    # The growing list: its k-th read costs 1 plus the k + 1 values it
+    # scans (the list, its k tensors), so the budget of 2000 ends after
+    # 61 reads; the other 239 executions are left out.
+    assert len(records[append]) == 61
+    assert counters["left_out"] == {append: 239}
+    # A tensor costs 1 a read: all 300 read, within the budget.
+    assert len(records[plain]) == 300
+    assert counters["reads"][plain] == 300
