@@ -5,8 +5,10 @@ worker's records are plain data): a statement the size sets left without a
 problem is verified at the graded runs' sizes too, named by its case; a
 statement already wrong at the size sets keeps its wording; a run whose
 sizes lack a name the comment uses does not judge it; the note "not run
-by the shape checks" goes when a graded run verified the statement. The
-end-to-end files are in hostile/walls_batch/ (test_walls_batch.py).
+by the shape checks" goes when a graded run verified the statement; the
+catch-all's lines are answered by every run's records; the worker's read
+budget per statement and call fails closed. The end-to-end files are in
+hostile/walls_batch/ (test_walls_batch.py).
 """
 from __future__ import annotations
 
