@@ -417,7 +417,8 @@ def score(assignment: Assignment, submission: Submission,
         analysis, run = analyses[task.id], runs[task.id]
         code = codes.get(task.id)
         static = [f for node in (code.nodes if code else ())
-                  for f in forbidden_uses(node, assignment.forbidden_names)]
+                  for f in forbidden_uses(node, assignment.forbidden_names,
+                                          analysis.own)]
         forbidden = _unique(analysis.forbidden + static + run.forbidden)
         untraceable = code.untraceable if code else ()
         earned: dict[str, ItemReport] = {}

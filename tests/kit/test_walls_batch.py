@@ -171,6 +171,12 @@ CORPUS: dict[str, tuple] = {
     "kernel_registry_partial": (ZERO, CLEAN_2, ("forbidden",),
                                 ("torch.onnx.ops._impl.attention_23",)),
     "honest_kernel_named_helper": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
+    # A helper of the file's own named like torch's kernel is its own
+    # code; rebound to the kernel, the call is refused all the same.
+    "honest_kernel_own_names": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "forbidden_own_name_rebound": (
+        ZERO, CLEAN_2, ("forbidden",),
+        ("torch.nn.functional.scaled_dot_product_attention",)),
     # -- Principle 6 fails closed: a target the tracer cannot read is
     #    never "no tensor". Before, each file's task 1 shapes item was
     #    earned (0) with missing and wrong comments.
