@@ -12,14 +12,12 @@ what to do. See docs/class-view.md.
 """
 from __future__ import annotations
 
-import atexit
-import shutil
 import stat
-import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
 from grader.errors import GraderError
+from grader.run.tempdirs import make
 
 MAX_MEMBERS = 500
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -102,8 +100,8 @@ def extract(archive: Path, into: Path) -> Path:
 
 def extracted(archive: Path) -> Path:
     """``archive`` extracted into a private temporary folder named after
-    it (removed when the process ends)."""
-    scratch = Path(tempfile.mkdtemp(prefix="grader-zip-"))
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    it, in the process's run folder (``grader.run.tempdirs``: removed
+    when the process ends, however deep the archive's folders are)."""
+    scratch = make("zip-")
     name = archive.name[:-len(".zip")] or "submission"
     return extract(archive, scratch / name)

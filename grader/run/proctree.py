@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.run.forkserver import kill_group
+from grader.run.tempdirs import release
 
 __all__ = ["TreeRun", "descendants", "fork_with_pipe", "kill_group",
            "run_tree", "stop_descendants"]
@@ -157,7 +158,10 @@ def fork_with_pipe(child: Callable[[int], None], *,
             if show_errors:
                 traceback.print_exc()
         finally:
-            os._exit(code)
+            try:
+                release()  # its own temporary folders (no atexit here)
+            finally:
+                os._exit(code)
     os.close(write_fd)
     return pid, read_fd
 
