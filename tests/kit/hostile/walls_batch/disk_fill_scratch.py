@@ -23,18 +23,20 @@ BLOCK = b"x" * (60 * 1024 * 1024)
 def _fill():
     written = made = 0
     try:
-        while written < 100:
+        while written < 8:  # 480 MB: more than the bound
             with open(f"big-{written}", "wb") as out:
                 out.write(BLOCK)
             written += 1
     except OSError as exc:
         print("bytes stopped after", written, "files:", exc, file=sys.stderr)
     try:
-        while made < 100_000:
+        while made < 20_000:  # more than the bound
             open(f"small-{made}", "wb").close()
             made += 1
     except OSError as exc:
         print("files stopped after", made, "files:", exc, file=sys.stderr)
+    if written == 8 or made == 20_000:
+        print("SCRATCH UNBOUNDED", file=sys.stderr)
     return written, made
 
 

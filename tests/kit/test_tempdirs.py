@@ -1,0 +1,109 @@
+"""The kit leaves nothing in the temporary folder (``grader.run.tempdirs``).
+
+Every temporary folder of a grading (the workers' scratch folders, an
+extracted zip, flake8's files) lives in its process's run folder, which
+the process removes at its end and the next run sweeps when the process
+was killed (its lock is free). One real ``grade`` of a zip, one of a
+folder and one of a zip too deep to extract run with ``TMPDIR`` set to a
+fresh folder: after each, that folder is empty, and the first swept the
+folder of a process killed with SIGKILL. See docs/threat-model.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from grader.run.tempdirs import PREFIX, sweep
+
+KIT = Path(__file__).resolve().parents[2]
+SOLUTION = KIT / "solutions" / "modeling_attention.py"
+SOLUTION_TAG = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
+#: A process that makes its run folder as a grader does (a scratch folder
+#: 400 folders deep, a file), says where, and waits to be killed.
+KILLED = """
+import os, time
+from grader.run.tempdirs import make, run_folder
+scratch = make("scratch-")
+here = os.open(scratch, os.O_RDONLY)
+for _ in range(400):
+    os.mkdir("d", dir_fd=here)
+    below = os.open("d", os.O_RDONLY, dir_fd=here)
+    os.close(here)
+    here = below
+open(os.path.join(scratch, "file"), "w").write("x")
+print(run_folder(), flush=True)
+time.sleep(120)
+"""
+
+
+def _environment(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
+    env.update(TMPDIR=str(tmp), PYTHONPATH=str(KIT))
+    return env
+
+
+def _grade(target: Path, tmp: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "grade", str(target),
+         "--assignment", "multi_head_attention", "--format", "json"],
+        capture_output=True, text=True, env=_environment(tmp), cwd=KIT,
+        timeout=600)
+
+
+def test_a_grade_leaves_nothing_and_sweeps_a_killed_run(
+        tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    text = SOLUTION_TAG.sub("", SOLUTION.read_text(encoding="utf-8"))
+    killed = subprocess.Popen([sys.executable, "-c", KILLED],
+                              stdout=subprocess.PIPE, text=True,
+                              env=_environment(tmp))
+    try:
+        folder = Path(killed.stdout.readline().strip())  # type: ignore
+        assert folder.parent == tmp and folder.name.startswith(
+            f"{PREFIX}{killed.pid}-")
+        assert sweep(tmp) == 0 and folder.is_dir()  # its owner lives
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.communicate()
+    assert folder.is_dir()  # SIGKILL ran no clean-up
+
+    archive = tmp_path / "sub.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("hw4-main/transformer_lm/modeling_attention.py",
+                        text)
+    done = _grade(archive, tmp)
+    assert done.returncode == 0, done.stderr
+    scores = {i["id"]: i["score"] for i in json.loads(done.stdout)["items"]}
+    assert scores["task1.forward"] == 3 and scores["task2.output"] == 2
+    assert list(tmp.iterdir()) == []  # its own run folder and the killed
+
+    handed = tmp_path / "handed"
+    handed.mkdir()
+    (handed / "modeling_attention.py").write_text(text, encoding="utf-8")
+    done = _grade(handed, tmp)
+    assert done.returncode == 0, done.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_zip_too_deep_is_refused_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """A member 2,000 folders deep after an ordinary one (extracted
+    first): one line saying why, no traceback, nothing left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    archive = tmp_path / "deep.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("hw/modeling_attention.py", "x = 1\n")
+        handle.writestr("a/" * 2000 + "modeling_attention.py", "x = 1\n")
+    done = _grade(archive, tmp)
+    assert done.returncode != 0
+    assert "folders deep" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(tmp.iterdir()) == []
