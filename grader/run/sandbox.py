@@ -66,6 +66,9 @@ class Limits:
     # is also capped at 64 MB): bytes, and files and folders.
     scratch_mb: int = 128
     scratch_files: int = 10_000
+    # False: no tmpfs is mounted, the parent measures the folder (as where
+    # none can be mounted; for tests of that path).
+    scratch_mount: bool = True
 
     def scratch_words(self) -> str:
         """The scratch folder's bound, as a report says it."""
@@ -314,7 +317,8 @@ def _start(job: Job, limits: Limits) -> _Running:
             "forbidden": job.forbidden, "sandbox": job.sandbox,
             "timeout": limits.timeout,
             "memory_mb": limits.memory_mb, "scratch": str(scratch),
-            "quota": [limits.scratch_mb * 1024 * 1024, limits.scratch_files],
+            "quota": [limits.scratch_mb * 1024 * 1024, limits.scratch_files]
+            if limits.scratch_mount else None,
             "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
     handle = forkserver.spawn(job_frame(plan))
     return _Running(job, handle, key, magic, scratch, limits)

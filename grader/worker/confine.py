@@ -119,11 +119,14 @@ class Confinement:
     landlock_abi: int = 0          # 0: Landlock not applied
     seccomp: bool = False
     problems: tuple[str, ...] = ()
+    # "tmpfs" (bound_scratch), or why the grader measures it instead.
+    scratch_bound: str = ""
 
     def as_plain(self) -> dict:
         """Plain data for the result channel."""
         return {"landlock_abi": self.landlock_abi, "seccomp": self.seccomp,
-                "problems": list(self.problems)}
+                "problems": list(self.problems),
+                "scratch_bound": self.scratch_bound}
 
 
 def _libc() -> ctypes.CDLL:
@@ -503,7 +506,8 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
     libraries, the student-facing package) except ``hidden`` (the kit's
     grader, reference, tests), writing in ``scratch`` alone; with
     ``quota`` (bytes, files), at most that much (:func:`bound_scratch`;
-    where it cannot be set, a problem says so and the grader measures).
+    where it cannot be set, ``scratch_bound`` says why and the grader
+    measures the folder).
 
     Must run in the worker before student code and before any thread is
     started: both apply to the calling thread and to what it creates.
@@ -514,23 +518,21 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
         return Confinement(problems=("not Linux",))
     problems: list[str] = []
     scratch = os.path.realpath(scratch)
+    bound = "not asked"
     try:
         libc = _libc()
-    except OSError as exc:
-        return Confinement(problems=(str(exc),))
-    if quota:
-        try:
-            bound_scratch(libc, scratch, int(quota[0]), int(quota[1]))
-        except OSError as exc:
-            problems.append(f"the scratch folder has no bound of its own "
-                            f"({exc})")
-    try:
+        if quota:
+            try:
+                bound_scratch(libc, scratch, int(quota[0]), int(quota[1]))
+                bound = "tmpfs"
+            except OSError as exc:
+                bound = f"measured by the grader ({exc})"
         _drop_capabilities(libc)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1),
                           ctypes.c_ulong(0), ctypes.c_ulong(0),
                           ctypes.c_ulong(0)), "no_new_privs")
     except OSError as exc:
-        return Confinement(problems=tuple(problems) + (str(exc),))
+        return Confinement(problems=(str(exc),), scratch_bound=bound)
     abi = landlock_abi()
     if abi:
         try:
@@ -551,7 +553,7 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
     else:
         problems.append(f"no seccomp filter for {platform.machine()}")
     return Confinement(landlock_abi=abi, seccomp=applied,
-                       problems=tuple(problems))
+                       problems=tuple(problems), scratch_bound=bound)
 
 
 def die_with_parent(parent: int) -> None:

@@ -6,7 +6,9 @@ the process removes at its end and the next run sweeps when the process
 was killed (its lock is free). One real ``grade`` of a zip, one of a
 folder and one of a zip too deep to extract run with ``TMPDIR`` set to a
 fresh folder: after each, that folder is empty, and the first swept the
-folder of a process killed with SIGKILL. See docs/threat-model.md.
+folder of a process killed with SIGKILL. Where no tmpfs bounds a
+worker's scratch folder, the folder is measured: past the bound, or when
+it cannot be walked, the worker is stopped. See docs/threat-model.md.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grader.run.tempdirs import PREFIX, sweep
+from grader.run.tempdirs import PREFIX, remove_tree, sweep
 
 KIT = Path(__file__).resolve().parents[2]
 SOLUTION = KIT / "solutions" / "modeling_attention.py"
@@ -107,3 +109,56 @@ def test_a_zip_too_deep_is_refused_and_leaves_nothing(
     assert "folders deep" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert list(tmp.iterdir()) == []
+
+
+# --------------------------------------------------------------------------
+# Where no tmpfs can be mounted, the scratch folder is measured
+
+#: Writes empty files until it is stopped (it never is by an error).
+MANY_FILES = """
+import time
+for number in range(100_000):
+    open(f"f{number}", "w").close()
+time.sleep(30)
+"""
+
+
+def test_a_measured_scratch_folder_stops_its_worker_past_the_bound(
+        ) -> None:
+    """Without the tmpfs (as in a container that forbids namespaces), a
+    worker past the bound's count of files is stopped, and its report
+    says why, as a timeout's does."""
+    from grader.run.sandbox import Job, Limits, run_jobs
+
+    limits = Limits(timeout=30, scratch_mount=False, scratch_files=200)
+    result = run_jobs([Job("many", MANY_FILES, "/nowhere/many.py", [])],
+                      limits)["many"]
+    assert result.ended == "disk", (result.ended, result.detail)
+    assert result.detail.startswith(
+        "it wrote more in its scratch folder than the bound (128 MB or "
+        "200 files and folders) and was stopped")
+    assert result.scratch_full and result.seconds < 20
+
+
+def test_a_folder_too_deep_to_walk_cannot_be_measured(tmp_path: Path
+                                                      ) -> None:
+    """Deeper than the longest path: the walk fails closed (None)."""
+    from grader.run.sandbox import scratch_use
+
+    top = tmp_path / "scratch"
+    top.mkdir()
+    (top / "file").write_bytes(b"x" * 5000)
+    used = scratch_use(top, 100)
+    assert used is not None and used[1] == 1 and used[0] >= 5000
+    assert scratch_use(top, 0) == (0, 1)  # past the count: stops there
+    here = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(2100):
+            os.mkdir("d", dir_fd=here)
+            below = os.open("d", os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = below
+        os.close(here)
+        assert scratch_use(top, 10_000) is None
+    finally:
+        remove_tree(top)  # pytest's own clean-up recurses
