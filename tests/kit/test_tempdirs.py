@@ -153,9 +153,9 @@ def test_a_folder_too_deep_to_walk_cannot_be_measured(tmp_path: Path
     assert scratch_use(top, 0) == (0, 1)  # past the count: stops there
     here = os.open(top, os.O_RDONLY)
     try:
-        for _ in range(2100):
-            os.mkdir("d", dir_fd=here)
-            below = os.open("d", os.O_RDONLY, dir_fd=here)
+        for _ in range(20):  # names of 250 letters: 5,000 in all
+            os.mkdir("d" * 250, dir_fd=here)
+            below = os.open("d" * 250, os.O_RDONLY, dir_fd=here)
             os.close(here)
             here = below
         os.close(here)
