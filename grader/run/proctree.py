@@ -140,7 +140,9 @@ def fork_with_pipe(child: Callable[[int], None], *,
     :func:`kill_group` stops it and what it started). It exits 0 when
     ``child`` returns, :data:`CHILD_FAILED` when it raises (printing the
     traceback when ``show_errors``), never running the parent's code after
-    the fork. Returns (pid, the pipe's read end) to the parent.
+    the fork, after removing the temporary folders it made
+    (``grader.run.tempdirs``). Returns (pid, the pipe's read end) to the
+    parent.
     """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
