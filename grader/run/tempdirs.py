@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -24,8 +25,8 @@ __all__ = ["PREFIX", "make", "release", "remove_tree", "run_folder",
 PREFIX = "grader-run-"
 _FRESH = ".grader-new-"   # before its lock is taken: never swept
 #: Folders of the kit before run folders existed, and fresh ones whose
-#: process died before it locked them: swept when empty and older than
-#: LEGACY_AGE seconds (an older grader may still use a new one).
+#: process died before it locked them: swept when older than LEGACY_AGE
+#: seconds (a grader of an older version may still use a newer one).
 LEGACY = ("grader-scratch-", "grader-zip-", "grader-nbgrader-",
           "grader-verdicts-", _FRESH)
 LEGACY_AGE = 3600.0
@@ -116,13 +117,13 @@ def _sweep_run(path: Path) -> int:
 def _sweep_legacy(path: Path, now: float) -> int:
     try:
         found = os.lstat(path)
-        if found.st_uid != os.geteuid() or \
-                now - found.st_mtime < LEGACY_AGE:
-            return 0
-        os.rmdir(path)  # only an empty one
     except OSError:
         return 0
-    return 1
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() \
+            or now - found.st_mtime < LEGACY_AGE:
+        return 0
+    remove_tree(path)
+    return 0 if os.path.lexists(path) else 1
 
 
 def remove_tree(path: str | Path) -> None:

@@ -94,6 +94,27 @@ def test_a_grade_leaves_nothing_and_sweeps_a_killed_run(
     assert list(tmp.iterdir()) == []
 
 
+def test_a_sweep_takes_only_what_no_process_holds(tmp_path: Path) -> None:
+    """A run folder whose lock is free goes, a held one stays; a folder of
+    the older names goes once unchanged for an hour, not before."""
+    import fcntl
+
+    dead, held = tmp_path / f"{PREFIX}1-a", tmp_path / f"{PREFIX}2-b"
+    old, new = tmp_path / "grader-zip-old", tmp_path / "grader-scratch-new"
+    for folder in (dead, held, old, new):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "file").write_text("x")
+    os.utime(old, (0, 0))
+    lock = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert sweep(tmp_path) == 2
+    finally:
+        os.close(lock)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [held.name, new.name])
+
+
 def test_a_zip_too_deep_is_refused_and_leaves_nothing(
         tmp_path: Path) -> None:
     """A member 2,000 folders deep after an ordinary one (extracted
