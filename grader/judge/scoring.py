@@ -71,6 +71,12 @@ def integrity_flags(runs: dict[str, TaskRun],
                            f" forged frame(s)); they were recognised and "
                            f"ignored.", task_id))
     for task_id, run in runs.items():
+        if run.scratch_full:
+            flags.append(Flag(
+                "disk", f"{task_id}: the code {run.scratch_full}; what "
+                        f"failed or never ran because of it earns "
+                        f"nothing.", task_id))
+    for task_id, run in runs.items():
         unrecorded = sum(run.unrecorded().values())
         if unrecorded:
             flags.append(Flag(

@@ -955,7 +955,7 @@ def _life(job: dict, result_fd: int) -> None:
         kept += list(found.values())
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
-                                  job.get("hidden", []))
+                                  job.get("hidden", []), job.get("quota"))
     loaded_files: set[str] = set()
     codes = {"loaded_files": loaded_files,
              "agent": agent_codes, "frame_users": set(frame_users),
