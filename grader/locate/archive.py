@@ -12,8 +12,10 @@ what to do. See docs/class-view.md.
 """
 from __future__ import annotations
 
+import lzma
 import stat
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from grader.errors import GraderError
@@ -100,7 +102,10 @@ def extract(archive: Path, into: Path) -> Path:
                                        f"appears twice")
                 target.write_bytes(data)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
-            EOFError, RuntimeError) as exc:
+            EOFError, RuntimeError, ValueError, OverflowError, zlib.error,
+            lzma.LZMAError) as exc:
+        # ValueError: a name flagged UTF-8 that is not (UnicodeDecodeError),
+        # a header zipfile cannot read; zlib/lzma: a corrupt stream.
         raise ArchiveError(f"it is not a zip Python can read ({exc})"
                            ) from exc
     return into

@@ -186,3 +186,53 @@ def test_a_folder_too_deep_to_walk_cannot_be_measured(tmp_path: Path
         assert scratch_use(top, 10_000) is None
     finally:
         remove_tree(top)  # pytest's own clean-up recurses
+
+
+def _corrupt_deflate(archive: Path) -> None:
+    """A member whose deflate stream is broken past its first bytes."""
+    data = b"x = 1\n" * 4000
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        handle.writestr("hw/modeling_attention.py", data)
+    raw = bytearray(archive.read_bytes())
+    start = raw.index(b"modeling_attention.py") + len("modeling_attention.py")
+    raw[start + 4:start + 40] = b"\xff" * 36
+    archive.write_bytes(bytes(raw))
+
+
+def _name_not_utf8(archive: Path) -> None:
+    """A member whose name is flagged UTF-8 but is not."""
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("hw/modeling_attention.py", "x = 1\n")
+    raw = archive.read_bytes().replace(b"modeling_attention.py",
+                                       b"modeling_attentio\xff.py")
+    raw = raw.replace(b"\x14\x00\x00\x00", b"\x14\x00\x00\x08")
+    archive.write_bytes(raw)
+
+
+def _corrupt_lzma(archive: Path) -> None:
+    """A member whose LZMA stream is broken."""
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_LZMA) as handle:
+        handle.writestr("hw/modeling_attention.py", b"x = 1\n" * 4000)
+    raw = bytearray(archive.read_bytes())
+    start = raw.index(b"modeling_attention.py") + len("modeling_attention.py")
+    raw[start + 12:start + 60] = b"\x00" * 48
+    archive.write_bytes(bytes(raw))
+
+
+def test_a_corrupt_zip_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A zip whose stream or names Python cannot read is a refusal that
+    says so (ArchiveError, one line at the command line, that student's
+    error row in a batch), never an exception of the library (red team
+    4: a broken deflate stream and a name flagged UTF-8 that is not made
+    ``grade`` print a traceback)."""
+    from grader.locate.archive import ArchiveError, extract
+
+    for make_zip in (_corrupt_deflate, _name_not_utf8, _corrupt_lzma):
+        archive = tmp_path / f"{make_zip.__name__}.zip"
+        make_zip(archive)
+        try:
+            extract(archive, tmp_path / make_zip.__name__)
+        except ArchiveError as exc:
+            assert "it is not a zip Python can read" in str(exc), exc
+        else:
+            raise AssertionError(f"{make_zip.__name__}: extracted")
