@@ -242,6 +242,7 @@ def _merged(first: TaskRun, second: TaskRun,
     second.events = list(dict.fromkeys(first.events + second.events))
     second.foreign_bytes += first.foreign_bytes
     second.forged_frames += first.forged_frames
+    second.scratch_full = second.scratch_full or first.scratch_full
     for probe_id, result in second.results.items():
         if result.problem and result.error:
             second.results[probe_id] = replace(

@@ -117,6 +117,7 @@ class TaskAnalysis:
     forbidden: list[str] = field(default_factory=list)
     statements: dict[str, list[Statement]] = field(default_factory=dict)
     statement_counts: dict[str, int] = field(default_factory=dict)
+    own: frozenset[str] = frozenset()
 
     @property
     def defined(self) -> bool:
@@ -148,25 +149,86 @@ def _docstrings(node: ast.AST) -> set[int]:
     return found
 
 
+def _bound_otherwise(tree: ast.AST) -> set[str]:
+    """Names ``tree`` binds other than by ``def`` or ``class``: assignment
+    and deletion targets, parameters, imports, ``global``/``nonlocal``,
+    ``except ... as``, match captures and attributes stored to."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        stored = not isinstance(getattr(node, "ctx", ast.Load()), ast.Load)
+        if isinstance(node, ast.Name) and stored:
+            bound.add(node.id)
+        elif isinstance(node, ast.Attribute) and stored:
+            bound.add(node.attr)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add(node.asname or node.name.split(".")[0])
+            bound.add(node.name.rsplit(".", 1)[-1])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs,
+                               ast.MatchStar)) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    return bound
+
+
+def own_definitions(tree: ast.AST) -> frozenset[str]:
+    """Names that only the submission's own ``def`` or ``class`` binds.
+
+    A helper of the submission that shares a forbidden API's name (its own
+    ``scaled_dot_product_attention(q, k, v)``, a method
+    ``multi_head_attention_forward``) is its own code, judged as such: a
+    bare name or a ``self.``/``cls.`` attribute naming it is not the
+    forbidden API. A name bound any other way anywhere in the file (an
+    import, an assignment, a parameter, an attribute stored to) is not
+    exempt, and a string constant still counts: those could hold torch's
+    kernel. Whatever the static reading, the sandbox's tripwires refuse a
+    call that reaches the kernel itself (docs/threat-model.md, principle
+    3).
+    """
+    defined = {node.name for node in ast.walk(tree)
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                    ast.ClassDef))}
+    strings = {node.value.strip() for node in ast.walk(tree)
+               if isinstance(node, ast.Constant)
+               and isinstance(node.value, str)}
+    return frozenset(defined - _bound_otherwise(tree) - strings)
+
+
+def _named(child: ast.AST, own: frozenset[str]) -> list[str]:
+    """The API name a name or attribute node refers to, unless it refers
+    to a definition of the submission's own (:func:`own_definitions`)."""
+    if isinstance(child, ast.Name):
+        return [] if child.id in own else [child.id]
+    if isinstance(child, ast.Attribute):
+        mine = (isinstance(child.value, ast.Name)
+                and child.value.id in ("self", "cls")
+                and child.attr in own)
+        return [] if mine else [child.attr]
+    return []
+
+
 def forbidden_uses(node: ast.AST,
-                   forbidden: tuple[str, ...] | frozenset[str] = ()
-                   ) -> list[str]:
+                   forbidden: tuple[str, ...] | frozenset[str] = (),
+                   own: frozenset[str] = frozenset()) -> list[str]:
     """Forbidden attention APIs or kit modules a piece of code names.
 
     A name, an attribute, an imported name or a string constant (e.g.
     ``getattr(F, "scaled_dot_product_attention")``) equal to a forbidden
     API counts; prose that mentions one (a docstring, a comment, a longer
-    string) does not. Obfuscated names are caught when called, by the
-    sandbox's tripwires.
+    string) does not, nor a name of the file's own definitions ``own``
+    (:func:`own_definitions`). Obfuscated names are caught when called, by
+    the sandbox's tripwires.
     """
     found = []
     docstrings = _docstrings(node)
     for child in ast.walk(node):
         names: list[str] = []
-        if isinstance(child, ast.Name):
-            names = [child.id]
-        elif isinstance(child, ast.Attribute):
-            names = [child.attr]
+        if isinstance(child, (ast.Name, ast.Attribute)):
+            names = _named(child, own)
         elif (isinstance(child, ast.Constant)
               and isinstance(child.value, str)
               and id(child) not in docstrings):
@@ -259,7 +321,8 @@ def _analyse(assignment: Assignment, task: Task,
     result.span = node_span(node, source.lines)
     result.stub = untouched(source, node, stub)
     names = assignment.forbidden_names
-    result.forbidden = forbidden_uses(node, names)
+    result.own = own = own_definitions(tree)
+    result.forbidden = forbidden_uses(node, names, own)
     used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     for statement in tree.body:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
@@ -268,7 +331,8 @@ def _analyse(assignment: Assignment, task: Task,
         elif (isinstance(statement, (ast.FunctionDef, ast.ClassDef))
               and statement is not node and statement.name in used):
             # A module-level helper the task's code calls.
-            result.forbidden += [f for f in forbidden_uses(statement, names)
+            result.forbidden += [f for f in forbidden_uses(statement, names,
+                                                           own)
                                  if f not in result.forbidden]
     class_name = task.target if isinstance(node, ast.ClassDef) else None
     for item in assignment.items_of(task.id):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from grader.constants import NBGRADER_MARKERS
 from grader.errors import GraderError
 from grader.locate.source import SourceError, encode_python, split_lines
+from grader.run.tempdirs import run_folder
 
 if TYPE_CHECKING:
     from grader.locate.cells import LintText
@@ -117,7 +118,8 @@ def warm_up(config: Path) -> None:
 
     from flake8.main import cli
 
-    with tempfile.TemporaryDirectory(prefix="pep8-") as directory:
+    with tempfile.TemporaryDirectory(prefix="pep8-",
+                                     dir=run_folder()) as directory:
         target = Path(directory) / "warm.py"
         target.write_text("x = 1\n", encoding="utf-8")
         sink = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
@@ -145,7 +147,8 @@ class Flake8Run:
     def __init__(self, data: bytes, config: Path, fork: bool = False
                  ) -> None:
         """Write ``data`` to a private folder and start flake8 on it."""
-        self.directory = tempfile.TemporaryDirectory(prefix="pep8-")
+        self.directory = tempfile.TemporaryDirectory(
+            prefix="pep8-", dir=run_folder())
         folder = Path(self.directory.name)
         self.target = folder / "submission.py"
         self.target.write_bytes(data)

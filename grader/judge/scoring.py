@@ -72,6 +72,12 @@ def integrity_flags(runs: dict[str, TaskRun],
                            f" forged frame(s)); they were recognised and "
                            f"ignored.", task_id))
     for task_id, run in runs.items():
+        if run.scratch_full:
+            flags.append(Flag(
+                "disk", f"{task_id}: the code {run.scratch_full}; what "
+                        f"failed or never ran because of it earns "
+                        f"nothing.", task_id))
+    for task_id, run in runs.items():
         unrecorded = sum(run.unrecorded().values())
         if unrecorded:
             flags.append(Flag(
@@ -473,7 +479,8 @@ def score(assignment: Assignment, submission: Submission,
         analysis, run = analyses[task.id], runs[task.id]
         code = codes.get(task.id)
         static = [f for node in (code.nodes if code else ())
-                  for f in forbidden_uses(node, assignment.forbidden_names)]
+                  for f in forbidden_uses(node, assignment.forbidden_names,
+                                          analysis.own)]
         forbidden = _unique(analysis.forbidden + static + run.forbidden)
         untraceable = code.untraceable if code else ()
         earned: dict[str, ItemReport] = {}

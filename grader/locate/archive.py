@@ -12,14 +12,14 @@ what to do. See docs/class-view.md.
 """
 from __future__ import annotations
 
-import atexit
-import shutil
+import lzma
 import stat
-import tempfile
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from grader.errors import GraderError
+from grader.run.tempdirs import make
 
 MAX_MEMBERS = 500
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -32,29 +32,36 @@ class ArchiveError(GraderError):
     """A zip the grader will not extract; the message says why."""
 
 
+def _shown(name: str, most: int = 80) -> str:
+    """A member's name for a message: quoted, its middle cut when long."""
+    if len(name) > most:
+        name = f"{name[:most // 2]}...{name[-most // 2:]}"
+    return repr(name)
+
+
 def _member_path(info: zipfile.ZipInfo) -> PurePosixPath | None:
     """The member's path inside the folder; None for what is skipped
     (folders, hidden entries, ``__MACOSX``); raises for what is refused."""
     name = info.filename
     if "\\" in name or name.startswith("/") or ":" in name.split("/")[0]:
-        raise ArchiveError(f"its member {name!r} has an absolute or "
+        raise ArchiveError(f"its member {_shown(name)} has an absolute or "
                            f"Windows path")
     path = PurePosixPath(name)
     if ".." in path.parts:
-        raise ArchiveError(f"its member {name!r} points outside the "
+        raise ArchiveError(f"its member {_shown(name)} points outside the "
                            f"archive (..)")
     mode = info.external_attr >> 16
     if stat.S_ISLNK(mode):
-        raise ArchiveError(f"its member {name!r} is a symbolic link")
+        raise ArchiveError(f"its member {_shown(name)} is a symbolic link")
     if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
-        raise ArchiveError(f"its member {name!r} is not a regular file")
+        raise ArchiveError(f"its member {_shown(name)} is not a regular file")
     if info.is_dir() or not path.parts:
         return None
     if any(part.startswith(".") or part in _SKIPPED for part in path.parts):
         return None
     if len(path.parts) > MAX_DEPTH:
-        raise ArchiveError(f"its member {name!r} is more than {MAX_DEPTH} "
-                           f"folders deep")
+        raise ArchiveError(f"its member {_shown(name)} is more than "
+                           f"{MAX_DEPTH} folders deep")
     return path
 
 
@@ -74,13 +81,14 @@ def extract(archive: Path, into: Path) -> Path:
                 if path is None:
                     continue
                 if info.flag_bits & 0x1:
-                    raise ArchiveError(f"its member {info.filename!r} is "
+                    raise ArchiveError(f"its member "
+                                       f"{_shown(info.filename)} is "
                                        f"encrypted")
                 with handle.open(info) as source:
                     data = source.read(MAX_FILE_BYTES + 1)
                 if len(data) > MAX_FILE_BYTES:
                     raise ArchiveError(
-                        f"its member {info.filename!r} is larger than "
+                        f"its member {_shown(info.filename)} is larger than "
                         f"{MAX_FILE_BYTES // (1024 * 1024)} MB")
                 total += len(data)
                 if total > MAX_TOTAL_BYTES:
@@ -90,11 +98,14 @@ def extract(archive: Path, into: Path) -> Path:
                 target = into.joinpath(*path.parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if target.exists():
-                    raise ArchiveError(f"its member {info.filename!r} "
+                    raise ArchiveError(f"its member {_shown(info.filename)} "
                                        f"appears twice")
                 target.write_bytes(data)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
-            EOFError, RuntimeError) as exc:
+            EOFError, RuntimeError, ValueError, OverflowError, zlib.error,
+            lzma.LZMAError) as exc:
+        # ValueError: a name flagged UTF-8 that is not (UnicodeDecodeError),
+        # a header zipfile cannot read; zlib/lzma: a corrupt stream.
         raise ArchiveError(f"it is not a zip Python can read ({exc})"
                            ) from exc
     return into
@@ -102,8 +113,8 @@ def extract(archive: Path, into: Path) -> Path:
 
 def extracted(archive: Path) -> Path:
     """``archive`` extracted into a private temporary folder named after
-    it (removed when the process ends)."""
-    scratch = Path(tempfile.mkdtemp(prefix="grader-zip-"))
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    it, in the process's run folder (``grader.run.tempdirs``: removed
+    when the process ends, however deep the archive's folders are)."""
+    scratch = make("zip-")
     name = archive.name[:-len(".zip")] or "submission"
     return extract(archive, scratch / name)

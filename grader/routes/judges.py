@@ -23,6 +23,7 @@ from grader.routes.rows import (STATUS_ERROR, STATUS_GRADED, error_row,
                                 record_path, row_from_report)
 from grader.run.cores import default_jobs
 from grader.run.proctree import fork_with_pipe, kill_group
+from grader.run.tempdirs import sweep
 
 RETRIES = 1
 
@@ -281,6 +282,7 @@ def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
             os.close(job.fd)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sweep()  # the temporary folders of judges that were killed
     return stop
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from grader.routes.rows import (RECORD, STATUS_ERROR, error_row,
                                 row_from_report, write_csv)
 from grader.rubric import RubricError
 from grader.run.proctree import fork_with_pipe
+from grader.run.tempdirs import make, remove_tree
 
 
 def _kept_rows(everyone: list[Submitted], chosen: set[str],
@@ -291,7 +290,7 @@ def run_nbgrader(args: argparse.Namespace) -> int:
         check_writable(reports)
     except BatchError as exc:
         raise CliError(str(exc)) from exc
-    stage_root = Path(tempfile.mkdtemp(prefix="grader-nbgrader-"))
+    stage_root = make("nbgrader-")
     nbgrader = Recorder(args, root, stage_root, reports)
     unrecorded: dict[str, str] = {}
     try:
@@ -317,7 +316,7 @@ def run_nbgrader(args: argparse.Namespace) -> int:
         stop = run.run()
     finally:
         unrecorded = nbgrader.close()
-        shutil.rmtree(stage_root, ignore_errors=True)
+        remove_tree(stage_root)
     verdicts = getattr(args, "verdicts", None)
     if verdicts:
         write_atomic(Path(verdicts), json.dumps(nbgrader.verdicts))

@@ -40,6 +40,7 @@ from traitlets.utils.importstring import import_item
 from grader.output.text import one_line
 from grader.routes.nbgrader_course import (CourseError, Route, Submitted,
                                            Verdict, own_file, resolve_route)
+from grader.run.tempdirs import run_folder
 
 
 class CourseApp(NbGrader):
@@ -170,7 +171,8 @@ def grade_outside(root: Path, assignment: str, students: list[str],
     grader nbgrader`` does (the same command, in a process of its own, so
     that a Jupyter server's threads are never forked), recording nothing:
     their verdicts."""
-    with tempfile.TemporaryDirectory(prefix="grader-verdicts-") as folder:
+    with tempfile.TemporaryDirectory(prefix="verdicts-",
+                                     dir=run_folder()) as folder:
         out = Path(folder) / "verdicts.json"
         command = [sys.executable, "-m", "grader", "nbgrader", assignment,
                    "--course", str(root), "--kit-assignment", kit,

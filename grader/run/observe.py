@@ -114,6 +114,7 @@ class TaskRun:
     seconds: float = 0.0
     foreign_bytes: int = 0
     forged_frames: int = 0
+    scratch_full: str = ""  # the scratch folder's bound reached, in words
     import_ran: tuple[tuple[str, int, str, str], ...] = ()
     import_foreign: tuple[tuple[str, str, int, str], ...] = ()
 
@@ -207,7 +208,8 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
                   output_truncated=job.output_truncated,
                   channel_error=job.channel_error, seconds=job.seconds,
                   foreign_bytes=job.foreign_bytes,
-                  forged_frames=job.forged_frames)
+                  forged_frames=job.forged_frames,
+                  scratch_full=job.scratch_full)
     by_id: dict[str, dict] = {}
     started: str | None = None
     compiled: list[str] = []

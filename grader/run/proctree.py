@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.run.forkserver import kill_group
+from grader.run.tempdirs import release
 
 __all__ = ["TreeRun", "descendants", "fork_with_pipe", "kill_group",
            "run_tree", "stop_descendants"]
@@ -139,7 +140,9 @@ def fork_with_pipe(child: Callable[[int], None], *,
     :func:`kill_group` stops it and what it started). It exits 0 when
     ``child`` returns, :data:`CHILD_FAILED` when it raises (printing the
     traceback when ``show_errors``), never running the parent's code after
-    the fork. Returns (pid, the pipe's read end) to the parent.
+    the fork, after removing the temporary folders it made
+    (``grader.run.tempdirs``). Returns (pid, the pipe's read end) to the
+    parent.
     """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -157,7 +160,10 @@ def fork_with_pipe(child: Callable[[int], None], *,
             if show_errors:
                 traceback.print_exc()
         finally:
-            os._exit(code)
+            try:
+                release()  # its own temporary folders (no atexit here)
+            finally:
+                os._exit(code)
     os.close(write_fd)
     return pid, read_fd
 

@@ -10,7 +10,6 @@ import selectors
 import signal
 import sys
 import sysconfig
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.run import forkserver
+from grader.run.tempdirs import make, remove_tree
 from grader.wire import (AuthenticatedReader, ChannelError, check_frame,
                          job_frame)
 
@@ -49,6 +49,8 @@ SYSTEM_READABLE = ("/usr/lib", "/usr/lib64", "/lib", "/lib64",
 STARVED = 0.8
 PROGRESS = 0.02
 WALL_FACTOR = 4.0
+# Seconds between two looks at a running worker's scratch folder.
+SCRATCH_EVERY = 0.1
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,18 @@ class Limits:
     timeout: float = 20.0
     memory_mb: int = 2048           # address space beyond the parent's
     output_bytes: int = 32 * 1024   # captured stdout + stderr kept
+    # What the worker may hold in its scratch folder, in all (each file
+    # is also capped at 64 MB): bytes, and files and folders.
+    scratch_mb: int = 128
+    scratch_files: int = 10_000
+    # False: no tmpfs is mounted, the parent measures the folder (as where
+    # none can be mounted; for tests of that path).
+    scratch_mount: bool = True
+
+    def scratch_words(self) -> str:
+        """The scratch folder's bound, as a report says it."""
+        return (f"{self.scratch_mb} MB or {self.scratch_files:,} files "
+                f"and folders")
 
 
 @dataclass(frozen=True)
@@ -90,12 +104,13 @@ class JobResult:
     frames: list[dict] = field(default_factory=list)
     output: str = ""
     output_truncated: bool = False
-    ended: str = "finished"         # finished | exited | signalled | timeout
+    ended: str = "finished"  # finished | exited | signalled | timeout | disk
     detail: str = ""
     seconds: float = 0.0
     channel_error: str | None = None
     foreign_bytes: int = 0          # bytes on the channel the agent never sent
     forged_frames: int = 0          # frames with a wrong authentication code
+    scratch_full: str = ""          # the scratch bound it reached, in words
 
     @property
     def finished(self) -> bool:
@@ -161,6 +176,12 @@ class _Running:
         self.status: int | None = None
         self.limits = limits
         self.checked = (self.started, 0.0)  # (when, CPU seconds then)
+        # How its scratch folder is watched once its hello arrives (before
+        # the submission runs): "tmpfs" (bounded by construction: looked
+        # at to say so) or "walk" (measured, stopped past the bound).
+        self.watch = ""
+        self.view = ""
+        self.next_look = 0.0
 
     def starved_but_working(self, now: float) -> bool:
         """At the deadline: True when the worker has had less than
@@ -204,6 +225,8 @@ class _Running:
                         raise ChannelError(f"the worker sent more than "
                                            f"{MAX_FRAMES} frames")
                     self.result.frames.append(message)
+                    if message.get("type") == "hello" and not self.watch:
+                        self.start_watch()
             except Exception as exc:  # any bytes may arrive: never crash
                 self.result.channel_error = (
                     str(exc) if isinstance(exc, ChannelError) else
@@ -220,6 +243,43 @@ class _Running:
 
     def kill(self) -> None:
         self.handle.kill()
+
+    def start_watch(self) -> None:
+        """Choose how the scratch folder is watched: the worker's own view
+        of it (through /proc, in its mount namespace) is another
+        filesystem when its tmpfs is mounted."""
+        self.view = f"/proc/{self.pid}/root{os.path.realpath(self.scratch)}"
+        try:
+            mounted = os.stat(self.view).st_dev != os.stat(
+                self.scratch).st_dev
+        except OSError:
+            mounted = False
+        self.watch = "tmpfs" if mounted else "walk"
+
+    def scratch_problem(self) -> str:
+        """What the worker's scratch folder holds past its bound, in words
+        for the report ("" when within it); stops a measured worker past
+        it, or whose folder cannot be measured (fails closed)."""
+        words = self.limits.scratch_words()
+        if self.watch == "tmpfs":
+            try:
+                room = os.statvfs(self.view)
+            except OSError:  # it ended: the bound held without a look
+                return ""
+            if room.f_bavail and room.f_favail:
+                return ""
+            return (f"filled its scratch folder to the bound ({words}); "
+                    f"what it wrote past it failed (\"No space left on "
+                    f"device\")")
+        used = scratch_use(self.scratch, self.limits.scratch_files)
+        if used is None:
+            return (f"left its scratch folder in a state the grader could "
+                    f"not measure, and was stopped (the bound: {words})")
+        if used[0] <= self.limits.scratch_mb * 1024 * 1024 and \
+                used[1] <= self.limits.scratch_files:
+            return ""
+        return (f"wrote more in its scratch folder than the bound "
+                f"({words}) and was stopped")
 
 
 def _describe_status(status: int) -> tuple[str, str]:
@@ -251,12 +311,14 @@ PLOTTING = ("matplotlib", "pylab")
 def _start(job: Job, limits: Limits) -> _Running:
     """Ask the fork server for a worker and hand it the job."""
     key, magic = secrets.token_bytes(32), secrets.token_bytes(16)
-    scratch = Path(tempfile.mkdtemp(prefix="grader-scratch-"))
+    scratch = make("scratch-")
     plan = {"source": job.source, "filename": job.filename,
             "probes": job.probes, "statements": job.statements,
             "forbidden": job.forbidden, "sandbox": job.sandbox,
             "timeout": limits.timeout,
             "memory_mb": limits.memory_mb, "scratch": str(scratch),
+            "quota": [limits.scratch_mb * 1024 * 1024, limits.scratch_files]
+            if limits.scratch_mount else None,
             "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
     handle = forkserver.spawn(job_frame(plan))
     return _Running(job, handle, key, magic, scratch, limits)
@@ -321,75 +383,36 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
     return {entry.job.name: _finish(entry) for entry in running}
 
 
-def remove_tree(path: str | Path) -> None:
-    """Delete the folder ``path`` and all it holds, however deep, with
-    nothing that grows with its depth: no recursion (``shutil.rmtree``
-    recurses, and a worker's scratch folder 3,000 folders deep made it
-    raise RecursionError, which ``ignore_errors`` does not catch), no
-    path longer than two names, at most two descriptors open. The
-    children of each sub-folder of ``path`` are moved up into ``path``
-    until every entry is a file or an empty folder; no link is followed.
-    What cannot be deleted stays, silently."""
-    try:
-        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return
-    moved = 0
-    try:
-        while True:
-            with os.scandir(top) as listing:
-                entries = [(e.name, e.is_dir(follow_symlinks=False))
-                           for e in listing]
-            progress = False
-            for name, is_folder in entries:
+def scratch_use(folder: str | Path, most: int) -> tuple[int, int] | None:
+    """The bytes on disk and the entries (files, folders) under
+    ``folder``, counted up to ``most`` + 1 entries; None when it cannot be
+    walked (a path too long, a folder it cannot list): the caller fails
+    closed. What disappears during the walk is not counted."""
+    total = count = 0
+    pending = [os.fspath(folder)]
+    while pending:
+        try:
+            listing = os.scandir(pending.pop())
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        with listing:
+            for item in listing:
+                count += 1
+                if count > most:
+                    return total, count
                 try:
-                    if not is_folder:
-                        os.unlink(name, dir_fd=top)
-                    elif not _removed_folder(top, name):
-                        moved = _lift(top, name, moved)
-                    progress = True
-                except OSError:
+                    found = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
                     continue
-            if not entries or not progress:
-                break
-    finally:
-        os.close(top)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
-
-
-def _removed_folder(top: int, name: str) -> bool:
-    try:
-        os.rmdir(name, dir_fd=top)
-    except OSError:
-        return False
-    return True
-
-
-def _lift(top: int, name: str, moved: int) -> int:
-    """Move the children of the folder ``name`` (in ``top``) up into
-    ``top`` under fresh names; the count of names used so far."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    try:
-        folder = os.open(name, flags, dir_fd=top)
-    except PermissionError:  # a folder the worker made unreadable
-        os.chmod(name, 0o700, dir_fd=top)
-        folder = os.open(name, flags, dir_fd=top)
-    try:
-        with os.scandir(folder) as listing:
-            children = [entry.name for entry in listing]
-        for child in children:
-            moved += 1
-            try:
-                os.rename(child, f".grader-removing-{moved}",
-                          src_dir_fd=folder, dst_dir_fd=top)
-            except OSError:  # that name is a folder already: next name
-                continue
-    finally:
-        os.close(folder)
-    return moved
+                except OSError:
+                    return None
+                total += getattr(found, "st_blocks", 0) * 512 or \
+                    found.st_size
+                if item.is_dir(follow_symlinks=False):
+                    pending.append(item.path)
+    return total, count
 
 
 def _reap(entry: _Running) -> None:
@@ -404,6 +427,20 @@ def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
             entry.status = status
             entry.result.seconds = time.monotonic() - entry.started
     now = time.monotonic()
+    if entry.status is None and entry.watch and now >= entry.next_look:
+        entry.next_look = now + SCRATCH_EVERY
+        problem = entry.scratch_problem()
+        if problem:
+            entry.result.scratch_full = problem
+        if problem and entry.watch == "walk":
+            entry.kill()
+            _reap(entry)
+            entry.result.ended = "disk"
+            entry.result.seconds = time.monotonic() - entry.started
+            entry.result.detail = f"it {problem}"
+            _drain(entry, selector)
+            entry.result.detail += _phase(entry.result)
+            return True
     if entry.status is None and now >= entry.deadline and \
             not entry.starved_but_working(now):
         entry.kill()
@@ -470,7 +507,7 @@ def _finish(entry: _Running) -> JobResult:
     (a "done" among them) may have been written by the student's code."""
     result = entry.result
     result.output = entry.output.decode("utf-8", errors="replace")
-    if result.ended == "timeout":
+    if result.ended in ("timeout", "disk"):
         return result
     if entry.reader.leftover and result.channel_error is None:
         result.channel_error = "the channel ended in the middle of a frame"

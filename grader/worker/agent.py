@@ -977,7 +977,7 @@ def _life(job: dict, result_fd: int) -> None:
         kept += list(found.values())
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
-                                  job.get("hidden", []))
+                                  job.get("hidden", []), job.get("quota"))
     loaded_files: set[str] = set()
     codes = {"loaded_files": loaded_files,
              "agent": agent_codes, "frame_users": set(frame_users),
@@ -3896,9 +3896,12 @@ def _loaded_native_roots(real: Callable, inside: Callable,
         if type(module) is not types.ModuleType or type(name) is not str:
             continue
         path = module_dict(module).get("__file__")
-        full = real(path) if type(path) is str else None
-        if not full or not path.endswith(suffixes) or \
-                inside(full, natives):
+        # The suffix first: a realpath is an lstat per folder, and only
+        # a few dozen of torch's thousand modules are native.
+        if type(path) is not str or not path.endswith(suffixes):
+            continue
+        full = real(path)
+        if not full or inside(full, natives):
             continue
         top = sys.modules.get(name.partition(".")[0])
         where = (module_dict(top).get("__path__")

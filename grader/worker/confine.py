@@ -44,6 +44,10 @@ _FILE_RIGHTS = (_FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
 # seccomp (include/uapi/linux/seccomp.h, filter.h, audit.h)
 
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_REC, _MS_PRIVATE = 1 << 14, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _PR_SET_SECCOMP = 22
@@ -115,11 +119,14 @@ class Confinement:
     landlock_abi: int = 0          # 0: Landlock not applied
     seccomp: bool = False
     problems: tuple[str, ...] = ()
+    # "tmpfs" (bound_scratch), or why the grader measures it instead.
+    scratch_bound: str = ""
 
     def as_plain(self) -> dict:
         """Plain data for the result channel."""
         return {"landlock_abi": self.landlock_abi, "seccomp": self.seccomp,
-                "problems": list(self.problems)}
+                "problems": list(self.problems),
+                "scratch_bound": self.scratch_bound}
 
 
 def _libc() -> ctypes.CDLL:
@@ -451,6 +458,34 @@ def refused_thread_starts(start_thread: Callable[..., object]
     return count, ""
 
 
+def bound_scratch(libc: ctypes.CDLL, scratch: str, size: int,
+                  files: int) -> None:
+    """Make ``scratch`` a filesystem of its own that holds at most
+    ``size`` bytes and ``files`` files and folders: a tmpfs mounted on
+    it in a mount namespace of this process's own (with a user namespace
+    of its own when this process may not mount: an ordinary user). What
+    the worker writes past it fails ("No space left on device"); the
+    grader's process sees the folder it made, empty, and the tmpfs
+    vanishes with the worker. Must run single-threaded, before the
+    capabilities are dropped; becomes the working folder again."""
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        _check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
+        for name, text in (("setgroups", "deny"),
+                           ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w", encoding="ascii") as out:
+                out.write(text)
+    _check(libc.mount(b"none", b"/", None,
+                      ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None),
+           "mount (private)")
+    options = f"size={size},nr_inodes={files},mode=0700"
+    _check(libc.mount(b"tmpfs", os.fsencode(scratch), b"tmpfs",
+                      ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC),
+                      options.encode()), "mount (tmpfs)")
+    os.chdir(scratch)
+
+
 def _drop_capabilities(libc: ctypes.CDLL) -> None:
     """Clear every capability (a no-op for an ordinary user). A worker
     forked from a grader running as root keeps uid 0 (the files it needs
@@ -463,12 +498,16 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
 
 
 def confine(scratch: str, readable: list[str] | tuple[str, ...],
-            hidden: list[str] | tuple[str, ...] = ()) -> Confinement:
+            hidden: list[str] | tuple[str, ...] = (),
+            quota: list[int] | None = None) -> Confinement:
     """Apply Landlock and seccomp to this (single-threaded) process.
 
     Reading is allowed in the ``readable`` trees (the interpreter, the
     libraries, the student-facing package) except ``hidden`` (the kit's
-    grader, reference, tests), writing in ``scratch`` alone.
+    grader, reference, tests), writing in ``scratch`` alone; with
+    ``quota`` (bytes, files), at most that much (:func:`bound_scratch`;
+    where it cannot be set, ``scratch_bound`` says why and the grader
+    measures the folder).
 
     Must run in the worker before student code and before any thread is
     started: both apply to the calling thread and to what it creates.
@@ -478,19 +517,27 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
     if platform.system() != "Linux":
         return Confinement(problems=("not Linux",))
     problems: list[str] = []
+    scratch = os.path.realpath(scratch)
+    bound = "not asked"
     try:
         libc = _libc()
+        if quota:
+            try:
+                bound_scratch(libc, scratch, int(quota[0]), int(quota[1]))
+                bound = "tmpfs"
+            except OSError as exc:
+                bound = f"measured by the grader ({exc})"
         _drop_capabilities(libc)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1),
                           ctypes.c_ulong(0), ctypes.c_ulong(0),
                           ctypes.c_ulong(0)), "no_new_privs")
     except OSError as exc:
-        return Confinement(problems=(str(exc),))
+        return Confinement(problems=(str(exc),), scratch_bound=bound)
     abi = landlock_abi()
     if abi:
         try:
-            _apply_landlock(libc, abi, os.path.realpath(scratch),
-                            list(readable), list(hidden))
+            _apply_landlock(libc, abi, scratch, list(readable),
+                            list(hidden))
         except OSError as exc:
             problems.append(str(exc))
             abi = 0
@@ -506,7 +553,7 @@ def confine(scratch: str, readable: list[str] | tuple[str, ...],
     else:
         problems.append(f"no seccomp filter for {platform.machine()}")
     return Confinement(landlock_abi=abi, seccomp=applied,
-                       problems=tuple(problems))
+                       problems=tuple(problems), scratch_bound=bound)
 
 
 def die_with_parent(parent: int) -> None:

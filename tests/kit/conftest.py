@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -67,7 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or \
             os.environ.get(forkserver.SHARED_ADDRESS):
         return
-    folder = tempfile.mkdtemp(prefix="grader-forkserver-")
+    from grader.run.tempdirs import make
+
+    # In this process's run folder: swept if the session is killed.
+    folder = str(make("forkserver-"))
     address = os.path.join(folder, "server")
     try:
         process = forkserver.listen(address)

@@ -88,3 +88,43 @@ def test_the_sentence_names_both() -> None:
         "found `MultiHeadAttention` at line 27, inside `build`; the "
         "assignment asks for `MultiHeadAttention` at the top level of the "
         "file")
+
+
+SDPA = "scaled_dot_product_attention"
+OWN_HELPER = f"""
+def {SDPA}(q, k, v):
+    return q
+
+
+class Model:
+    def multi_head_attention_forward(self, x):
+        return x
+
+    def forward(self, x):
+        return self.multi_head_attention_forward({SDPA}(x, x, x))
+"""
+
+
+@pytest.mark.parametrize("rebinding", [
+    "", f"{SDPA} = 1", f"import torch.nn.functional.{SDPA}",
+    f"from torch.nn.functional import {SDPA}",
+    f"def g({SDPA}):\n    return {SDPA}",
+    f"for {SDPA} in ():\n    pass", f"global {SDPA}",
+    f"x = getattr(object, '{SDPA}', None)",
+    "self.multi_head_attention_forward = None"])
+def test_only_a_name_the_file_binds_by_def_alone_is_its_own(
+        rebinding: str) -> None:
+    """A helper named like a forbidden kernel is the file's own code; a
+    name bound any other way (an import, an assignment, a parameter, a
+    loop target, ``global``, a string, an attribute stored) is not."""
+    from grader.analyse.static import forbidden_uses, own_definitions
+
+    tree = ast.parse(OWN_HELPER + rebinding + "\n")
+    own = own_definitions(tree)
+    forbidden = frozenset({SDPA, "multi_head_attention_forward"})
+    model = next(node for node in tree.body
+                 if isinstance(node, ast.ClassDef))
+    found = set(forbidden_uses(model, forbidden, own))
+    method_rebound = "self." in rebinding
+    assert (SDPA in found) == (bool(rebinding) and not method_rebound)
+    assert ("multi_head_attention_forward" in found) == method_rebound

@@ -177,6 +177,12 @@ CORPUS: dict[str, tuple] = {
     "kernel_registry_partial": (ZERO, CLEAN_2, ("forbidden",),
                                 ("torch.onnx.ops._impl.attention_23",)),
     "honest_kernel_named_helper": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
+    # A helper of the file's own named like torch's kernel is its own
+    # code; rebound to the kernel, the call is refused all the same.
+    "honest_kernel_own_names": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "forbidden_own_name_rebound": (
+        ZERO, CLEAN_2, ("forbidden",),
+        ("torch.nn.functional.scaled_dot_product_attention",)),
     # -- Principle 6 fails closed: a target the tracer cannot read is
     #    never "no tensor". Before, each file's task 1 shapes item was
     #    earned (0) with missing and wrong comments.
@@ -379,6 +385,15 @@ CORPUS: dict[str, tuple] = {
     "scratch_too_deep": ((1, 3, 0, 0, 1), CLEAN_2, (),
                          ("every tensor statement in SelfAttention.forward "
                           "has a correct shape comment",)),
+    # -- The scratch folder's bound: 60 MB files, then empty files, until
+    #    writes fail (caught); forward's log file cannot be made (not
+    #    caught). Task 1 on merit, task 2's forward raises; both flagged.
+    #    Before, it wrote until the deadline or the disk was full.
+    "disk_fill_scratch": ((1, 3, 0, 0, 1), ZERO, ("disk", "disk"),
+                          ("filled its scratch folder to the bound (128 MB "
+                           "or 10,000 files and folders)",
+                           "raised OSError: \"[Errno 28] No space left on "
+                           "device: 'call-1.log'\"")),
     # -- The channel (principles 1 and 2): an honest output too large for
     #    a result frame crosses as its shape alone and fails its items
     #    with both shapes (before: the worker's own frame was skipped as a
@@ -466,6 +481,10 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
               "task1", "thread from the spec's module: refused can't "
                        "start new thread"),
           "untrip_finalizers": ("task1", "tripwire finalizers found: 0"),
+          "disk_fill_scratch": (
+              ("task1", "bytes stopped after 2 files: [Errno 28] No space "
+                        "left on device"),
+              ("task2", "No space left on device: 'small-")),
           "globals_key_on_grader": (
               "task2", "nothing of the grader below MultiHeadSelfAttention"
                        ".forward, _Twin.__eq__")}
@@ -475,7 +494,7 @@ ESCAPE = Path("/tmp/transformer_lm_cells_escape.pt")
 NEVER = ("stack below the code: FOUND", 'raised _Refusal: "FOUND',
          "sys.exit('FOUND')", "FRAME verdict", "FRAME decide",
          "FRAME refuse", "FRAME report", "FRAME send", "FRAME dump",
-         "GOT ", "gc.garbage holds grader objects")
+         "GOT ", "gc.garbage holds grader objects", "SCRATCH UNBOUNDED")
 
 
 @pytest.fixture(scope="module")
@@ -543,6 +562,10 @@ def test_a_scratch_folder_too_deep_is_removed(graded: dict[str, dict]
     for folder, depth in found:
         assert int(depth) > 1100
         assert not Path(folder).exists()
+    output = " ".join(graded["disk_fill_scratch"]["output"].values())
+    filled = re.findall(r"filled: \(2, \d+\) in (\S+)", output)
+    assert len(filled) == 2, output[-500:]
+    assert not [folder for folder in filled if Path(folder).exists()]
 
 
 def test_remove_tree_needs_no_recursion_and_follows_no_link(tmp_path):
