@@ -590,6 +590,21 @@ def _code_objects(root: object) -> list:
     return found
 
 
+def visible_names(source: str, filename: str) -> frozenset:
+    """The names and string constants of every code object of the file,
+    as the grader compiles it: what its visible source can name (empty
+    when it does not compile; the runner reports that)."""
+    try:
+        module = compile_submission(source, filename)
+    except BaseException:
+        return frozenset()
+    found: set = set()
+    for code in _code_objects(module):
+        found.update(code.co_names)
+        found.update(c for c in code.co_consts if type(c) is str)
+    return frozenset(found)
+
+
 def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
     """The code objects of ``(module, qualified name)`` pairs, by id."""
     import importlib
@@ -2367,7 +2382,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                     classify: Callable, note: Callable, phase: dict,
                     read: Callable, kernels: Any = None,
                     roots: tuple[str, ...] = (),
-                    packages: tuple[str, ...] = ("torch",)
+                    packages: tuple[str, ...] = ("torch",),
+                    visible: frozenset = frozenset()
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
 
@@ -2396,6 +2412,12 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     ``target(*args)``, a dispatch table): ``judge`` returns a local trace
     function that reports it (``untraceable``) when the operation
     returns more than a plain value (a tensor, not a string or a size).
+    When the frame that chose it is the submission's, the operation must
+    be written by that frame's own code (:func:`visible_choice`): a C
+    callable of the line that runs operations the line does not name (a
+    pickle's opcodes, ``operator.methodcaller`` of a decoded name) is an
+    interpreter of data. ``visible``: the names and string constants of
+    the file as the grader compiles it (:func:`visible_names`).
 
     ``in_force`` runs at the call of every library and submission frame:
     it checks, in a few C calls, that the mode is still at the bottom of
@@ -2451,6 +2473,18 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                          ("CALL", "CALL_FUNCTION_EX", "CALL_KW")
                          if name in dis.opmap)
     cache_op = dis.opmap.get("CACHE", 0)
+    # The submission's instructions that run an iterator (a C iterator
+    # may call anything) write only the iteration protocol.
+    iteration_ops = frozenset(dis.opmap[name] for name in (
+        "FOR_ITER", "GET_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
+        "LIST_EXTEND", "SET_UPDATE", "DICT_UPDATE", "DICT_MERGE",
+        "LIST_TO_TUPLE", "GET_YIELD_FROM_ITER", "SEND", "CONTAINS_OP",
+        "BEFORE_WITH") if name in dis.opmap)
+    iteration = frozenset(("__iter__", "__next__", "__len__", "__getitem__",
+                           "__bool__", "__eq__", "__hash__", "__contains__",
+                           "__index__", "__length_hint__", "__enter__",
+                           "__exit__"))
+    builtin_method = b_type(len)
     plain = (b_str, bytes, int, float, bool, complex, type(None),
              torch.Size, torch.dtype, torch.device, torch.layout,
              torch.memory_format)
@@ -2577,8 +2611,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         caller = frame.f_back
         while caller is not None:
             code = caller.f_code
-            if code is protocol_code or code is handler_code or \
-                    forwards(caller, func, get):
+            if code is protocol_code or code is handler_code or (
+                    classify(code) == "library" and
+                    forwards(caller, func, get)):
                 caller = caller.f_back
                 continue
             mine = False
@@ -2611,6 +2646,70 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             if b_type(known) is b_str and (known == name or known == bare):
                 return True
         return False
+
+    def writes(code, index, name):
+        """True when the instruction at ``index`` writes the operation: an
+        operator, a subscript, an attribute (``a @ b``, ``x[i]``, ``x.T``),
+        or the iteration protocol for an instruction that runs an
+        iterator (a ``for``, an unpacking: a C iterator such as ``map``
+        may call anything). A call writes none: what it runs must be
+        named (:func:`names`)."""
+        ops = code.co_code
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        op = ops[index]
+        if op in call_ops:
+            return False
+        return op not in iteration_ops or name in iteration
+
+    def holds(frame, func, name):
+        """True when the frame holds the operation under a name of its
+        own (a local or free variable, an attribute of its first
+        argument, a global, or inside a ``functools.partial`` of one):
+        the visible code that stored it named it. Reads values: traced."""
+        local_values = frame.f_locals
+        spaces = [local_values, frame.f_globals]
+        code = frame.f_code
+        if code.co_argcount:
+            namespace = native(local_values.get(code.co_varnames[0]),
+                               "__dict__")
+            if b_type(namespace) is b_dict:
+                spaces.append(namespace)
+        for space in spaces:
+            if b_type(space) is not b_dict:
+                continue
+            for value in space.values():
+                if value is func or native(value, "func") is func:
+                    return True
+                if b_type(value) is builtin_method and \
+                        name_of(value) == name:
+                    return True
+        return False
+
+    def visible_choice(caller, func, get):
+        """None when the submission's frame chose the operation by its
+        own code: the instruction writes it, the code names it, or the
+        frame holds it and the file names it. Otherwise what to report:
+        the operation ran inside a C call of the line (an interpreter of
+        data: a pickle, ``operator.methodcaller``) that names none of it."""
+        code, index = caller.f_code, caller.f_lasti
+        key = (b_id(code), index, b_id(func))
+        if known_calls.get(key):
+            return None
+        name = operation_name(func, get)
+        if name and (writes(code, index, name) or names(code, name)):
+            remember(key)
+            return None
+        if get is plain_get:
+            raise unsure  # a frame's values are read traced
+        bare = name.strip("_")
+        if name and (name in visible or bare in visible) and \
+                holds(caller, func, name):
+            return None
+        return reporter_of(
+            (name or "an operation")[:60] + " by a call on line " +
+            b_str(caller.f_lineno) + " of " + code.co_qualname[:80] +
+            " that does not name it")
 
     def reporter_of(what):
         def returned(frame, event, arg):
@@ -2688,11 +2787,15 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         caller = frame.f_back
         if caller is not None and not caller.f_code.co_freevars:
             kind = classify(caller.f_code)
-            if kind != "library":
-                return None  # the submission's line (or the grader) chose
+            if kind == "submission" and known_calls.get(
+                    (b_id(caller.f_code), caller.f_lasti, b_id(func))):
+                return None  # the submission's line chose, as before
+            if kind != "library" and kind != "submission":
+                return None  # the grader (or code it generated) chose
         key = None
         if caller is not None and caller.f_back is not None and \
-                not caller.f_code.co_freevars:
+                not caller.f_code.co_freevars and \
+                classify(caller.f_code) == "library":
             # A library frame that called the operation itself (not
             # torch's protocol, nor a body or forwarder it skips) decides
             # the same way at the same instruction, every time.
@@ -2713,7 +2816,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         if caller is None:
             return None
         code = caller.f_code
-        if classify(code) != "library" or by_syntax(caller):
+        kind = classify(code)
+        if kind == "submission":
+            return visible_choice(caller, func, get)
+        if kind != "library" or by_syntax(caller):
             if key is not None and caller is frame.f_back:
                 remember(key)
             return None
@@ -4113,7 +4219,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
         torch, mode, handler, who[0], note, phase, reads[0],
         re.compile(kernels) if kernels else None,
         tuple(os.path.realpath(p) for p in sys.path if p),
-        tuple(str(p) for p in rules.get("packages", ["torch"])))
+        tuple(str(p) for p in rules.get("packages", ["torch"])),
+        visible_names(source, filename))
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
