@@ -2707,9 +2707,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 holds(caller, func, name):
             return None
         return reporter_of(
-            (name or "an operation")[:60] + " by a call on line " +
+            (name or "an operation")[:60] + " by line " +
             b_str(caller.f_lineno) + " of " + code.co_qualname[:80] +
-            " that does not name it")
+            ", which does not name it")
 
     def reporter_of(what):
         def returned(frame, event, arg):

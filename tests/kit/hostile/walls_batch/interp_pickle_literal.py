@@ -11,9 +11,9 @@ names are bytes of data, not the code's).
 
 Expected: the operations ran inside a C call of a line that names none
 of them: task 1's items earn nothing (flag ``untraceable``: "softmax by
-a call on line ... that does not name it"); task 2, the reference,
-keeps its 6 points. Before this wall, task 1 earned its 4 points.
-"""
+line N of SelfAttention.forward, which does not name it"); task 2, the
+reference, keeps its 6 points. Before this wall, task 1 earned its 4
+points."""
 import io
 import pickle
 
