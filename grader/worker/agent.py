@@ -2485,6 +2485,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                            "__index__", "__length_hint__", "__enter__",
                            "__exit__"))
     builtin_method = b_type(len)
+    get_instructions, b_list = dis.get_instructions, list
+    spans_of: dict = {}      # id(code) -> (code, spans, named spans)
     plain = (b_str, bytes, int, float, bool, complex, type(None),
              torch.Size, torch.dtype, torch.device, torch.layout,
              torch.memory_format)
@@ -2654,13 +2656,64 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         iterator (a ``for``, an unpacking: a C iterator such as ``map``
         may call anything). A call writes none: what it runs must be
         named (:func:`names`)."""
-        ops = code.co_code
-        while index > 0 and ops[index] == cache_op:
-            index -= 2
-        op = ops[index]
+        op = instruction_of(code, index)
         if op in call_ops:
             return False
         return op not in iteration_ops or name in iteration
+
+    def spans(code):
+        """Per code object (kept): the source span of every instruction,
+        by offset, and the names (names, string constants, variables)
+        its instructions use, each with its span."""
+        entry = spans_of.get(b_id(code))
+        if entry is not None and entry[0] is code:
+            return entry
+        positions = b_list(code.co_positions())
+        at, named = {}, []
+        for ins in get_instructions(code):
+            where = positions[ins.offset // 2]
+            at[ins.offset] = where
+            if b_type(ins.argval) is b_str and None not in where:
+                named.append((where, ins.argval))
+        entry = (code, at, named)
+        if b_len(spans_of) < max_known:
+            spans_of[b_id(code)] = entry
+        return entry
+
+    def on_the_line(code, index, name):
+        """True when the expression the instruction at ``index`` runs
+        (a call with its callee and arguments; for an instruction that
+        drains an iterator, also the expression that made it) names the
+        operation: a name or string constant written inside it."""
+        _, at, named = spans(code)
+        while index > 0 and index not in at:
+            index -= 2
+        own = at.get(index)
+        if own is None or None in own:
+            return False
+        wanted = [own]
+        if instruction_of(code, index) in iteration_ops:
+            before = index - 2
+            while before > 0 and before not in at:
+                before -= 2
+            made = at.get(before)
+            if made is not None and None not in made:
+                wanted.append(made)
+        bare = name.strip("_") if name[:2] == "__" else name
+        for where, used in named:
+            if used != name and used != bare:
+                continue
+            for span in wanted:
+                if (where[0], where[2]) >= (span[0], span[2]) and \
+                        (where[1], where[3]) <= (span[1], span[3]):
+                    return True
+        return False
+
+    def instruction_of(code, index):
+        ops = code.co_code
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        return ops[index]
 
     def holds(frame, func, name):
         """True when the frame holds the operation under a name of its
@@ -2688,16 +2741,19 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
 
     def visible_choice(caller, func, get):
         """None when the submission's frame chose the operation by its
-        own code: the instruction writes it, the code names it, or the
-        frame holds it and the file names it. Otherwise what to report:
-        the operation ran inside a C call of the line (an interpreter of
-        data: a pickle, ``operator.methodcaller``) that names none of it."""
+        own code: the instruction writes it (:func:`writes`), the
+        expression it runs names it (:func:`on_the_line`), or the frame
+        holds it and the file names it (:func:`holds`). Otherwise what to
+        report: the operation ran inside a C call of the line (an
+        interpreter of data: a pickle's opcodes, a methodcaller of a
+        decoded name, a starmap) that names none of it."""
         code, index = caller.f_code, caller.f_lasti
         key = (b_id(code), index, b_id(func))
         if known_calls.get(key):
             return None
         name = operation_name(func, get)
-        if name and (writes(code, index, name) or names(code, name)):
+        if name and (writes(code, index, name) or
+                     on_the_line(code, index, name)):
             remember(key)
             return None
         if get is plain_get:

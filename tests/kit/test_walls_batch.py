@@ -5,8 +5,10 @@ docs/threat-model.md ("Walls by construction"): it floods the shape
 records past their cap (principle 2), reaches a ready-made attention of
 torch by a route no tripwire names (principle 3), runs its work where the
 grader's trace function does not follow, through a route no list names,
-or through torch operations chosen by data rather than code (principle
-4), or keeps tensors where the tracer cannot read them (principle 6);
+or through torch operations chosen by data rather than code (a library
+that calls what it is given, a C interpreter of data such as a pickle:
+principle 4), or keeps tensors where the tracer cannot read them
+(principle 6);
 issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
 a ``for``/``with`` target or a ``case`` capture, nested tensors, a
@@ -114,8 +116,13 @@ CORPUS: dict[str, tuple] = {
                            ("softmax by line 85 of SelfAttention.forward",
                             "torch operations chosen by data")),
     "interp_starmap_loop": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
-                            ("softmax by line 57 of SelfAttention.forward, "
+                            ("softmax by line 56 of SelfAttention.forward, "
                              "which does not name it",)),
+    # The operations named by the function, on lines that never run, but
+    # not by the line that runs them: the names must be the line's.
+    "interp_pickle_named_elsewhere": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                                      ("softmax by line 63 of SelfAttention."
+                                       "forward, which does not name it",)),
     # Calls that run what the visible code names on the line, or hold in
     # a name it stored (a partial, a closure, methodcaller and getattr of
     # a written name, map drained by unpacking): full marks.
