@@ -605,6 +605,45 @@ def visible_names(source: str, filename: str) -> frozenset:
     return frozenset(found)
 
 
+def syntax_operations() -> frozenset:
+    """The names torch's function protocol gives Python's operators on
+    tensors: each of the ``operator`` module's dunder functions but the
+    generic call, run once on float and boolean tensors in each order
+    under a mode of the grader's own, before any submission runs (in the
+    fork server: :func:`prepare`). Derived, not listed: what an
+    operator, a subscript or a comparison of the submission's may run
+    (:func:`operation_judge`)."""
+    import operator
+
+    import torch
+
+    if _SYNTAX:
+        return _SYNTAX[0]
+    seen: set = set()
+
+    class Recorder(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.add(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    real, flags = torch.ones(2), torch.ones(2, dtype=torch.bool)
+    orders = ((real,), (flags,), (real, real), (real, 2), (2, real),
+              (flags, flags), (real, 0, 1.0))
+    functions = [getattr(operator, name) for name in dir(operator)
+                 if name[:2] == "__" == name[-2:] and name != "__call__"
+                 and callable(getattr(operator, name))]
+    with Recorder():
+        for function in functions:
+            for args in orders:
+                try:
+                    function(*args)
+                except Exception:
+                    pass
+    _SYNTAX.append(frozenset(name for name in seen
+                             if isinstance(name, str)))
+    return _SYNTAX[0]
+
+
 def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
     """The code objects of ``(module, qualified name)`` pairs, by id."""
     import importlib
@@ -632,6 +671,9 @@ _ALIASES: dict[str, object] = {}
 # built once in the fork server, inherited by every worker.
 _REAL_FILES: dict[str, str] = {}
 _ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+# What Python's operators run on tensors (see syntax_operations): built
+# once in the fork server, inherited by every worker.
+_SYNTAX: list[frozenset] = []
 #: Keys every forbidden operator is tripped at, kernel or not: an alias
 #: key that fills every backend and autograd key with no kernel of its own
 #: (so a backend without a kernel reaches the tripwire too), and the CPU.
@@ -645,6 +687,7 @@ def prepare(rules: dict) -> tuple[dict[int, str], list]:
     server prepares every assignment's, so workers start with them)."""
     import json
 
+    syntax_operations()
     key = json.dumps(rules, sort_keys=True)
     if key not in _PREPARED:
         _PREPARED[key] = _forbidden_targets(rules)
@@ -2383,7 +2426,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                     read: Callable, kernels: Any = None,
                     roots: tuple[str, ...] = (),
                     packages: tuple[str, ...] = ("torch",),
-                    visible: frozenset = frozenset()
+                    visible: frozenset = frozenset(),
+                    syntax: frozenset = frozenset()
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
 
@@ -2417,7 +2461,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     callable of the line that runs operations the line does not name (a
     pickle's opcodes, ``operator.methodcaller`` of a decoded name) is an
     interpreter of data. ``visible``: the names and string constants of
-    the file as the grader compiles it (:func:`visible_names`).
+    the file as the grader compiles it (:func:`visible_names`);
+    ``syntax``: the names of the operations Python's operators run on
+    tensors (:func:`syntax_operations`).
 
     ``in_force`` runs at the call of every library and submission frame:
     it checks, in a few C calls, that the mode is still at the bottom of
@@ -2651,15 +2697,19 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
 
     def writes(code, index, name):
         """True when the instruction at ``index`` writes the operation: an
-        operator, a subscript, an attribute (``a @ b``, ``x[i]``, ``x.T``),
-        or the iteration protocol for an instruction that runs an
-        iterator (a ``for``, an unpacking: a C iterator such as ``map``
-        may call anything). A call writes none: what it runs must be
-        named (:func:`names`)."""
+        operator, a subscript or a comparison runs a protocol method or
+        what torch names an operator (``syntax``: ``a @ b`` runs matmul,
+        ``x[i]`` ``__getitem__``); an instruction that runs an iterator
+        (a ``for``, an unpacking: a C iterator such as ``map`` may call
+        anything) writes only the iteration protocol. A call writes
+        none, nor does an attribute by itself: what they run must be
+        named (:func:`on_the_line`)."""
         op = instruction_of(code, index)
         if op in call_ops:
             return False
-        return op not in iteration_ops or name in iteration
+        if op in iteration_ops:
+            return name in iteration
+        return name in syntax or (name[:2] == "__" and name[-2:] == "__")
 
     def spans(code):
         """Per code object (kept): the source span of every instruction,
@@ -4276,7 +4326,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
         re.compile(kernels) if kernels else None,
         tuple(os.path.realpath(p) for p in sys.path if p),
         tuple(str(p) for p in rules.get("packages", ["torch"])),
-        visible_names(source, filename))
+        visible_names(source, filename), syntax_operations())
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
