@@ -605,15 +605,16 @@ def visible_names(source: str, filename: str) -> frozenset:
     return frozenset(found)
 
 
-def syntax_operations() -> frozenset:
-    """The names torch's function protocol gives Python's operators on
-    tensors: each of the ``operator`` module's dunder functions but the
-    generic call, run once on float and boolean tensors in each order
-    under a mode of the grader's own, before any submission runs (in the
-    fork server: :func:`prepare`). Derived, not listed: what an
-    operator, a subscript or a comparison of the submission's may run
+def syntax_operations() -> dict:
+    """What torch runs for each of Python's operators on tensors:
+    ``{(opcode, arg): names}`` for every binary operator, comparison and
+    unary operator of the interpreter's own (``dis``), each compiled and
+    run once on float, integer and boolean tensors in each order under a
+    mode of the grader's own, before any submission runs (in the fork
+    server: :func:`prepare`); ``{"*": names}``, all of them. Derived, not
+    listed: what an operator of the submission's may run
     (:func:`operation_judge`)."""
-    import operator
+    import dis
 
     import torch
 
@@ -627,20 +628,32 @@ def syntax_operations() -> frozenset:
             return func(*args, **(kwargs or {}))
 
     real, flags = torch.ones(2), torch.ones(2, dtype=torch.bool)
-    orders = ((real,), (flags,), (real, real), (real, 2), (2, real),
-              (flags, flags), (real, 0, 1.0))
-    functions = [getattr(operator, name) for name in dir(operator)
-                 if name[:2] == "__" == name[-2:] and name != "__call__"
-                 and callable(getattr(operator, name))]
-    with Recorder():
-        for function in functions:
-            for args in orders:
+    whole = torch.ones(2, dtype=torch.long)
+    pairs = ((real, real), (real, 2), (2, real), (flags, flags),
+             (whole, whole), (whole, 2), (2, whole))
+    binary = [symbol for _, symbol in getattr(dis, "_nb_ops", ())]
+    sources = [f"a {symbol} b" for symbol in binary + list(dis.cmp_op)]
+    sources += ["-a", "+a", "~a"]
+    found: dict = {}
+    for source in sources:
+        code = compile(source, "<operator>", "exec")
+        keys = [(i.opcode, i.arg or 0) for i in dis.get_instructions(code)
+                if i.opname.startswith(("BINARY_OP", "COMPARE_OP",
+                                        "UNARY_"))]
+        spaces = [{"a": a.clone() if isinstance(a, torch.Tensor) else a,
+                   "b": b} for a, b in pairs]
+        seen.clear()
+        with Recorder():
+            for space in spaces:
                 try:
-                    function(*args)
+                    exec(code, space)
                 except Exception:
                     pass
-    _SYNTAX.append(frozenset(name for name in seen
-                             if isinstance(name, str)))
+        names = frozenset(n for n in seen if isinstance(n, str))
+        for key in keys:
+            found[key] = found.get(key, frozenset()) | names
+    found["*"] = frozenset().union(*found.values())
+    _SYNTAX.append(found)
     return _SYNTAX[0]
 
 
@@ -673,7 +686,7 @@ _REAL_FILES: dict[str, str] = {}
 _ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 # What Python's operators run on tensors (see syntax_operations): built
 # once in the fork server, inherited by every worker.
-_SYNTAX: list[frozenset] = []
+_SYNTAX: list[dict] = []
 #: Keys every forbidden operator is tripped at, kernel or not: an alias
 #: key that fills every backend and autograd key with no kernel of its own
 #: (so a backend without a kernel reaches the tripwire too), and the CPU.
@@ -2427,7 +2440,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                     roots: tuple[str, ...] = (),
                     packages: tuple[str, ...] = ("torch",),
                     visible: frozenset = frozenset(),
-                    syntax: frozenset = frozenset()
+                    syntax: dict | None = None
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
 
@@ -2531,6 +2544,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                            "__index__", "__length_hint__", "__enter__",
                            "__exit__"))
     builtin_method = b_type(len)
+    operators = syntax or {}
+    empty = frozenset()
+    every = operators.get("*", empty)
     get_instructions, b_list = dis.get_instructions, list
     spans_of: dict = {}      # id(code) -> (code, spans, named spans)
     plain = (b_str, bytes, int, float, bool, complex, type(None),
@@ -2697,19 +2713,27 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
 
     def writes(code, index, name):
         """True when the instruction at ``index`` writes the operation: an
-        operator, a subscript or a comparison runs a protocol method or
-        what torch names an operator (``syntax``: ``a @ b`` runs matmul,
-        ``x[i]`` ``__getitem__``); an instruction that runs an iterator
+        operator runs what torch runs for that operator (``syntax``:
+        ``a @ b`` runs matmul, ``a / b`` div, ``-a`` neg); any other
+        instruction that is no call, a protocol method no operator runs
+        (``x[i]`` ``__getitem__``, ``if x`` ``__bool__``); an
+        instruction that runs an iterator
         (a ``for``, an unpacking: a C iterator such as ``map`` may call
         anything) writes only the iteration protocol. A call writes
         none, nor does an attribute by itself: what they run must be
         named (:func:`on_the_line`)."""
-        op = instruction_of(code, index)
+        ops = code.co_code
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        op = ops[index]
         if op in call_ops:
             return False
         if op in iteration_ops:
             return name in iteration
-        return name in syntax or (name[:2] == "__" and name[-2:] == "__")
+        if operators.get((op, ops[index + 1]), empty).__contains__(name):
+            return True  # what torch runs for this operator
+        # Else a protocol method no operator runs (``x[i]``, ``if x``).
+        return name[:2] == "__" == name[-2:] and name not in every
 
     def spans(code):
         """Per code object (kept): the source span of every instruction,

@@ -123,12 +123,12 @@ CORPUS: dict[str, tuple] = {
     "interp_pickle_named_elsewhere": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
                                       ("softmax by line 63 of SelfAttention."
                                        "forward, which does not name it",)),
-    # An operator runs what torch names Python's operators (derived by
-    # the grader), not a transpose or a softmax a slot's __radd__ holds.
+    # An operator runs what torch runs for that operator (derived by the
+    # grader), not what a slot's __radd__ holds: a transpose, a matmul.
     "interp_operator_slot": (ZERO, CLEAN_2, ("untraceable",),
                              ("transpose by line 51 of SelfAttention."
                               "forward, which does not name it",
-                              "softmax by line 57")),
+                              "matmul by line 53", "softmax by line 57")),
     # Calls that run what the visible code names on the line, or hold in
     # a name it stored (a partial, a closure, methodcaller and getattr of
     # a written name, map drained by unpacking): full marks.

@@ -9,12 +9,13 @@ XOR-encoded in hex. The tensor's ``+`` gives up on the slot
 own, which writes an addition and names none of it.
 
 Expected: the operations ran at an operator of a line that names none
-of them (an operator runs what torch names Python's operators, derived
-by the grader, not a transpose or a softmax): task 1's items earn
+of them (a ``+`` runs what torch runs for an addition, derived by the
+grader, not a transpose, a matmul or a softmax): task 1's items earn
 nothing (flag ``untraceable``: "softmax by line N of
-SelfAttention.forward, which does not name it"); task 2, the reference,
-keeps its 6 points. Before this wall, task 1 earned its 4 points; a rule
-that let an operator run any operation would let it through.
+SelfAttention.forward, which does not name it", "matmul by line N");
+task 2, the reference, keeps its 6 points. Before this wall, task 1
+earned its 4 points; a rule that let an operator run any operation
+would let it through.
 """
 import functools
 
