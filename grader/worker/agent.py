@@ -605,6 +605,14 @@ def visible_names(source: str, filename: str) -> frozenset:
     return frozenset(found)
 
 
+def _recorded(mode: Any, func: Any, types: Any, args: tuple = (),
+              kwargs: dict | None = None) -> Any:
+    """The handler of :func:`syntax_operations`' mode: notes the name of
+    each operation torch hands it (in ``mode.seen``), and runs it."""
+    mode.seen.add(getattr(func, "__name__", ""))
+    return func(*args, **(kwargs or {}))
+
+
 def syntax_operations() -> dict:
     """What torch runs for each of Python's operators on tensors:
     ``{(opcode, arg): names}`` for every binary operator, comparison and
@@ -615,18 +623,15 @@ def syntax_operations() -> dict:
     listed: what an operator of the submission's may run
     (:func:`operation_judge`)."""
     import dis
+    import types
 
     import torch
 
     if _SYNTAX:
         return _SYNTAX[0]
     seen: set = set()
-
-    class Recorder(torch.overrides.TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            seen.add(getattr(func, "__name__", ""))
-            return func(*args, **(kwargs or {}))
-
+    mode = types.SimpleNamespace(seen=seen)
+    mode.__torch_function__ = types.MethodType(_recorded, mode)
     real, flags = torch.ones(2), torch.ones(2, dtype=torch.bool)
     whole = torch.ones(2, dtype=torch.long)
     pairs = ((real, real), (real, 2), (2, real), (flags, flags),
@@ -634,21 +639,27 @@ def syntax_operations() -> dict:
     binary = [symbol for _, symbol in getattr(dis, "_nb_ops", ())]
     sources = [f"a {symbol} b" for symbol in binary + list(dis.cmp_op)]
     sources += ["-a", "+a", "~a"]
+    wanted = {code for name, code in dis.opmap.items()
+              if name in ("BINARY_OP", "COMPARE_OP") or
+              name.startswith("UNARY_")}
     found: dict = {}
     for source in sources:
-        code = compile(source, "<operator>", "exec")
-        keys = [(i.opcode, i.arg or 0) for i in dis.get_instructions(code)
-                if i.opname.startswith(("BINARY_OP", "COMPARE_OP",
-                                        "UNARY_"))]
+        raw = compile(source, "<operator>", "exec").co_code
+        keys = [(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)
+                if raw[i] in wanted]
         spaces = [{"a": a.clone() if isinstance(a, torch.Tensor) else a,
                    "b": b} for a, b in pairs]
+        code = compile(source, "<operator>", "exec")
         seen.clear()
-        with Recorder():
+        torch._C._push_on_torch_function_stack(mode)
+        try:
             for space in spaces:
                 try:
                     exec(code, space)
                 except Exception:
                     pass
+        finally:
+            torch._C._pop_torch_function_stack()
         names = frozenset(n for n in seen if isinstance(n, str))
         for key in keys:
             found[key] = found.get(key, frozenset()) | names

@@ -126,9 +126,9 @@ CORPUS: dict[str, tuple] = {
     # An operator runs what torch runs for that operator (derived by the
     # grader), not what a slot's __radd__ holds: a transpose, a matmul.
     "interp_operator_slot": (ZERO, CLEAN_2, ("untraceable",),
-                             ("transpose by line 51 of SelfAttention."
+                             ("transpose by line 52 of SelfAttention."
                               "forward, which does not name it",
-                              "matmul by line 53", "softmax by line 57")),
+                              "matmul by line 54", "softmax by line 58")),
     # Calls that run what the visible code names on the line, or hold in
     # a name it stored (a partial, a closure, methodcaller and getattr of
     # a written name, map drained by unpacking): full marks.
