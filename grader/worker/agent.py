@@ -644,12 +644,12 @@ def syntax_operations() -> dict:
               name.startswith("UNARY_")}
     found: dict = {}
     for source in sources:
-        raw = compile(source, "<operator>", "exec").co_code
+        code = compile(source, "<operator>", "exec")
+        raw = code.co_code
         keys = [(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)
                 if raw[i] in wanted]
         spaces = [{"a": a.clone() if isinstance(a, torch.Tensor) else a,
                    "b": b} for a, b in pairs]
-        code = compile(source, "<operator>", "exec")
         seen.clear()
         torch._C._push_on_torch_function_stack(mode)
         try:
@@ -2728,11 +2728,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         ``a @ b`` runs matmul, ``a / b`` div, ``-a`` neg); any other
         instruction that is no call, a protocol method no operator runs
         (``x[i]`` ``__getitem__``, ``if x`` ``__bool__``); an
-        instruction that runs an iterator
-        (a ``for``, an unpacking: a C iterator such as ``map`` may call
-        anything) writes only the iteration protocol. A call writes
-        none, nor does an attribute by itself: what they run must be
-        named (:func:`on_the_line`)."""
+        instruction that runs an iterator (a ``for``, an unpacking: a C
+        iterator such as ``map`` may call anything) writes only the
+        iteration protocol. A call writes none, nor does an attribute by
+        itself: what they run must be named (:func:`on_the_line`)."""
         ops = code.co_code
         while index > 0 and ops[index] == cache_op:
             index -= 2
