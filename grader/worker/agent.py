@@ -612,6 +612,84 @@ def _code_objects(root: object) -> list:
     return found
 
 
+def visible_names(source: str, filename: str) -> frozenset:
+    """The names and string constants of every code object of the file,
+    as the grader compiles it: what its visible source can name (empty
+    when it does not compile; the runner reports that)."""
+    try:
+        module = compile_submission(source, filename)
+    except BaseException:
+        return frozenset()
+    found: set = set()
+    for code in _code_objects(module):
+        found.update(code.co_names)
+        found.update(c for c in code.co_consts if type(c) is str)
+    return frozenset(found)
+
+
+def _recorded(mode: Any, func: Any, types: Any, args: tuple = (),
+              kwargs: dict | None = None) -> Any:
+    """The handler of :func:`syntax_operations`' mode: notes the name of
+    each operation torch hands it (in ``mode.seen``), and runs it."""
+    mode.seen.add(getattr(func, "__name__", ""))
+    return func(*args, **(kwargs or {}))
+
+
+def syntax_operations() -> dict:
+    """What torch runs for each of Python's operators on tensors:
+    ``{(opcode, arg): names}`` for every binary operator, comparison and
+    unary operator of the interpreter's own (``dis``), each compiled and
+    run once on float, integer and boolean tensors in each order under a
+    mode of the grader's own, before any submission runs (in the fork
+    server: :func:`prepare`); ``{"*": names}``, all of them. Derived, not
+    listed: what an operator of the submission's may run
+    (:func:`operation_judge`)."""
+    import dis
+    import types
+
+    import torch
+
+    if _SYNTAX:
+        return _SYNTAX[0]
+    seen: set = set()
+    mode = types.SimpleNamespace(seen=seen)
+    mode.__torch_function__ = types.MethodType(_recorded, mode)
+    real, flags = torch.ones(2), torch.ones(2, dtype=torch.bool)
+    whole = torch.ones(2, dtype=torch.long)
+    pairs = ((real, real), (real, 2), (2, real), (flags, flags),
+             (whole, whole), (whole, 2), (2, whole))
+    binary = [symbol for _, symbol in getattr(dis, "_nb_ops", ())]
+    sources = [f"a {symbol} b" for symbol in binary + list(dis.cmp_op)]
+    sources += ["-a", "+a", "~a"]
+    wanted = {code for name, code in dis.opmap.items()
+              if name in ("BINARY_OP", "COMPARE_OP") or
+              name.startswith("UNARY_")}
+    found: dict = {}
+    for source in sources:
+        code = compile(source, "<operator>", "exec")
+        raw = code.co_code
+        keys = [(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)
+                if raw[i] in wanted]
+        spaces = [{"a": a.clone() if isinstance(a, torch.Tensor) else a,
+                   "b": b} for a, b in pairs]
+        seen.clear()
+        torch._C._push_on_torch_function_stack(mode)
+        try:
+            for space in spaces:
+                try:
+                    exec(code, space)
+                except Exception:
+                    pass
+        finally:
+            torch._C._pop_torch_function_stack()
+        names = frozenset(n for n in seen if isinstance(n, str))
+        for key in keys:
+            found[key] = found.get(key, frozenset()) | names
+    found["*"] = frozenset().union(*found.values())
+    _SYNTAX.append(found)
+    return _SYNTAX[0]
+
+
 def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
     """The code objects of ``(module, qualified name)`` pairs, by id."""
     import importlib
@@ -639,6 +717,9 @@ _ALIASES: dict[str, object] = {}
 # built once in the fork server, inherited by every worker.
 _REAL_FILES: dict[str, str] = {}
 _ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+# What Python's operators run on tensors (see syntax_operations): built
+# once in the fork server, inherited by every worker.
+_SYNTAX: list[dict] = []
 #: Keys every forbidden operator is tripped at, kernel or not: an alias
 #: key that fills every backend and autograd key with no kernel of its own
 #: (so a backend without a kernel reaches the tripwire too), and the CPU.
@@ -652,6 +733,7 @@ def prepare(rules: dict) -> tuple[dict[int, str], list]:
     server prepares every assignment's, so workers start with them)."""
     import json
 
+    syntax_operations()
     key = json.dumps(rules, sort_keys=True)
     if key not in _PREPARED:
         _PREPARED[key] = _forbidden_targets(rules)
@@ -2393,7 +2475,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                     classify: Callable, note: Callable, phase: dict,
                     read: Callable, kernels: Any = None,
                     roots: tuple[str, ...] = (),
-                    packages: tuple[str, ...] = ("torch",)
+                    packages: tuple[str, ...] = ("torch",),
+                    visible: frozenset = frozenset(),
+                    syntax: dict | None = None
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
 
@@ -2422,6 +2506,14 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     ``target(*args)``, a dispatch table): ``judge`` returns a local trace
     function that reports it (``untraceable``) when the operation
     returns more than a plain value (a tensor, not a string or a size).
+    When the frame that chose it is the submission's, the operation must
+    be written by that frame's own code (:func:`visible_choice`): a C
+    callable of the line that runs operations the line does not name (a
+    pickle's opcodes, ``operator.methodcaller`` of a decoded name) is an
+    interpreter of data. ``visible``: the names and string constants of
+    the file as the grader compiles it (:func:`visible_names`);
+    ``syntax``: the names of the operations Python's operators run on
+    tensors (:func:`syntax_operations`).
 
     ``in_force`` runs at the call of every library and submission frame:
     it checks, in a few C calls, that the mode is still at the bottom of
@@ -2477,6 +2569,23 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                          ("CALL", "CALL_FUNCTION_EX", "CALL_KW")
                          if name in dis.opmap)
     cache_op = dis.opmap.get("CACHE", 0)
+    # The submission's instructions that run an iterator (a C iterator
+    # may call anything) write only the iteration protocol.
+    iteration_ops = frozenset(dis.opmap[name] for name in (
+        "FOR_ITER", "GET_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
+        "LIST_EXTEND", "SET_UPDATE", "DICT_UPDATE", "DICT_MERGE",
+        "LIST_TO_TUPLE", "GET_YIELD_FROM_ITER", "SEND", "CONTAINS_OP",
+        "BEFORE_WITH") if name in dis.opmap)
+    iteration = frozenset(("__iter__", "__next__", "__len__", "__getitem__",
+                           "__bool__", "__eq__", "__hash__", "__contains__",
+                           "__index__", "__length_hint__", "__enter__",
+                           "__exit__"))
+    builtin_method = b_type(len)
+    operators = syntax or {}
+    empty = frozenset()
+    every = operators.get("*", empty)
+    get_instructions, b_list = dis.get_instructions, list
+    spans_of: dict = {}      # id(code) -> (code, spans, named spans)
     plain = (b_str, bytes, int, float, bool, complex, type(None),
              torch.Size, torch.dtype, torch.device, torch.layout,
              torch.memory_format)
@@ -2603,8 +2712,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         caller = frame.f_back
         while caller is not None:
             code = caller.f_code
-            if code is protocol_code or code is handler_code or \
-                    forwards(caller, func, get):
+            if code is protocol_code or code is handler_code or (
+                    classify(code) == "library" and
+                    forwards(caller, func, get)):
                 caller = caller.f_back
                 continue
             mine = False
@@ -2637,6 +2747,135 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             if b_type(known) is b_str and (known == name or known == bare):
                 return True
         return False
+
+    def writes(code, index, name):
+        """True when the instruction at ``index`` writes the operation: an
+        operator runs what torch runs for that operator (``syntax``:
+        ``a @ b`` runs matmul, ``a / b`` div, ``-a`` neg); any other
+        instruction that is no call, a protocol method no operator runs
+        (``x[i]`` ``__getitem__``, ``if x`` ``__bool__``); an
+        instruction that runs an iterator (a ``for``, an unpacking: a C
+        iterator such as ``map`` may call anything) writes only the
+        iteration protocol. A call writes none, nor does an attribute by
+        itself: what they run must be named (:func:`on_the_line`)."""
+        ops = code.co_code
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        op = ops[index]
+        if op in call_ops:
+            return False
+        if op in iteration_ops:
+            return name in iteration
+        if operators.get((op, ops[index + 1]), empty).__contains__(name):
+            return True  # what torch runs for this operator
+        # Else a protocol method no operator runs (``x[i]``, ``if x``).
+        return name[:2] == "__" == name[-2:] and name not in every
+
+    def spans(code):
+        """Per code object (kept): the source span of every instruction,
+        by offset, and the names (names, string constants, variables)
+        its instructions use, each with its span."""
+        entry = spans_of.get(b_id(code))
+        if entry is not None and entry[0] is code:
+            return entry
+        positions = b_list(code.co_positions())
+        at, named = {}, []
+        for ins in get_instructions(code):
+            where = positions[ins.offset // 2]
+            at[ins.offset] = where
+            if b_type(ins.argval) is b_str and None not in where:
+                named.append((where, ins.argval))
+        entry = (code, at, named)
+        if b_len(spans_of) < max_known:
+            spans_of[b_id(code)] = entry
+        return entry
+
+    def on_the_line(code, index, name):
+        """True when the expression the instruction at ``index`` runs
+        (a call with its callee and arguments; for an instruction that
+        drains an iterator, also the expression that made it) names the
+        operation: a name or string constant written inside it."""
+        _, at, named = spans(code)
+        while index > 0 and index not in at:
+            index -= 2
+        own = at.get(index)
+        if own is None or None in own:
+            return False
+        wanted = [own]
+        if instruction_of(code, index) in iteration_ops:
+            before = index - 2
+            while before > 0 and before not in at:
+                before -= 2
+            made = at.get(before)
+            if made is not None and None not in made:
+                wanted.append(made)
+        bare = name.strip("_") if name[:2] == "__" else name
+        for where, used in named:
+            if used != name and used != bare:
+                continue
+            for span in wanted:
+                if (where[0], where[2]) >= (span[0], span[2]) and \
+                        (where[1], where[3]) <= (span[1], span[3]):
+                    return True
+        return False
+
+    def instruction_of(code, index):
+        ops = code.co_code
+        while index > 0 and ops[index] == cache_op:
+            index -= 2
+        return ops[index]
+
+    def holds(frame, func, name):
+        """True when the frame holds the operation under a name of its
+        own (a local or free variable, an attribute of its first
+        argument, a global, or inside a ``functools.partial`` of one):
+        the visible code that stored it named it. Reads values: traced."""
+        local_values = frame.f_locals
+        spaces = [local_values, frame.f_globals]
+        code = frame.f_code
+        if code.co_argcount:
+            namespace = native(local_values.get(code.co_varnames[0]),
+                               "__dict__")
+            if b_type(namespace) is b_dict:
+                spaces.append(namespace)
+        for space in spaces:
+            if b_type(space) is not b_dict:
+                continue
+            for value in space.values():
+                if value is func or native(value, "func") is func:
+                    return True
+                if b_type(value) is builtin_method and \
+                        name_of(value) == name:
+                    return True
+        return False
+
+    def visible_choice(caller, func, get):
+        """None when the submission's frame chose the operation by its
+        own code: the instruction writes it (:func:`writes`), the
+        expression it runs names it (:func:`on_the_line`), or the frame
+        holds it and the file names it (:func:`holds`). Otherwise what to
+        report: the operation ran inside a C call of the line (an
+        interpreter of data: a pickle's opcodes, a methodcaller of a
+        decoded name, a starmap) that names none of it."""
+        code, index = caller.f_code, caller.f_lasti
+        key = (b_id(code), index, b_id(func))
+        if known_calls.get(key):
+            return None
+        name = operation_name(func, get)
+        if name and (writes(code, index, name) or
+                     on_the_line(code, index, name)):
+            remember(key)
+            return None
+        if get is plain_get:
+            raise unsure  # a frame's values are read traced
+        bare = name.strip("_")
+        if name and (name in visible or bare in visible) and \
+                holds(caller, func, name):
+            return None
+        return reporter_of(
+            (name or "an operation")[:60] + " by line " +
+            b_str(caller.f_lineno) + " of " + code.co_qualname[:80] +
+            ", which does not name it")
 
     def reporter_of(what):
         def returned(frame, event, arg):
@@ -2714,11 +2953,15 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         caller = frame.f_back
         if caller is not None and not caller.f_code.co_freevars:
             kind = classify(caller.f_code)
-            if kind != "library":
-                return None  # the submission's line (or the grader) chose
+            if kind == "submission" and known_calls.get(
+                    (b_id(caller.f_code), caller.f_lasti, b_id(func))):
+                return None  # the submission's line chose, as before
+            if kind != "library" and kind != "submission":
+                return None  # the grader (or code it generated) chose
         key = None
         if caller is not None and caller.f_back is not None and \
-                not caller.f_code.co_freevars:
+                not caller.f_code.co_freevars and \
+                classify(caller.f_code) == "library":
             # A library frame that called the operation itself (not
             # torch's protocol, nor a body or forwarder it skips) decides
             # the same way at the same instruction, every time.
@@ -2739,7 +2982,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         if caller is None:
             return None
         code = caller.f_code
-        if classify(code) != "library" or by_syntax(caller):
+        kind = classify(code)
+        if kind == "submission":
+            return visible_choice(caller, func, get)
+        if kind != "library" or by_syntax(caller):
             if key is not None and caller is frame.f_back:
                 remember(key)
             return None
@@ -4145,7 +4391,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
         torch, mode, handler, who[0], note, phase, reads[0],
         re.compile(kernels) if kernels else None,
         tuple(os.path.realpath(p) for p in sys.path if p),
-        tuple(str(p) for p in rules.get("packages", ["torch"])))
+        tuple(str(p) for p in rules.get("packages", ["torch"])),
+        visible_names(source, filename), syntax_operations())
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,

@@ -5,8 +5,10 @@ docs/threat-model.md ("Walls by construction"): it floods the shape
 records past their cap (principle 2), reaches a ready-made attention of
 torch by a route no tripwire names (principle 3), runs its work where the
 grader's trace function does not follow, through a route no list names,
-or through torch operations chosen by data rather than code (principle
-4), or keeps tensors where the tracer cannot read them (principle 6);
+or through torch operations chosen by data rather than code (a library
+that calls what it is given, a C interpreter of data such as a pickle:
+principle 4), or keeps tensors where the tracer cannot read them
+(principle 6);
 issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
 a ``for``/``with`` target or a ``case`` capture, nested tensors, a
@@ -95,6 +97,44 @@ CORPUS: dict[str, tuple] = {
     # Operations passed as values on the file's own traced lines
     # (functools.reduce, map, an attribute) are chosen there: full marks.
     "honest_ops_as_data": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    # -- Principle 4: C interpreters of data. An operation the file's line
+    #    reaches through a call (or a C iterator) must be written, named or
+    #    held by its visible code; run inside a C call that names none of
+    #    it (a pickle's opcodes, a methodcaller of a decoded name, a tree
+    #    of __reduce__, a starmap), it was chosen by data. Before, each
+    #    earned task 1's 4 points with no flag.
+    "interp_pickle_literal": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                              ("softmax by line 60 of SelfAttention."
+                               "forward, which does not name it",
+                               "transpose by line 60")),
+    "interp_pickle_zlib": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                           ("softmax by line 51 of SelfAttention.forward, "
+                            "which does not name it",)),
+    "interp_methodcaller_decoded": (ZERO, CLEAN_2, ("untraceable",),
+                                    ("mT by line 44 of SelfAttention."
+                                     "forward, which does not name it",
+                                     "softmax by line 50")),
+    "interp_reduce_tree": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                           ("softmax by line 85 of SelfAttention.forward",
+                            "torch operations chosen by data")),
+    "interp_starmap_loop": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                            ("softmax by line 56 of SelfAttention.forward, "
+                             "which does not name it",)),
+    # The operations named by the function, on lines that never run, but
+    # not by the line that runs them: the names must be the line's.
+    "interp_pickle_named_elsewhere": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                                      ("softmax by line 63 of SelfAttention."
+                                       "forward, which does not name it",)),
+    # An operator runs what torch runs for that operator (derived by the
+    # grader), not what a slot's __radd__ holds: a transpose, a matmul.
+    "interp_operator_slot": (ZERO, CLEAN_2, ("untraceable",),
+                             ("transpose by line 52 of SelfAttention."
+                              "forward, which does not name it",
+                              "matmul by line 54", "softmax by line 58")),
+    # Calls that run what the visible code names on the line, or hold in
+    # a name it stored (a partial, a closure, methodcaller and getattr of
+    # a written name, map drained by unpacking): full marks.
+    "honest_named_calls": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
     # -- Principle 2 by construction: the stand-ins are inert (no reporter,
     #    no original in their cells) and their calls are reported by the
     #    trace function, which knows each by its code. Before, rewriting

@@ -1,0 +1,127 @@
+"""Principle 4: a C interpreter of data (methodcaller names decoded).
+
+Each step of the attention is an ``operator.methodcaller`` whose method
+name is decoded from bytes by arithmetic (each byte shifted by one), so
+that no line of the visible source names it; ``operator.attrgetter``
+reads the key's transpose (``mT``) the same way. The lines are the
+file's own, traced and commented; what each runs is chosen by data.
+
+Expected: every operation ran inside a C call (the methodcaller's, the
+attrgetter's) of a line that names none of it: task 1's items earn
+nothing (flag ``untraceable``: "softmax by line N of
+SelfAttention.forward, which does not name it", "mT by line N"); task 2,
+the reference, keeps its 6 points. Before this wall, task 1 earned its 4
+points."""
+import operator
+
+import torch
+import torch.nn as nn
+
+CODED = (b"nU", b"nbunvm", b"tpgunby", b"ejw")
+
+
+def _name(index: int) -> str:
+    """The name of a step, each byte shifted back by one."""
+    return bytes(byte - 1 for byte in CODED[index]).decode()
+
+
+class SelfAttention(nn.Module):
+    """Single-head scaled dot-product self-attention."""
+
+    def __init__(self, input_size: int, hidden: int) -> None:
+        """Create the query, key and value projections."""
+        # YOUR CODE STARTS HERE
+        super().__init__()
+        self.q = nn.Linear(input_size, hidden)
+        self.k = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.scale = hidden ** 0.5
+        # YOUR CODE ENDS HERE
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute softmax(q k^T / sqrt(hidden)) v."""
+        # YOUR CODE STARTS HERE
+        kt = operator.attrgetter(_name(0))(self.k(x))
+        # [batch_size, hidden, seq_len]
+        scores = operator.methodcaller(_name(1), kt)(self.q(x))
+        # [batch_size, seq_len, seq_len]
+        scores = operator.methodcaller(_name(3), self.scale)(scores)
+        # [batch_size, seq_len, seq_len]
+        probs = operator.methodcaller(_name(2), -1)(scores)
+        # [batch_size, seq_len, seq_len]
+        return operator.methodcaller(_name(1), self.v(x))(probs)
+        # [batch_size, seq_len, hidden]
+        # YOUR CODE ENDS HERE
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Multi-head self-attention with optional causal masking and dropout."""
+
+    def __init__(self, input_size: int, hidden: int, num_heads: int,
+                 causal: bool = False, dropout: float = 0) -> None:
+        """Create the projections, the mixing layer and the dropout."""
+        if hidden % num_heads:
+            raise ValueError(f"hidden should be divisible by num_heads, "
+                             f"but got hidden={hidden} and "
+                             f"num_heads={num_heads}")
+        super().__init__()
+
+        self.k = nn.Linear(input_size, hidden)
+        self.q = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.mix = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+        self.num_heads = num_heads
+        self.head_size = hidden // num_heads
+        self.scale = self.head_size ** 0.5
+        self.causal = causal  # causal masking
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Compute multi-head self-attention."""
+        bs, seq, _ = x.shape
+
+        # YOUR CODE STARTS HERE
+        q = self.q(x).view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        q = q.transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        # [batch_size * num_heads, seq_len, head_size]
+        k = self.k(x).view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        k = k.transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        # [batch_size * num_heads, seq_len, head_size]
+        v = self.v(x).view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        v = v.transpose(1, 2).reshape(bs * self.num_heads, seq, self.head_size)
+        # [batch_size * num_heads, seq_len, head_size]
+        scores = torch.bmm(q, k.transpose(1, 2)) / self.scale
+        # [batch_size * num_heads, seq_len, seq_len]
+        # YOUR CODE ENDS HERE
+
+        if self.causal:
+            # YOUR CODE STARTS HERE
+            mask = torch.ones(seq, seq, dtype=torch.bool,
+                              device=scores.device).triu(diagonal=1)
+            # [seq_len, seq_len]
+            scores = scores.masked_fill(mask, float("-inf"))
+            # [batch_size * num_heads, seq_len, seq_len]
+            # YOUR CODE ENDS HERE
+
+        probs = att = None  # both are set by Task 2.3
+        # YOUR CODE STARTS HERE
+        probs = torch.softmax(scores, dim=-1)
+        # [batch_size * num_heads, seq_len, seq_len]
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+        att = torch.bmm(probs, v)
+        # [batch_size * num_heads, seq_len, head_size]
+        att = att.view(bs, self.num_heads, seq, self.head_size)
+        # [batch_size, num_heads, seq_len, head_size]
+        att = att.transpose(1, 2).reshape(bs, seq, -1)
+        # [batch_size, seq_len, hidden]
+        att = self.mix(att)  # [batch_size, seq_len, hidden]
+        # YOUR CODE ENDS HERE
+
+        if return_attention:
+            return att, probs
+        return att
