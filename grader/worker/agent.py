@@ -367,6 +367,33 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
         except b_Exception:
             return unread_record
 
+    def read_watched(statement, local_values, global_values):
+        return [value_record(chain, local_values, global_values)
+                for chain in statement["watch"]]
+
+    def read_returned(statement, value):
+        try:
+            return expand(value)
+        except b_Exception:
+            return [unread_record]
+
+    def budgeted(statement, reader, *args):
+        # Reading a statement costs at most MAX_READS per call (1 a read,
+        # plus the container values it scans: ``spent``); past that each
+        # execution is counted as left out: failing closed, the shapes
+        # item is not earned (principle 2), and a statement that grows a
+        # huge list cannot make every probe slow.
+        key = b_str(statement["id"])
+        reads = counters.setdefault("reads", {})
+        done = reads.get(key, 0)
+        if done >= max_reads:
+            left_out = counters.setdefault("left_out", {})
+            left_out[key] = left_out.get(key, 0) + 1
+            return
+        before = spent[0]
+        record(statement, reader(statement, *args))
+        reads[key] = done + 1 + spent[0] - before
+
     def local_tracer():
         state = {"pending": None, "returning": None, "raising": False}
 
@@ -381,33 +408,13 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 kind = statement["kind"]
                 if kind == "return" or kind == span_kind:
                     continue
-                # Reading a statement costs at most MAX_READS per call (1
-                # a read, plus the container values it scans: ``spent``);
-                # past that each execution is counted as left out: failing
-                # closed, the shapes item is not earned (principle 2), and
-                # a statement that grows a huge list cannot make every
-                # probe slow.
-                key = b_str(statement["id"])
-                reads = counters.setdefault("reads", {})
-                done = reads.get(key, 0)
-                if done >= max_reads:
-                    left_out = counters.setdefault("left_out", {})
-                    left_out[key] = left_out.get(key, 0) + 1
-                    continue
-                before = spent[0]
-                record(statement, [value_record(
-                    chain, local_values, global_values)
-                    for chain in statement["watch"]])
-                reads[key] = done + 1 + spent[0] - before
+                budgeted(statement, read_watched, local_values,
+                         global_values)
 
         def returned(frame, arg):
             finish(frame)
             if state["returning"] is not None:
-                try:
-                    values = expand(arg)
-                except b_Exception:
-                    values = [unread_record]
-                record(state["returning"], values)
+                budgeted(state["returning"], read_returned, arg)
                 state["returning"] = None
 
         def trace(frame, event, arg):

@@ -221,3 +221,5 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     # A tensor costs 1 a read: all 300 read, within the budget.
     assert len(records[plain]) == 300
     assert counters["reads"][plain] == 300
+    # A return is charged alike: 1 plus the list and its 300 tensors.
+    assert counters["reads"][ids["return"]] == 302
