@@ -693,8 +693,39 @@ def syntax_operations() -> dict:
         for key in keys:
             found[key] = found.get(key, frozenset()) | names
     found["*"] = frozenset().union(*found.values())
+    found["builtins"] = _builtin_operations(torch, mode, pairs)
     _SYNTAX.append(found)
     return _SYNTAX[0]
+
+
+#: Python's builtins that apply operators to what they are given
+#: (``sum(heads)`` adds, ``max(a, b)`` compares): a line that names one
+#: may run what it runs (:func:`syntax_operations`).
+OPERATOR_BUILTINS = ("sum", "abs", "pow", "max", "min", "divmod", "round")
+
+
+def _builtin_operations(torch: Any, mode: Any, pairs: tuple) -> dict:
+    """What torch runs for each of :data:`OPERATOR_BUILTINS` on the
+    tensors of ``pairs``, each called once under ``mode`` (whose ``seen``
+    records it): ``{builtin's name: names}``."""
+    import builtins
+
+    found: dict = {}
+    for name in OPERATOR_BUILTINS:
+        function = getattr(builtins, name)
+        mode.seen.clear()
+        torch._C._push_on_torch_function_stack(mode)
+        try:
+            for a, b in pairs:
+                for arguments in (([a, b],), (a, b), (a,)):
+                    try:
+                        function(*arguments)
+                    except Exception:
+                        pass
+        finally:
+            torch._C._pop_torch_function_stack()
+        found[name] = frozenset(n for n in mode.seen if isinstance(n, str))
+    return found
 
 
 def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
@@ -2591,6 +2622,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     operators = syntax or {}
     empty = frozenset()
     every = operators.get("*", empty)
+    by_builtin = operators.get("builtins", {})
     get_instructions, b_list = dis.get_instructions, list
     spans_of: dict = {}      # id(code) -> (code, spans, named spans)
     plain = (b_str, bytes, int, float, bool, complex, type(None),
@@ -2818,8 +2850,9 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 wanted.append(made)
         bare = name.strip("_") if name[:2] == "__" else name
         for where, used in named:
-            if used != name and used != bare:
-                continue
+            if used != name and used != bare and \
+                    name not in by_builtin.get(used, empty):
+                continue  # nor a builtin that runs it (``sum``)
             for span in wanted:
                 if (where[0], where[2]) >= (span[0], span[2]) and \
                         (where[1], where[3]) <= (span[1], span[3]):

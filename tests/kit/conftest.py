@@ -44,8 +44,8 @@ HEAVY_FIRST = (
     "test_transformer_block_grading.py", "test_attention_basics_grading.py",
     "test_walls_batch.py", "test_formgrader_browser.py", "test_bounds.py",
     "test_build.py", "test_class_view.py", "test_public_suite.py",
-    "test_types.py", "test_forkserver.py", "test_notebook_kernel.py",
-    "test_class_folders.py", "test_layout.py", "test_starved.py")
+    "test_types.py", "test_forkserver.py", "test_class_folders.py",
+    "test_layout.py", "test_starved.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 from grader.rubric import get_assignment
 
@@ -99,10 +98,8 @@ def test_release_with_reference_module_grades_ten(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "assignment" / ASSIGNMENT.id, folder)
     shutil.copy(ROOT / "solutions" / "attention_basics.py",
                 folder / "transformer_lm" / "attention_basics.py")
-    result = subprocess.run(
-        [sys.executable, "-m", "grader", "grade", str(folder / NOTEBOOK),
-         "--format", "json", "--seed", "11"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = grade_command(str(folder / NOTEBOOK), "--format", "json",
+                           "--seed", "11", unset=())  # in_process.py
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["assignment"] == ASSIGNMENT.id

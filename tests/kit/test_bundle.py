@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from in_process import grade_command
 
 from grader.routes import gradescope_driver
 from solutions import gradescope_bundle as bundle
@@ -397,15 +398,6 @@ def _start_autograder(root: Path, **env: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def _start_cli(path: Path) -> subprocess.Popen:
-    environment = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
-    return subprocess.Popen([sys.executable, "-m", "grader", "grade",
-                             str(path), "--format", "json", "--seed",
-                             str(SEED)], cwd=ROOT, env=environment,
-                            text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-
-
 def _results(root: Path, process: subprocess.Popen) -> dict[str, Any]:
     log, _ = process.communicate(timeout=240)
     assert process.returncode == 0, log
@@ -436,13 +428,15 @@ def test_run_autograder_grades_exactly_like_the_cli(built, tmp_path):
         'title = "[bundle copy] SelfAttention.__init__ builds', 1))
 
     runs = [(good, _start_autograder(good)), (bad, _start_autograder(bad))]
-    clis = [_start_cli(EXAMPLE), _start_cli(broken_file)]
-    results = [_results(root, process) for root, process in runs]
+    # The CLI's grades, by its main in this process (in_process.py)
+    # while the bundle's runs go on.
     expected = []
-    for process in clis:
-        stdout, stderr = process.communicate(timeout=240)
-        assert process.returncode == 0, stderr
-        expected.append(json.loads(stdout))
+    for path in (EXAMPLE, broken_file):
+        done = grade_command(str(path), "--format", "json", "--seed",
+                             str(SEED))
+        assert done.returncode == 0, done.stderr
+        expected.append(json.loads(done.stdout))
+    results = [_results(root, process) for root, process in runs]
 
     for got, want in zip(results, expected):
         assert got["score"] == want["score"]

@@ -21,6 +21,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 from grader.analyse.static import analyse, stub_of
 from grader.judge.pep8 import run_flake8
@@ -234,10 +235,9 @@ def test_code_too_deep_for_the_parser_earns_0_with_a_message(
     assert analysis.syntax_error == ("the code cannot be compiled: the code "
                                      "is nested too deeply for Python to "
                                      "compile it")
-    completed = subprocess.run(
-        [sys.executable, "-m", "grader", "grade", str(path), "--format",
-         "json", "--assignment", "multi_head_attention", "--public-only"],
-        cwd=KIT, capture_output=True, text=True, timeout=300)
+    completed = grade_command(  # in_process.py
+        str(path), "--format", "json", "--assignment",
+        "multi_head_attention", "--public-only", unset=())
     assert completed.returncode == 0, completed.stderr
     assert "Traceback" not in completed.stderr
     report = json.loads(completed.stdout)

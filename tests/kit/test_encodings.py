@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 from grader.locate.source import SourceError, decode_python
 
@@ -82,8 +83,11 @@ def test_in_a_student_folder_the_reason_leads(tmp_path):
 
 
 def test_an_honest_latin1_file_is_graded_as_usual():
-    """The same check leaves an ASCII-compatible declaration alone."""
-    run = _grade(ENCODINGS / "latin1_honest.py")
+    """The same check leaves an ASCII-compatible declaration alone (the
+    command by its main in this process, in_process.py: the refusals
+    above run it as a process)."""
+    run = grade_command(str(ENCODINGS / "latin1_honest.py"),
+                        "--public-only", "--format", "json")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert {i["id"]: i["score"] for i in report["items"]} == \

@@ -29,12 +29,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from bundle_server import bundle_fork_server, children_cpu
 
 from grader.locate.submission import (REFUSED_FILE, WRONG_ASSIGNMENT,
                                       SubmissionError, assess, defined_names,
                                       folder_candidates, locate)
 from grader.routes import gradescope_driver
 from grader.rubric import assignments, get_assignment
+from grader.run.forkserver import SHARED_ADDRESS
 from solutions import gradescope_bundle as bundle
 
 KIT = Path(__file__).resolve().parents[2]
@@ -582,15 +584,31 @@ UPLOADS = {
 
 @pytest.fixture(scope="module")
 def gradescope(autograder, tmp_path_factory) -> dict[str, dict]:
-    """gradescope_driver.run() on a scratch AUTOGRADER_ROOT per upload."""
+    """gradescope_driver.run() on a scratch AUTOGRADER_ROOT per upload;
+    the runs fork their workers from one server of the bundle's grader
+    (bundle_server.py) instead of starting one each."""
     roots = {name: _upload(autograder, tmp_path_factory.mktemp(name),
                            files)
              for name, (files, _) in UPLOADS.items()}
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        futures = {name: pool.submit(gradescope_driver.run, root,
-                                     "multi_head_attention", 240)
-                   for name, root in roots.items()}
-        return {name: future.result() for name, future in futures.items()}
+    source = autograder.resolve()
+    pythonpath = os.pathsep.join(
+        [str(source)] + ([os.environ["PYTHONPATH"]]
+                         if os.environ.get("PYTHONPATH") else []))
+    with bundle_fork_server(source, pythonpath) as (address, pid), \
+            pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SHARED_ADDRESS, address)
+        before = children_cpu(pid)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            futures = {name: pool.submit(gradescope_driver.run, root,
+                                         "multi_head_attention", 240)
+                       for name, root in roots.items()}
+            found = {name: future.result()
+                     for name, future in futures.items()}
+        deadline = time.monotonic() + 10
+        while children_cpu(pid) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert children_cpu(pid) > before, "the bundle's server was unused"
+    return found
 
 
 @pytest.mark.slow

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import dis
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from grader import wire
+from grader.output.report import Report
 from grader.worker import agent
 
 INTEGRITY = Path(__file__).resolve().parent / "hostile" / "integrity"
@@ -153,11 +155,23 @@ def test_the_table_lists_every_integrity_file() -> None:
     assert sorted(p.stem for p in INTEGRITY.glob("*.py")) == sorted(CORPUS)
 
 
+@pytest.fixture(scope="module")
+def graded(grade_path) -> Callable[[str], Report]:
+    """The report of a corpus file, graded once for the module."""
+    cache: dict[str, Report] = {}
+
+    def report(name: str) -> Report:
+        if name not in cache:
+            cache[name] = grade_path(INTEGRITY / f"{name}.py", timeout=20.0)
+        return cache[name]
+    return report
+
+
 @pytest.mark.parametrize("name", sorted(CORPUS))
-def test_integrity_submission(name: str, grade_path) -> None:
+def test_integrity_submission(name: str, graded) -> None:
     """Exact item scores, the flags' kinds, and what the report says."""
     expected = CORPUS[name]
-    report = grade_path(INTEGRITY / f"{name}.py", timeout=20.0)
+    report = graded(name)
     assert report.scores() == pytest.approx(expected.scores), \
         report.as_text()
     assert report.score == expected.total
@@ -172,13 +186,13 @@ def test_integrity_submission(name: str, grade_path) -> None:
     assert tagged == sorted(expected.diagnosis)
 
 
-def test_a_forged_report_line_never_reaches_a_report(grade_path) -> None:
+def test_a_forged_report_line_never_reaches_a_report(graded) -> None:
     """What the submission prints and raises (escapes, a fake total, fake
     item lines) is cleaned and shown quoted or indented under a label, in
     the text report, the JSON and Gradescope's output."""
     import json
 
-    report = grade_path(INTEGRITY / "report_spoof.py", timeout=20.0)
+    report = graded("report_spoof")
     text = report.as_text()
     renderings = [text, json.dumps(report.as_json()),
                   json.dumps(report.as_gradescope())]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 import grader.locate.cells
 from grader.judge.pep8 import attribute, run_flake8
@@ -198,8 +199,9 @@ def test_cells_python_cannot_compile_are_cell_errors(tmp_path: Path) -> None:
         "cell 2", "cell 3, line 1", "cell 4, line 1"]
     assert "null bytes" in source.cell_errors[0]
     assert "class A:" in source.lines
-    completed = _grade_cli(path, "--assignment", "multi_head_attention",
-                           "--format", "json", "--public-only")
+    completed = grade_command(  # in_process.py: a grade, no refusal
+        str(path), "--assignment", "multi_head_attention", "--format",
+        "json", "--public-only", unset=())
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)["score"] == 0
 

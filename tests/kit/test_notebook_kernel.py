@@ -12,12 +12,11 @@ notebook never loses a point to the way cells are joined.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 from grader.locate.cells import compile_cell, future_flags, load_notebook
 
@@ -43,12 +42,9 @@ EXPECTED = {  # notebook -> (items, words of the text report)
 
 
 def _grade(path: Path, form: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
-    env["PYTHONPATH"] = str(KIT)
-    return subprocess.run([sys.executable, "-m", "grader", "grade",
-                           str(path), "--public-only", "--format", form],
-                          cwd=KIT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    """``grade --public-only``, by the command's main in this process
+    (in_process.py)."""
+    return grade_command(str(path), "--public-only", "--format", form)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

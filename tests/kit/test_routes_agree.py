@@ -16,11 +16,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bundle_server import bundle_fork_server, children_cpu
 
+from grader.run.forkserver import SHARED_ADDRESS
 from solutions import gradescope_bundle as bundle
 
 pytestmark = pytest.mark.slow
@@ -132,25 +136,36 @@ def test_batch_grades_like_the_file(by_file, tmp_path) -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """The Gradescope bundle with the same seed baked in."""
-    out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+def built(tmp_path_factory) -> Iterator[tuple[Path, str, int]]:
+    """The Gradescope bundle with the same seed baked in, unpacked once
+    (as /autograder/source), and a fork server of its grader that the
+    runs share (bundle_server.py): the source, its address and pid."""
+    folder = tmp_path_factory.mktemp("bundle")
+    out = folder / "autograder.zip"
     bundle.write_bundle(out, assignment=ASSIGNMENT, seed=SEED)
-    return out
+    with zipfile.ZipFile(out) as archive:
+        archive.extractall(folder / "source")
+    source = (folder / "source").resolve()
+    with bundle_fork_server(source, str(source)) as (address, pid):
+        yield source, address, pid
 
 
-def _run_autograder(built: Path, root: Path, upload: Path) -> dict:
-    """Gradescope's layout: the bundle in source/, the upload (under the
-    name a browser gives a second download) in submission/."""
-    with zipfile.ZipFile(built) as archive:
-        archive.extractall(root / "source")
+def _run_autograder(built: tuple[Path, str, int], root: Path,
+                    upload: Path) -> dict:
+    """Gradescope's layout: the bundle in source/ (the one unpacked
+    copy), the upload (under the name a browser gives a second download)
+    in submission/."""
+    source, address, _ = built
+    (root / "source").parent.mkdir(parents=True, exist_ok=True)
+    (root / "source").symlink_to(source)
     (root / "submission").mkdir(parents=True)
     (root / "results").mkdir()
     shutil.copy(upload, root / "submission" / "modeling_attention (1).py")
     environment = {k: v for k, v in _environment().items()
                    if k != "PYTHONPATH"}
     environment.update({"AUTOGRADER_ROOT": str(root),
-                        "AUTOGRADER_PYTHON": sys.executable})
+                        "AUTOGRADER_PYTHON": sys.executable,
+                        SHARED_ADDRESS: address})
     result = subprocess.run(["bash", str(root / "source" / "run_autograder")],
                             cwd=root, env=environment, capture_output=True,
                             text=True, timeout=600)
@@ -161,6 +176,7 @@ def _run_autograder(built: Path, root: Path, upload: Path) -> dict:
 def test_gradescope_grades_like_the_file(by_file, built, tmp_path) -> None:
     """The driver inside Gradescope gives every item the score ``grade``
     gives, and its output shows each integrity flag."""
+    before = children_cpu(built[2])
     for student, (path, _) in CLASS.items():
         results = _run_autograder(built, tmp_path / student, path)
         report = by_file[student]
@@ -170,3 +186,9 @@ def test_gradescope_grades_like_the_file(by_file, built, tmp_path) -> None:
         assert tests == _items(report), student
         assert results["output"].count("Integrity flag") == \
             len(_flags(report)), student
+    # The runs forked their workers from the bundle's server (a run that
+    # found it foreign would have started a server of its own).
+    deadline = time.monotonic() + 10
+    while children_cpu(built[2]) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert children_cpu(built[2]) > before, "the bundle's server was unused"

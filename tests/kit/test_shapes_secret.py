@@ -11,12 +11,10 @@ item by item, and the report shows the third size set.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 from grader.rubric import assignments
 from grader.shapes.sizes import secret_size_sets
@@ -30,11 +28,8 @@ EXPECTED = {"task1.init": 1.0, "task1.forward": 3.0, "task1.pep8": 0.0,
 
 
 def _grade(path: Path, form: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
-    env["PYTHONPATH"] = str(KIT)
-    run = subprocess.run([sys.executable, "-m", "grader", "grade",
-                          str(path), "--format", form], cwd=KIT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    """``grade``, by the command's main in this process (in_process.py)."""
+    run = grade_command(str(path), "--format", form)
     assert run.returncode == 0, run.stderr
     return run.stdout
 

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from in_process import grade_command
 
 from grader.rubric import get_assignment
 from solutions import gradescope_bundle as bundle
@@ -49,8 +50,12 @@ def _run(*args: str, cwd: Path = ROOT, check: bool = True
 
 
 def _grade_json(path: Path, *extra: str) -> dict:
-    return json.loads(_run("grader", "grade", str(path), "--format", "json",
-                           "--seed", str(SEED), *extra).stdout)
+    """``grade --format json``, by the command's main in this process
+    (in_process.py; test_student_repository runs it as a process)."""
+    result = grade_command(str(path), "--format", "json", "--seed",
+                           str(SEED), *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
 
 
 def test_grader_lists_three_assignments() -> None:

@@ -135,6 +135,12 @@ CORPUS: dict[str, tuple] = {
     # a name it stored (a partial, a closure, methodcaller and getattr of
     # a written name, map drained by unpacking): full marks.
     "honest_named_calls": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    # A builtin that runs operators (``sum`` adds) may run what it runs,
+    # and nothing else: a pickle inside ``sum([...])`` is still flagged.
+    "honest_builtin_operators": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "interp_pickle_inside_sum": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                                 ("softmax by line 55 of SelfAttention."
+                                  "forward, which does not name it",)),
     # -- Principle 2 by construction: the stand-ins are inert (no reporter,
     #    no original in their cells) and their calls are reported by the
     #    trace function, which knows each by its code. Before, rewriting
