@@ -417,6 +417,15 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                           False, f"{len(bad)} statement(s) in {where} have "
                                  f"a missing or wrong shape comment.",
                           details=details)
+    unchecked = sum(1 for f in findings if f.kind in shapes.NOTE_KINDS)
+    if unchecked:
+        # Nothing was found wrong, but not everything could be checked:
+        # the words say so rather than call every comment correct.
+        return ItemReport(
+            item.id, item.task, item.title, 0.0, 0.0, True,
+            f"no shape comment in {where} was found missing or wrong, "
+            f"but {unchecked} statement(s) could not be checked (see the "
+            f"notes)", details=details)
     return ItemReport(item.id, item.task, item.title, 0.0, 0.0, True,
                       f"every tensor statement in {where} has a correct "
                       f"shape comment", details=details)

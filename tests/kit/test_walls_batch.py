@@ -135,6 +135,21 @@ CORPUS: dict[str, tuple] = {
     # a name it stored (a partial, a closure, methodcaller and getattr of
     # a written name, map drained by unpacking): full marks.
     "honest_named_calls": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    # -- Principle 6 (red team 4): a forward that tells the shape checks
+    #    from graded runs by counting its calls, or by the tracer's cost,
+    #    gains nothing: every run records shapes alike. Before, the first
+    #    two earned both shapes items (0) with wrong comments, the last
+    #    two full marks.
+    "tell_call_count": ((1, 3, 0, -1, 1), (3, 1, 2, 0, -1), (),
+                        ("line 69: wrong shape", "line 159: wrong shape")),
+    "tell_call_count_cheap_cases": ((1, 3, 0, -1, 0), (3, 1, 2, 0, -1), (),
+                                    ("line 62: wrong shape",
+                                     "line 180: wrong shape")),
+    "tell_tracer_timing": ((1, 0, 0, 0, 0), CLEAN_2, (),
+                           ("no shape comment in SelfAttention.forward was "
+                            "found missing or wrong, but 3 statement(s) "
+                            "could not be checked (see the notes)",)),
+    "tell_tracer_timing_uncommented": ((1, 0, 0, 0, 0), CLEAN_2, (), ()),
     # A builtin that runs operators (``sum`` adds) may run what it runs,
     # and nothing else: a pickle inside ``sum([...])`` is still flagged.
     "honest_builtin_operators": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
