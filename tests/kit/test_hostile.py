@@ -78,6 +78,10 @@ class Expected:
     never_printed: tuple[str, ...] = ()  # printed only if an attack worked
     forbidden: tuple[str, ...] = ()     # items tagged forbidden_api
     needs_kernel: bool = False          # Landlock and seccomp required
+    # The task's time limit: a file whose every attempt is traced and
+    # read at length (a walk of object's subclasses, its growing lists
+    # read at each step within the read budget) needs more than TIMEOUT.
+    timeout: float = TIMEOUT
 
     @property
     def scores(self) -> dict[str, float]:
@@ -207,7 +211,7 @@ CORPUS: dict[str, Expected] = {
         printed=("stopped: shell", "stopped: signal", "stopped: dir_fd",
                  "stopped: writer", "stopped: reader", "stopped: environ",
                  "stopped: memory", "stopped: secret"),
-        never_printed=("ESCAPED",), needs_kernel=True),
+        never_printed=("ESCAPED",), needs_kernel=True, timeout=12.0),
     # ---------------------------------------------------------- cheating
     "cheat_patches_comparisons": Expected(
         T1_INIT_ONLY, T2_FULL, 7, says=("does not match the reference",)),
@@ -301,7 +305,7 @@ def test_hostile_submission(name: str, grade_path, tmp_path: Path,
     before = kit_fingerprint()
     with held.open("a") as handle:  # open while grading, as batch's CSV
         started = time.monotonic()
-        report = grade_path(HOSTILE / f"{name}.py", timeout=TIMEOUT,
+        report = grade_path(HOSTILE / f"{name}.py", timeout=expected.timeout,
                             memory_mb=MEMORY_MB)
         elapsed = time.monotonic() - started
         handle.flush()
