@@ -705,14 +705,28 @@ OPERATOR_BUILTINS = ("sum", "abs", "pow", "max", "min", "divmod", "round")
 
 
 def _builtin_operations(torch: Any, mode: Any, pairs: tuple) -> dict:
-    """What torch runs for each of :data:`OPERATOR_BUILTINS` on the
-    tensors of ``pairs``, each called once under ``mode`` (whose ``seen``
-    records it): ``{builtin's name: names}``."""
+    """What torch runs for each of :data:`OPERATOR_BUILTINS`, each
+    function of the ``operator`` module and each of the tensor's own
+    operator methods (``q.__matmul__(k)``), called once under ``mode``
+    (whose ``seen`` records it) on the tensors of ``pairs``: ``{the name
+    a line writes: names}``. ``operator.itemgetter`` runs what a
+    subscript runs."""
     import builtins
+    import functools
+    import operator
 
+    runners: dict = {name: getattr(builtins, name)
+                     for name in OPERATOR_BUILTINS}
+    for name in dir(operator):
+        function = getattr(operator, name)
+        if name.startswith("__") and name.endswith("__"):
+            runners[name] = functools.partial(_call_method, name)
+        elif not name.startswith("_") and callable(function) and \
+                name not in ("attrgetter", "methodcaller", "itemgetter"):
+            runners[name] = function
+    runners["itemgetter"] = _itemgetter_runner
     found: dict = {}
-    for name in OPERATOR_BUILTINS:
-        function = getattr(builtins, name)
+    for name, function in runners.items():
         mode.seen.clear()
         torch._C._push_on_torch_function_stack(mode)
         try:
@@ -724,8 +738,22 @@ def _builtin_operations(torch: Any, mode: Any, pairs: tuple) -> dict:
                         pass
         finally:
             torch._C._pop_torch_function_stack()
-        found[name] = frozenset(n for n in mode.seen if isinstance(n, str))
+        names = frozenset(n for n in mode.seen if isinstance(n, str))
+        if names:
+            found[name] = names
     return found
+
+
+def _call_method(name: str, first: Any, *rest: Any) -> Any:
+    """Call the method ``name`` of ``first`` with ``rest``."""
+    return getattr(first, name)(*rest)
+
+
+def _itemgetter_runner(first: Any, *rest: Any) -> Any:
+    """``operator.itemgetter(0)`` applied to its first argument."""
+    import operator
+
+    return operator.itemgetter(0)(first)
 
 
 def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
@@ -2867,22 +2895,30 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
 
     def holds(frame, func, name):
         """True when the frame holds the operation under a name of its
-        own (a local or free variable, an attribute of its first
-        argument, a global, or inside a ``functools.partial`` of one):
+        own (a local or free variable, an attribute of its first argument
+        or of that argument's class, a global, or inside a
+        ``functools.partial`` or static method of one):
         the visible code that stored it named it. Reads values: traced."""
         local_values = frame.f_locals
         spaces = [local_values, frame.f_globals]
         code = frame.f_code
         if code.co_argcount:
-            namespace = native(local_values.get(code.co_varnames[0]),
-                               "__dict__")
+            first = local_values.get(code.co_varnames[0])
+            namespace = native(first, "__dict__")
             if b_type(namespace) is b_dict:
                 spaces.append(namespace)
+            # And its class's: ``normalise = staticmethod(F.softmax)``.
+            spaces += [type_dict(base) for base in type_mro(b_type(first))]
         for space in spaces:
-            if b_type(space) is not b_dict:
+            if b_type(space) is not b_dict and \
+                    b_type(space) is not proxy_type:
                 continue
             for value in space.values():
                 if value is func or native(value, "func") is func:
+                    return True
+                if (b_type(value) is staticmethod or
+                        b_type(value) is classmethod) and \
+                        native(value, "__func__") is func:
                     return True
                 if b_type(value) is builtin_method and \
                         name_of(value) == name:

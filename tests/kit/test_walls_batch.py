@@ -150,6 +150,11 @@ CORPUS: dict[str, tuple] = {
                             "found missing or wrong, but 3 statement(s) "
                             "could not be checked (see the notes)",)),
     "tell_tracer_timing_uncommented": ((1, 0, 0, 0, 0), CLEAN_2, (), ()),
+    # Red team 5's honest idioms: an operator's method called by name,
+    # operator.itemgetter, an operation kept on the class.
+    "honest_dunder_calls": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
+    "honest_itemgetter": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
+    "honest_class_held_op": ((1, 3, 0, 0, 1), CLEAN_2, (), ()),
     # A builtin that runs operators (``sum`` adds) may run what it runs,
     # and nothing else: a pickle inside ``sum([...])`` is still flagged.
     "honest_builtin_operators": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
