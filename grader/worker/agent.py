@@ -2599,6 +2599,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
 
     b_type, b_str, b_set, b_dict, b_id = type, str, set, dict, id
     b_BaseException, b_tuple = BaseException, tuple
+    b_staticmethod, b_classmethod = staticmethod, classmethod
     C = torch._C
     stack_len = C._len_torch_function_stack
     stack_at = C._get_function_stack_at
@@ -2916,8 +2917,8 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             for value in space.values():
                 if value is func or native(value, "func") is func:
                     return True
-                if (b_type(value) is staticmethod or
-                        b_type(value) is classmethod) and \
+                if (b_type(value) is b_staticmethod or
+                        b_type(value) is b_classmethod) and \
                         native(value, "__func__") is func:
                     return True
                 if b_type(value) is builtin_method and \
