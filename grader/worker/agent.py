@@ -652,14 +652,14 @@ def syntax_operations() -> dict:
     listed: what an operator of the submission's may run
     (:func:`operation_judge`)."""
     import dis
+    import functools
     import types
 
     import torch
 
     if _SYNTAX:
         return _SYNTAX[0]
-    seen: set = set()
-    mode = types.SimpleNamespace(seen=seen)
+    mode = types.SimpleNamespace(seen=set())
     mode.__torch_function__ = types.MethodType(_recorded, mode)
     real, flags = torch.ones(2), torch.ones(2, dtype=torch.bool)
     whole = torch.ones(2, dtype=torch.long)
@@ -677,19 +677,9 @@ def syntax_operations() -> dict:
         raw = code.co_code
         keys = [(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)
                 if raw[i] in wanted]
-        spaces = [{"a": a.clone() if isinstance(a, torch.Tensor) else a,
-                   "b": b} for a, b in pairs]
-        seen.clear()
-        torch._C._push_on_torch_function_stack(mode)
-        try:
-            for space in spaces:
-                try:
-                    exec(code, space)
-                except Exception:
-                    pass
-        finally:
-            torch._C._pop_torch_function_stack()
-        names = frozenset(n for n in seen if isinstance(n, str))
+        names = _names_seen(torch, mode, [
+            functools.partial(exec, code, {"a": _fresh(torch, a), "b": b})
+            for a, b in pairs])
         for key in keys:
             found[key] = found.get(key, frozenset()) | names
     found["*"] = frozenset().union(*found.values())
@@ -710,7 +700,7 @@ def _builtin_operations(torch: Any, mode: Any, pairs: tuple) -> dict:
     operator methods (``q.__matmul__(k)``), called once under ``mode``
     (whose ``seen`` records it) on the tensors of ``pairs``: ``{the name
     a line writes: names}``. ``operator.itemgetter`` runs what a
-    subscript runs."""
+    subscript runs; each call gets fresh copies of the tensors."""
     import builtins
     import functools
     import operator
@@ -724,36 +714,45 @@ def _builtin_operations(torch: Any, mode: Any, pairs: tuple) -> dict:
         elif not name.startswith("_") and callable(function) and \
                 name not in ("attrgetter", "methodcaller", "itemgetter"):
             runners[name] = function
-    runners["itemgetter"] = _itemgetter_runner
+    runners["itemgetter"] = operator.itemgetter(0)
     found: dict = {}
     for name, function in runners.items():
-        mode.seen.clear()
-        torch._C._push_on_torch_function_stack(mode)
-        try:
-            for a, b in pairs:
-                for arguments in (([a, b],), (a, b), (a,)):
-                    try:
-                        function(*arguments)
-                    except Exception:
-                        pass
-        finally:
-            torch._C._pop_torch_function_stack()
-        names = frozenset(n for n in mode.seen if isinstance(n, str))
+        names = _names_seen(torch, mode, [
+            functools.partial(function, *arguments)
+            for a, b in pairs
+            for arguments in (([_fresh(torch, a), b],), (_fresh(torch, a), b),
+                              (_fresh(torch, a),))])
         if names:
             found[name] = names
     return found
 
 
+def _fresh(torch: Any, value: Any) -> Any:
+    """A copy of ``value`` when it is a tensor (an in-place operator run
+    on it leaves the next run's inputs as they were), else ``value``."""
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _names_seen(torch: Any, mode: Any, calls: list) -> frozenset:
+    """The names of the operations torch hands ``mode`` (which notes them
+    in ``mode.seen``) while each of ``calls`` runs; a call that raises is
+    passed over."""
+    mode.seen.clear()
+    torch._C._push_on_torch_function_stack(mode)
+    try:
+        for call in calls:
+            try:
+                call()
+            except Exception:
+                pass
+    finally:
+        torch._C._pop_torch_function_stack()
+    return frozenset(n for n in mode.seen if isinstance(n, str))
+
+
 def _call_method(name: str, first: Any, *rest: Any) -> Any:
     """Call the method ``name`` of ``first`` with ``rest``."""
     return getattr(first, name)(*rest)
-
-
-def _itemgetter_runner(first: Any, *rest: Any) -> Any:
-    """``operator.itemgetter(0)`` applied to its first argument."""
-    import operator
-
-    return operator.itemgetter(0)(first)
 
 
 def _named_codes(pairs: tuple[tuple[str, str], ...]) -> dict[int, object]:
