@@ -121,8 +121,9 @@ def _verified_everywhere(statements: list[Statement],
     dropped: set[int] = set()
     for order, statement in enumerate(statements):
         at = place.get((statement.first_line, statement.text))
-        if at is not None and found[at].penalised:
-            continue
+        if at is not None and found[at].penalised and (
+                found[at].kind != "missing" or found[at].real):
+            continue  # a missing comment that ran nowhere is looked at
         claims = parse_shapes(statement.comment or "", table)
         numbered = [(number, run) for number, run in enumerate(graded, 1)
                     if _evaluates(claims, run[1], table)]

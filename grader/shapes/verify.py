@@ -381,10 +381,10 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
         finding = _unknown_finding(statement, claims[-1],
                                    claims[-1].unknown_names(table), table)
         return replace(finding, message=finding.message + " (this "
-                       "statement did not run in the shape checks, but "
-                       "its names are checked all the same)")
+                       "statement did not run in any of the grader's "
+                       "runs, but its names are checked all the same)")
     if statement.traceable:
-        why = "did not run in the grader's shape-check runs"
+        why = "did not run in any of the grader's runs"
     else:
         why = ("shares its line with an if/for/while/with header, so the "
                "grader cannot tell whether it ran")
@@ -665,7 +665,7 @@ _TITLES = {
     "unknown_name": "unknown dimension name",
     "wrong_shape": "wrong shape",
     "not_verified": "shape comment not verifiable",
-    "never_ran": "note: not run by the shape checks",
+    "never_ran": "note: not run in any of the grader's runs",
     "not_traced": "note: not checked",
 }
 

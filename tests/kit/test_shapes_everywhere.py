@@ -5,7 +5,8 @@ worker's records are plain data): a statement the size sets left without a
 problem is verified at the graded runs' sizes too, named by its case; a
 statement already wrong at the size sets keeps its wording; a run whose
 sizes lack a name the comment uses does not judge it; the note "not run
-by the shape checks" goes when a graded run verified the statement; the
+in any of the grader's runs" goes when a graded run verified the
+statement, and a missing comment shows the graded runs it ran in; the
 catch-all's lines are answered by every run's records; the worker's read
 budget per statement and call fails closed. The end-to-end files are in
 hostile/walls_batch/ (test_walls_batch.py).
@@ -76,7 +77,7 @@ def test_a_statement_wrong_only_in_a_graded_run_is_found() -> None:
                                      "c": [(4, 6, 10)],
                                      "return": [(4, 6, 10)]}))]
     assert [f.kind for f in verify(statements, traced, DIMS)] == [
-        "never_ran"]  # c: not run by the shape checks
+        "never_ran"]  # c: not run in any run
     findings = verify_everywhere(statements, traced, graded, DIMS)
     assert [(f.line, f.kind) for f in findings] == [(5, "wrong_shape"),
                                                     (7, "wrong_shape")]
@@ -84,7 +85,34 @@ def test_a_statement_wrong_only_in_a_graded_run_is_found() -> None:
     assert "size set 1: claimed [2, 5, 11], real [2, 5, 11]" in text
     assert ("the sizes of hidden case 'hidden-0': claimed [4, 6, 5], "
             "real [4, 6, 10]") in " ".join(text.split())
-    assert "not run by the shape checks" not in text
+    assert "not run in any of the grader's runs" not in text
+
+
+def test_an_uncommented_statement_run_only_in_a_graded_run() -> None:
+    """A missing comment on a statement the size sets never ran costs the
+    point as before, but its finding shows the graded run where it ran
+    (not "did not run in any of the grader's runs")."""
+    bare = SOURCE.replace("c = b - 1  # [seq_len]", "c = b - 1")
+    source = SourceFile(text=bare, path=Path("net.py"))
+    statements = collect_statements(source, "Net", "forward")
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 33)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    unrun = verify(statements, traced, DIMS)
+    assert [(f.line, f.kind, f.penalised) for f in unrun] == [
+        (7, "missing", True)]
+    assert "did not run in any of the grader's runs" in unrun[0].message
+    graded = [("the sizes of hidden case 'dropout'",
+               {"batch_size": 4, "seq_len": 6, "hidden": 10,
+                "num_heads": 2, "head_size": 5},
+               _records(statements, {"c": [(4, 6, 5)]}))]
+    findings = verify_everywhere(statements, traced, graded, DIMS)
+    assert [(f.line, f.kind, f.penalised) for f in findings] == [
+        (7, "missing", True)]
+    text = " ".join(format_findings(findings, source).split())
+    assert "the sizes of hidden case 'dropout': real [4, 6, 5]" in text
+    assert "did not run in any" not in text
+    assert verify_everywhere(statements, traced, [], DIMS) == unrun
 
 
 def test_a_problem_at_the_size_sets_keeps_its_wording() -> None:
