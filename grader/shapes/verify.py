@@ -380,9 +380,9 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
     if claims and claims[-1].unknown_names(table):
         finding = _unknown_finding(statement, claims[-1],
                                    claims[-1].unknown_names(table), table)
-        return replace(finding, message=finding.message + " (this "
-                       "statement did not run in any of the grader's "
-                       "runs, but its names are checked all the same)")
+        return replace(finding, message=finding.message + " (a "
+                       "comment's names are checked whether or not its "
+                       "statement ran)")
     if statement.traceable:
         why = "did not run in any of the grader's runs"
     else:
