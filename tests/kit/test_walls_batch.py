@@ -552,6 +552,10 @@ CORPUS: dict[str, tuple] = {
                           ("inspect the grader's stack frames",)),
     "vmap_torch_frame_helpers": ((1, 3, 0, 0, 0), CLEAN_2, ("tampered",),
                                  ("inspect the grader's stack frames",)),
+    # A forbidden kernel mapped by vmap trips like any other (principle 3).
+    "vmap_forbidden_kernel": (ZERO, CLEAN_2, ("forbidden",),
+                              ("torch.ops.aten.scaled_dot_product_"
+                               "attention",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
