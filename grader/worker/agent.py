@@ -2511,17 +2511,20 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
         return entry
 
     def keep(caller, line, arg):
+        lines = phase["made"]
+        if lines is None:
+            return  # the phase is over (a call that ended after it)
         entry = pending_of(caller)
         if b_len(entry[1]) >= max_pending:
             entry[1] = [kept for kept in entry[1]
                         if kept[1]() is not None]
             if b_len(entry[1]) >= max_pending:
-                phase["made"][line] = True
+                lines[line] = True
                 return
         try:
             entry[1].append((line, weak_ref(arg)))
         except b_TypeError:
-            phase["made"][line] = True
+            lines[line] = True
 
     def settle(frame, how):
         """``how``: "statement" (a statement of the frame is over: its
