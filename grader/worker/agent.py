@@ -2391,7 +2391,7 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     alone between the line's frame and the operation) is the line's
     only if it comes back to the line: the outermost of those frames
     (the call the line made) returns it, alone or inside tuples, lists
-    and dicts (:func:`returned_ids`). What such a call makes and keeps
+    and dicts (:func:`return_reader`). What such a call makes and keeps
     for itself while it returns something else (the ``probs`` tensor
     ``torch.distributions.Bernoulli(0.9)`` builds from a number) is that
     call's intermediate, as ``a @ b`` inside an expression is the line's
