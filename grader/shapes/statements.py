@@ -56,7 +56,9 @@ class Statement:
     whether it ran. ``tensor`` says whether the source alone shows that the
     statement produces a tensor, and ``operands`` the names that make it
     one when they hold tensors (:mod:`grader.shapes.tensor_facts`), for
-    statements that never ran.
+    statements that never ran. ``alternatives``: the value is a
+    conditional expression (``return (att, probs) if flag else att``),
+    whose branches may give different numbers of tensors.
     """
 
     id: int
@@ -73,6 +75,7 @@ class Statement:
     traceable: bool
     tensor: bool = False
     operands: tuple[str, ...] = ()
+    alternatives: bool = False
 
     def to_plain(self) -> dict[str, Any]:
         """The statement as JSON-able data: the plan the tracer receives."""
@@ -516,7 +519,9 @@ def function_statements(source: SourceFile,
             below=comments.join(below) if where == "trailing" else None,
             above=comments.join(above), detached=comments.join(detached),
             traceable=id(node) not in untraceable,
-            tensor=verdict.always, operands=tuple(sorted(verdict.names))))
+            tensor=verdict.always, operands=tuple(sorted(verdict.names)),
+            alternatives=isinstance(getattr(node, "value", None),
+                                    ast.IfExp)))
     return statements + _span_statements(
         func.body, {s.first_line for s in statements}, code, comments,
         lines, first_id + len(statements))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from grader.locate.source import SourceFile
@@ -251,3 +252,33 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     assert counters["reads"][plain] == 300
     # A return is charged alike: 1 plus the list and its 300 tensors.
     assert counters["reads"][ids["return"]] == 302
+
+
+IFEXP_SOURCE = '''class Net:
+    def forward(self, x, both=False):
+        # YOUR CODE STARTS HERE
+        a = x + 1  # [batch_size, seq_len, hidden]
+        b = (a, a) if both else a  # [batch_size, seq_len, hidden], [seq_len]
+        return (a, a[0]) if both else a  # [bs, seq, hidden], [seq, hidden]
+        # YOUR CODE ENDS HERE
+'''
+
+
+def test_a_conditional_expression_may_match_either_end() -> None:
+    """``return (att, probs) if flag else att``: the branch with one
+    tensor may match the comment's first shape (red team 6); the other
+    branch still matches in order, and a wrong shape is still found."""
+    source = SourceFile(text=IFEXP_SOURCE, path=Path("net.py"))
+    statements = collect_statements(source, "Net", "forward")
+    assert [s.alternatives for s in statements] == [False, True, True]
+    by_line = {s.first_line: str(s.id) for s in statements}
+    records = {by_line[4]: [[[2, 5, 33]]],
+               by_line[5]: [[[2, 5, 33]], [[2, 5, 33], [2, 5, 33]]],
+               by_line[6]: [[[2, 5, 33]], [[2, 5, 33], [5, 33]]]}
+    findings = verify(statements, [(SET_1, records)], DIMS)
+    # line 5: the two-tensor branch is [2, 5, 33] twice, not ..., [5]
+    assert [(f.line, f.kind) for f in findings] == [(5, "wrong_shape")]
+    plain = [replace(s, alternatives=False) for s in statements]
+    found = verify(plain, [(SET_1, records)], DIMS)
+    assert [(f.line, f.kind) for f in found] == [(5, "wrong_shape"),
+                                                 (6, "wrong_shape")]
