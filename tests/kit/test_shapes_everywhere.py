@@ -282,3 +282,33 @@ def test_a_conditional_expression_may_match_either_end() -> None:
     found = verify(plain, [(SET_1, records)], DIMS)
     assert [(f.line, f.kind) for f in found] == [(5, "wrong_shape"),
                                                  (6, "wrong_shape")]
+
+
+def test_a_tasks_fixed_sizes_replace_the_runs_and_their_factor() -> None:
+    """A single-head task (rubric.toml ``sizes = { num_heads = 1 }``):
+    num_heads is 1 and head_size follows from hidden, whatever the size
+    set says; the task's own names are kept."""
+    identity = (("hidden", "num_heads", "head_size"),)
+    names = ("batch_size", "seq_len", "hidden")
+    assert known_sizes({**SET_1, "input_size": 7}, names, identity,
+                       {"num_heads": 1}) == {
+        "batch_size": 2, "seq_len": 5, "hidden": 33, "num_heads": 1,
+        "head_size": 33}
+    assert known_sizes(SET_1, names, identity) == {
+        "batch_size": 2, "seq_len": 5, "hidden": 33}
+
+
+def test_the_single_head_task_reads_num_heads_as_one() -> None:
+    """multi_head_attention's task 1 has num_heads = 1 (and only task 1);
+    a malformed ``sizes`` table is refused."""
+    from grader.rubric import _fixed_sizes, get_assignment
+
+    assignment = get_assignment("multi_head_attention")
+    fixed = {task.id: dict(task.sizes) for task in assignment.tasks}
+    assert fixed == {"task1": {"num_heads": 1}, "task2": {}}
+    for bad in ({"num_heads": 0}, {"num_heads": True}, {"h": "1"}):
+        try:
+            _fixed_sizes(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} was accepted")

@@ -17,8 +17,9 @@ and torch's own look-ups, tensors kept in wrapper objects. Honest
 controls pass operations as values on their own lines, name their own
 helpers like kernels, keep commented tensors in plain holders and in
 every binding form, hold a nested tensor of equal parts, import
-``torch._dynamo``, map helpers with ``torch.vmap`` and draw dropout from
-``torch.distributions``.
+``torch._dynamo``, map helpers with ``torch.vmap``, draw dropout from
+``torch.distributions`` and share one commented helper between the two
+tasks.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -161,6 +162,7 @@ CORPUS: dict[str, tuple] = {
     # A builtin that runs operators (``sum`` adds) may run what it runs,
     # and nothing else: a pickle inside ``sum([...])`` is still flagged.
     "honest_builtin_operators": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "honest_shared_helper": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
     "interp_pickle_inside_sum": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
                                  ("softmax by line 55 of SelfAttention."
                                   "forward, which does not name it",)),
