@@ -138,13 +138,19 @@ def _walrus_chains(node: ast.AST) -> list[tuple[str, ...]]:
 #: Calls that write an attribute or an item of their first argument:
 #: ``setattr(obj, "a", v)`` writes ``obj.a`` as ``obj.a = v`` does.
 _SETTERS = {"setattr": "attribute", "__setattr__": "attribute",
-            "setitem": "item", "__setitem__": "item"}
+            "setitem": "item", "__setitem__": "item",
+            "register_buffer": "attribute",
+            "register_parameter": "attribute"}
+#: Methods of a module that store their second argument as an attribute
+#: named by the first (``self.register_buffer("mask", t)``).
+_REGISTERS = ("register_buffer", "register_parameter")
 
 
 def _written(call: ast.expr) -> tuple[str, ...] | None:
     """What a call of a setter writes (``setattr(obj, "a", v)``,
     ``object.__setattr__(obj, "a", v)``, ``obj.__setattr__("a", v)``,
-    ``operator.setitem(d, k, v)``): the attribute chain, the container,
+    ``operator.setitem(d, k, v)``, ``obj.register_buffer("a", v)``): the
+    attribute chain, the container,
     or UNWATCHABLE when the object or the attribute's name is not
     written out; None for any other call."""
     if not isinstance(call, ast.Call):
@@ -160,6 +166,10 @@ def _written(call: ast.expr) -> tuple[str, ...] | None:
                                                     "__setitem__") \
             and len(args) == 2:
         args = [func.value, *args]  # obj.__setattr__("a", v)
+    elif name in _REGISTERS:
+        if not isinstance(func, ast.Attribute):
+            return None  # a function of the student's of that name
+        args = [func.value, *args]  # obj.register_buffer("a", v)
     if len(args) != 3 or any(isinstance(a, ast.Starred) for a in args):
         return (UNWATCHABLE,)
     target = args[0]

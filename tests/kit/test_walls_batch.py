@@ -845,6 +845,17 @@ def test_the_plan_watches_every_target_it_can_name() -> None:
     assert watch("setattr(self, name, t)") == ("expr", ((UNWATCHABLE,),))
     assert watch("operator.setitem(d[0], k, t)") == ("expr", (("d",),))
     assert watch("vars(self).update(q=t)") == ("expr", ((UNWATCHABLE,),))
+    # A module's register methods store their tensor as an attribute
+    # (red team 6: a mask cached with register_buffer in forward).
+    assert watch('self.register_buffer("mask", t, persistent=False)') == (
+        "expr", (("self", "mask"),))
+    assert watch('self.register_parameter("w", p)') == (
+        "expr", (("self", "w"),))
+    assert watch("self.register_buffer(name, t)") == (
+        "expr", ((UNWATCHABLE,),))
+    assert watch('self.register_buffer("mask", tensor=t)') == (
+        "expr", ((UNWATCHABLE,),))
+    assert watch('register_buffer("mask", t)') == ("expr", ())
     assert watch("print(x)") == ("expr", ())
     assert watch("del x") == ("delete", ())
     match = ast.parse("match v:\n    case [a, *b] if (z := a):\n"
