@@ -265,6 +265,27 @@ def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
             "a correct shape comment") in report
 
 
+def test_a_helper_module_of_ones_own_is_named_with_what_to_do(tmp_path):
+    """A repository whose file imports a module of its own package (red
+    team 6): only the graded file reaches the sandbox, and the report
+    says so and what to do, besides Python's own error."""
+    package = tmp_path / "repo" / "transformer_lm"
+    package.mkdir(parents=True)
+    (package / "attn_utils.py").write_text("SCALE = 2\n")
+    text = solution_text().replace(
+        "import torch\n",
+        "import torch\n\nfrom transformer_lm.attn_utils import SCALE\n", 1)
+    assert "attn_utils" in text
+    (package / "modeling_attention.py").write_text(text)
+    report = json.loads(finish(start("grade", str(tmp_path / "repo"),
+                                     "--public-only", "--format", "json")))
+    assert report["score"] == 0
+    error = " ".join(report["errors"])
+    assert "No module named 'transformer_lm.attn_utils'" in error
+    assert ("The grader imports only the graded file and the package "
+            "files this homework ships") in error
+
+
 def test_similarity_gives_the_true_reason(graded_class, tmp_path):
     """``similarity`` says bob's file does not parse (not that he wrote
     nothing) and carol has nothing of her own."""
