@@ -1802,7 +1802,12 @@ def audit_hook(send: Callable, report: Callable, token: object,
             if by_library:
                 raise b_PermissionError("the grader's sandbox refuses to "
                                         "read " + show(path))
-            if inside(full, hidden) and importing(caller, student):
+            # The kit's own packages are forbidden to import; a file of
+            # the student package that the graded homework does not ship
+            # (a library root's hidden file) is refused like any read,
+            # however it is imported: the code fails on its merits.
+            if inside(full, hidden) and importing(caller, student) and \
+                    not inside(full, library_roots):
                 refuse("forbidden", "import", module_name(full), student,
                        b_ImportError)
             refuse("refused", "read", show(path), student)
