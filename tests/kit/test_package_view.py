@@ -99,8 +99,8 @@ def test_landlock_grants_no_hidden_file_and_lists_the_folder() -> None:
 
 def test_a_hidden_file_is_named_as_a_module() -> None:
     """The agent's names for hidden files and their compiled copies."""
-    name = agent.path_rules("/s", ("/k",), ("/k/solutions", "/k/p/m.py",
-                                           "/k/p/__pycache__/m.c-3.pyc"))[4]
+    hidden = ("/k/solutions", "/k/p/m.py", "/k/p/__pycache__/m.c-3.pyc")
+    name = agent.path_rules("/s", ("/k",), hidden)[4]
     assert name("/k/solutions/x.py") == "solutions.x"
     assert name("/k/solutions/a/__init__.py") == "solutions.a"
     assert name("/k/p/m.py") == "p.m"
