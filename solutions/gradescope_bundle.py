@@ -23,7 +23,8 @@ which writes, at the root of the zip (Gradescope's layout):
   ``transformer_lm/``, what the graded assignment's release ships (its
   module, the shared files, its public values: never another homework's
   module, which may hold a given solution), and ``setup.cfg``,
-  ``pyproject.toml``, ``README.md``, ``LICENSE``, ``NOTICE``, plus ``manifest.json`` (versions and a checksum per file).
+  ``pyproject.toml``, ``README.md``, ``LICENSE``, ``NOTICE``, plus
+  ``manifest.json`` (versions and a checksum per file).
   Never ``solutions/``: nothing of the reference solution is shipped. The
   package's generated files (the stubs, the public test values) are
   shipped as a fresh build makes them from ``solutions/``, whatever the
