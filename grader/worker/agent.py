@@ -1804,12 +1804,14 @@ def audit_hook(send: Callable, report: Callable, token: object,
                                         "read " + show(path))
             # The kit's own packages are forbidden to import; a file of
             # the student package that the graded homework does not ship
-            # (a library root's hidden file) is refused like any read,
-            # however it is imported: the code fails on its merits.
-            if inside(full, hidden) and importing(caller, student) and \
-                    not inside(full, library_roots):
-                refuse("forbidden", "import", module_name(full), student,
-                       b_ImportError)
+            # (a hidden file among the library roots) is refused like any
+            # read, however it is imported: the code fails on its merits.
+            if inside(full, hidden) and importing(caller, student):
+                name = module_name(full)
+                if not inside(full, library_roots) or \
+                        name.split(".")[0] in kit_modules:
+                    refuse("forbidden", "import", name, student,
+                           b_ImportError)
             refuse("refused", "read", show(path), student)
 
     return hook
