@@ -592,6 +592,10 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "reach_kit_modules": (("task1", "kit globals reached: none"),
                                 ("task2", "kit globals reached: none")),
           "hook_key_by_recursion": ("task1", "no send frame in 60 errors"),
+          "given_layer_source_exec": (("task1",
+                                       "other homeworks' modules loaded: []"),
+                                      ("task2",
+                                       "other homeworks' modules loaded: []")),
           "stack_seen_by_every_call": (
               ("task1", "nothing of the grader below SelfAttention.__init__,"
                         " SelfAttention.forward, SelfAttention.named_modules"),

@@ -9,13 +9,25 @@ shipped with this homework): reading it raises in every call, and task
 2's checks fail on their merits. Task 1 is the student's own code: full
 marks.
 
+It also prints which modules of the package the worker found loaded
+(none of another homework's: the fork server's warm-up loads only the
+shared ``transformer_lm.notebook``).
+
 Expected: task 1 full marks (5 with the bonus), task 2 zero; a
 ``refused`` flag naming the given file.
 """
 import importlib.resources
+import sys
 
 import torch
 import torch.nn as nn
+
+# The fork server loads nothing of the package beyond what every worker
+# shares: no module of another homework is waiting in sys.modules.
+print("other homeworks' modules loaded:", sorted(
+    name for name in sys.modules if name.startswith("transformer_lm.")
+    and name.split(".")[1] not in ("notebook", "test_values",
+                                   "modeling_attention")))
 
 
 def given_forward() -> object:
