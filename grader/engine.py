@@ -180,7 +180,8 @@ def grade_submission(submission: Submission,
                         plan.probes.get(task.id, []),
                         statements=statements,
                         forbidden=assignment.forbidden,
-                        sandbox=assignment.sandbox))
+                        sandbox=assignment.sandbox,
+                        package=plugin.of(assignment).package_files))
     linter = _Linter([submission.sources[t.id] for t in assignment.tasks],
                      fork=options.judge)
     results = run_jobs(jobs, options.limits, after_fork=linter.start)
@@ -281,7 +282,9 @@ def load_what_can_be_loaded(assignment: Assignment, submission: Submission,
         source = submission.sources[retry[0].name]
         graded = tuple(t.target for t in assignment.tasks
                        if submission.sources[t.id].path == path)
-        reduction = loadable.reduce_module(source, graded, sandbox_paths())
+        reduction = loadable.reduce_module(
+            source, graded,
+            sandbox_paths(plugin.of(assignment).package_files))
         if reduction is None:
             continue
         again = [replace(job, source=reduction.source.text)

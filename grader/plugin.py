@@ -34,6 +34,9 @@ PlanBuilder = Callable[[int, bool, tuple[dict[str, int], ...]], Any]
 FigureMaker = Callable[[set[str], dict[str, Any]], list]
 #: ``public_values() -> {file name in transformer_lm/: text}``.
 PublicValues = Callable[[], dict[str, str]]
+#: Files of the student package (``transformer_lm/``) that every
+#: assignment's release ships, besides its own module and public values.
+SHARED_PACKAGE_FILES = ("__init__.py", "notebook.py")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,9 @@ class Plugin:
     checks import them). ``figures`` draws the failing items' pictures
     (optional). ``public_values`` renders the files of public test
     values shipped to students in ``transformer_lm/`` (optional: an
-    assignment may ship none). The rubric, the checks, the stub and the
+    assignment may ship none); ``public_files`` names them (declared, so
+    that the grader knows what the release ships without rendering them:
+    :attr:`package_files`). The rubric, the checks, the stub and the
     forbidden APIs are data in the plug-in's folder: ``rubric.toml``
     (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``,
     and the audit catalog of known mistakes and correct variants,
@@ -62,8 +67,21 @@ class Plugin:
     mistakes: ModuleType
     figures: FigureMaker | None = None
     public_values: PublicValues | None = None
+    public_files: tuple[str, ...] = ()
     #: The plug-in's folder; :func:`load` sets it from the package.
     folder: Path = field(default=Path(), compare=False)
+
+    @property
+    def package_files(self) -> tuple[str, ...]:
+        """The files of the student package ``transformer_lm/`` that this
+        assignment's release ships (the nbgrader release, the student
+        repository, the Gradescope bundle) and all that a worker grading
+        it may read of the package: the shared files, its own module and
+        its public test values. Every other file of the package (another
+        homework's module, which may hold a given solution) is hidden
+        from the worker (docs/threat-model.md, principles 3 and 10)."""
+        return (SHARED_PACKAGE_FILES + (f"{self.rubric.module}.py",)
+                + tuple(self.public_files))
 
     @property
     def rubric_file(self) -> Path:
@@ -136,6 +154,7 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
         if not good:
             raise _fail(plugin_id, f"{spec.name} must be a {kind}, not a "
                                    f"{type(value).__name__}")
+    _check_public_files(plugin, plugin_id)
     for path, what in ((plugin.rubric_file, "rubric.toml"),
                        (plugin.stub_file, "stub.py")):
         if not path.is_file():
@@ -159,6 +178,20 @@ def validate(plugin: object, plugin_id: str) -> Plugin:
                                f"{', '.join(missing)} (the rubric's "
                                f"task targets)")
     return plugin
+
+
+def _check_public_files(plugin: Plugin, plugin_id: str) -> None:
+    """``public_files``: plain ``.py`` names of the package folder, given
+    exactly when ``public_values`` is."""
+    names = plugin.public_files
+    if not isinstance(names, tuple) or not all(
+            isinstance(n, str) and ID_PATTERN.match(n.removesuffix(".py"))
+            and n.endswith(".py") for n in names):
+        raise _fail(plugin_id, "public_files must be a tuple of file names "
+                               "like 'test_values.py'")
+    if bool(names) != (plugin.public_values is not None):
+        raise _fail(plugin_id, "public_files names the files public_values "
+                               "renders: give both or neither")
 
 
 def _undefined_targets(stub: Path, targets: list[str]) -> list[str]:

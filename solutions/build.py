@@ -275,8 +275,16 @@ def _stub_targets() -> list[Generated]:
     return targets
 
 
-def _public_value(make: Callable[[], dict[str, str]], name: str) -> str:
-    return make()[name]
+def _public_value(make: Callable[[], dict[str, str]], name: str,
+                  declared: tuple[str, ...]) -> str:
+    made = make()
+    if sorted(made) != sorted(declared):
+        raise SystemExit(f"the plug-in's public_values makes "
+                         f"{sorted(made)}, its public_files declares "
+                         f"{sorted(declared)}: make them agree (what a "
+                         f"worker may read of the package follows "
+                         f"public_files)")
+    return made[name]
 
 
 def public_value_targets() -> list[Generated]:
@@ -288,10 +296,10 @@ def public_value_targets() -> list[Generated]:
     for plugin in plugins():
         if plugin.public_values is None:
             continue
-        for name in plugin.public_values():
+        for name in plugin.public_files:
             targets.append(Generated(
                 PACKAGE / name, partial(_public_value, plugin.public_values,
-                                        name)))
+                                        name, plugin.public_files)))
     return targets
 
 

@@ -19,9 +19,12 @@ which writes, at the root of the zip (Gradescope's layout):
 * ``requirements.txt``: torch pinned to :data:`TORCH_VERSION` (CPU index)
   and the grader's tools pinned to the versions installed where the bundle
   was built, so PEP-8 grading and plots match the instructor's machine.
-* the kit's grader and student package (``grader/``, ``transformer_lm/``)
-  and ``setup.cfg``, ``pyproject.toml``, ``README.md``, ``LICENSE``,
-  ``NOTICE``, plus ``manifest.json`` (versions and a checksum per file).
+* the kit's grader (``grader/``) and, of the student package
+  ``transformer_lm/``, what the graded assignment's release ships (its
+  module, the shared files, its public values: never another homework's
+  module, which may hold a given solution), and ``setup.cfg``,
+  ``pyproject.toml``, ``README.md``, ``LICENSE``, ``NOTICE``, plus
+  ``manifest.json`` (versions and a checksum per file).
   Never ``solutions/``: nothing of the reference solution is shipped. The
   package's generated files (the stubs, the public test values) are
   shipped as a fresh build makes them from ``solutions/``, whatever the
@@ -69,6 +72,9 @@ KIT_ROOT = Path(__file__).resolve().parent.parent
 PINNED_PACKAGES = ("numpy", "pytest", "flake8", "pycodestyle", "pyflakes",
                    "mccabe", "matplotlib")
 KIT_FOLDERS = ("grader", "transformer_lm")
+#: The student package's folder: a bundle ships only its graded
+#: assignment's files of it (:attr:`grader.plugin.Plugin.package_files`).
+PACKAGE_FOLDER = "transformer_lm"
 KIT_FILES = ("setup.cfg", "pyproject.toml", "README.md", "LICENSE", "NOTICE")
 _SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".ipynb_checkpoints")
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
@@ -125,22 +131,34 @@ def _shipped(path: Path) -> bool:
             and path.name != CATALOG_FILE)
 
 
-def kit_files(root: Path = KIT_ROOT) -> list[Path]:
+def kit_files(root: Path = KIT_ROOT,
+              package: tuple[str, ...] | None = None) -> list[Path]:
     """The kit's files that the bundle (and a student repo) ship.
 
     Relative to ``root``: every file of ``grader/`` and ``transformer_lm/``
-    except caches and a seed file, and the top-level metadata files.
+    except caches and a seed file, and the top-level metadata files. With
+    ``package`` (:attr:`grader.plugin.Plugin.package_files`), of
+    ``transformer_lm/`` only those files: one homework's release.
     """
     found = []
     for folder in KIT_FOLDERS:
         for path in sorted((root / folder).rglob("*")):
             relative = path.relative_to(root)
-            if path.is_file() and _shipped(relative):
+            if path.is_file() and _shipped(relative) and _in_package(
+                    relative, package):
                 found.append(relative)
     for name in KIT_FILES:
         if (root / name).is_file():
             found.append(Path(name))
     return found
+
+
+def _in_package(relative: Path, package: tuple[str, ...] | None) -> bool:
+    """False for a file of the student package that ``package`` (when
+    given) does not name."""
+    return (package is None or relative.parts[0] != PACKAGE_FOLDER
+            or relative.as_posix() in
+            {f"{PACKAGE_FOLDER}/{name}" for name in package})
 
 
 def setup_script() -> str:
@@ -275,29 +293,31 @@ def bundle_assignment(assignment: str | None) -> str:
                       f"{', '.join(known)})")
 
 
-def generated_package() -> dict[str, bytes]:
+def generated_package(assignment: str | None = None) -> dict[str, bytes]:
     """The student package's generated files as a fresh build makes them
-    (zip path -> bytes): the stubs and the public test values.
+    (zip path -> bytes): the stubs and the public test values; with
+    ``assignment``, only that assignment's (its release's package:
+    :attr:`grader.plugin.Plugin.package_files`).
 
     They come from the single source in ``solutions/``, whatever the
     working tree's ``transformer_lm/`` holds (an instructor who tried a
     solution there ships the stub all the same). Needs the instructor's
     kit (``solutions/``, where this module lives).
     """
-    from grader.rubric import assignments
-
-    files = {}
-    for assignment in assignments():
-        source = SOLUTIONS / f"{assignment.module}.py"
-        if source.is_file():
-            stub = make_stub(source.read_text(encoding="utf-8"), str(source))
-            files[f"transformer_lm/{assignment.module}.py"] = stub.encode()
     from grader.plugin import plugins
 
+    files = {}
     for plugin in plugins():
+        if assignment is not None and plugin.id != assignment:
+            continue
+        source = SOLUTIONS / f"{plugin.rubric.module}.py"
+        if source.is_file():
+            stub = make_stub(source.read_text(encoding="utf-8"), str(source))
+            files[f"{PACKAGE_FOLDER}/{plugin.rubric.module}.py"] = \
+                stub.encode()
         if plugin.public_values is not None:
             for name, text in plugin.public_values().items():
-                files[f"transformer_lm/{name}"] = text.encode()
+                files[f"{PACKAGE_FOLDER}/{name}"] = text.encode()
     return files
 
 
@@ -316,9 +336,12 @@ def bundle_contents(assignment: str | None = None,
         "run_autograder": run_script(assignment, hidden_details).encode(),
         "requirements.txt": pinned_requirements().encode(),
     }
-    for relative in kit_files():
+    from grader.plugin import load
+
+    package = load(assignment).package_files
+    for relative in kit_files(package=package):
         files[relative.as_posix()] = (KIT_ROOT / relative).read_bytes()
-    files.update(generated_package())
+    files.update(generated_package(assignment))
     if seed is not None:
         files[SEED_FILE] = f"{str(seed).strip()}\n".encode()
     files["manifest.json"] = _manifest(

@@ -46,17 +46,15 @@ TEMPLATES = SOLUTIONS / "notebooks"
 SOURCE = SOLUTIONS / "source"
 RELEASE = ROOT / "assignment"
 _DIRECTIVE = re.compile(r"^<!--\s*(\w+)((?:\s+\w+=\S+)*)\s*-->\s*$")
-# Student-package files every assignment folder carries, besides its module.
-SHARED_PACKAGE_FILES = ("__init__.py", "notebook.py")
 
 
-def package_extras(assignment_id: str) -> tuple[str, ...]:
-    """The files of public test values the plug-in ships in the student
-    package, besides its module."""
+def package_files(assignment_id: str) -> tuple[str, ...]:
+    """The files of the student package the release ships: the grader's
+    one definition (:attr:`grader.plugin.Plugin.package_files`), which is
+    also all that a worker grading the assignment may read of it."""
     from grader.plugin import load
 
-    make = load(assignment_id).public_values
-    return tuple(make()) if make is not None else ()
+    return load(assignment_id).package_files
 
 
 class TemplateError(GraderError):
@@ -215,9 +213,7 @@ def source_files(assignment: Assignment) -> dict[Path, str]:
     folder = SOURCE / assignment.id
     files = {folder / assignment.notebook: notebook_text(
         build_notebook(assignment, template, reference))}
-    names = (SHARED_PACKAGE_FILES + (f"{assignment.module}.py",)
-             + package_extras(assignment.id))
-    for name in names:
+    for name in package_files(assignment.id):
         files[folder / "transformer_lm" / name] = (
             PACKAGE / name).read_text(encoding="utf-8")
     for relative, data in public_test_files(assignment.public_tests).items():

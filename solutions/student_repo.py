@@ -404,7 +404,7 @@ def student_files(assignment_id: str) -> dict[Path, bytes]:
     files.update(_files_under(release / "transformer_lm", release))
     # The stubs and test values as a fresh build makes them, whatever the
     # working tree holds (the same rule as the Gradescope bundle).
-    generated = generated_package()
+    generated = generated_package(assignment.id)
     for relative in list(files):
         if relative.as_posix() in generated:
             files[relative] = generated[relative.as_posix()]

@@ -170,7 +170,8 @@ def prewarm(args: JudgeOptions) -> None:
     import grader.shapes.tensor_facts  # noqa: F401
     from grader.run.sandbox import sandbox_paths
 
-    sandbox_paths()
+    for each in plugins():
+        sandbox_paths(each.package_files)
     if not args.no_feedback:
         import matplotlib
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.machinery
 import importlib.util
 import os
 from dataclasses import dataclass, field, replace
@@ -157,6 +158,24 @@ def importable(module: str | None, level: int = 0,
     if all(not _readable(p, roots) for p in places):
         return "not installed here (the grader's sandbox reads installed " \
                "libraries only)"
+    return _hidden_submodule(module or "", spec, roots)
+
+
+def _hidden_submodule(module: str, spec: importlib.machinery.ModuleSpec,
+                      roots: dict[str, list[str]] | None) -> str | None:
+    """Why ``module``, a submodule of a package the sandbox may read,
+    cannot be imported there: its file lies where the sandbox hides it
+    (another homework's module of the student package); else None."""
+    parts = module.split(".")
+    if roots is None or len(parts) < 2 or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        base = Path(folder) / parts[1]
+        for path in (base.with_name(f"{parts[1]}.py"), base / "__init__.py"):
+            if path.is_file() and not _readable(str(path), roots):
+                return (f"not shipped with this homework (the grader's "
+                        f"sandbox holds only the files of {parts[0]} that "
+                        f"the homework's release ships)")
     return None
 
 
@@ -399,6 +418,8 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
             else:
                 scan.skip(node, "import", why,
                           "is not installed here" if "installed" in why
+                          else "is not shipped with this homework"
+                          if "shipped" in why
                           else "comes from a relative import")
         elif isinstance(node, _DEFINITIONS):
             if last_definition[node.name] != index:

@@ -82,7 +82,8 @@ class Job:
 
     ``statements`` is the shape-trace plan (every statement of the
     submission that may need a shape comment); ``forbidden`` the rubric's
-    forbidden APIs and ``sandbox`` its ``[sandbox]`` table (the library
+    forbidden APIs, ``package`` what the worker may read of the student
+    package, and ``sandbox`` its ``[sandbox]`` table (the library
     classes the worker watches and the numbers it reports of them; see
     ``grader.worker.agent``).
     """
@@ -94,6 +95,9 @@ class Job:
     statements: list[dict] = field(default_factory=list)
     forbidden: dict[str, Any] = field(default_factory=dict)
     sandbox: dict[str, Any] = field(default_factory=dict)
+    #: The files of the student package the worker may read (the graded
+    #: assignment's release: :func:`sandbox_paths`); None: all of them.
+    package: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -119,14 +123,20 @@ class JobResult:
 
 
 @cache
-def sandbox_paths() -> dict[str, list[str]]:
+def sandbox_paths(package: tuple[str, ...] | None = None
+                  ) -> dict[str, list[str]]:
     """What a worker may read: ``readable`` trees minus ``hidden`` ones,
     and the ``library_roots`` whose code counts as library code.
 
     Readable: the interpreter's standard library and site-packages, the
     system's shared libraries, and the student-facing package
     (``transformer_lm``). Hidden: the grader itself, the kit's reference,
-    tests, examples and history, wherever they are installed.
+    tests, examples and history, wherever they are installed; and, with
+    ``package`` (the file names the graded assignment's release ships of
+    the student package: :attr:`grader.plugin.Plugin.package_files`),
+    every other file of the package and its compiled copies, so that
+    another homework's module (which may hold a given solution) cannot be
+    imported or read, as on the student's own machine.
     """
     paths = sysconfig.get_paths()
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib",
@@ -141,18 +151,55 @@ def sandbox_paths() -> dict[str, list[str]]:
                              if os.path.exists(p)}
     import importlib.util
 
+    hidden = {str(GRADER_DIR)}
     spec = importlib.util.find_spec("transformer_lm")
     if spec is not None and spec.submodule_search_locations:
-        package = {os.path.realpath(p)
+        folders = {os.path.realpath(p)
                    for p in spec.submodule_search_locations}
-        readable |= package
-        roots |= package  # the student-facing package is library code
-    hidden = {str(GRADER_DIR)}
+        readable |= folders
+        roots |= folders  # the student-facing package is library code
+        if package is not None:
+            for folder in folders:
+                hidden |= unshipped(Path(folder), package)
     for name in ("solutions", "tests", "examples", "bench", "docs", ".git",
                  "assignment"):
         hidden.add(str(KIT_ROOT / name))
     return {"readable": sorted(readable), "hidden": sorted(hidden),
             "library_roots": sorted(roots)}
+
+
+#: The optimisation levels whose compiled copies Python may read.
+_OPTIMIZATIONS = ("", 1, 2)
+
+
+def unshipped(folder: Path, shipped: tuple[str, ...]) -> set[str]:
+    """The paths of ``folder`` (the student package) that are not among
+    the ``shipped`` file names: every other entry, and every compiled copy
+    (``__pycache__/<name>.*.pyc``) of a module not shipped, whether or not
+    it exists yet (Python would load a module from its copy without ever
+    opening its source)."""
+    import importlib.util
+
+    stems = {name.split(".")[0] for name in shipped}
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        names = set()
+    hidden = {str(folder / name) for name in names
+              if name not in shipped and name != "__pycache__"}
+    for name in names:
+        if name.endswith(".py") and name not in shipped:
+            for level in _OPTIMIZATIONS:
+                hidden.add(importlib.util.cache_from_source(
+                    str(folder / name), optimization=level))
+    cache = folder / "__pycache__"
+    try:
+        compiled = os.listdir(cache)
+    except OSError:
+        compiled = []
+    hidden |= {str(cache / name) for name in compiled
+               if name.split(".")[0] not in stems}
+    return hidden
 
 
 class _Running:
@@ -319,7 +366,8 @@ def _start(job: Job, limits: Limits) -> _Running:
             "memory_mb": limits.memory_mb, "scratch": str(scratch),
             "quota": [limits.scratch_mb * 1024 * 1024, limits.scratch_files]
             if limits.scratch_mount else None,
-            "key": key.hex(), "magic": magic.hex(), **sandbox_paths()}
+            "key": key.hex(), "magic": magic.hex(),
+            **sandbox_paths(job.package)}
     handle = forkserver.spawn(job_frame(plan))
     return _Running(job, handle, key, magic, scratch, limits)
 

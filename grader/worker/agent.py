@@ -1348,17 +1348,26 @@ def path_rules(scratch: str, readable: tuple, hidden: tuple
         return text if b_len(text) <= 200 else text[:200] + "..."
 
     def module_name(path):
-        """``/kit/solutions/x.py`` -> ``solutions.x`` (for a report)."""
+        """``/kit/solutions/x.py`` -> ``solutions.x``; a hidden file
+        ``/kit/pkg/y.py`` or ``/kit/pkg/__pycache__/y.cpython-311.pyc``
+        -> ``pkg.y`` (for a report)."""
         for root in hidden:
-            if path.startswith(root + path_sep):
-                base = root.rsplit(path_sep, 1)[-1]
-                rest = path[b_len(root) + 1:].split(path_sep)
-                rest = [p for p in rest if p != "__pycache__"]
-                if rest:
-                    rest[-1] = rest[-1].split(".")[0]
-                    if rest[-1] == "__init__":
-                        rest.pop()
-                return ".".join([base] + rest)
+            if path == root and (path.endswith(".py") or
+                                 path.endswith(".pyc")):
+                top = root.rsplit(path_sep, 1)[0]
+            elif path.startswith(root + path_sep):
+                top = root
+            else:
+                continue
+            if top.endswith(path_sep + "__pycache__"):
+                top = top.rsplit(path_sep, 1)[0]
+            rest = path[b_len(top) + 1:].split(path_sep)
+            rest = [p for p in rest if p != "__pycache__"]
+            if rest:
+                rest[-1] = rest[-1].split(".")[0]
+                if rest[-1] == "__init__":
+                    rest.pop()
+            return ".".join(top.rsplit(path_sep, 1)[-1:] + rest)
         return path
 
     return real, inside, readable_path, show, module_name
@@ -1793,9 +1802,16 @@ def audit_hook(send: Callable, report: Callable, token: object,
             if by_library:
                 raise b_PermissionError("the grader's sandbox refuses to "
                                         "read " + show(path))
+            # The kit's own packages are forbidden to import; a file of
+            # the student package that the graded homework does not ship
+            # (a hidden file among the library roots) is refused like any
+            # read, however it is imported: the code fails on its merits.
             if inside(full, hidden) and importing(caller, student):
-                refuse("forbidden", "import", module_name(full), student,
-                       b_ImportError)
+                name = module_name(full)
+                if not inside(full, library_roots) or \
+                        name.split(".")[0] in kit_modules:
+                    refuse("forbidden", "import", name, student,
+                           b_ImportError)
             refuse("refused", "read", show(path), student)
 
     return hook

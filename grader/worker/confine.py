@@ -207,6 +207,32 @@ def readable_paths(readable: list[str] | tuple[str, ...],
     return granted
 
 
+def listed_paths(readable: list[str] | tuple[str, ...],
+                 hidden: list[str] | tuple[str, ...]) -> list[str]:
+    """The folders of ``readable`` trees that hold a hidden path: granted
+    for listing only (their entries' names, as a student's own copy of the
+    package shows them; the import system lists a package's folder), never
+    for reading what they hold beyond :func:`readable_paths`."""
+    hide = {os.path.realpath(p) for p in hidden if os.path.exists(p)}
+    listed: set[str] = set()
+    for root in {os.path.realpath(p) for p in readable
+                 if os.path.exists(p)}:
+        prefix = root.rstrip(os.sep) + os.sep
+        if any(root == h or root.startswith(h.rstrip(os.sep) + os.sep)
+               for h in hide):
+            continue
+        for path in hide:
+            if not path.startswith(prefix):
+                continue
+            parent = Path(path).parent
+            while str(parent).startswith(prefix) or str(parent) == root:
+                listed.add(str(parent))
+                if str(parent) == root:
+                    break
+                parent = parent.parent
+    return sorted(p for p in listed if os.path.isdir(p))
+
+
 def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int,
               abi_rights: int) -> None:
     try:
@@ -256,6 +282,8 @@ def _apply_landlock(libc: ctypes.CDLL, abi: int, scratch: str,
         for path in readable_paths(readable, hidden):
             _add_rule(libc, ruleset, path, _FS_READ_FILE | _FS_READ_DIR,
                       handled)
+        for path in listed_paths(readable, hidden):
+            _add_rule(libc, ruleset, path, _FS_READ_DIR, handled)
         writes = handled & ~_FS_EXECUTE
         _add_rule(libc, ruleset, scratch, writes, handled)
         _add_rule(libc, ruleset, os.devnull,

@@ -234,6 +234,15 @@ def test_zip_layout_scripts_and_pins(built, tmp_path):
                    "pyproject.toml", "README.md", "LICENSE", "NOTICE"):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    # Of the student package, only what the assignment's release ships:
+    # never another homework's module (transformer_block's stub gives a
+    # complete attention layer; principles 3 and 10).
+    from grader.plugin import load
+
+    package = {n.split("/", 1)[1] for n in names
+               if n.startswith("transformer_lm/")}
+    assert package == set(load(ASSIGNMENT).package_files)
+    assert "modeling_transformer.py" not in package
 
     requirements = (tmp_path / "requirements.txt").read_text().split("\n")
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" \

@@ -13,13 +13,15 @@ issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
 a ``for``/``with`` target or a ``case`` capture, nested tensors, a
 counterfeit library wrapper, frames asked for through ``torch.vmap``
-and torch's own look-ups, tensors kept in wrapper objects. Honest
+and torch's own look-ups, tensors kept in wrapper objects; another
+homework's module of the student package (a given layer: principles 3
+and 10), by an import, a built name or its source text. Honest
 controls pass operations as values on their own lines, name their own
 helpers like kernels, keep commented tensors in plain holders and in
 every binding form, hold a nested tensor of equal parts, import
 ``torch._dynamo``, map helpers with ``torch.vmap``, draw dropout from
-``torch.distributions`` and share one commented helper between the two
-tasks.
+``torch.distributions``, share one commented helper between the two
+tasks and import what their homework ships of the student package.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -558,6 +560,25 @@ CORPUS: dict[str, tuple] = {
     "vmap_forbidden_kernel": (ZERO, CLEAN_2, ("forbidden",),
                               ("torch.ops.aten.scaled_dot_product_"
                                "attention",)),
+    # -- Principles 3 and 10: another homework's module of the student
+    #    package (transformer_block's stub gives a complete layer) is not
+    #    shipped with this one, so the worker cannot read it, by any route:
+    #    the code that needs it fails on its merits. Before, 11/10.
+    "given_layer_subclass": (CLEAN_1, ZERO, ("refused",),
+                             ("is not shipped with this homework",
+                              "modeling_transformer.py",
+                              "the sandbox refused it")),
+    "given_layer_shim": (CLEAN_1, ZERO, ("refused",),
+                         ("refuses to read", "modeling_transformer.py",
+                          "the sandbox refused it")),
+    "given_layer_import_module": ((1, 0, 0, 0, 0), CLEAN_2, ("refused",),
+                                  ("refuses to read",
+                                   "modeling_transformer.py")),
+    "given_layer_source_exec": (CLEAN_1, ZERO, ("refused",),
+                                ("refuses to read",
+                                 "modeling_transformer.py")),
+    # What the homework ships of the package imports as usual.
+    "honest_shipped_package": (CLEAN_1, CLEAN_2, (), ()),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
@@ -572,6 +593,10 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "reach_kit_modules": (("task1", "kit globals reached: none"),
                                 ("task2", "kit globals reached: none")),
           "hook_key_by_recursion": ("task1", "no send frame in 60 errors"),
+          "given_layer_source_exec": (("task1",
+                                       "other homeworks' modules loaded: []"),
+                                      ("task2",
+                                       "other homeworks' modules loaded: []")),
           "stack_seen_by_every_call": (
               ("task1", "nothing of the grader below SelfAttention.__init__,"
                         " SelfAttention.forward, SelfAttention.named_modules"),
