@@ -125,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                              Path(tmp) / "candidate0.csv")
     base = statistics.median(cpu["baseline"])
     cand = statistics.median(cpu["candidate"])
+    paired = statistics.median(c / b for b, c in zip(cpu["baseline"],
+                                                     cpu["candidate"]))
     print(f"median CPU a submission: baseline {base:.3f} s, candidate "
-          f"{cand:.3f} s, ratio {cand / base:.2f}")
+          f"{cand:.3f} s, ratio {cand / base:.2f} (median of the rounds' "
+          f"ratios {paired:.2f})")
     print("outputs: " + ("identical" if not differ else
                          f"{len(differ)} file(s) differ: {differ[:10]}"))
     print(bench.load_line("end")[0])

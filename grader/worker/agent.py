@@ -1074,14 +1074,17 @@ def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:
 
 
 def _snapshot(extra: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
-    """The ids of the entries of the watched namespaces (and ``extra``)."""
+    """The addresses (ADDRESS: the identity :func:`patch_watch` compares,
+    without an audited id() per entry) of the entries of the watched
+    namespaces (and ``extra``)."""
     taken: dict[str, dict[str, int]] = {}
     for dotted in WATCHED_NAMESPACES + tuple(extra):
         value = _lookup(dotted)
         namespace = getattr(value, "__dict__", None)
         if namespace is None:
             continue
-        taken[dotted] = {str(k): id(v) for k, v in list(namespace.items())}
+        taken[dotted] = {str(k): ADDRESS(v)
+                         for k, v in list(namespace.items())}
     return taken
 
 
@@ -3818,7 +3821,7 @@ def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable,
 def patch_watch(watched: list, classify: Callable | None = None
                 ) -> Callable:
     """Return ``patched()``: the entries of the watched namespaces (a list
-    of ``(dotted, namespace owner, ids before)``, filled once the
+    of ``(dotted, namespace owner, addresses before)``, filled once the
     tripwires are in place) that now hold another function or class.
 
     A library's own wrapper of the original (a function of library code,
@@ -3827,7 +3830,7 @@ def patch_watch(watched: list, classify: Callable | None = None
     ``torch.manual_seed``) is no patch: it calls the original."""
     import types
 
-    b_type, b_str, b_id, b_list = type, str, id, list
+    b_type, b_str, address, b_list = type, str, ADDRESS, list
     b_sorted, b_isinstance = sorted, isinstance
     type_dict = type.__dict__["__dict__"].__get__
     ModuleType, FunctionType = types.ModuleType, types.FunctionType
@@ -3843,7 +3846,7 @@ def patch_watch(watched: list, classify: Callable | None = None
         """True when a cell of the function's closure holds ``old``."""
         for cell in function_closure(item) or ():
             try:
-                if b_id(cell_contents(cell)) == old:
+                if address(cell_contents(cell)) == old:
                     return True
             except b_ValueError:  # an empty cell
                 continue
@@ -3857,7 +3860,7 @@ def patch_watch(watched: list, classify: Callable | None = None
             return False
         for key, inner in b_list(function_dict(item).items()):
             if b_type(key) is b_str and key == "__wrapped__":
-                return b_id(inner) == old and holds(item, old)
+                return address(inner) == old and holds(item, old)
         return False
 
     def patched():
@@ -3868,7 +3871,7 @@ def patch_watch(watched: list, classify: Callable | None = None
             for name, item in b_list(namespace.items()):
                 name = b_str(name)
                 old = before.get(name)
-                if old == b_id(item) or wraps_original(item, old):
+                if old == address(item) or wraps_original(item, old):
                     continue
                 if old is None and b_type(value) is ModuleType and \
                         b_type(item) is ModuleType:
