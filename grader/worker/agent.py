@@ -4419,21 +4419,19 @@ def _loaded_native_roots(real: Callable, inside: Callable,
     path the fork server resolved (:func:`index_loaded_files`) is not
     resolved again."""
     known = _REAL_FILES
-
-    def resolved(path):
-        found = known.get(path) if type(path) is str else None
-        return found if found is not None else real(path)
-
     roots: set[str] = set()
     for path, _, where in _native_modules():
-        full = resolved(path)
+        full = known.get(path) or real(path)
         if not full or inside(full, natives):
             continue
         if where is None:
             roots.add(full)
-        else:
-            roots.update(folder for folder in map(resolved, list(where))
-                         if folder)
+            continue
+        for folder in list(where):
+            found = known.get(folder) if type(folder) is str else None
+            found = found or real(folder)
+            if found:
+                roots.add(found)
     return tuple(sorted(roots))
 
 
