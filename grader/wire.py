@@ -131,12 +131,17 @@ def result_writer(key: bytes, magic: bytes, fd: int,
             return float_repr(value)
         if depth > 48:
             return "null"
+        deeper = depth + 1
+        # Lists, not generators, for join; an int inline (no call): the
+        # frames' shape records are lists of many small ints.
         if kind is b_dict:
-            return "{" + ",".join(
-                encode_string(b_str(k)) + ":" + dump(v, depth + 1)
-                for k, v in value.items()) + "}"
+            return "{" + ",".join([
+                encode_string(b_str(k)) + ":" + dump(v, deeper)
+                for k, v in value.items()]) + "}"
         if kind is b_list or kind is b_tuple:
-            return "[" + ",".join(dump(v, depth + 1) for v in value) + "]"
+            return "[" + ",".join([
+                int_repr(v) if b_type(v) is b_int else dump(v, deeper)
+                for v in value]) + "]"
         return "null"
 
     def send(message):

@@ -67,6 +67,12 @@ REFUSED_ON_GRADER = ("run on the grader's own stack (a submission's code "
 # failures of calls it keeps at once.
 TRAMPOLINE_STACK = 16 * 1024 * 1024
 MAILBOX = 16
+# An object's identity as a dictionary key where the trace function looks
+# objects up per event: object's own hash is the object's address
+# (rotated: one-to-one, so as unique as id() while the object lives), and
+# unlike id() it raises no audit event ("builtins.id"), which costs a
+# call of the agent's audit hook (a Python function) every time.
+ADDRESS = object.__hash__
 # Audit events the hook looks at; every other event passes untouched.
 PROCESS_EVENTS = {
     "os.system": "run a shell command",
@@ -782,8 +788,9 @@ KIT_PACKAGES = ("grader", "solutions")
 # Where the values the tripwires replace are bound (see alias_sites):
 # built once in the fork server, inherited by every worker.
 _ALIASES: dict[str, object] = {}
-# The real path of each loaded module's file (see index_loaded_files):
-# built once in the fork server, inherited by every worker.
+# The real path of each loaded module's file, and of the folders of the
+# packages with native code (see index_loaded_files): built once in the
+# fork server, inherited by every worker.
 _REAL_FILES: dict[str, str] = {}
 _ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 # What Python's operators run on tensors (see syntax_operations): built
@@ -1067,14 +1074,17 @@ def _forbidden_targets(rules: dict) -> tuple[dict[int, str], list]:
 
 
 def _snapshot(extra: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
-    """The ids of the entries of the watched namespaces (and ``extra``)."""
+    """The addresses (ADDRESS: the identity :func:`patch_watch` compares,
+    without an audited id() per entry) of the entries of the watched
+    namespaces (and ``extra``)."""
     taken: dict[str, dict[str, int]] = {}
     for dotted in WATCHED_NAMESPACES + tuple(extra):
         value = _lookup(dotted)
         namespace = getattr(value, "__dict__", None)
         if namespace is None:
             continue
-        taken[dotted] = {str(k): id(v) for k, v in list(namespace.items())}
+        taken[dotted] = {str(k): ADDRESS(v)
+                         for k, v in list(namespace.items())}
     return taken
 
 
@@ -1191,10 +1201,15 @@ def index_loaded_files() -> None:
     the thousand files torch brings (a realpath is an lstat per folder
     of the path). Absolute names only: a relative one depends on the
     folder the worker runs in. Library files are not moved while a
-    server runs (its identity covers the kit's own)."""
-    for name in _module_files():
+    server runs (its identity covers the kit's own). The native modules'
+    files and their packages' folders too (:func:`_loaded_native_roots`:
+    some fifty realpaths, 8 ms a worker)."""
+    for name in _module_files() + _native_places():
         if os.path.isabs(name) and name not in _REAL_FILES:
-            _REAL_FILES[name] = os.path.realpath(name)
+            try:
+                _REAL_FILES[name] = os.path.realpath(name)
+            except ValueError:  # a name no file can have (a NUL in it)
+                pass
 
 
 def _loaded_files() -> frozenset[str]:
@@ -1384,15 +1399,18 @@ def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
 
     b_type, b_id, b_open, b_compile = type, id, open, compile
     b_BaseException = BaseException
+    address = ADDRESS
     CodeType = types.CodeType
     file_exists = os.path.isfile
     library_checked: dict = {}
 
     def classify(code):
-        code_id = b_id(code)
-        kind = kinds.get(code_id)
+        # Known codes by their address (each stays alive in ``alive``, so
+        # no other object takes it): no audited id() on the way.
+        kind = kinds.get(address(code))
         if kind is not None:
             return kind
+        code_id = b_id(code)
         if code_id in agent_codes:
             kind = "agent"
         elif code_id in synthetic:
@@ -1401,7 +1419,7 @@ def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
             kind = "submission"
         else:
             kind = "library"
-        kinds[code_id] = kind
+        kinds[address(code)] = kind
         alive[code_id] = code
         return kind
 
@@ -1439,7 +1457,7 @@ def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
                 continue
             synthetic[b_id(item)] = how
             alive[b_id(item)] = item
-            kinds.pop(b_id(item), None)
+            kinds.pop(address(item), None)
             pending.extend(item.co_consts)
 
     def library_file_code(code):
@@ -1572,6 +1590,11 @@ def audit_hook(send: Callable, report: Callable, token: object,
         no exception of theirs as its context."""
         if event not in watched_events:
             return
+        # Every ``frame.f_code`` the trace functions read raises this
+        # event: answered here, before any other work, as verdict would.
+        if event == "object.__getattr__" and (
+                b_len(args) < 2 or args[1] not in frame_attributes):
+            return
         refusal = verdict(event, args)
         if refusal is not None:
             raise refusal[0](refusal[1])
@@ -1582,9 +1605,6 @@ def audit_hook(send: Callable, report: Callable, token: object,
         refuses the event: the hook fails closed."""
         me = get_ident()
         if me in in_hook:
-            return None
-        if event == "object.__getattr__" and (
-                b_len(args) < 2 or args[1] not in frame_attributes):
             return None
         in_hook.add(me)
         try:
@@ -2164,6 +2184,11 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     type_qualname = type.__dict__["__qualname__"].__get__
     judge, in_force, handler_code = operations or (None, None, None)
     inert = stand_ins if stand_ins is not None else {}
+    # The names of the stand-ins' codes (:func:`_inert` renames only
+    # their qualified names): an agent frame of another name is no
+    # stand-in, known without an audited id() per frame.
+    inert_names = frozenset((inert_hook().__code__.co_name,
+                             inert_call(Exception, "").__code__.co_name))
 
     def stand_in_name(cls):
         """The class's name when it is a stand-in for tensors: it answers
@@ -2290,10 +2315,10 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                 return verdict
             kind = classify(code)
             if kind == "agent":
-                entry = inert.get(b_id(code))
-                if entry is not None and entry[0] is code and \
-                        note is not None:
-                    note(entry[1], entry[2], entry[3])
+                if note is not None and code.co_name in inert_names:
+                    entry = inert.get(b_id(code))
+                    if entry is not None and entry[0] is code:
+                        note(entry[1], entry[2], entry[3])
                 return None
             name = code.co_name
             if note is not None and (name is protocol_function or
@@ -2756,6 +2781,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     b_type, b_str, b_set, b_dict, b_id = type, str, set, dict, id
     b_BaseException, b_tuple = BaseException, tuple
     b_staticmethod, b_classmethod = staticmethod, classmethod
+    address = ADDRESS
     C = torch._C
     stack_len = C._len_torch_function_stack
     stack_at = C._get_function_stack_at
@@ -2809,21 +2835,22 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     every = operators.get("*", empty)
     by_builtin = operators.get("builtins", {})
     get_instructions, b_list = dis.get_instructions, list
-    spans_of: dict = {}      # id(code) -> (code, spans, named spans)
+    spans_of: dict = {}      # address -> (code, spans, named spans)
     plain = (b_str, bytes, int, float, bool, complex, type(None),
              torch.Size, torch.dtype, torch.device, torch.layout,
              torch.memory_format)
     armed: set = b_set()
     verb = CHOSEN_BY_DATA
     b_len, max_known = len, 4096
-    known_calls: dict = {}   # (code, instruction, operation) chosen by code
+    # (code, instruction, operation), by address: chosen by code.
+    known_calls: dict = {}
     # A native operation may display a warning (TORCH_WARN): Python's
     # warnings code runs inside it, while torch has set the mode aside.
     warning_codes = frozenset(b_id(c) for c in _code_objects(warnings))
     warnings_dict = vars(warnings)
     show, format_ = warnings.showwarning, warnings.formatwarning
     search = kernels.search if kernels is not None else None
-    verdicts: dict = {}      # id(code) -> the kernel's dotted name, or ""
+    verdicts: dict = {}      # address -> the kernel's dotted name, or ""
     b_sorted = sorted
     path_roots = b_tuple(b_sorted((r.rstrip("/") + "/" for r in roots
                                    if r), key=len, reverse=True))
@@ -2922,7 +2949,10 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         if not code.co_freevars:
             return False
         if get is plain_get:
-            raise unsure  # a frame's values are read traced
+            # A frame's values are read traced: this read alone (the rest
+            # of an untraced judgement stays untraced; a library method
+            # that calls super() has a free variable, ``__class__``).
+            return traced(forwards, frame, func, traced_get)
         local_values = frame.f_locals
         for name in code.co_freevars:
             if local_values.get(name) is func:
@@ -2999,7 +3029,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         """Per code object (kept): the source span of every instruction,
         by offset, and the names (names, string constants, variables)
         its instructions use, each with its span."""
-        entry = spans_of.get(b_id(code))
+        entry = spans_of.get(address(code))
         if entry is not None and entry[0] is code:
             return entry
         positions = b_list(code.co_positions())
@@ -3011,7 +3041,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 named.append((where, ins.argval))
         entry = (code, at, named)
         if b_len(spans_of) < max_known:
-            spans_of[b_id(code)] = entry
+            spans_of[address(code)] = entry
         return entry
 
     def on_the_line(code, index, name):
@@ -3091,7 +3121,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         interpreter of data: a pickle's opcodes, a methodcaller of a
         decoded name, a starmap) that names none of it."""
         code, index = caller.f_code, caller.f_lasti
-        key = (b_id(code), index, b_id(func))
+        key = (address(code), index, address(func))
         if known_calls.get(key):
             return None
         name = operation_name(func, get)
@@ -3137,7 +3167,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     def kernel_name(code):
         """The dotted name of a library code named like a forbidden
         kernel ("" when it is not one); computed once per code."""
-        key = b_id(code)
+        key = address(code)
         found = verdicts.get(key)
         if found is None:
             module = module_of(code.co_filename)
@@ -3184,21 +3214,22 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                 note("forbidden", "use", kernel)
                 return None
         caller = frame.f_back
-        if caller is not None and not caller.f_code.co_freevars:
-            kind = classify(caller.f_code)
+        # The caller's code, read once (each read is an audit event).
+        code = caller.f_code if caller is not None else None
+        if caller is not None and not code.co_freevars:
+            kind = classify(code)
             if kind == "submission" and known_calls.get(
-                    (b_id(caller.f_code), caller.f_lasti, b_id(func))):
+                    (address(code), caller.f_lasti, address(func))):
                 return None  # the submission's line chose, as before
             if kind != "library" and kind != "submission":
                 return None  # the grader (or code it generated) chose
         key = None
         if caller is not None and caller.f_back is not None and \
-                not caller.f_code.co_freevars and \
-                classify(caller.f_code) == "library":
+                not code.co_freevars and classify(code) == "library":
             # A library frame that called the operation itself (not
             # torch's protocol, nor a body or forwarder it skips) decides
             # the same way at the same instruction, every time.
-            key = (b_id(caller.f_code), caller.f_lasti, b_id(func))
+            key = (address(code), caller.f_lasti, address(func))
             if known_calls.get(key):
                 return None
         # What follows reads the operation and the frames' values: untraced
@@ -3806,7 +3837,7 @@ def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable,
 def patch_watch(watched: list, classify: Callable | None = None
                 ) -> Callable:
     """Return ``patched()``: the entries of the watched namespaces (a list
-    of ``(dotted, namespace owner, ids before)``, filled once the
+    of ``(dotted, namespace owner, addresses before)``, filled once the
     tripwires are in place) that now hold another function or class.
 
     A library's own wrapper of the original (a function of library code,
@@ -3815,7 +3846,7 @@ def patch_watch(watched: list, classify: Callable | None = None
     ``torch.manual_seed``) is no patch: it calls the original."""
     import types
 
-    b_type, b_str, b_id, b_list = type, str, id, list
+    b_type, b_str, address, b_list = type, str, ADDRESS, list
     b_sorted, b_isinstance = sorted, isinstance
     type_dict = type.__dict__["__dict__"].__get__
     ModuleType, FunctionType = types.ModuleType, types.FunctionType
@@ -3831,7 +3862,7 @@ def patch_watch(watched: list, classify: Callable | None = None
         """True when a cell of the function's closure holds ``old``."""
         for cell in function_closure(item) or ():
             try:
-                if b_id(cell_contents(cell)) == old:
+                if address(cell_contents(cell)) == old:
                     return True
             except b_ValueError:  # an empty cell
                 continue
@@ -3845,7 +3876,7 @@ def patch_watch(watched: list, classify: Callable | None = None
             return False
         for key, inner in b_list(function_dict(item).items()):
             if b_type(key) is b_str and key == "__wrapped__":
-                return b_id(inner) == old and holds(item, old)
+                return address(inner) == old and holds(item, old)
         return False
 
     def patched():
@@ -3856,7 +3887,7 @@ def patch_watch(watched: list, classify: Callable | None = None
             for name, item in b_list(namespace.items()):
                 name = b_str(name)
                 old = before.get(name)
-                if old == b_id(item) or wraps_original(item, old):
+                if old == address(item) or wraps_original(item, old):
                     continue
                 if old is None and b_type(value) is ModuleType and \
                         b_type(item) is ModuleType:
@@ -4360,17 +4391,15 @@ def _interpreter_natives(real: Callable) -> tuple[str, ...]:
     return (full,) if full else ()
 
 
-def _loaded_native_roots(real: Callable, inside: Callable,
-                         natives: tuple[str, ...]) -> tuple[str, ...]:
-    """The folders of the packages (or the files of the top-level
-    modules) that have native code loaded now, outside the interpreter's
-    own extension folder ``natives``: the grader's own libraries."""
+def _native_modules() -> list[tuple[str, str, object]]:
+    """``(path, name, top package's __path__ or None)`` of every native
+    module loaded now (its ``__file__`` has an extension suffix)."""
     import importlib.machinery
     import types
 
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     module_dict = types.ModuleType.__dict__["__dict__"].__get__
-    roots: set[str] = set()
+    found = []
     for name, module in list(sys.modules.items()):
         if type(module) is not types.ModuleType or type(name) is not str:
             continue
@@ -4379,17 +4408,46 @@ def _loaded_native_roots(real: Callable, inside: Callable,
         # a few dozen of torch's thousand modules are native.
         if type(path) is not str or not path.endswith(suffixes):
             continue
-        full = real(path)
-        if not full or inside(full, natives):
-            continue
         top = sys.modules.get(name.partition(".")[0])
         where = (module_dict(top).get("__path__")
                  if type(top) is types.ModuleType else None)
+        found.append((path, name, where))
+    return found
+
+
+def _native_places() -> list[str]:
+    """The paths :func:`_loaded_native_roots` resolves now, as named: the
+    native modules' files and their top packages' folders."""
+    places = []
+    for path, _, where in _native_modules():
+        places.append(path)
+        if where is not None:
+            places += [folder for folder in list(where)
+                       if type(folder) is str]
+    return places
+
+
+def _loaded_native_roots(real: Callable, inside: Callable,
+                         natives: tuple[str, ...]) -> tuple[str, ...]:
+    """The folders of the packages (or the files of the top-level
+    modules) that have native code loaded now, outside the interpreter's
+    own extension folder ``natives``: the grader's own libraries. A
+    path the fork server resolved (:func:`index_loaded_files`) is not
+    resolved again."""
+    known = _REAL_FILES
+    roots: set[str] = set()
+    for path, _, where in _native_modules():
+        full = known.get(path) or real(path)
+        if not full or inside(full, natives):
+            continue
         if where is None:
             roots.add(full)
-        else:
-            roots.update(folder for folder in map(real, list(where))
-                         if folder)
+            continue
+        for folder in list(where):
+            found = known.get(folder) if type(folder) is str else None
+            found = found or real(folder)
+            if found:
+                roots.add(found)
     return tuple(sorted(roots))
 
 
@@ -4577,15 +4635,19 @@ def _assemble(job: dict, probes: list, result_fd: int,
     # The agent's own files are not readable either: a traceback printed
     # by the submission (or by torch) shows their lines from memory.
     for module in list(sys.modules.values()):
+        # The name first: a module without a __file__ (most of torch's
+        # are native or built in) costs an AttributeError to ask.
+        if not getattr(module, "__name__", "").startswith("grader"):
+            continue
         path = getattr(module, "__file__", None) or ""
-        if getattr(module, "__name__", "").startswith("grader") and path:
+        if path:
             try:
                 linecache.updatecache(path)
             except OSError:
                 pass
 
     # State, reachable only from the closures that use it.
-    kinds: dict = {}         # id(code) -> kind
+    kinds: dict = {}         # ADDRESS(code) -> kind
     alive: dict = {}         # id(code) -> code (keeps the ids valid)
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
