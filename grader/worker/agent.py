@@ -2850,7 +2850,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
     warnings_dict = vars(warnings)
     show, format_ = warnings.showwarning, warnings.formatwarning
     search = kernels.search if kernels is not None else None
-    verdicts: dict = {}      # address -> the kernel's dotted name, or ""
+    verdicts: dict = {}      # address -> (code, kernel's dotted name or "")
     b_sorted = sorted
     path_roots = b_tuple(b_sorted((r.rstrip("/") + "/" for r in roots
                                    if r), key=len, reverse=True))
@@ -3127,7 +3127,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         name = operation_name(func, get)
         if name and (writes(code, index, name) or
                      on_the_line(code, index, name)):
-            remember(key)
+            remember(key, code, func)
             return None
         if get is plain_get:
             raise unsure  # a frame's values are read traced
@@ -3168,17 +3168,18 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         """The dotted name of a library code named like a forbidden
         kernel ("" when it is not one); computed once per code."""
         key = address(code)
-        found = verdicts.get(key)
-        if found is None:
-            module = module_of(code.co_filename)
-            qualname = code.co_qualname
-            found = ""
-            ours = module in whole or module.startswith(prefixes)
-            if ours and (search(qualname) is not None
-                         or search(module) is not None):
-                found = (module + "." + qualname)[:200]
-            if b_len(verdicts) < max_known:
-                verdicts[key] = found
+        entry = verdicts.get(key)
+        if entry is not None and entry[0] is code:
+            return entry[1]
+        module = module_of(code.co_filename)
+        qualname = code.co_qualname
+        found = ""
+        ours = module in whole or module.startswith(prefixes)
+        if ours and (search(qualname) is not None
+                     or search(module) is not None):
+            found = (module + "." + qualname)[:200]
+        if b_len(verdicts) < max_known:
+            verdicts[key] = (code, found)  # the code kept: its address too
         return found
 
     def forbidden_kernel(frame, func):
@@ -3251,19 +3252,21 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return visible_choice(caller, func, get)
         if kind != "library" or by_syntax(caller):
             if key is not None and caller is frame.f_back:
-                remember(key)
+                remember(key, code, func)
             return None
         name = operation_name(func, get)
         if names(code, name):
             if key is not None and caller is frame.f_back:
-                remember(key)
+                remember(key, code, func)
             return None
         return reporter_of((name or "an operation")[:60] + " by "
                            + code.co_qualname[:80])
 
-    def remember(key):
+    def remember(key, code, func):
+        # The entry keeps the code and the operation alive: no other
+        # object can take their addresses while the key stands.
         if b_len(known_calls) < max_known:
-            known_calls[key] = True
+            known_calls[key] = (code, func)
 
     def arm():
         armed.add(thread_ident())
