@@ -139,7 +139,14 @@ FRAME_USERS = (("collections", "namedtuple"), ("typing", "_caller"),
                # and printing a traceback needs them.
                ("traceback", "extract_stack"), ("traceback", "format_stack"),
                ("traceback", "print_stack"),
-               ("traceback", "StackSummary._extract_from_extended_frame_gen"))
+               ("traceback", "StackSummary._extract_from_extended_frame_gen"),
+               # torch imports typing_extensions, which replaces typing's
+               # _collect_parameters: on every subscription of a typing
+               # generic that misses typing's cache it looks whether the
+               # frame two below is typing's own subscription of Generic or
+               # Protocol. It returns a bool (identity tests of that frame's
+               # module name and local "origin"); the frame stays its local.
+               ("typing_extensions", "_has_generic_or_protocol_as_origin"))
 # Standard-library functions that hand the frames they look up to their
 # caller: their look-ups are allowed only when that caller is one of the
 # FRAME_USERS (logging's findCaller, traceback's summaries), never when the
