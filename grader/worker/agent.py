@@ -3199,7 +3199,31 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return judged(frame, func, key, plain_get)
         except unsure:
             pass
+        chooser_spans(frame, func)
         return traced(judged, frame, func, key, traced_get)
+
+    def chooser_spans(frame, func):
+        """Read, here in the trace function (untraced), the spans of the
+        submission's frame that may have chosen the operation: the first
+        frame below the handler that is neither torch's protocol nor a
+        library's (nor the operation's own code). :func:`spans` runs
+        ``dis`` over code the grader compiled; run inside a traced read,
+        while torch has set the mode aside for a Python-level operation,
+        its frames would be judged (``off``) as code run with the mode
+        taken off. Reads code objects and frames' links only."""
+        own = function_code(func) if b_type(func) is FunctionType else None
+        walk = frame.f_back
+        while walk is not None:
+            code = walk.f_code
+            if code is not own and code is not protocol_code and \
+                    code is not handler_code:
+                kind = classify(code)
+                if kind == "submission":
+                    spans(code)
+                    return
+                if kind != "library":
+                    return
+            walk = walk.f_back
 
     def judged(frame, func, key, get):
         caller = caller_of(frame, func, get)
