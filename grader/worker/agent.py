@@ -1514,6 +1514,9 @@ def audit_hook(send: Callable, report: Callable, token: object,
                    | os.O_TRUNC)
     agent_codes, frame_users = codes["agent"], codes["frame_users"]
     frame_handers = codes["frame_handers"]
+    generators = codes["generators"]
+    type_bases = type.__dict__["__bases__"].__get__
+    generic = getattr(sys.modules.get("typing"), "Generic", tuple)
     import_codes = codes["import"]
     loaded_files = codes["loaded_files"]
     CodeType, b_dict_type, b_tuple = types.CodeType, dict, tuple
@@ -1658,7 +1661,7 @@ def audit_hook(send: Callable, report: Callable, token: object,
                     not by_library:
                 made_code(args[2], "a replaced __code__", caller)
             elif b_len(args) >= 3 and args[1] == "__bases__" and \
-                    not by_library:
+                    not by_library and not named_tuple_bases(args, caller):
                 report("patched", "change the base classes of",
                        type_name(args[0]) if b_isinstance(args[0], b_type)
                        else "a class", student)
@@ -1725,6 +1728,22 @@ def audit_hook(send: Callable, report: Callable, token: object,
                                 "the grader's sandbox refuses changes "
                                 "outside its scratch folder")
                         refuse("refused", verb, show(args[index]), student)
+
+    def named_tuple_bases(args, caller):
+        """True when typing's NamedTuple class maker (a generator) gives
+        the namedtuple class it just made its declared bases: (tuple,)
+        becomes tuple and, for a generic one, typing.Generic."""
+        if b_id(caller.f_code) not in generators or \
+                b_type(args[2]) is not b_tuple or \
+                not b_isinstance(args[0], b_type):
+            return False
+        before = type_bases(args[0])
+        if b_len(before) != 1 or before[0] is not b_tuple:
+            return False
+        for base in args[2]:
+            if base is not b_tuple and base is not generic:
+                return False
+        return True
 
     def second_copy(code, caller):
         """True when ``code`` is a library module's code executed a second
