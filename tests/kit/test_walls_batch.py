@@ -13,12 +13,14 @@ issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
 a ``for``/``with`` target or a ``case`` capture, nested tensors, a
 counterfeit library wrapper, frames asked for through ``torch.vmap``
-and torch's own look-ups, tensors kept in wrapper objects. Honest
+and torch's own look-ups or around typing_extensions' allowed one,
+tensors kept in wrapper objects. Honest
 controls pass operations as values on their own lines, name their own
 helpers like kernels, keep commented tensors in plain holders and in
 every binding form, hold a nested tensor of equal parts, import
 ``torch._dynamo``, map helpers with ``torch.vmap`` and draw dropout from
-``torch.distributions``.
+``torch.distributions``, annotate with typing's generics and split
+heads with helpers that start with an unflatten.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
