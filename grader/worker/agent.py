@@ -145,7 +145,14 @@ FRAME_USERS = (("collections", "namedtuple"), ("typing", "_caller"),
                # and printing a traceback needs them.
                ("traceback", "extract_stack"), ("traceback", "format_stack"),
                ("traceback", "print_stack"),
-               ("traceback", "StackSummary._extract_from_extended_frame_gen"))
+               ("traceback", "StackSummary._extract_from_extended_frame_gen"),
+               # torch imports typing_extensions, which replaces typing's
+               # _collect_parameters: on every subscription of a typing
+               # generic that misses typing's cache it looks whether the
+               # frame two below is typing's own subscription of Generic or
+               # Protocol. It returns a bool (identity tests of that frame's
+               # module name and local "origin"); the frame stays its local.
+               ("typing_extensions", "_has_generic_or_protocol_as_origin"))
 # Standard-library functions that hand the frames they look up to their
 # caller: their look-ups are allowed only when that caller is one of the
 # FRAME_USERS (logging's findCaller, traceback's summaries), never when the
@@ -1534,6 +1541,9 @@ def audit_hook(send: Callable, report: Callable, token: object,
                    | os.O_TRUNC)
     agent_codes, frame_users = codes["agent"], codes["frame_users"]
     frame_handers = codes["frame_handers"]
+    generators = codes["generators"]
+    type_bases = type.__dict__["__bases__"].__get__
+    generic = getattr(sys.modules.get("typing"), "Generic", tuple)
     import_codes = codes["import"]
     loaded_files = codes["loaded_files"]
     CodeType, b_dict_type, b_tuple = types.CodeType, dict, tuple
@@ -1680,7 +1690,7 @@ def audit_hook(send: Callable, report: Callable, token: object,
                     not by_library:
                 made_code(args[2], "a replaced __code__", caller)
             elif b_len(args) >= 3 and args[1] == "__bases__" and \
-                    not by_library:
+                    not by_library and not named_tuple_bases(args, caller):
                 report("patched", "change the base classes of",
                        type_name(args[0]) if b_isinstance(args[0], b_type)
                        else "a class", student)
@@ -1747,6 +1757,22 @@ def audit_hook(send: Callable, report: Callable, token: object,
                                 "the grader's sandbox refuses changes "
                                 "outside its scratch folder")
                         refuse("refused", verb, show(args[index]), student)
+
+    def named_tuple_bases(args, caller):
+        """True when typing's NamedTuple class maker (a generator) gives
+        the namedtuple class it just made its declared bases: (tuple,)
+        becomes tuple and, for a generic one, typing.Generic."""
+        if b_id(caller.f_code) not in generators or \
+                b_type(args[2]) is not b_tuple or \
+                not b_isinstance(args[0], b_type):
+            return False
+        before = type_bases(args[0])
+        if b_len(before) != 1 or before[0] is not b_tuple:
+            return False
+        for base in args[2]:
+            if base is not b_tuple and base is not generic:
+                return False
+        return True
 
     def second_copy(code, caller):
         """True when ``code`` is a library module's code executed a second
@@ -3240,7 +3266,31 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             return judged(frame, func, key, plain_get)
         except unsure:
             pass
+        chooser_spans(frame, func)
         return traced(judged, frame, func, key, traced_get)
+
+    def chooser_spans(frame, func):
+        """Read, here in the trace function (untraced), the spans of the
+        submission's frame that may have chosen the operation: the first
+        frame below the handler that is neither torch's protocol nor a
+        library's (nor the operation's own code). :func:`spans` runs
+        ``dis`` over code the grader compiled; run inside a traced read,
+        while torch has set the mode aside for a Python-level operation,
+        its frames would be judged (``off``) as code run with the mode
+        taken off. Reads code objects and frames' links only."""
+        own = function_code(func) if b_type(func) is FunctionType else None
+        walk = frame.f_back
+        while walk is not None:
+            code = walk.f_code
+            if code is not own and code is not protocol_code and \
+                    code is not handler_code:
+                kind = classify(code)
+                if kind == "submission":
+                    spans(code)
+                    return
+                if kind != "library":
+                    return
+            walk = walk.f_back
 
     def judged(frame, func, key, get):
         caller = caller_of(frame, func, get)

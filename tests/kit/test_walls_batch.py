@@ -13,15 +13,17 @@ issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
 a ``for``/``with`` target or a ``case`` capture, nested tensors, a
 counterfeit library wrapper, frames asked for through ``torch.vmap``
-and torch's own look-ups, tensors kept in wrapper objects; another
-homework's module of the student package (a given layer: principles 3
-and 10), by an import, a built name or its source text. Honest
-controls pass operations as values on their own lines, name their own
-helpers like kernels, keep commented tensors in plain holders and in
-every binding form, hold a nested tensor of equal parts, import
-``torch._dynamo``, map helpers with ``torch.vmap``, draw dropout from
-``torch.distributions``, share one commented helper between the two
-tasks and import what their homework ships of the student package.
+and torch's own look-ups or around typing_extensions' allowed one,
+tensors kept in wrapper objects; another homework's module of the
+student package (a given layer: principles 3 and 10), by an import, a
+built name or its source text. Honest controls pass operations as
+values on their own lines, name their own helpers like kernels, keep
+commented tensors in plain holders and in every binding form, hold a
+nested tensor of equal parts, import ``torch._dynamo``, map helpers with
+``torch.vmap``, draw dropout from ``torch.distributions``, share one
+commented helper between the two tasks, import what their homework
+ships of the student package, annotate with typing's generics and split
+heads with helpers that start with an unflatten.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -579,6 +581,29 @@ CORPUS: dict[str, tuple] = {
                                  "modeling_transformer.py")),
     # What the homework ships of the package imports as usual.
     "honest_shipped_package": (CLEAN_1, CLEAN_2, (), ()),
+    # -- Principle 1 (red team 6): typing_extensions, which torch imports,
+    #    looks up typing's frame on every new subscription of a typing
+    #    generic; that look-up is allowed (it keeps the frame and returns
+    #    a bool), and typing.NamedTuple giving its new class its bases is
+    #    no patch (before: 0/10, `tampered`; the NamedTuple `patched`).
+    #    The file's own look-ups around it stay refused.
+    "honest_typing_hints": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                            ("every tensor statement in SelfAttention."
+                             "forward has a correct shape comment",)),
+    "typing_frame_direct": ((1, 3, 0, 0, 0), CLEAN_2, ("tampered",),
+                            ("inspect the grader's stack frames",)),
+    "typing_frame_metaclass": ((1, 3, 0, 0, 0), CLEAN_2, ("tampered",),
+                               ("inspect the grader's stack frames",)),
+    "typing_frame_in_chain": ((1, 3, 0, 0, 0), CLEAN_2, ("tampered",),
+                              ("inspect the grader's stack frames",)),
+    # -- Principle 4 (red team 6): the grader's first reading of a
+    #    helper's code (dis) is done in the trace function, untraced,
+    #    not in a traced read while torch sets the mode aside for a
+    #    Python-level operation (before: 5/10, `untraceable`).
+    "honest_unflatten_helper": (CLEAN_1, CLEAN_2, (),
+                                ("every tensor statement in "
+                                 "MultiHeadSelfAttention.forward has a "
+                                 "correct shape comment",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
@@ -620,6 +645,14 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
                         "left on device"),
               ("task2", "No space left on device: 'small-")),
           "vmap_frame_lambda": ("task1", "frames reached: none"),
+          "typing_frame_direct": (
+              "task1", "direct, partial, own sys: bool, bool, refused\n"
+                       "frames reached: none"),
+          "typing_frame_metaclass": (
+              "task1", "refusals: 2\nframes reached: none"),
+          "typing_frame_in_chain": (
+              "task1", "collected: (~U,)\nrefusals: 2\n"
+                       "frames reached: none"),
           "vmap_torch_frame_helpers": (
               ("task1", "Library: refused; get_source: 0 got, "),
               ("task1", "resolution callback: refused; re-armed vmap: "
