@@ -1875,7 +1875,7 @@ def value_readers(torch: Any, spent: list | None = None
     # functions only where a value of the submission's is touched.
     chain_from = itertools.chain.from_iterable
     b_islice, b_repeat = itertools.islice, itertools.repeat
-    b_map, b_filter, b_sum, b_set = map, filter, sum, set
+    b_map, b_filter, b_sum, b_set, b_any = map, filter, sum, set, any
     b_ValueError = ValueError
     is_, is_not = operator.is_, operator.is_not
     not_none = functools.partial(is_not, None)
@@ -2085,8 +2085,9 @@ def value_readers(torch: Any, spent: list | None = None
         The kinds are compared by identity (no metaclass's ``__eq__``)."""
         kinds = b_list(b_map(b_type, level))
         size = b_len(kinds)
-        if b_sum(b_map(is_, kinds, b_repeat(b_list))) + \
-                b_sum(b_map(is_, kinds, b_repeat(b_tuple))) == size:
+        lists = b_sum(b_map(is_, kinds, b_repeat(b_list)))
+        if lists == size or lists + b_sum(
+                b_map(is_, kinds, b_repeat(b_tuple))) == size:
             return b_list(chain_from(level))
         if b_sum(b_map(is_, kinds, b_repeat(b_dict))) == size:
             return b_list(chain_from(b_map(dict_values, level)))
@@ -2172,9 +2173,12 @@ def value_readers(torch: Any, spent: list | None = None
         leaves, old = levels[-1], entry[0][-1]
         keys, counts = entry[1], entry[2]
         new, before = b_len(leaves), b_len(old)
-        differs = b_list(b_map(is_not, leaves, old))
         changed, start = [], 0
-        while True:
+        # Over the values both hold (map stops at the shorter): one pass
+        # in C when none changed (a statement that appends).
+        differs = b_list(b_map(is_not, leaves, old)) \
+            if b_any(b_map(is_not, leaves, old)) else []
+        while differs:
             try:
                 start = differs.index(True, start)
             except b_ValueError:

@@ -151,7 +151,7 @@ def test_the_catch_all_reads_every_run() -> None:
         f for f in verify(statements, traced, DIMS) if not f.penalised]
 
 
-GROWER = '''import torch
+GROWER = """import torch
 
 
 class Net:
@@ -160,16 +160,45 @@ class Net:
         for _ in range(n):
             found.append(torch.zeros(2))  # [2]
             x = torch.ones(3)  # [3]
-        return found, x
-'''
+        for _ in range(n):
+            found[0].unsqueeze_(0).squeeze_(0)  # [2]
+        for _ in range(n):
+            fresh = list(map(torch.zeros, [2] * n))  # [2]
+        return found, x, fresh
+"""
+
+
+def _grown_cost(count: int) -> int:
+    """What the worker charges the reads of a statement that appends one
+    tensor to a list ``count`` times (agent.HELD_INCREMENTAL and
+    HELD_COMPARE): 1 a read; a small list (the list and its tensors)
+    walked whole; once bigger, read whole once, then only the new tensor
+    plus its size compared by identity (1 per 128 values)."""
+    from grader.worker import agent
+
+    cost = 0
+    for length in range(1, count + 1):
+        total = 1 + length
+        if total <= agent.HELD_INCREMENTAL:
+            cost += 1 + total
+        elif total == agent.HELD_INCREMENTAL + 1:
+            cost += 1 + total  # read whole, kept for the next read
+        else:
+            cost += 2 + -(-total // agent.HELD_COMPARE)
+    return cost
 
 
 def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
                                                  monkeypatch: Any) -> None:
-    """The worker's read budget (``MAX_READS``): a read costs 1 plus the
-    container values it scans, per statement and call; past the budget
-    the executions are counted as left out (the shapes item then fails
-    closed, ``capped``), never read as "no tensor"."""
+    """The worker's read budget (``MAX_READS``), per statement and call:
+    a read costs 1 plus the container values it scans. A list the same
+    statement read before is read again incrementally: only what changed
+    identity is read, so a list grown one tensor at a time costs about
+    its length, not its square; a statement that changes no value's
+    identity (an item changed in place) or rebuilds its list reads it
+    whole every time. Past the budget the executions are counted as
+    left out (the shapes item then fails closed, ``capped``), never read
+    as "no tensor"."""
     import importlib.util
 
     import torch
@@ -187,7 +216,7 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
                                                      "forward")]
     ids = {s.text.split()[0]: str(s.id) for s in collect_statements(
         source, "Net", "forward")}
-    monkeypatch.setattr(agent, "MAX_READS", 2000)
+    monkeypatch.setattr(agent, "MAX_READS", 4000)
     spent = [0]
     _, _, _, read_chain, expand = agent.value_readers(torch, spent)
     counters: dict = {"returns": 0, "calls": 0, "scanned": spent}
@@ -198,8 +227,9 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
 
     units, line_unit = agent.plan_units(plan)
     local = agent.line_tracer(units, line_unit, record,
-                              lambda value: expand(value, True), read_chain,
-                              expand, counters)
+                              lambda value, slot=None: expand(value, True,
+                                                               slot),
+                              read_chain, expand, counters)
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if frame.f_code.co_filename == str(path):
@@ -213,13 +243,25 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     finally:
         sys.settrace(None)
     append, plain = ids["found.append(torch.zeros(2))"], ids["x"]
-    # The growing list: its k-th read costs 1 plus the k + 1 values it
-    # scans (the list, its k tensors), so the budget of 2000 ends after
-    # 61 reads; the other 239 executions are left out.
-    assert len(records[append]) == 61
-    assert counters["left_out"] == {append: 239}
+    in_place, fresh = ids["found[0].unsqueeze_(0).squeeze_(0)"], ids["fresh"]
+    # The growing list: all 300 reads within the budget (read whole each
+    # time, they would cost 45,450), its records the same as a whole
+    # read's (64 shapes, then only new ones: none).
+    assert counters["reads"][append] == _grown_cost(300) < 4000
+    assert append not in counters["left_out"]
+    assert len(records[append]) == 300
+    assert records[append][-1] == [[[2]] * agent.MAX_HELD]
     # A tensor costs 1 a read: all 300 read, within the budget.
     assert len(records[plain]) == 300
     assert counters["reads"][plain] == 300
-    # A return is charged alike: 1 plus the list and its 300 tensors.
-    assert counters["reads"][ids["return"]] == 302
+    # An item changed in place (no value changed identity): the list is
+    # read whole, 1 + 301 a read; the 14th read starts below the budget
+    # (13 x 302 = 3926) and is the last.
+    assert len(records[in_place]) == 14
+    assert counters["left_out"][in_place] == 286
+    # A list rebuilt at every execution (every value new): whole too.
+    assert len(records[fresh]) == 14
+    assert counters["left_out"][fresh] == 286
+    # A return is charged alike: 1 plus each list and its 300 tensors
+    # (read whole: a return is read once a call).
+    assert counters["reads"][ids["return"]] == 1 + 301 + 301
