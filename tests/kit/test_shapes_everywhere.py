@@ -265,3 +265,88 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     # A return is charged alike: 1 plus each list and its 300 tensors
     # (read whole: a return is read once a call).
     assert counters["reads"][ids["return"]] == 1 + 301 + 301
+
+
+class _Lying(list):
+    """A list that hides what it holds from Python-level readers."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __getitem__(self, index: Any) -> Any:
+        return None
+
+
+def test_an_incremental_read_equals_a_whole_read() -> None:
+    """Reading a container again through its slot (what the same
+    statement read before) gives exactly the record a whole read gives,
+    whatever changed between the reads: appends, an item swapped at any
+    depth, pop then append, the list replaced by one of the same length,
+    a dict's value changed under the same key, an item changed in place,
+    a tree whose depth changes, a list subclass that lies to Python."""
+    import random
+
+    import torch
+
+    from grader.worker import agent
+
+    spent = [0]
+    _, _, _, _, expand = agent.value_readers(torch, spent)
+    rng = random.Random(24)
+    shapes = [(), (2,), (3, 1)]
+
+    def tensor() -> Any:
+        return torch.zeros(rng.choice(shapes))
+
+    def flat(value: list) -> list:
+        step = rng.random()
+        if step < 0.6 or not value:
+            value.append(tensor())
+        elif step < 0.7:
+            value[rng.randrange(len(value))] = tensor()
+        elif step < 0.75:
+            value.pop()
+            value.append(tensor())
+        elif step < 0.8:
+            return value[:-1] + [tensor()]
+        elif step < 0.9:
+            chosen = value[rng.randrange(len(value))]
+            if isinstance(chosen, torch.Tensor):
+                chosen.unsqueeze_(0)
+        elif step < 0.95:
+            value.insert(rng.randrange(len(value)), tensor())
+        else:
+            value.append([tensor()])
+        return value
+
+    def grid(value: list) -> list:
+        rows = value[rng.randrange(len(value))]
+        row = rows[rng.randrange(len(rows))]
+        row[rng.randrange(len(row))] = tensor()
+        if rng.random() < 0.02:
+            value[0][0] = [tensor() for _ in range(4)]
+        return value
+
+    def store(value: dict) -> dict:
+        value[rng.randrange(90)] = tensor() if rng.random() < 0.95 else 1
+        return value
+
+    def lying(value: _Lying) -> _Lying:
+        list.append(value, tensor())
+        return value
+
+    # Each starts past HELD_INCREMENTAL values (read incrementally from
+    # its second read on).
+    cases = [(flat, lambda: [tensor() for _ in range(70)]),
+             (store, lambda: {key: tensor() for key in range(70)}),
+             (lying, lambda: _Lying(tensor() for _ in range(70))),
+             (grid, lambda: [[[None] * 4 for _ in range(3)]
+                             for _ in range(8)])]
+    for change, make in cases * 3:
+        value, slot = make(), [None]
+        for _ in range(rng.randrange(50, 100)):
+            value = change(value)
+            assert expand(value, True, slot) == expand(value, True)
