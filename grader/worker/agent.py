@@ -1876,7 +1876,7 @@ def value_readers(torch: Any, spent: list | None = None
     chain_from = itertools.chain.from_iterable
     b_islice, b_repeat = itertools.islice, itertools.repeat
     b_map, b_filter, b_sum, b_set, b_any = map, filter, sum, set, any
-    b_ValueError = ValueError
+    compress = itertools.compress
     is_, is_not = operator.is_, operator.is_not
     not_none = functools.partial(is_not, None)
     held_from, held_compare = HELD_INCREMENTAL, HELD_COMPARE
@@ -2088,9 +2088,11 @@ def value_readers(torch: Any, spent: list | None = None
         lists = b_sum(b_map(is_, kinds, b_repeat(b_list)))
         if lists == size or lists + b_sum(
                 b_map(is_, kinds, b_repeat(b_tuple))) == size:
-            return b_list(chain_from(level))
+            return b_list(level[0]) if size == 1 else \
+                b_list(chain_from(level))
         if b_sum(b_map(is_, kinds, b_repeat(b_dict))) == size:
-            return b_list(chain_from(b_map(dict_values, level)))
+            return b_list(dict_values(level[0])) if size == 1 else \
+                b_list(chain_from(b_map(dict_values, level)))
         return None
 
     def leaf_key(value):
@@ -2173,18 +2175,11 @@ def value_readers(torch: Any, spent: list | None = None
         leaves, old = levels[-1], entry[0][-1]
         keys, counts = entry[1], entry[2]
         new, before = b_len(leaves), b_len(old)
-        changed, start = [], 0
-        # Over the values both hold (map stops at the shorter): one pass
-        # in C when none changed (a statement that appends).
-        differs = b_list(b_map(is_not, leaves, old)) \
+        # The positions, among those both hold (map stops at the shorter),
+        # of the values that are not the very objects of the last read:
+        # one pass in C.
+        changed = b_list(compress(b_range(new), b_map(is_not, leaves, old))) \
             if b_any(b_map(is_not, leaves, old)) else []
-        while differs:
-            try:
-                start = differs.index(True, start)
-            except b_ValueError:
-                break
-            changed.append(start)
-            start += 1
         if not changed and new == before:
             return None
         for index in b_range(new, before):
