@@ -225,11 +225,12 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     def record(statement: dict, values: list) -> None:
         records.setdefault(str(statement["id"]), []).append(values)
 
+    def held(value: Any, slot: list | None = None) -> Any:
+        return expand(value, True, slot)
+
     units, line_unit = agent.plan_units(plan)
-    local = agent.line_tracer(units, line_unit, record,
-                              lambda value, slot=None: expand(value, True,
-                                                               slot),
-                              read_chain, expand, counters)
+    local = agent.line_tracer(units, line_unit, record, held, read_chain,
+                              expand, counters)
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if frame.f_code.co_filename == str(path):
