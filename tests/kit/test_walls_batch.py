@@ -551,7 +551,7 @@ CORPUS: dict[str, tuple] = {
                           ("line 71: wrong shape",
                            "rows[0].unsqueeze_(0)")),
     "incr_inplace_unread": ((1, 3, 0, -1, 0), CLEAN_2, (),
-                            ("line 72: missing shape comment",
+                            ("line 73: missing shape comment",
                              "a torch operation on it made one that "
                              "outlived it")),
 }
