@@ -2078,19 +2078,25 @@ def value_readers(torch: Any, spent: list | None = None
         for item in items:
             walk(item, depth + 1, found, state)
 
-    def container_level(level):
+    def container_level(level, room):
         """The values the containers of ``level`` hold, in order, when
         each is an exact list or tuple, or each an exact dict (their own
-        C iteration: no code of the submission's runs); None otherwise.
-        The kinds are compared by identity (no metaclass's ``__eq__``)."""
+        C iteration: no code of the submission's runs), and they hold at
+        most ``room`` (counted before anything is copied); None
+        otherwise. The kinds are compared by identity (no metaclass's
+        ``__eq__``)."""
         kinds = b_list(b_map(b_type, level))
         size = b_len(kinds)
         lists = b_sum(b_map(is_, kinds, b_repeat(b_list)))
         if lists == size or lists + b_sum(
                 b_map(is_, kinds, b_repeat(b_tuple))) == size:
+            if b_sum(b_map(b_len, level)) > room:
+                return None
             return b_list(level[0]) if size == 1 else \
                 b_list(chain_from(level))
         if b_sum(b_map(is_, kinds, b_repeat(b_dict))) == size:
+            if b_sum(b_map(b_len, level)) > room:
+                return None
             return b_list(dict_values(level[0])) if size == 1 else \
                 b_list(chain_from(b_map(dict_values, level)))
         return None
@@ -2137,11 +2143,11 @@ def value_readers(torch: Any, spent: list | None = None
         (HELD_INCREMENTAL): :func:`walk` reads it."""
         levels, total = [[value]], 1
         while levels[-1]:
-            inner = container_level(levels[-1])
+            inner = container_level(levels[-1], max_scan - total)
             if inner is None:
                 break
             total += b_len(inner)
-            if total > max_scan or b_len(levels) > max_depth:
+            if b_len(levels) > max_depth:
                 return None
             levels.append(inner)
         if b_len(levels) < 2 or total <= held_from:
@@ -2165,12 +2171,10 @@ def value_readers(torch: Any, spent: list | None = None
         identity: the statement may have changed a value in place."""
         levels, total = [[value]], 1
         for _ in b_range(b_len(entry[0]) - 1):
-            inner = container_level(levels[-1])
+            inner = container_level(levels[-1], max_scan - total)
             if inner is None:
                 return None
             total += b_len(inner)
-            if total > max_scan:
-                return None
             levels.append(inner)
         leaves, old = levels[-1], entry[0][-1]
         keys, counts = entry[1], entry[2]
