@@ -14,9 +14,11 @@ from typing import Any, Callable
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
 # What reading one statement may cost per call: a read costs 1 plus the
-# container values it scans; past it, executions are counted as left out
-# (fails closed). Every probe records, so reading must stay bounded; an
-# honest loop stays below (docs/threat-model.md, principle 6).
+# container values it scans (read again incrementally: the values read
+# and those compared, HELD_COMPARE a unit); past it, executions are
+# counted as left out (fails closed). Every probe records, so reading
+# must stay bounded; an honest loop stays below (docs/threat-model.md,
+# principle 6).
 MAX_READS = 1 << 18
 # A list, tuple or dict a statement keeps tensors in: the elements read
 # (nested ones included), the tensor shapes recorded (then only new
