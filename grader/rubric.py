@@ -34,6 +34,9 @@ class Task:
     target: str
     max_score: float
     dimensions: tuple[str, ...] = ()
+    #: Sizes every run of the task has, whatever the size set (a
+    #: single-head task: ``num_heads`` = 1), as (name, size) pairs.
+    sizes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -301,10 +304,22 @@ def load_assignment(folder: Path) -> Assignment:
                           f"{type(exc).__name__}: {exc}") from exc
 
 
+def _fixed_sizes(raw: dict) -> tuple[tuple[str, int], ...]:
+    """A task's ``sizes`` table: dimension name -> a positive int."""
+    fixed = []
+    for name, size in dict(raw).items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"a task's sizes must be positive integers; "
+                             f"{name} = {size!r}")
+        fixed.append((str(name), size))
+    return tuple(fixed)
+
+
 def _assignment(raw: dict, folder: Path, path: Path) -> Assignment:
     tasks = tuple(Task(id=t["id"], title=t["title"], target=t["target"],
                        max_score=float(t["max_score"]),
-                       dimensions=tuple(t.get("dimensions", ())))
+                       dimensions=tuple(t.get("dimensions", ())),
+                       sizes=_fixed_sizes(t.get("sizes", {})))
                   for t in raw["tasks"])
     task_ids = {t.id for t in tasks}
     diagnoses = dict(raw.get("diagnoses", {}))

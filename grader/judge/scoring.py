@@ -23,7 +23,7 @@ from grader.locate.source import SourceFile
 from grader.locate.submission import Submission
 from grader.output.report import Flag, ItemReport, Report, TaskReport
 from grader.plan import Case
-from grader.rubric import Assignment, Item
+from grader.rubric import Assignment, Item, Task
 from grader.run.observe import TaskRun
 
 
@@ -237,7 +237,9 @@ def _size_sets(run: TaskRun) -> list[dict[str, int]]:
 
 
 def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
-                dimensions: tuple[str, ...] = ()
+                dimensions: tuple[str, ...] = (),
+                task: Task | None = None,
+                assignment: Assignment | None = None
                 ) -> tuple[list[tuple[dict, dict]], list[str]]:
     runs, problems = [], []
     traced = _size_sets(run)
@@ -245,6 +247,10 @@ def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
             size_sets) else size_sets):
         sizes = {k: v for k, v in all_sizes.items()
                  if not dimensions or k in dimensions}
+        if task is not None and assignment is not None and task.sizes:
+            sizes = shapes.known_sizes(
+                dict(all_sizes), tuple(sizes), assignment.identities,
+                dict(task.sizes))
         records = []
         for probe_id in run.probe_ids(f"trace:{index}"):
             if probe_id.split(":")[1] != str(index):
@@ -283,7 +289,8 @@ def _sizes_of(case: Case | None) -> str:
 
 
 def _graded_runs(run: TaskRun, assignment: Assignment,
-                 dimensions: tuple[str, ...] = ()
+                 dimensions: tuple[str, ...] = (),
+                 fixed: tuple[tuple[str, int], ...] = ()
                  ) -> tuple[list[shapes.GradedRun], list[str], list[dict]]:
     """The shape records of every probe that is not a shape check and whose
     sizes the plan knows (its case's, completed by the rubric's
@@ -301,7 +308,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment,
             continue
         plain = info.sizes or (info.case.sizes if info.case else None)
         sizes = shapes.known_sizes(dict(plain or {}), names,
-                                   assignment.identities)
+                                   assignment.identities, dict(fixed))
         if not sizes:
             unsized.append(result.trace.get("records") or {})
             continue
@@ -381,9 +388,10 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
     if run.import_error:
         return not_checked(item, "the code could not be loaded")
     trace_runs, problems = _trace_runs(run, assignment.size_sets,
-                                       analysis.task.dimensions)
+                                       analysis.task.dimensions,
+                                       analysis.task, assignment)
     graded_runs, graded_problems, unsized = _graded_runs(
-        run, assignment, analysis.task.dimensions)
+        run, assignment, analysis.task.dimensions, analysis.task.sizes)
     problems = _unique(problems + graded_problems)
     unrecorded = run.unrecorded()
     if unrecorded:

@@ -509,6 +509,12 @@ def _warm_up() -> None:
                                       torch.tensor([0, 1, 2, 3]))
     product.view(-1).reshape(2, 9).permute(1, 0).contiguous().sum().item()
     filled.exp().sum().item()
+    # torch.vmap registers its decompositions at its first call, through a
+    # torch.library.Library, whose constructor looks up its caller's frame
+    # (sys._getframe): a worker refuses that to a submission's call
+    # (docs/threat-model.md, principle 1, "Torch's lazy state is built
+    # before the seal"), so it is built here, once.
+    torch.vmap(torch.exp)(exps)
 
 
 def _warm_plotting() -> None:

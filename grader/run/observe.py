@@ -7,6 +7,8 @@ hung or died). The checks read observations only through these classes.
 """
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -65,6 +67,23 @@ def format_error(error: dict, source: SourceFile) -> str:
         text += f" (at {where}" + (f": `{one_line(str(code), 200)}`"
                                    if code else "") + ")"
     return text
+
+
+def _package_hint(error: dict) -> str:
+    """A hint for an import of a module of the student package that the
+    sandbox does not hold (a student's own helper module, or another
+    homework's): only the graded file and the package files its own
+    homework ships are there (docs/rubric-decisions.md)."""
+    if not isinstance(error, dict) or \
+            error.get("type") != "ModuleNotFoundError":
+        return ""
+    found = re.search(r"No module named '(transformer_lm\.[\w.]+)'",
+                      str(error.get("message", "")))
+    if found is None:
+        return ""
+    return (f" The grader imports only the graded file and the package "
+            f"files this homework ships, so {found.group(1)} is not there: "
+            f"put the code you need from it into the graded file.")
 
 
 @dataclass(frozen=True)
@@ -223,7 +242,8 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
         if kind == "import" and not message.get("ok"):
             error = message.get("error") or {}
             run.import_error = ("The submission could not be loaded: "
-                                + format_error(error, source) + ".")
+                                + format_error(error, source) + "."
+                                + _package_hint(error))
         elif kind == "event" and message.get("kind") in events:
             event = Event(kind=str(message["kind"]),
                           verb=str(message.get("verb", ""))[:200],

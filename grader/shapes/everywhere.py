@@ -27,13 +27,25 @@ SHOWN = 3
 
 
 def known_sizes(sizes: dict[str, int], names: tuple[str, ...],
-                identities: tuple[tuple[str, str, str], ...] = ()
-                ) -> dict[str, int]:
+                identities: tuple[tuple[str, str, str], ...] = (),
+                fixed: dict[str, int] | None = None) -> dict[str, int]:
     """``sizes`` restricted to the dimension ``names``, completed by the
     rubric's identities (``(c, a, b)``: c = a * b) where one member is
-    missing and the others determine it exactly."""
+    missing and the others determine it exactly. ``fixed``: sizes the
+    task always has (a task's ``sizes`` in rubric.toml); they replace
+    the run's, and an identity's other factor follows from them."""
     found = {k: int(v) for k, v in sizes.items()
              if isinstance(v, int) and not isinstance(v, bool)}
+    for name, size in (fixed or {}).items():
+        found[name] = size
+        for c, a, b in identities:
+            other = b if name == a else a if name == b else None
+            if other is not None and other not in (fixed or {}):
+                found.pop(other, None)  # it follows from the fixed size
+    names = names + tuple(k for k in (fixed or {}) if k not in names)
+    for c, a, b in identities:
+        if c in names and (a in (fixed or {}) or b in (fixed or {})):
+            names += tuple(k for k in (a, b) if k not in names)
     for c, a, b in identities:
         if c not in found and a in found and b in found:
             found[c] = found[a] * found[b]
@@ -121,8 +133,9 @@ def _verified_everywhere(statements: list[Statement],
     dropped: set[int] = set()
     for order, statement in enumerate(statements):
         at = place.get((statement.first_line, statement.text))
-        if at is not None and found[at].penalised:
-            continue
+        if at is not None and found[at].penalised and (
+                found[at].kind != "missing" or found[at].real):
+            continue  # a missing comment that ran nowhere is looked at
         claims = parse_shapes(statement.comment or "", table)
         numbered = [(number, run) for number, run in enumerate(graded, 1)
                     if _evaluates(claims, run[1], table)]

@@ -56,7 +56,9 @@ class Statement:
     whether it ran. ``tensor`` says whether the source alone shows that the
     statement produces a tensor, and ``operands`` the names that make it
     one when they hold tensors (:mod:`grader.shapes.tensor_facts`), for
-    statements that never ran.
+    statements that never ran. ``alternatives``: the value is a
+    conditional expression (``return (att, probs) if flag else att``),
+    whose branches may give different numbers of tensors.
     """
 
     id: int
@@ -73,6 +75,7 @@ class Statement:
     traceable: bool
     tensor: bool = False
     operands: tuple[str, ...] = ()
+    alternatives: bool = False
 
     def to_plain(self) -> dict[str, Any]:
         """The statement as JSON-able data: the plan the tracer receives."""
@@ -135,13 +138,19 @@ def _walrus_chains(node: ast.AST) -> list[tuple[str, ...]]:
 #: Calls that write an attribute or an item of their first argument:
 #: ``setattr(obj, "a", v)`` writes ``obj.a`` as ``obj.a = v`` does.
 _SETTERS = {"setattr": "attribute", "__setattr__": "attribute",
-            "setitem": "item", "__setitem__": "item"}
+            "setitem": "item", "__setitem__": "item",
+            "register_buffer": "attribute",
+            "register_parameter": "attribute"}
+#: Methods of a module that store their second argument as an attribute
+#: named by the first (``self.register_buffer("mask", t)``).
+_REGISTERS = ("register_buffer", "register_parameter")
 
 
 def _written(call: ast.expr) -> tuple[str, ...] | None:
     """What a call of a setter writes (``setattr(obj, "a", v)``,
     ``object.__setattr__(obj, "a", v)``, ``obj.__setattr__("a", v)``,
-    ``operator.setitem(d, k, v)``): the attribute chain, the container,
+    ``operator.setitem(d, k, v)``, ``obj.register_buffer("a", v)``): the
+    attribute chain, the container,
     or UNWATCHABLE when the object or the attribute's name is not
     written out; None for any other call."""
     if not isinstance(call, ast.Call):
@@ -157,6 +166,10 @@ def _written(call: ast.expr) -> tuple[str, ...] | None:
                                                     "__setitem__") \
             and len(args) == 2:
         args = [func.value, *args]  # obj.__setattr__("a", v)
+    elif name in _REGISTERS:
+        if not isinstance(func, ast.Attribute):
+            return None  # a function of the student's of that name
+        args = [func.value, *args]  # obj.register_buffer("a", v)
     if len(args) != 3 or any(isinstance(a, ast.Starred) for a in args):
         return (UNWATCHABLE,)
     target = args[0]
@@ -516,7 +529,9 @@ def function_statements(source: SourceFile,
             below=comments.join(below) if where == "trailing" else None,
             above=comments.join(above), detached=comments.join(detached),
             traceable=id(node) not in untraceable,
-            tensor=verdict.always, operands=tuple(sorted(verdict.names))))
+            tensor=verdict.always, operands=tuple(sorted(verdict.names)),
+            alternatives=isinstance(getattr(node, "value", None),
+                                    ast.IfExp)))
     return statements + _span_statements(
         func.body, {s.first_line for s in statements}, code, comments,
         lines, first_id + len(statements))

@@ -170,12 +170,15 @@ def _show(shape: Iterable[int]) -> str:
 
 
 def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
-                  sizes: dict[str, int], table: DimensionTable) -> bool:
+                  sizes: dict[str, int], table: DimensionTable,
+                  either_end: bool = False) -> bool:
     """Whether an execution's tensors agree with the comment's claims.
 
     One claim (the last shape) is enough when every tensor has it; tensors
     of different shapes are matched in order to the last ``len(tensors)``
-    shapes of the comment.
+    shapes of the comment. ``either_end`` (a conditional expression, whose
+    branches give different numbers of tensors): the first
+    ``len(tensors)`` shapes may match instead.
     """
     def value(claim: ShapeClaim) -> Shape | None:
         try:
@@ -186,10 +189,14 @@ def _claims_match(tensors: list[Shape], claims: list[ShapeClaim],
     last = value(claims[-1])
     if last is not None and all(shape == last for shape in tensors):
         return True
-    if len(tensors) < 2 or len(claims) < len(tensors):
+    if len(claims) < len(tensors):
         return False
-    wanted = [value(claim) for claim in claims[-len(tensors):]]
-    return all(w is not None and w == t for w, t in zip(wanted, tensors))
+    ends = [claims[-len(tensors):]] if len(tensors) > 1 else []
+    if either_end and len(tensors) < len(claims):
+        ends.append(claims[:len(tensors)])
+    return any(all(w is not None and w == t for w, t in
+                   zip([value(claim) for claim in end], tensors))
+               for end in ends)
 
 
 def _tensors(execution: Execution) -> list[Shape]:
@@ -237,7 +244,8 @@ def _expected(claims: list[ShapeClaim], count: int, sizes: dict[str, int],
 
 
 def _real(index: int, sizes: dict[str, int], executions: list[Execution],
-          claims: list[ShapeClaim], table: DimensionTable) -> RealShapes:
+          claims: list[ShapeClaim], table: DimensionTable,
+          either_end: bool = False) -> RealShapes:
     seen: list[str] = []
     wrong = 0
     count = 1
@@ -249,7 +257,8 @@ def _real(index: int, sizes: dict[str, int], executions: list[Execution],
         shown = _show_all(tensors)
         if shown not in seen:
             seen.append(shown)
-        if claims and not _claims_match(tensors, claims, sizes, table):
+        if claims and not _claims_match(tensors, claims, sizes, table,
+                                        either_end):
             wrong += 1
     expected = _expected(claims, count, sizes, table) if claims else None
     return RealShapes(index=index, sizes=dict(sizes), shapes=tuple(seen),
@@ -380,11 +389,11 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
     if claims and claims[-1].unknown_names(table):
         finding = _unknown_finding(statement, claims[-1],
                                    claims[-1].unknown_names(table), table)
-        return replace(finding, message=finding.message + " (this "
-                       "statement did not run in the shape checks, but "
-                       "its names are checked all the same)")
+        return replace(finding, message=finding.message + " (a "
+                       "comment's names are checked whether or not its "
+                       "statement ran)")
     if statement.traceable:
-        why = "did not run in the grader's shape-check runs"
+        why = "did not run in any of the grader's runs"
     else:
         why = ("shares its line with an if/for/while/with header, so the "
                "grader cannot tell whether it ran")
@@ -487,7 +496,8 @@ def _verify_statement(statement: Statement,
     if not any(_tensors(execution) for _, executions in runs
                for execution in executions):
         return None  # ran and produced no tensor: nothing to claim
-    real = tuple(_real(index, sizes, executions, claims, table)
+    real = tuple(_real(index, sizes, executions, claims, table,
+                       statement.alternatives)
                  for index, (sizes, executions) in enumerate(runs, 1))
     base = _Place(line=statement.first_line, statement=statement.text,
                   real=real)
@@ -665,7 +675,7 @@ _TITLES = {
     "unknown_name": "unknown dimension name",
     "wrong_shape": "wrong shape",
     "not_verified": "shape comment not verifiable",
-    "never_ran": "note: not run by the shape checks",
+    "never_ran": "note: not run in any of the grader's runs",
     "not_traced": "note: not checked",
 }
 

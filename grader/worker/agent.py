@@ -53,6 +53,10 @@ SPAN_KIND = "span"
 # Tensors made on a frame's current statement, watched until it completes;
 # past them, the statement counts as one whose tensor outlived it.
 MAX_MADE_PENDING = 256
+# Values read in what a library call of the student's line returned (to
+# tell the tensors that came back to the line); past them, every tensor
+# the call made counts (made_keeper).
+MADE_RETURN_ITEMS = 4096
 MAX_FOREIGN = 32
 # Distinct refused, tampered and patched attempts listed one by one (a
 # forbidden use is always listed); past them, only their number.
@@ -2571,6 +2575,19 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     MAX_MADE_PENDING tensors alive at once on one statement, its line
     counts as made (fails closed). Nothing of the submission's runs here:
     the references are weak, and a tensor is known by its classes alone.
+
+    A tensor made inside a library call of the line (library frames
+    alone between the line's frame and the operation) is the line's
+    only if it comes back to the line: the outermost of those frames
+    (the call the line made) returns it, alone or inside tuples, lists
+    and dicts (:func:`return_reader`). What such a call makes and keeps
+    for itself while it returns something else (the ``probs`` tensor
+    ``torch.distributions.Bernoulli(0.9)`` builds from a number) is that
+    call's intermediate, as ``a @ b`` inside an expression is the line's
+    (docs/rubric-decisions.md). The call's frame is traced for its end
+    only (its ``return``); one that saw an exception, one traced by
+    something else, or one still open when the line's statement is over
+    counts every tensor (fails closed).
     """
     import weakref
 
@@ -2581,14 +2598,26 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
     tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
     list_len, list_item = list.__len__, list.__getitem__
     weak_ref = weakref.ref
-    # id(frame) -> [frame, [(line, reference)], [those of raised ones]]
+    returned_ids = return_reader(is_tensor)
+    # id(frame) -> [frame, [(line, reference)], [those of raised ones],
+    #               [the open calls of the frame's statement]]
     pending: dict = {}
+    # id(call's frame) -> [frame, caller, line, [references], saw an
+    #                      exception, open]
+    calls: dict = {}
     max_pending = MAX_MADE_PENDING
 
     def made(frame):
         caller = frame.f_back
-        while caller is not None and \
-                classify(caller.f_code) != "submission":
+        call = None
+        library_only = True
+        while caller is not None:
+            kind = classify(caller.f_code)
+            if kind == "submission":
+                break
+            if kind != "library":
+                library_only = False
+            call = caller
             caller = caller.f_back
         if caller is None or phase["made"] is None:
             return None
@@ -2596,12 +2625,14 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
         if b_type(line) is not b_int:
             return None
         frame.f_trace_lines = False
+        if not library_only:
+            call = None
 
         def returned(_frame, event, arg):
             if event != "return":
                 return None
             if is_tensor(arg):
-                keep(caller, line, arg)
+                found(call, caller, line, arg)
                 return None
             mro = type_mro(b_type(arg))
             if b_tuple in mro or b_list in mro:  # split, sort, chunk...
@@ -2610,24 +2641,79 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
                 for index in b_range(size if size < 64 else 64):
                     value = item(arg, index)
                     if is_tensor(value):
-                        keep(caller, line, value)
+                        found(call, caller, line, value)
             return None
         return returned
 
-    def keep(caller, line, arg):
+    def found(call, caller, line, arg):
+        if call is None:
+            keep(caller, line, arg)
+            return
+        record = calls.get(b_id(call))
+        if record is None or record[0] is not call:
+            tracer = call.f_trace
+            if tracer is not None and tracer is not ended:
+                keep(caller, line, arg)  # traced by another: fails closed
+                return
+            record = calls[b_id(call)] = [call, caller, line, [], False, True]
+            pending_of(caller)[3].append(record)
+            call.f_trace_lines = False
+            call.f_trace = ended
+        if b_len(record[3]) >= max_pending:
+            keep(caller, line, arg)
+            return
+        try:
+            record[3].append(weak_ref(arg))
+        except b_TypeError:
+            keep(caller, line, arg)
+
+    def ended(frame, event, arg):
+        """The local trace function of a library call the line made: at
+        its ``return``, what it made is the line's if it came back."""
+        record = calls.get(b_id(frame))
+        if record is None or record[0] is not frame:
+            return None
+        if event == "exception":
+            record[4] = True
+            return ended
+        if event != "return":
+            return ended
+        del calls[b_id(frame)]
+        close(record, None if record[4] else returned_ids(arg))
+        return None
+
+    def close(record, back):
+        """Keep for the line what came back (``back``: the ids of the
+        returned tensors; None: every tensor, fails closed)."""
+        record[5] = False
+        references = record[3]
+        record[3] = []
+        for reference in references:
+            tensor = reference()
+            if tensor is not None and (back is None or b_id(tensor) in back):
+                keep(record[1], record[2], tensor)
+
+    def pending_of(caller):
         entry = pending.get(b_id(caller))
         if entry is None or entry[0] is not caller:
-            entry = pending[b_id(caller)] = [caller, [], []]
+            entry = pending[b_id(caller)] = [caller, [], [], []]
+        return entry
+
+    def keep(caller, line, arg):
+        lines = phase["made"]
+        if lines is None:
+            return  # the phase is over (a call that ended after it)
+        entry = pending_of(caller)
         if b_len(entry[1]) >= max_pending:
             entry[1] = [kept for kept in entry[1]
                         if kept[1]() is not None]
             if b_len(entry[1]) >= max_pending:
-                phase["made"][line] = True
+                lines[line] = True
                 return
         try:
             entry[1].append((line, weak_ref(arg)))
         except b_TypeError:
-            phase["made"][line] = True
+            lines[line] = True
 
     def settle(frame, how):
         """``how``: "statement" (a statement of the frame is over: its
@@ -2638,6 +2724,15 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
         entry = pending.get(b_id(frame))
         if entry is None or entry[0] is not frame:
             return
+        if entry[3]:
+            # A call of the statement still open: every tensor it made
+            # counts (fails closed).
+            opened = entry[3]
+            entry[3] = []
+            for record in opened:
+                if record[5]:
+                    calls.pop(b_id(record[0]), None)
+                    close(record, None)
         if how == "raised":
             entry[2].extend(entry[1])
             entry[1] = []
@@ -2654,8 +2749,54 @@ def made_keeper(phase: dict, classify: Callable, is_tensor: Callable
 
     def clear():
         pending.clear()
+        calls.clear()
 
     return made, settle, clear
+
+
+def return_reader(is_tensor: Callable) -> Callable:
+    """Return ``returned_ids(value)``: the ids of the tensors ``value``
+    is or holds in tuples, lists and dicts (nested; read with the base
+    types' own C methods, so no code of a subclass runs), or None past
+    MADE_RETURN_ITEMS values (the caller then counts every tensor)."""
+    b_id, b_type, b_range, b_list = id, type, range, list
+    b_tuple, b_dict, b_set = tuple, dict, set
+    type_mro = type.__dict__["__mro__"].__get__
+    tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
+    list_len, list_item = list.__len__, list.__getitem__
+    dict_len, dict_values = dict.__len__, dict.values
+    most = MADE_RETURN_ITEMS
+
+    def returned_ids(value):
+        ids = b_set()
+        todo = [value]
+        seen = 0
+        while todo:
+            value = todo.pop()
+            seen += 1
+            if seen > most:
+                return None
+            if is_tensor(value):
+                ids.add(b_id(value))
+                continue
+            mro = type_mro(b_type(value))
+            if b_tuple in mro:
+                size = tuple_len(value)
+                if size > most:
+                    return None
+                todo.extend(tuple_item(value, i) for i in b_range(size))
+            elif b_list in mro:
+                size = list_len(value)
+                if size > most:
+                    return None
+                todo.extend(list_item(value, i) for i in b_range(size))
+            elif b_dict in mro:
+                if dict_len(value) > most:
+                    return None
+                todo.extend(b_list(dict_values(value)))
+        return ids
+
+    return returned_ids
 
 
 def traced_reads(quiet: set) -> tuple[Callable, Callable]:
@@ -4562,7 +4703,7 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads,
-             collector, made_keeper)
+             collector, made_keeper, return_reader)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:

@@ -4,7 +4,9 @@
 ``multi_head_attention`` (task2.output): the returned probs look dropped,
 but the randomness never reaches att, or not as the dropout of those
 probs, or the mask is not element-wise independent (whole rows or
-columns, one mask for every block, the diagonal spared).
+columns, one mask for every block, the diagonal spared); and its value
+point where task2.scores failed (an average of the values passes the
+uniform cases, but is not the returned probs times the values).
 ``hostile/effects/training/`` attacks ``transformer_block``'s training
 item: the loss writes into the weights (an optimizer of its
 own, ``.data``, parameters replaced from a gradient hook, a finalizer)
@@ -68,6 +70,14 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "dropout_diag_kept": (
             NO_DROPOUT, (), "probabilities on the diagonal are dropped"),
         "honest_dropout_by_hand": (FULL_ATTENTION, (), "ok"),
+        # The value point when task2.scores failed (red team 6): judged on
+        # uniform probabilities, and on the returned ones as well.
+        "values_mean_of_values": (
+            (1, 3, 0, 0, 1, 0, 1, 0, 0, 0), ("dropout_misplaced",),
+            "is not the returned probs times the values (with mix): "
+            "because task2.scores failed"),
+        "values_unscaled_control": (
+            (1, 3, 0, 0, 1, 0, 1, 2, 0, 0), (), "ok"),
     },
     "training": {
         "train_inner_optimizer": (

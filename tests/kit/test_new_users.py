@@ -260,9 +260,30 @@ def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
     path.write_text(text)
     report = finish(start("grade", str(path)))
     assert "never ran" not in report
-    assert "not run by the shape checks" not in report
+    assert "not run in any of the grader's runs" not in report
     assert ("every tensor statement in MultiHeadSelfAttention.forward has "
             "a correct shape comment") in report
+
+
+def test_a_helper_module_of_ones_own_is_named_with_what_to_do(tmp_path):
+    """A repository whose file imports a module of its own package (red
+    team 6): only the graded file reaches the sandbox, and the report
+    says so and what to do, besides Python's own error."""
+    package = tmp_path / "repo" / "transformer_lm"
+    package.mkdir(parents=True)
+    (package / "attn_utils.py").write_text("SCALE = 2\n")
+    text = solution_text().replace(
+        "import torch\n",
+        "import torch\n\nfrom transformer_lm.attn_utils import SCALE\n", 1)
+    assert "attn_utils" in text
+    (package / "modeling_attention.py").write_text(text)
+    report = json.loads(finish(start("grade", str(tmp_path / "repo"),
+                                     "--public-only", "--format", "json")))
+    assert report["score"] == 0
+    error = " ".join(report["errors"])
+    assert "No module named 'transformer_lm.attn_utils'" in error
+    assert ("The grader imports only the graded file and the package "
+            "files this homework ships") in error
 
 
 def test_similarity_gives_the_true_reason(graded_class, tmp_path):

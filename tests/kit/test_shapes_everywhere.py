@@ -5,7 +5,8 @@ worker's records are plain data): a statement the size sets left without a
 problem is verified at the graded runs' sizes too, named by its case; a
 statement already wrong at the size sets keeps its wording; a run whose
 sizes lack a name the comment uses does not judge it; the note "not run
-by the shape checks" goes when a graded run verified the statement; the
+in any of the grader's runs" goes when a graded run verified the
+statement, and a missing comment shows the graded runs it ran in; the
 catch-all's lines are answered by every run's records; the worker's read
 budget per statement and call fails closed. The end-to-end files are in
 hostile/walls_batch/ (test_walls_batch.py).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from grader.locate.source import SourceFile
@@ -76,7 +78,7 @@ def test_a_statement_wrong_only_in_a_graded_run_is_found() -> None:
                                      "c": [(4, 6, 10)],
                                      "return": [(4, 6, 10)]}))]
     assert [f.kind for f in verify(statements, traced, DIMS)] == [
-        "never_ran"]  # c: not run by the shape checks
+        "never_ran"]  # c: not run in any run
     findings = verify_everywhere(statements, traced, graded, DIMS)
     assert [(f.line, f.kind) for f in findings] == [(5, "wrong_shape"),
                                                     (7, "wrong_shape")]
@@ -84,7 +86,34 @@ def test_a_statement_wrong_only_in_a_graded_run_is_found() -> None:
     assert "size set 1: claimed [2, 5, 11], real [2, 5, 11]" in text
     assert ("the sizes of hidden case 'hidden-0': claimed [4, 6, 5], "
             "real [4, 6, 10]") in " ".join(text.split())
-    assert "not run by the shape checks" not in text
+    assert "not run in any of the grader's runs" not in text
+
+
+def test_an_uncommented_statement_run_only_in_a_graded_run() -> None:
+    """A missing comment on a statement the size sets never ran costs the
+    point as before, but its finding shows the graded run where it ran
+    (not "did not run in any of the grader's runs")."""
+    bare = SOURCE.replace("c = b - 1  # [seq_len]", "c = b - 1")
+    source = SourceFile(text=bare, path=Path("net.py"))
+    statements = collect_statements(source, "Net", "forward")
+    traced = [(SET_1, _records(statements, {"a": [(2, 5, 33)],
+                                            "b": [(2, 5, 11)],
+                                            "return": [(2, 5, 33)]}))]
+    unrun = verify(statements, traced, DIMS)
+    assert [(f.line, f.kind, f.penalised) for f in unrun] == [
+        (7, "missing", True)]
+    assert "did not run in any of the grader's runs" in unrun[0].message
+    graded = [("the sizes of hidden case 'dropout'",
+               {"batch_size": 4, "seq_len": 6, "hidden": 10,
+                "num_heads": 2, "head_size": 5},
+               _records(statements, {"c": [(4, 6, 5)]}))]
+    findings = verify_everywhere(statements, traced, graded, DIMS)
+    assert [(f.line, f.kind, f.penalised) for f in findings] == [
+        (7, "missing", True)]
+    text = " ".join(format_findings(findings, source).split())
+    assert "the sizes of hidden case 'dropout': real [4, 6, 5]" in text
+    assert "did not run in any" not in text
+    assert verify_everywhere(statements, traced, [], DIMS) == unrun
 
 
 def test_a_problem_at_the_size_sets_keeps_its_wording() -> None:
@@ -351,3 +380,63 @@ def test_an_incremental_read_equals_a_whole_read() -> None:
         for _ in range(rng.randrange(50, 100)):
             value = change(value)
             assert expand(value, True, slot) == expand(value, True)
+
+
+IFEXP_SOURCE = '''class Net:
+    def forward(self, x, both=False):
+        # YOUR CODE STARTS HERE
+        a = x + 1  # [batch_size, seq_len, hidden]
+        b = (a, a) if both else a  # [batch_size, seq_len, hidden], [seq_len]
+        return (a, a[0]) if both else a  # [bs, seq, hidden], [seq, hidden]
+        # YOUR CODE ENDS HERE
+'''
+
+
+def test_a_conditional_expression_may_match_either_end() -> None:
+    """``return (att, probs) if flag else att``: the branch with one
+    tensor may match the comment's first shape (red team 6); the other
+    branch still matches in order, and a wrong shape is still found."""
+    source = SourceFile(text=IFEXP_SOURCE, path=Path("net.py"))
+    statements = collect_statements(source, "Net", "forward")
+    assert [s.alternatives for s in statements] == [False, True, True]
+    by_line = {s.first_line: str(s.id) for s in statements}
+    records = {by_line[4]: [[[2, 5, 33]]],
+               by_line[5]: [[[2, 5, 33]], [[2, 5, 33], [2, 5, 33]]],
+               by_line[6]: [[[2, 5, 33]], [[2, 5, 33], [5, 33]]]}
+    findings = verify(statements, [(SET_1, records)], DIMS)
+    # line 5: the two-tensor branch is [2, 5, 33] twice, not ..., [5]
+    assert [(f.line, f.kind) for f in findings] == [(5, "wrong_shape")]
+    plain = [replace(s, alternatives=False) for s in statements]
+    found = verify(plain, [(SET_1, records)], DIMS)
+    assert [(f.line, f.kind) for f in found] == [(5, "wrong_shape"),
+                                                 (6, "wrong_shape")]
+
+
+def test_a_tasks_fixed_sizes_replace_the_runs_and_their_factor() -> None:
+    """A single-head task (rubric.toml ``sizes = { num_heads = 1 }``):
+    num_heads is 1 and head_size follows from hidden, whatever the size
+    set says; the task's own names are kept."""
+    identity = (("hidden", "num_heads", "head_size"),)
+    names = ("batch_size", "seq_len", "hidden")
+    assert known_sizes({**SET_1, "input_size": 7}, names, identity,
+                       {"num_heads": 1}) == {
+        "batch_size": 2, "seq_len": 5, "hidden": 33, "num_heads": 1,
+        "head_size": 33}
+    assert known_sizes(SET_1, names, identity) == {
+        "batch_size": 2, "seq_len": 5, "hidden": 33}
+
+
+def test_the_single_head_task_reads_num_heads_as_one() -> None:
+    """multi_head_attention's task 1 has num_heads = 1 (and only task 1);
+    a malformed ``sizes`` table is refused."""
+    from grader.rubric import _fixed_sizes, get_assignment
+
+    assignment = get_assignment("multi_head_attention")
+    fixed = {task.id: dict(task.sizes) for task in assignment.tasks}
+    assert fixed == {"task1": {"num_heads": 1}, "task2": {}}
+    for bad in ({"num_heads": 0}, {"num_heads": True}, {"h": "1"}):
+        try:
+            _fixed_sizes(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} was accepted")

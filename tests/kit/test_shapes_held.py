@@ -44,7 +44,7 @@ EXPECTED = {
                                 "keeps tensors in a list, tuple or dict",
                                 "real 3 x [4, 7, 114]",
                                 "line 158: missing shape comment",
-                                "did not run in the grader's shape-check"]),
+                                "did not run in any of the grader's runs"]),
     "list_wrong_claim": (-1.0, ["line 160: wrong shape",
                                 "the comment claims [bs * h, seq, d_k]",
                                 "claimed [24, 7, 19], real [24, 7, 19] and "

@@ -12,6 +12,7 @@ verifiable" or "missing".
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -193,3 +194,72 @@ def test_each_tensor_of_a_returned_tuple_is_made() -> None:
     codes.add(student.__code__)
     settle(student(box := []), "returned")
     assert len(phase["made"]) == 1 and len(box) == 1
+
+
+def _keeper(codes: set) -> tuple:
+    """A keeper whose submission is the code in ``codes``, and a handler
+    (the operation) that reports what it returns."""
+    phase: dict = {"made": {}}
+    made, settle, clear = agent.made_keeper(
+        phase, lambda code: "submission" if code in codes else "library",
+        lambda value: isinstance(value, torch.Tensor))
+
+    def handler(value):
+        tracer = made(sys._getframe())
+        tracer(None, "return", value)
+        return value
+
+    return phase, handler, settle, clear
+
+
+def _library_call(handler, answer, event: str = "return"):
+    """A library call of the line: it runs an operation, keeps the tensor
+    in ``box`` and returns what ``answer(tensor, box)`` gives. Its end is
+    told to its local trace function as CPython would (``event``
+    "exception" first: it saw one; "" : still open)."""
+    frame = sys._getframe()
+    box = types.SimpleNamespace(inner=handler(torch.ones(3)))
+    result = answer(box.inner, box)
+    if event == "exception":
+        frame.f_trace(frame, "exception", (ValueError, None, None))
+    if event:
+        frame.f_trace(frame, "return", result)
+    return result
+
+
+def test_what_a_library_call_keeps_for_itself_is_not_the_lines() -> None:
+    """A tensor an operation made inside a library call of the line is
+    the line's only if the call returns it (alone, or nested in tuples,
+    lists and dicts): a distribution's ``probs`` built from a number is
+    the distribution's. A call that saw an exception, or is still open
+    when the statement ends, counts every tensor (fails closed)."""
+    codes: set = set()
+    phase, handler, settle, clear = _keeper(codes)
+    lines = {}
+
+    def student(stash):
+        frame = sys._getframe()
+        stash.append(_library_call(handler, lambda t, box: box))
+        lines["own"] = frame.f_lineno - 1
+        settle(frame, "statement")
+        stash.append(_library_call(handler,
+                                   lambda t, box: ({"a": [0, t]},)))
+        lines["nested"] = frame.f_lineno - 2
+        settle(frame, "statement")
+        stash.append(_library_call(handler, lambda t, box: box,
+                                   "exception"))
+        lines["raised"] = frame.f_lineno - 2
+        settle(frame, "statement")
+        stash.append(_library_call(handler, lambda t, box: box, ""))
+        lines["open"] = frame.f_lineno - 1
+        settle(frame, "statement")
+        return frame
+
+    codes.add(student.__code__)
+    stash: list = []
+    settle(student(stash), "returned")
+    assert len(stash) == 4
+    assert sorted(phase["made"]) == sorted(
+        [lines["nested"], lines["raised"], lines["open"]])
+    assert lines["own"] not in phase["made"]
+    clear()

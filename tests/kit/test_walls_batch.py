@@ -13,11 +13,14 @@ changes a container the tracer reads incrementally behind its back
 issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
 a ``for``/``with`` target or a ``case`` capture, nested tensors, a
-counterfeit library wrapper. Honest controls pass operations as values
-on their own lines, name their own helpers like kernels, keep commented
-tensors in plain holders and in every binding form, hold a nested tensor
-of equal parts, import ``torch._dynamo``, and fill a flat or nested
-list one score at a time.
+counterfeit library wrapper, frames asked for through ``torch.vmap``
+and torch's own look-ups, tensors kept in wrapper objects. Honest
+controls pass operations as values on their own lines, name their own
+helpers like kernels, keep commented tensors in plain holders and in
+every binding form, hold a nested tensor of equal parts, import
+``torch._dynamo``, map helpers with ``torch.vmap``, draw dropout from
+``torch.distributions``, share one commented helper between the two
+tasks, and fill a flat or nested list one score at a time.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -160,6 +163,7 @@ CORPUS: dict[str, tuple] = {
     # A builtin that runs operators (``sum`` adds) may run what it runs,
     # and nothing else: a pickle inside ``sum([...])`` is still flagged.
     "honest_builtin_operators": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    "honest_shared_helper": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
     "interp_pickle_inside_sum": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
                                  ("softmax by line 55 of SelfAttention."
                                   "forward, which does not name it",)),
@@ -554,6 +558,43 @@ CORPUS: dict[str, tuple] = {
                             ("line 73: missing shape comment",
                              "a torch operation on it made one that "
                              "outlived it")),
+    # -- Principle 6 (red team 5): a statement whose value is an object
+    #    (a distribution) needs no comment for the tensors a library call
+    #    made and kept for itself; one that came back to the line (the
+    #    line's own expression, or what the call returned, nested in
+    #    dicts and tuples) still needs its comment. Before, both honest
+    #    files lost the shapes item of each task with a distribution.
+    "honest_bernoulli_mask": (CLEAN_1, CLEAN_2, (),
+                              ("every tensor statement in "
+                               "MultiHeadSelfAttention.forward has a "
+                               "correct shape comment",)),
+    "honest_distributions": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                             ("every tensor statement in SelfAttention."
+                              "forward has a correct shape comment",
+                              "every tensor statement in "
+                              "MultiHeadSelfAttention.forward has a "
+                              "correct shape comment")),
+    "shapes_wrapped_tensors": ((1, 3, 0, -1, 0), BAD_SHAPES_2, (),
+                               ("line 94: missing shape comment",
+                                "line 188: missing shape comment",
+                                "line 217: missing shape comment")),
+    # -- Principle 1: torch's lazy state is built before the seal. The
+    #    first torch.vmap registers its decompositions through a
+    #    torch.library.Library, whose constructor asks for its caller's
+    #    frame; the fork server builds it, so an honest vmap asks for
+    #    none (before: 1/10 each, task 1's forward 0 and flagged
+    #    `tampered`). A frame the file's own code asks for, from inside
+    #    vmap or through torch's own look-ups, is refused as before.
+    "honest_vmap": (CLEAN_1, CLEAN_2, (), ()),
+    "honest_func_vmap": (CLEAN_1, CLEAN_2, (), ()),
+    "vmap_frame_lambda": ((1, 3, 0, 0, 0), CLEAN_2, ("tampered",),
+                          ("inspect the grader's stack frames",)),
+    "vmap_torch_frame_helpers": ((1, 3, 0, 0, 0), CLEAN_2, ("tampered",),
+                                 ("inspect the grader's stack frames",)),
+    # A forbidden kernel mapped by vmap trips like any other (principle 3).
+    "vmap_forbidden_kernel": (ZERO, CLEAN_2, ("forbidden",),
+                              ("torch.ops.aten.scaled_dot_product_"
+                               "attention",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
@@ -590,6 +631,11 @@ PRINTS = {"reach_walk_probe": ("task1", "found none"),
               ("task1", "bytes stopped after 2 files: [Errno 28] No space "
                         "left on device"),
               ("task2", "No space left on device: 'small-")),
+          "vmap_frame_lambda": ("task1", "frames reached: none"),
+          "vmap_torch_frame_helpers": (
+              ("task1", "Library: refused; get_source: 0 got, "),
+              ("task1", "resolution callback: refused; re-armed vmap: "
+                        "refused")),
           "globals_key_on_grader": (
               "task2", "nothing of the grader below MultiHeadSelfAttention"
                        ".forward, _Twin.__eq__")}
@@ -836,6 +882,17 @@ def test_the_plan_watches_every_target_it_can_name() -> None:
     assert watch("setattr(self, name, t)") == ("expr", ((UNWATCHABLE,),))
     assert watch("operator.setitem(d[0], k, t)") == ("expr", (("d",),))
     assert watch("vars(self).update(q=t)") == ("expr", ((UNWATCHABLE,),))
+    # A module's register methods store their tensor as an attribute
+    # (red team 6: a mask cached with register_buffer in forward).
+    assert watch('self.register_buffer("mask", t, persistent=False)') == (
+        "expr", (("self", "mask"),))
+    assert watch('self.register_parameter("w", p)') == (
+        "expr", (("self", "w"),))
+    assert watch("self.register_buffer(name, t)") == (
+        "expr", ((UNWATCHABLE,),))
+    assert watch('self.register_buffer("mask", tensor=t)') == (
+        "expr", ((UNWATCHABLE,),))
+    assert watch('register_buffer("mask", t)') == ("expr", ())
     assert watch("print(x)") == ("expr", ())
     assert watch("del x") == ("delete", ())
     match = ast.parse("match v:\n    case [a, *b] if (z := a):\n"

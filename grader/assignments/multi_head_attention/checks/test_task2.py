@@ -623,6 +623,33 @@ def test_output_matches_reference(task2: TaskRun) -> None:
                 error = max_error(att, want)
                 fail(f"att on {case.describe()}{note} does not match the "
                      f"reference ({error}). {words}".rstrip(), *ids)
+        if prefix == "zero-qk:":
+            for probe_id in task2.probe_ids("probs:"):
+                follows_own_probs(task2, probe_id)
+
+
+def follows_own_probs(task2: TaskRun, probe_id: str) -> None:
+    """When task2.scores failed, the value point's uniform cases cannot
+    tell a value-and-mix step from an average of the values; so on the
+    graded cases att must also be the reference's value-and-mix step
+    applied to the probs forward returned (read in any layout they can
+    be read in; docs/rubric-decisions.md)."""
+    case, att = att_of(task2, probe_id)
+    _, _, probs = pair(task2, probe_id)
+    own = probs.tensor if probs.kind == "tensor" else None
+    if own is not None and own.is_floating_point():
+        for layout in batch_major(case, own):
+            try:
+                want = mistakes.output_variant(case, probs=layout.double())
+            except RuntimeError:
+                continue
+            if close(att, want.float()):
+                return
+    fail(f"att on {case.describe()} is not the returned probs times the "
+         f"values (with mix): because task2.scores failed, the value and "
+         f"mix step is judged on the probabilities forward returns, and "
+         f"att does not follow from them. Multiply the returned probs by "
+         f"the values, merge the heads, then apply self.mix.")
 
 
 @pytest.mark.item("task2.output", part="values")

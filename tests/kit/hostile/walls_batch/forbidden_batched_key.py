@@ -3,9 +3,9 @@ batching keys, batched by hand.
 
 For a batched tensor torch dispatches to functorch's keys, where it
 registered its own math for ``aten::_scaled_dot_product_attention_math``
-(the ``FuncTorchBatchedDecomposition`` key). ``torch.vmap`` itself looks
-up frames (refused here), so SelfAttention.forward batches by hand with
-functorch's C functions (``_vmap_increment_nesting``, ``_add_batch_dim``,
+(the ``FuncTorchBatchedDecomposition`` key). SelfAttention.forward
+batches by hand (``torch.vmap`` works too: ``vmap_forbidden_kernel``)
+with functorch's C functions (``_vmap_increment_nesting``, ``_add_batch_dim``,
 ``_remove_batch_dim``) and calls the operator, found by a built name.
 Before this wall the tripwires sat at two fixed keys (the CPU and the
 composite one): full marks and no flag.

@@ -3,7 +3,7 @@
 Task 1's ``forward`` remembers every size whose first input was all zeros
 (a shape check) and takes a clean path there; everywhere else, every
 graded case included, a statement with a wrong comment runs. Before,
-shapes 0 with only the note "not run by the shape checks".
+shapes 0 with only the note "not run in any of the grader's runs".
 
 Expected: the wrong comment is verified at the graded cases' sizes:
 task1.shapes -1; everything else as the reference.
