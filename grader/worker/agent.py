@@ -14,9 +14,11 @@ from typing import Any, Callable
 RESULT_FD = 1019
 MAX_EXECUTIONS = 64
 # What reading one statement may cost per call: a read costs 1 plus the
-# container values it scans; past it, executions are counted as left out
-# (fails closed). Every probe records, so reading must stay bounded; an
-# honest loop stays below (docs/threat-model.md, principle 6).
+# container values it scans (read again incrementally: the values read
+# and those compared, HELD_COMPARE a unit); past it, executions are
+# counted as left out (fails closed). Every probe records, so reading
+# must stay bounded; an honest loop stays below (docs/threat-model.md,
+# principle 6).
 MAX_READS = 1 << 18
 # A list, tuple or dict a statement keeps tensors in: the elements read
 # (nested ones included), the tensor shapes recorded (then only new
@@ -24,6 +26,13 @@ MAX_READS = 1 << 18
 # and the statement's comment cannot be verified (it fails closed).
 MAX_HELD_SCAN = 4096
 MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
+# A container of more values than this (nested ones included) that a
+# statement read before is read again incrementally: only the values that
+# are not the very objects it held at the statement's last read are read;
+# the rest are compared by identity at C speed, and HELD_COMPARE of them
+# cost 1 of the read budget (docs/threat-model.md, principle 6).
+HELD_INCREMENTAL = 64
+HELD_COMPARE = 128
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 # The record of a value the tracer cannot read without running code of
 # its own (a property, a __getattribute__ of Python's, a name it cannot
@@ -348,8 +357,10 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     A unit of statements completes when a line event belongs to another
     unit (or to no planned statement), or when the frame returns; then
     ``record(statement, values)`` receives the shapes of what each of its
-    statements wrote (``read_chain`` finds a value, ``shape_of`` its shape,
-    or the shapes of the tensors a list, tuple or dict holds);
+    statements wrote (``read_chain`` finds a value, ``shape_of(value,
+    slot)`` its shape, or the shapes of the tensors a list, tuple or dict
+    holds, ``slot`` keeping, per frame, what the statement's last read of
+    that value found: a container is read again incrementally);
     a ``return`` statement records the returned value (``expand``: one shape
     per element of a tuple). A unit that raised records nothing. The
     reading runs through ``read`` (:func:`shape_tracer`'s: traced). A value
@@ -367,6 +378,7 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     module's namespace before a submission runs).
     """
     b_BaseException, b_Exception, b_str = BaseException, Exception, str
+    b_zip = zip
     unread_record = UNREAD_RECORD
     span_kind = SPAN_KIND
     max_reads = MAX_READS
@@ -378,15 +390,22 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     traced = read if read is not None else plain
     gc_on, gc_off = hold if hold is not None else (None, None)
 
-    def value_record(chain, local_values, global_values):
+    def value_record(chain, local_values, global_values, slot):
         try:
-            return shape_of(read_chain(chain, local_values, global_values))
+            return shape_of(read_chain(chain, local_values, global_values),
+                            slot)
         except b_Exception:
             return unread_record
 
-    def read_watched(statement, local_values, global_values):
-        return [value_record(chain, local_values, global_values)
-                for chain in statement["watch"]]
+    def read_watched(statement, local_values, global_values, memo):
+        # ``memo``: the frame's, per statement and watched value, what
+        # its last read found (a container is read again incrementally).
+        slots = memo.get(statement["id"])
+        if slots is None:
+            slots = memo[statement["id"]] = [[None]
+                                             for _ in statement["watch"]]
+        return [value_record(chain, local_values, global_values, slot)
+                for chain, slot in b_zip(statement["watch"], slots)]
 
     def read_returned(statement, value):
         try:
@@ -413,6 +432,7 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
 
     def local_tracer():
         state = {"pending": None, "returning": None, "raising": False}
+        memo: dict = {}
 
         def finish(frame):
             pending = state["pending"]
@@ -426,13 +446,16 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 if kind == "return" or kind == span_kind:
                     continue
                 budgeted(statement, read_watched, local_values,
-                         global_values)
+                         global_values, memo)
 
         def returned(frame, arg):
             finish(frame)
             if state["returning"] is not None:
                 budgeted(state["returning"], read_returned, arg)
                 state["returning"] = None
+            # What the reads kept goes here, traced (a finalizer of the
+            # submission's that this runs is traced like any other).
+            memo.clear()
 
         def trace(frame, event, arg):
             # The values are read traced (``read``: code of the
@@ -1874,8 +1897,16 @@ def value_readers(torch: Any, spent: list | None = None
     plan marks as unwatchable) reads as a value
     of its own, which ``expand`` records as UNREAD_RECORD, never as "no
     tensor". ``spent[0]`` counts the container values read (the cost the
-    line tracer charges to a statement)."""
+    line tracer charges to a statement).
+
+    ``expand(value, True, slot)`` reads a container incrementally
+    (:func:`held_of`): ``slot`` (a one-item list the caller keeps for one
+    watched value of one statement in one frame) holds what the last read
+    of that value found."""
     import builtins
+    import functools
+    import itertools
+    import operator
     import types
 
     b_type, b_int, b_dict, b_range = type, int, dict, range
@@ -1885,7 +1916,7 @@ def value_readers(torch: Any, spent: list | None = None
     type_dict = type.__dict__["__dict__"].__get__
     tuple_len, tuple_item = tuple.__len__, tuple.__getitem__
     list_len, list_item = list.__len__, list.__getitem__
-    dict_values, b_len, b_min = dict.values, len, min
+    dict_values, b_len, b_min, b_max = dict.values, len, min, max
     dict_items = dict.items
     proxy_type = types.MappingProxyType
     proxy_items = proxy_type.items
@@ -1908,6 +1939,15 @@ def value_readers(torch: Any, spent: list | None = None
     unread_record, irregular_record = UNREAD_RECORD, IRREGULAR_RECORD
     b_Exception = Exception
     missing = (False, None)
+    # The incremental reading of a container (held_of's ``slot``): C
+    # functions only where a value of the submission's is touched.
+    chain_from = itertools.chain.from_iterable
+    b_islice, b_repeat = itertools.islice, itertools.repeat
+    b_map, b_filter, b_sum, b_set, b_any = map, filter, sum, set, any
+    compress = itertools.compress
+    is_, is_not = operator.is_, operator.is_not
+    not_none = functools.partial(is_not, None)
+    held_from, held_compare = HELD_INCREMENTAL, HELD_COMPARE
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
@@ -2106,17 +2146,166 @@ def value_readers(torch: Any, spent: list | None = None
         for item in items:
             walk(item, depth + 1, found, state)
 
-    def held_of(value):
+    def container_level(level, room):
+        """The values the containers of ``level`` hold, in order, when
+        each is an exact list or tuple, or each an exact dict (their own
+        C iteration: no code of the submission's runs), and they hold at
+        most ``room`` (counted before anything is copied); None
+        otherwise. The kinds are compared by identity (no metaclass's
+        ``__eq__``)."""
+        kinds = b_list(b_map(b_type, level))
+        size = b_len(kinds)
+        lists = b_sum(b_map(is_, kinds, b_repeat(b_list)))
+        if lists == size or lists + b_sum(
+                b_map(is_, kinds, b_repeat(b_tuple))) == size:
+            if b_sum(b_map(b_len, level)) > room:
+                return None
+            return b_list(level[0]) if size == 1 else \
+                b_list(chain_from(level))
+        if b_sum(b_map(is_, kinds, b_repeat(b_dict))) == size:
+            if b_sum(b_map(b_len, level)) > room:
+                return None
+            return b_list(dict_values(level[0])) if size == 1 else \
+                b_list(chain_from(b_map(dict_values, level)))
+        return None
+
+    def leaf_key(value):
+        """What one value adds to a container's record: a tensor's shape
+        (a tuple) or IRREGULAR_RECORD; None for a value that is neither a
+        tensor nor a container; ``unread`` for a container (of any kind:
+        the tree's values do not all lie at one depth)."""
+        if is_tensor(value):
+            shape = size_of(value)
+            return shape if shape is irregular_record else b_tuple(shape)
+        mro = type_mro(b_type(value))
+        if b_list in mro or b_tuple in mro or b_dict in mro:
+            return unread
+        return None
+
+    def summary(entry):
+        """A container's record from its entry: what :func:`walk` makes
+        of the same values, in the same order."""
+        keys, counts = entry[1], entry[2]
+        if irregular_record in counts:
+            return irregular_record
+        found = b_list(b_islice(b_filter(not_none, keys), max_held))
+        shown = [b_list(key) for key in found]
+        if b_len(counts) > b_len(b_set(found)):
+            shown.append(None)  # a shape past the first max_held
+        return shown or None
+
+    def count(counts, key, step):
+        if key is not None:
+            left = counts.get(key, 0) + step
+            if left:
+                counts[key] = left
+            else:
+                del counts[key]
+
+    def afresh(value):
+        """``[levels, keys, counts]``: the tree of exact lists, tuples and
+        dicts under ``value`` level by level (no value of the last level
+        a list, tuple or dict), the key of each value of the last level
+        (:func:`leaf_key`) and how many of each; None when it is no such
+        tree, holds more than the reader scans, or is small
+        (HELD_INCREMENTAL): :func:`walk` reads it."""
+        levels, total = [[value]], 1
+        while levels[-1]:
+            inner = container_level(levels[-1], max_scan - total)
+            if inner is None:
+                break
+            total += b_len(inner)
+            if b_len(levels) > max_depth:
+                return None
+            levels.append(inner)
+        if b_len(levels) < 2 or total <= held_from:
+            return None
+        keys = [leaf_key(one) for one in levels[-1]]
+        if unread in keys:
+            return None
+        counts: dict = {}
+        for key in keys:
+            count(counts, key, 1)
+        spent[0] += total
+        return [levels, keys, counts]
+
+    def again(value, entry):
+        """Read ``value`` again, as the same statement last found it
+        (``entry``, updated): the tree must have the same depth, every
+        container an exact list, tuple or dict; the values of its last
+        level that are not the very objects read last time (compared by
+        identity, in C) are read, the others keep their keys. None (read
+        afresh) when the tree changed its form, or when no value changed
+        identity: the statement may have changed a value in place."""
+        levels, total = [[value]], 1
+        for _ in b_range(b_len(entry[0]) - 1):
+            inner = container_level(levels[-1], max_scan - total)
+            if inner is None:
+                return None
+            total += b_len(inner)
+            levels.append(inner)
+        leaves, old = levels[-1], entry[0][-1]
+        keys, counts = entry[1], entry[2]
+        new, before = b_len(leaves), b_len(old)
+        # The positions, among those both hold (map stops at the shorter),
+        # of the values that are not the very objects of the last read:
+        # one pass in C.
+        changed = b_list(compress(b_range(new), b_map(is_not, leaves, old))) \
+            if b_any(b_map(is_not, leaves, old)) else []
+        if not changed and new == before:
+            return None
+        for index in b_range(new, before):
+            count(counts, keys[index], -1)
+        del keys[new:]
+        for index in changed:
+            key = leaf_key(leaves[index])
+            if key is unread:
+                return None
+            count(counts, keys[index], -1)
+            count(counts, key, 1)
+            keys[index] = key
+        for index in b_range(before, new):
+            key = leaf_key(leaves[index])
+            if key is unread:
+                return None
+            count(counts, key, 1)
+            keys.append(key)
+        entry[0] = levels
+        spent[0] += b_len(changed) + b_max(new - before, before - new) + \
+            (total + held_compare - 1) // held_compare
+        return entry
+
+    def held_again(value, slot):
+        """The record of a container read through ``slot`` (its entry
+        from the last read, or None); ``unread`` when :func:`walk` must
+        read it (the slot is then empty)."""
+        entry = slot[0]
+        slot[0] = None  # an error of the reading leaves no entry
+        if entry is not None:
+            entry = again(value, entry)
+        if entry is None:
+            entry = afresh(value)
+        if entry is None:
+            return unread
+        slot[0] = entry
+        return summary(entry)
+
+    def held_of(value, slot=None):
         """A tensor's shape; for a list, tuple or dict, the shapes of the
         tensors it holds (nested ones too, in order), with None last when
         it holds more than the grader reads; None when it holds none;
         UNREAD_RECORD for what :func:`read_chain` could not read;
         IRREGULAR_RECORD for a tensor with no fixed shape, or a container
-        that holds one."""
+        that holds one. ``slot``: read incrementally (:func:`again`)
+        what the same statement read before."""
         if value is unread:
             return unread_record
         if is_tensor(value):
             return size_of(value)
+        if slot is not None and spent is not None:
+            record = held_again(value, slot)
+            if record is not unread:
+                return record
         found, state = [], [0, False, False]
         walk(value, 0, found, state)
         if spent is not None:
@@ -2127,12 +2316,12 @@ def value_readers(torch: Any, spent: list | None = None
             found.append(None)
         return found or None
 
-    def expand(value, whole=False):
+    def expand(value, whole=False, slot=None):
         """The shape of each element of a returned tuple or list (each a
         tensor's shape or a container's, as :func:`held_of` reads it);
-        ``whole``: ``held_of(value)``."""
+        ``whole``: ``held_of(value, slot)``."""
         if whole:
-            return held_of(value)
+            return held_of(value, slot)
         kind = b_type(value)
         if b_tuple in type_mro(kind):
             return [held_of(tuple_item(value, i))
@@ -2299,8 +2488,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             return
         executions.append(values)
 
-    def held(value):
-        return expand(value, True)
+    def held(value, slot=None):
+        return expand(value, True, slot)
 
     made, settle, clear_made = made_keeper(phase, classify, is_tensor)
     phase["clear_made"] = clear_made

@@ -180,7 +180,7 @@ def test_the_catch_all_reads_every_run() -> None:
         f for f in verify(statements, traced, DIMS) if not f.penalised]
 
 
-GROWER = '''import torch
+GROWER = """import torch
 
 
 class Net:
@@ -189,16 +189,45 @@ class Net:
         for _ in range(n):
             found.append(torch.zeros(2))  # [2]
             x = torch.ones(3)  # [3]
-        return found, x
-'''
+        for _ in range(n):
+            found[0].unsqueeze_(0).squeeze_(0)  # [2]
+        for _ in range(n):
+            fresh = list(map(torch.zeros, [2] * n))  # [2]
+        return found, x, fresh
+"""
+
+
+def _grown_cost(count: int) -> int:
+    """What the worker charges the reads of a statement that appends one
+    tensor to a list ``count`` times (agent.HELD_INCREMENTAL and
+    HELD_COMPARE): 1 a read; a small list (the list and its tensors)
+    walked whole; once bigger, read whole once, then only the new tensor
+    plus its size compared by identity (1 per 128 values)."""
+    from grader.worker import agent
+
+    cost = 0
+    for length in range(1, count + 1):
+        total = 1 + length
+        if total <= agent.HELD_INCREMENTAL:
+            cost += 1 + total
+        elif total == agent.HELD_INCREMENTAL + 1:
+            cost += 1 + total  # read whole, kept for the next read
+        else:
+            cost += 2 + -(-total // agent.HELD_COMPARE)
+    return cost
 
 
 def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
                                                  monkeypatch: Any) -> None:
-    """The worker's read budget (``MAX_READS``): a read costs 1 plus the
-    container values it scans, per statement and call; past the budget
-    the executions are counted as left out (the shapes item then fails
-    closed, ``capped``), never read as "no tensor"."""
+    """The worker's read budget (``MAX_READS``), per statement and call:
+    a read costs 1 plus the container values it scans. A list the same
+    statement read before is read again incrementally: only what changed
+    identity is read, so a list grown one tensor at a time costs about
+    its length, not its square; a statement that changes no value's
+    identity (an item changed in place) or rebuilds its list reads it
+    whole every time. Past the budget the executions are counted as
+    left out (the shapes item then fails closed, ``capped``), never read
+    as "no tensor"."""
     import importlib.util
 
     import torch
@@ -216,7 +245,7 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
                                                      "forward")]
     ids = {s.text.split()[0]: str(s.id) for s in collect_statements(
         source, "Net", "forward")}
-    monkeypatch.setattr(agent, "MAX_READS", 2000)
+    monkeypatch.setattr(agent, "MAX_READS", 4000)
     spent = [0]
     _, _, _, read_chain, expand = agent.value_readers(torch, spent)
     counters: dict = {"returns": 0, "calls": 0, "scanned": spent}
@@ -225,9 +254,11 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     def record(statement: dict, values: list) -> None:
         records.setdefault(str(statement["id"]), []).append(values)
 
+    def held(value: Any, slot: list | None = None) -> Any:
+        return expand(value, True, slot)
+
     units, line_unit = agent.plan_units(plan)
-    local = agent.line_tracer(units, line_unit, record,
-                              lambda value: expand(value, True), read_chain,
+    local = agent.line_tracer(units, line_unit, record, held, read_chain,
                               expand, counters)
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
@@ -242,16 +273,113 @@ def test_reading_a_statement_is_bounded_per_call(tmp_path: Path,
     finally:
         sys.settrace(None)
     append, plain = ids["found.append(torch.zeros(2))"], ids["x"]
-    # The growing list: its k-th read costs 1 plus the k + 1 values it
-    # scans (the list, its k tensors), so the budget of 2000 ends after
-    # 61 reads; the other 239 executions are left out.
-    assert len(records[append]) == 61
-    assert counters["left_out"] == {append: 239}
+    in_place, fresh = ids["found[0].unsqueeze_(0).squeeze_(0)"], ids["fresh"]
+    # The growing list: all 300 reads within the budget (read whole each
+    # time, they would cost 45,450), its records the same as a whole
+    # read's (64 shapes, then only new ones: none).
+    assert counters["reads"][append] == _grown_cost(300) < 4000
+    assert append not in counters["left_out"]
+    assert len(records[append]) == 300
+    assert records[append][-1] == [[[2]] * agent.MAX_HELD]
     # A tensor costs 1 a read: all 300 read, within the budget.
     assert len(records[plain]) == 300
     assert counters["reads"][plain] == 300
-    # A return is charged alike: 1 plus the list and its 300 tensors.
-    assert counters["reads"][ids["return"]] == 302
+    # An item changed in place (no value changed identity): the list is
+    # read whole, 1 + 301 a read; the 14th read starts below the budget
+    # (13 x 302 = 3926) and is the last.
+    assert len(records[in_place]) == 14
+    assert counters["left_out"][in_place] == 286
+    # A list rebuilt at every execution (every value new): whole too.
+    assert len(records[fresh]) == 14
+    assert counters["left_out"][fresh] == 286
+    # A return is charged alike: 1 plus each list and its 300 tensors
+    # (read whole: a return is read once a call).
+    assert counters["reads"][ids["return"]] == 1 + 301 + 301
+
+
+class _Lying(list):
+    """A list that hides what it holds from Python-level readers."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __getitem__(self, index: Any) -> Any:
+        return None
+
+
+def test_an_incremental_read_equals_a_whole_read() -> None:
+    """Reading a container again through its slot (what the same
+    statement read before) gives exactly the record a whole read gives,
+    whatever changed between the reads: appends, an item swapped at any
+    depth, pop then append, the list replaced by one of the same length,
+    a dict's value changed under the same key, an item changed in place,
+    a tree whose depth changes, a list subclass that lies to Python."""
+    import random
+
+    import torch
+
+    from grader.worker import agent
+
+    spent = [0]
+    _, _, _, _, expand = agent.value_readers(torch, spent)
+    rng = random.Random(24)
+    shapes = [(), (2,), (3, 1)]
+
+    def tensor() -> Any:
+        return torch.zeros(rng.choice(shapes))
+
+    def flat(value: list) -> list:
+        step = rng.random()
+        if step < 0.6 or not value:
+            value.append(tensor())
+        elif step < 0.7:
+            value[rng.randrange(len(value))] = tensor()
+        elif step < 0.75:
+            value.pop()
+            value.append(tensor())
+        elif step < 0.8:
+            return value[:-1] + [tensor()]
+        elif step < 0.9:
+            chosen = value[rng.randrange(len(value))]
+            if isinstance(chosen, torch.Tensor):
+                chosen.unsqueeze_(0)
+        elif step < 0.95:
+            value.insert(rng.randrange(len(value)), tensor())
+        else:
+            value.append([tensor()])
+        return value
+
+    def grid(value: list) -> list:
+        rows = value[rng.randrange(len(value))]
+        row = rows[rng.randrange(len(rows))]
+        row[rng.randrange(len(row))] = tensor()
+        if rng.random() < 0.02:
+            value[0][0] = [tensor() for _ in range(4)]
+        return value
+
+    def store(value: dict) -> dict:
+        value[rng.randrange(90)] = tensor() if rng.random() < 0.95 else 1
+        return value
+
+    def lying(value: _Lying) -> _Lying:
+        list.append(value, tensor())
+        return value
+
+    # Each starts past HELD_INCREMENTAL values (read incrementally from
+    # its second read on).
+    cases = [(flat, lambda: [tensor() for _ in range(70)]),
+             (store, lambda: {key: tensor() for key in range(70)}),
+             (lying, lambda: _Lying(tensor() for _ in range(70))),
+             (grid, lambda: [[[None] * 4 for _ in range(3)]
+                             for _ in range(8)])]
+    for change, make in cases * 3:
+        value, slot = make(), [None]
+        for _ in range(rng.randrange(50, 100)):
+            value = change(value)
+            assert expand(value, True, slot) == expand(value, True)
 
 
 IFEXP_SOURCE = '''class Net:

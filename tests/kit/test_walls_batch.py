@@ -7,7 +7,8 @@ torch by a route no tripwire names (principle 3), runs its work where the
 grader's trace function does not follow, through a route no list names,
 or through torch operations chosen by data rather than code (a library
 that calls what it is given, a C interpreter of data such as a pickle:
-principle 4), or keeps tensors where the tracer cannot read them
+principle 4), or keeps tensors where the tracer cannot read them, or
+changes a container the tracer reads incrementally behind its back
 (principle 6);
 issue 24's residuals: a thread start the kernel refused, a finalizer run
 inside the trace function's bookkeeping, tensors bound by a setter call,
@@ -16,14 +17,16 @@ counterfeit library wrapper, frames asked for through ``torch.vmap``
 and torch's own look-ups or around typing_extensions' allowed one,
 tensors kept in wrapper objects; another homework's module of the
 student package (a given layer: principles 3 and 10), by an import, a
-built name or its source text. Honest controls pass operations as
+built name or its source text; a container changed behind the
+incremental reader's back. Honest controls pass operations as
 values on their own lines, name their own helpers like kernels, keep
 commented tensors in plain holders and in every binding form, hold a
 nested tensor of equal parts, import ``torch._dynamo``, map helpers with
 ``torch.vmap``, draw dropout from ``torch.distributions``, share one
 commented helper between the two tasks, import what their homework
-ships of the student package, annotate with typing's generics and split
-heads with helpers that start with an unflatten.
+ships of the student package, annotate with typing's generics, split
+heads with helpers that start with an unflatten, and fill a flat list
+one score at a time.
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -525,6 +528,39 @@ CORPUS: dict[str, tuple] = {
                                 ("every tensor statement in "
                                  "MultiHeadSelfAttention.forward has a "
                                  "correct shape comment",)),
+    # -- Principle 6: a container a statement read before is read again
+    #    incrementally (only what changed identity), so an honest loop
+    #    that fills a list one score at a time costs about its length,
+    #    not its square. Before, the red team's two controls were
+    #    ``capped`` and ran out of CPU time: 7 (and 8 for a nested list,
+    #    covered by test_shapes_everywhere's random nested containers).
+    "honest_flat_score_list": (CLEAN_1, CLEAN_2, (),
+                               ("every tensor statement in "
+                                "MultiHeadSelfAttention.forward has a "
+                                "correct shape comment",)),
+    #    What the incremental reading keeps is exact: a value swapped by a
+    #    route no statement reads, pop then append, a dict's value under
+    #    the same key are found by identity; an item changed in place
+    #    makes its statement read the list whole, or, by a route no
+    #    statement reads, answers the catch-all where it was made.
+    "incr_swap_unread": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                         ("line 72: wrong shape",
+                          "rows.append(probs[b, i] @ v[b])",
+                          "size set 1: claimed [33], real 64 x [33], "
+                          "[5, 33] and 63 x [33]")),
+    "incr_pop_append": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                        ("line 71: wrong shape",
+                         "rows.append(torch.cat([row, row]))")),
+    "incr_dict_same_keys": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                            ("line 70: wrong shape",
+                             "store[72 + b * x.shape[1] + i]")),
+    "incr_inplace_item": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                          ("line 71: wrong shape",
+                           "rows[0].unsqueeze_(0)")),
+    "incr_inplace_unread": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                            ("line 73: missing shape comment",
+                             "a torch operation on it made one that "
+                             "outlived it")),
     # -- Principle 6 (red team 5): a statement whose value is an object
     #    (a distribution) needs no comment for the tensors a library call
     #    made and kept for itself; one that came back to the line (the

@@ -61,7 +61,8 @@ class Trace:
         self.counters["calls"] += 1
         return self.local()
 
-    def _shape(self, value: Any) -> list[int] | None:
+    def _shape(self, value: Any, slot: list | None = None
+               ) -> list[int] | None:
         if self.is_tensor(value):
             return [int(size) for size in value.shape]
         return None
