@@ -633,18 +633,22 @@ def follows_own_probs(task2: TaskRun, probe_id: str) -> None:
     tell a value-and-mix step from an average of the values; so on the
     graded cases att must also be the reference's value-and-mix step
     applied to the probs forward returned (read in any layout they can
-    be read in; docs/rubric-decisions.md)."""
+    be read in; probs that no layout reads, of another size, leave the
+    uniform cases to judge alone; docs/rubric-decisions.md)."""
     case, att = att_of(task2, probe_id)
     _, _, probs = pair(task2, probe_id)
     own = probs.tensor if probs.kind == "tensor" else None
-    if own is not None and own.is_floating_point():
-        for layout in batch_major(case, own):
-            try:
-                want = mistakes.output_variant(case, probs=layout.double())
-            except RuntimeError:
-                continue
-            if close(att, want.float()):
-                return
+    layouts = (batch_major(case, own) if own is not None
+               and own.is_floating_point() else [])
+    if not layouts:
+        return  # probs no layout reads: the uniform cases judge alone
+    for layout in layouts:
+        try:
+            want = mistakes.output_variant(case, probs=layout.double())
+        except RuntimeError:
+            continue
+        if close(att, want.float()):
+            return
     fail(f"att on {case.describe()} is not the returned probs times the "
          f"values (with mix): because task2.scores failed, the value and "
          f"mix step is judged on the probabilities forward returns, and "
