@@ -19,10 +19,12 @@ at the limit).
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +41,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "modeling_attention.py"
 TIMEOUT = 3.0
+#: prctl's option: a signal the child gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 # At import, the module notes the time; SelfAttention.forward's first
 # call multiplies matrices (C code: no Python line events for the
 # grader's tracer) until TIMEOUT + 1 s of wall-clock time have gone by
@@ -105,10 +109,14 @@ def pinned_server() -> Iterator[tuple[str, subprocess.Popen, int]]:
 def _spinners(core: int) -> list[subprocess.Popen]:
     """Three processes spinning on ``core``, each in a session of its
     own: with the kernel's autogroup scheduling, a session shares the
-    core as one (the workers have sessions of their own too)."""
+    core as one (the workers have sessions of their own too). Each dies
+    with the test's process (a killed test run leaves no spinner)."""
+    def pinned() -> None:
+        os.sched_setaffinity(0, {core})
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                             preexec_fn=lambda: os.sched_setaffinity(
-                                 0, {core}), start_new_session=True)
+                             preexec_fn=pinned, start_new_session=True)
             for _ in range(3)]
 
 
