@@ -10,7 +10,9 @@ uniform cases, but is not the returned probs times the values).
 ``hostile/effects/training/`` attacks ``transformer_block``'s training
 item: the loss writes into the weights (an optimizer of its
 own, ``.data``, parameters replaced from a gradient hook, a finalizer)
-instead of letting the grader's gradient steps train them. Each folder is
+instead of letting the grader's gradient steps train them, or the loss's
+gradient reaches only part of the model (a body under no_grad, detached
+embeddings, a bigram that never calls its layers). Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
@@ -91,6 +93,20 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_read_time_write": (
             NOT_TRAINED_DICT, (), WROTE),
         "honest_no_grad_metric": (FULL_TRANSFORMER, (), "ok"),
+        # Red team 7, U1: a loss whose gradient reaches only part of the
+        # model (the rest never moves) does not train the model.
+        "train_frozen_body": (
+            NOT_TRAINED, (), "The token embeddings, the position embeddings "
+            "and the parameters of layers[0] never changed during training"),
+        "train_bigram": (
+            (1, 3, 0, 0, 1, 0, 1, 1, 0, 0, 0), (),
+            "The position embeddings and the parameters of layers[0] never "
+            "changed during training"),
+        "train_detached_embeddings": (
+            NOT_TRAINED, (), "The token embeddings and the position "
+            "embeddings never changed during training"),
+        "honest_depth0_training": (
+            (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
     },
 }
 JUDGED = {"dropout": "task2.output", "training": "task2.training"}
