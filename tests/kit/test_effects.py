@@ -100,8 +100,7 @@ CORPUS: dict[str, dict[str, tuple]] = {
             "and the parameters of layers[0] never changed during training"),
         "train_bigram": (
             (1, 3, 0, 0, 1, 0, 1, 1, 0, 0, 0), (),
-            "The position embeddings and the parameters of layers[0] never "
-            "changed during training"),
+            "The parameters of layers[0] never changed during training"),
         "train_detached_embeddings": (
             NOT_TRAINED, (), "The token embeddings and the position "
             "embeddings never changed during training"),
