@@ -82,6 +82,9 @@ CORPUS: dict[str, Expected] = {
     "correct_compact": Expected(),
     "correct_inplace_mask": Expected(
         why="the seeds' masked_fill_ is as good as masked_fill"),
+    "correct_qkv_masked_fill": Expected(
+        why="masked_fill(mask == -inf, -inf) is the same as adding any "
+            "0/-inf mask, the padding probe's as well as the causal one"),
     # ---------------------------------------------------------- mistakes
     "mistake_scaled_simple_attention": lost(
         "task1.values", diagnosis="scaled_simple_attention"),
@@ -136,6 +139,11 @@ CORPUS: dict[str, Expected] = {
                                     diagnosis="dropout_in_eval"),
     "mistake_no_dropout": lost("task4.dropout"),
     "mistake_qkv_mask_ignored": lost("task7.mask", diagnosis="mask_ignored"),
+    "mistake_qkv_mask_values_ignored": lost(
+        "task7.mask",
+        why="a causal mask of its own whenever a mask is given: right with "
+            "the causal probe, wrong with the padding probe (red team 7, "
+            "U2)"),
     "mistake_hardcoded_sizes": lost(
         "task3.values",
         why="nn.Linear(3, 2) is right for the lecture's sizes only"),
@@ -155,7 +163,7 @@ CORPUS: dict[str, Expected] = {
 TOTALS = {"mistake_transpose_batch": 7, "mistake_mask_not_sliced": 8,
           "penalties": 9, "forbidden_sdpa": 8, "broken_syntax_error": 0,
           "broken_forward_raises": 8, "correct_compact": 10,
-          "correct_inplace_mask": 10}
+          "correct_inplace_mask": 10, "correct_qkv_masked_fill": 10}
 
 
 # --------------------------------------------------------------------------
@@ -383,6 +391,15 @@ def test_wrong_scale_message_names_the_constant(graded) -> None:
     assert "expected" in item.message and "sqrt(head_dim)" in item.message
 
 
+def test_mask_values_message_names_the_padding_mask(graded) -> None:
+    """A causal mask of its own instead of the given one: the message names
+    the padding probe and says to add the mask given."""
+    item = graded("mistake_qkv_mask_values_ignored").item("task7.mask")
+    assert "with a padding mask (0/-inf" in item.message
+    assert "The output is the one with a causal mask" in item.message
+    assert "add the mask you are given" in item.message
+
+
 def test_shape_penalty_points_at_the_wrong_comment(graded) -> None:
     """task4.shapes explains which comment is wrong."""
     item = graded("penalties").item("task4.shapes")
@@ -453,6 +470,30 @@ def test_hidden_cases_have_distinct_sizes() -> None:
                     biases.add(cases.has_bias(case))
             if task in ("task3", "task4", "task5", "task6"):
                 assert biases == {False, True}, task
+
+
+def test_padding_mask_hides_some_keys_never_a_whole_row() -> None:
+    """The padding probe's mask: [batch_size, 1, 1, num_tokens], 0/-inf,
+    at least one key hidden and one kept per sequence, not the same keys
+    in every sequence; every task7 case has a padding and a blank-padding
+    probe."""
+    for batch_size, num_tokens in ((2, 6), (3, 4), (5, 8)):
+        mask = reference.padding_additive_mask(batch_size, num_tokens)
+        assert mask.shape == (batch_size, 1, 1, num_tokens)
+        hidden = mask == float("-inf")
+        assert bool(((mask == 0) | hidden).all())
+        per_row = hidden.sum(-1).flatten()
+        assert bool((per_row >= 1).all())
+        assert bool((per_row < num_tokens).all())
+        assert len(set(per_row.tolist())) > 1
+    plan = cases.build(7, False, ASSIGNMENT.size_sets)
+    ids = [wire["id"] for wire in plan.probes["task7"]]
+    masked = {i.split(":", 1)[1] for i in ids if i.startswith("mask:")}
+    assert masked
+    assert {i.split(":", 1)[1] for i in ids
+            if i.startswith("padding:")} == masked
+    assert len([i for i in ids if i.startswith("blank-padding:")]) == len(
+        masked)
 
 
 def test_every_seeded_probe_follows_its_prime() -> None:

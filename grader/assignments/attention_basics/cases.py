@@ -42,6 +42,10 @@ Probes, per task (ids are prefixes the checks select on):
 * ``mask:<case>`` and ``blank-mask:<case>``: ``QKVMultiheadAttention`` with
   an additive causal mask; "blank" cases have one head, zero query and key
   weights and an identity ``linear_layer``, so the mask is judged alone;
+* ``padding:<case>`` and ``blank-padding:<case>``: the same with an
+  additive padding mask [batch_size, 1, 1, num_tokens] (sequence b hides
+  its last 1 + b % (num_tokens - 1) keys), so that the mask's values, not
+  only its presence, are judged;
 * ``dropout-off``, ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``:
   dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
   training under ``DROPOUT_DRAWS`` random seeds, on a case with d_out
@@ -481,6 +485,11 @@ def build(seed: int, public_only: bool,
                 _values(plan, task, case, "mask", (mask,), causal=True)
                 _values(plan, task, blank_case(case), "blank-mask",
                         (mask,), causal=True)
+                padding = reference.padding_additive_mask(
+                    case.sizes["batch_size"], case.sizes["num_tokens"])
+                _values(plan, task, case, "padding", (padding,))
+                _values(plan, task, blank_case(case), "blank-padding",
+                        (padding,))
     square = square_case(seed)
     _add(plan, "task4", "square:square", case=square,
          init=init_of("task4", square.sizes, qkv_bias=False))

@@ -58,6 +58,9 @@ def name_of(run: TaskRun, probe_id: str) -> str:
         target += f" in eval mode (dropout={dropout:g})"
     if info.params.get("causal", False):
         target += " with a causal mask"
+    elif probe_id.split(":")[0].endswith("padding"):
+        target += (" with a padding mask (0/-inf, hiding the last keys of"
+                   " some sequences)")
     return target
 
 

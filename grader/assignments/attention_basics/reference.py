@@ -90,6 +90,20 @@ def causal_additive_mask(num_tokens: int,
                                  dtype=dtype), diagonal=1)
 
 
+def padding_additive_mask(batch_size: int, num_tokens: int,
+                          dtype: torch.dtype = torch.float32
+                          ) -> torch.Tensor:
+    """An additive padding mask, [batch_size, 1, 1, num_tokens]: sequence b
+    hides its last 1 + b % (num_tokens - 1) keys (-inf), never all of them,
+    so no row of scores is all -inf and the hidden keys differ between
+    sequences (a causal mask applied instead differs from it)."""
+    mask = torch.zeros(batch_size, 1, 1, num_tokens, dtype=dtype)
+    for b in range(batch_size):
+        hidden = 1 + b % max(num_tokens - 1, 1)
+        mask[b, ..., num_tokens - hidden:] = float("-inf")
+    return mask
+
+
 def qkv_attention(x: torch.Tensor, weights: Weights, num_heads: int,
                   mask: torch.Tensor | None = None) -> torch.Tensor:
     """``QKVMultiheadAttention``: head h reads its q, k, v (head_dim each)

@@ -6,11 +6,13 @@ output without a mask, with the case's weights loaded; and
 ``torch.manual_seed(123); QKVMultiheadAttention(3, 4, 2)`` on the
 lecture's batch (the layers created in the documented order).
 
-task7.mask (1 point): with an additive causal mask the output matches the
-reference. When task7.values failed, the mask is judged on "blank" cases
-instead (one head, zero query and key weights, identity linear_layer:
-every score is 0, so token i must average the values of tokens 0..i
-whatever the scale, split or merge).
+task7.mask (1 point): with an additive causal mask, and with an additive
+padding mask [batch_size, 1, 1, num_tokens] (0/-inf, hiding the last keys
+of each sequence, never all), the output matches the reference: the mask's
+values are judged, not only its presence. When task7.values failed, the
+mask is judged on "blank" cases instead (one head, zero query and key
+weights, identity linear_layer: every score is 0, so token i must average
+the values of the keys the mask allows whatever the scale, split or merge).
 """
 import pytest
 import torch
@@ -26,11 +28,17 @@ from grader.assignments.attention_basics.observations import (compare,
 TARGET = "QKVMultiheadAttention"
 
 
-def expected(case: Case, masked: bool = False) -> torch.Tensor:
-    """The reference output of a case, with the causal mask or without."""
+def expected(case: Case, masked: bool = False,
+             padding: bool = False) -> torch.Tensor:
+    """The reference output of a case, with the causal mask, the padding
+    mask (``padding``) or without a mask."""
     x, weights = case.float64()
-    mask = (reference.causal_additive_mask(x.shape[1], torch.float64)
-            if masked else None)
+    mask = None
+    if padding:
+        mask = reference.padding_additive_mask(x.shape[0], x.shape[1],
+                                               torch.float64)
+    elif masked:
+        mask = reference.causal_additive_mask(x.shape[1], torch.float64)
     return reference.qkv_attention(x, weights, case.sizes["num_heads"],
                                    mask)
 
@@ -90,6 +98,20 @@ def diagnose_mask(task7: TaskRun, case: Case, student: torch.Tensor
     return [], ""
 
 
+def diagnose_padding(task7: TaskRun, case: Case, student: torch.Tensor
+                     ) -> tuple[list[str], str]:
+    """mask_ignored as with the causal mask; a causal output instead of the
+    padded one: the mask's values are not what is added."""
+    ids, words = diagnose_mask(task7, case, student)
+    if ids:
+        return ids, words
+    if close(student, expected(case, masked=True)):
+        words = "The output is the one with a causal mask. "
+    return [], (words + "The mask's values are not what is added to the "
+                "scores: add the mask you are given (0 where attention "
+                "is allowed, -inf where it is not), whatever its pattern.")
+
+
 @pytest.mark.item("task7.values", part="values")
 def test_layers(task7: TaskRun) -> None:
     """qkv_layer and linear_layer, both with a bias, on all sizes."""
@@ -117,8 +139,11 @@ def test_seeded_construction(task7: TaskRun) -> None:
 
 @pytest.mark.item("task7.mask", part="mask")
 def test_mask_is_added_before_the_softmax(task7: TaskRun) -> None:
-    """forward(x, causal_mask) matches the reference (on blank cases when
-    the unmasked output is wrong)."""
-    prefix = "mask:" if values_correct(task7) else "blank-mask:"
-    compare(task7, prefix, lambda case: expected(case, masked=True),
+    """forward(x, causal_mask) and forward(x, padding_mask) match the
+    reference (on blank cases when the unmasked output is wrong)."""
+    blank = "" if values_correct(task7) else "blank-"
+    compare(task7, f"{blank}mask:", lambda case: expected(case, masked=True),
             lambda case, student: diagnose_mask(task7, case, student))
+    compare(task7, f"{blank}padding:",
+            lambda case: expected(case, padding=True),
+            lambda case, student: diagnose_padding(task7, case, student))
