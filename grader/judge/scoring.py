@@ -236,18 +236,16 @@ def _size_sets(run: TaskRun) -> list[dict[str, int]]:
     return [found[i] for i in sorted(found)]
 
 
-def _trace_runs(run: TaskRun, size_sets: tuple[dict[str, int], ...],
-                dimensions: tuple[str, ...] = (),
-                task: Task | None = None,
-                assignment: Assignment | None = None
+def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
                 ) -> tuple[list[tuple[dict, dict]], list[str]]:
     runs, problems = [], []
     traced = _size_sets(run)
+    size_sets, dimensions = assignment.size_sets, task.dimensions
     for index, all_sizes in enumerate(traced if len(traced) > len(
             size_sets) else size_sets):
         sizes = {k: v for k, v in all_sizes.items()
                  if not dimensions or k in dimensions}
-        if task is not None and assignment is not None and task.sizes:
+        if task.sizes:
             sizes = shapes.known_sizes(
                 dict(all_sizes), tuple(sizes), assignment.identities,
                 dict(task.sizes))
@@ -288,9 +286,7 @@ def _sizes_of(case: Case | None) -> str:
     return f"the sizes of the grader's own case {name}"
 
 
-def _graded_runs(run: TaskRun, assignment: Assignment,
-                 dimensions: tuple[str, ...] = (),
-                 fixed: tuple[tuple[str, int], ...] = ()
+def _graded_runs(run: TaskRun, assignment: Assignment, task: Task
                  ) -> tuple[list[shapes.GradedRun], list[str], list[dict]]:
     """The shape records of every probe that is not a shape check and whose
     sizes the plan knows (its case's, completed by the rubric's
@@ -299,7 +295,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment,
     records of the probes whose sizes it does not know (they answer only
     the catch-all: was a tensor of the statement read)."""
     names = tuple(k for k in assignment.dimensions
-                  if not dimensions or k in dimensions)
+                  if not task.dimensions or k in task.dimensions)
     groups: dict[tuple, tuple[str, dict[str, int], list[dict]]] = {}
     problems, unsized = [], []
     for result in run.results.values():
@@ -308,7 +304,8 @@ def _graded_runs(run: TaskRun, assignment: Assignment,
             continue
         plain = info.sizes or (info.case.sizes if info.case else None)
         sizes = shapes.known_sizes(dict(plain or {}), names,
-                                   assignment.identities, dict(fixed))
+                                   assignment.identities,
+                                   dict(task.sizes))
         if not sizes:
             unsized.append(result.trace.get("records") or {})
             continue
@@ -387,11 +384,9 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return not_checked(item, f"{where} has no code of yours yet")
     if run.import_error:
         return not_checked(item, "the code could not be loaded")
-    trace_runs, problems = _trace_runs(run, assignment.size_sets,
-                                       analysis.task.dimensions,
-                                       analysis.task, assignment)
+    trace_runs, problems = _trace_runs(run, assignment, analysis.task)
     graded_runs, graded_problems, unsized = _graded_runs(
-        run, assignment, analysis.task.dimensions, analysis.task.sizes)
+        run, assignment, analysis.task)
     problems = _unique(problems + graded_problems)
     unrecorded = run.unrecorded()
     if unrecorded:

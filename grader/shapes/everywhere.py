@@ -36,15 +36,16 @@ def known_sizes(sizes: dict[str, int], names: tuple[str, ...],
     the run's, and an identity's other factor follows from them."""
     found = {k: int(v) for k, v in sizes.items()
              if isinstance(v, int) and not isinstance(v, bool)}
-    for name, size in (fixed or {}).items():
+    fixed = fixed or {}
+    for name, size in fixed.items():
         found[name] = size
         for c, a, b in identities:
             other = b if name == a else a if name == b else None
-            if other is not None and other not in (fixed or {}):
+            if other is not None and other not in fixed:
                 found.pop(other, None)  # it follows from the fixed size
-    names = names + tuple(k for k in (fixed or {}) if k not in names)
+    names = names + tuple(k for k in fixed if k not in names)
     for c, a, b in identities:
-        if c in names and (a in (fixed or {}) or b in (fixed or {})):
+        if c in names and (a in fixed or b in fixed):
             names += tuple(k for k in (a, b) if k not in names)
     for c, a, b in identities:
         if c not in found and a in found and b in found:
