@@ -137,13 +137,12 @@ def _walrus_chains(node: ast.AST) -> list[tuple[str, ...]]:
 
 #: Calls that write an attribute or an item of their first argument:
 #: ``setattr(obj, "a", v)`` writes ``obj.a`` as ``obj.a = v`` does.
-_SETTERS = {"setattr": "attribute", "__setattr__": "attribute",
-            "setitem": "item", "__setitem__": "item",
-            "register_buffer": "attribute",
-            "register_parameter": "attribute"}
 #: Methods of a module that store their second argument as an attribute
 #: named by the first (``self.register_buffer("mask", t)``).
 _REGISTERS = ("register_buffer", "register_parameter")
+_SETTERS = {"setattr": "attribute", "__setattr__": "attribute",
+            "setitem": "item", "__setitem__": "item",
+            **dict.fromkeys(_REGISTERS, "attribute")}
 
 
 def _written(call: ast.expr) -> tuple[str, ...] | None:
