@@ -7,7 +7,11 @@ directive lines ``<!-- KIND key=value ... -->``:
 * ``readonly id=ID``: a locked code cell (its code follows);
 * ``solution id=ID source=NAME``: a solution cell holding the reference's
   class or function ``NAME`` verbatim, solution markers included (nbgrader
-  replaces the solution blocks in the release);
+  replaces the solution blocks in the release); ``NAME`` must have one, or
+  nbgrader would replace the whole cell by its placeholder;
+* ``given id=ID source=NAME``: an ordinary code cell holding the
+  reference's ``NAME`` verbatim, which the release ships whole (given code
+  a student may read or replace); ``NAME`` must have no solution block;
 * ``test item=ITEM``: an autograded test cell for rubric item ``ITEM``,
   worth the item's points, filled in outside the kernel by ``python -m grader
   nbgrader`` (:mod:`grader.routes.nbgrader`); in a kernel its hidden part
@@ -41,6 +45,7 @@ from grader.output.notebook import cell_points
 from grader.rubric import Assignment, assignments
 from solutions.paths import (PACKAGE, ROOT, SOLUTIONS, Generated,
                              public_test_files)
+from solutions.stubs import BEGIN as BEGIN_SOLUTION
 
 TEMPLATES = SOLUTIONS / "notebooks"
 SOURCE = SOLUTIONS / "source"
@@ -104,6 +109,26 @@ def definition_source(reference: str, name: str) -> str:
     raise TemplateError(f"the reference defines no {name}")
 
 
+def _definition_cell(reference: str, spec: CellSpec) -> str:
+    """The source of a ``solution`` or ``given`` cell. A solution cell
+    without a solution block would be released as nbgrader's bare
+    placeholder, and a given cell with one would lose its code: both are
+    template errors."""
+    name = spec.options["source"]
+    source = definition_source(reference, name)
+    marked = BEGIN_SOLUTION in source
+    if spec.kind == "solution" and not marked:
+        raise TemplateError(
+            f"solution cell {name} has no {BEGIN_SOLUTION} block: nbgrader "
+            f"would release the whole cell as its placeholder; make it a "
+            f"`given` cell")
+    if spec.kind == "given" and marked:
+        raise TemplateError(
+            f"given cell {name} holds a {BEGIN_SOLUTION} block: make it a "
+            f"`solution` cell")
+    return source
+
+
 def _source_lines(text: str) -> list[str]:
     lines = text.split("\n")
     return [line + "\n" for line in lines[:-1]] + [lines[-1]]
@@ -163,10 +188,11 @@ def build_notebook(assignment: Assignment, template: str,
         elif spec.kind == "readonly":
             cell.update(cell_type="code", source=spec.text,
                         metadata=_nbgrader(grade_id, locked=True))
-        elif spec.kind == "solution":
-            cell.update(cell_type="code", source=definition_source(
-                reference, spec.options["source"]),
-                metadata=_nbgrader(grade_id, solution=True))
+        elif spec.kind in ("solution", "given"):
+            cell.update(cell_type="code",
+                        source=_definition_cell(reference, spec))
+            if spec.kind == "solution":
+                cell.update(metadata=_nbgrader(grade_id, solution=True))
         elif spec.kind == "test":
             item = assignment.item(spec.options["item"])
             cell.update(cell_type="code",

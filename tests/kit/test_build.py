@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader.rubric import assignments, get_assignment
 from solutions import build, paths, stubs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,3 +150,47 @@ def test_flake8_config_copy_matches_setup_cfg():
     copy = (ROOT / "grader" / "flake8.cfg").read_text()
     assert "max-line-length = 79" in copy
     assert copy == build.make_flake8_config()
+
+
+@pytest.mark.parametrize("kind, source, error", [
+    ("solution", "Given", "has no ### BEGIN SOLUTION block"),
+    ("given", "Solved", "holds a ### BEGIN SOLUTION block"),
+])
+def test_definition_cells_must_match_their_markers(kind, source, error):
+    """A solution cell without a solution block would be released as
+    nbgrader's bare placeholder (given code lost); a given cell with one
+    would ship the solution: the template is refused, naming the class."""
+    from solutions.notebook_build import TemplateError, build_notebook
+
+    reference = ("class Given:\n    x = 1\n\n\nclass Solved:\n"
+                 "    ### BEGIN SOLUTION\n    x = 1\n"
+                 "    ### END SOLUTION\n")
+    template = f"<!-- {kind} id=cell source={source} -->\n"
+    with pytest.raises(TemplateError, match=f"{source} {error}"):
+        build_notebook(get_assignment("transformer_block"), template,
+                       reference)
+
+
+def test_release_ships_given_code_whole():
+    """Every class a template marks as given is in the release verbatim:
+    nbgrader's placeholder never replaces given code."""
+    from solutions.notebook_build import (RELEASE, TEMPLATES,
+                                          definition_source,
+                                          parse_template)
+
+    checked = 0
+    for assignment in assignments():
+        specs = parse_template((TEMPLATES / f"{assignment.id}.md")
+                               .read_text(encoding="utf-8"))
+        released = {cell["id"]: "".join(cell["source"]) for cell in
+                    json.loads((RELEASE / assignment.id
+                                / assignment.notebook).read_text(
+                                    encoding="utf-8"))["cells"]}
+        reference = (ROOT / "solutions" / f"{assignment.module}.py"
+                     ).read_text(encoding="utf-8")
+        for spec in specs:
+            if spec.kind == "given":
+                assert released[spec.options["id"]] == definition_source(
+                    reference, spec.options["source"])
+                checked += 1
+    assert checked >= 1

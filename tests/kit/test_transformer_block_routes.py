@@ -107,10 +107,28 @@ def _auto_scores(course: Path, student: str) -> dict[str, float | None]:
         return {g.name: g.auto_score for g in found.grades}
 
 
+def _complete_release(folder: Path, source: Path) -> None:
+    """Fill the release's two task cells of ``folder`` with the source
+    notebook's solutions, marker lines dropped, as a student would; every
+    other cell (the given attention included) stays as released."""
+    name = ASSIGNMENT.notebook
+    solved = {cell["id"]: cell["source"] for cell in json.loads(
+        (source / name).read_text(encoding="utf-8"))["cells"]}
+    notebook = json.loads((folder / name).read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell["id"] in ("transformer_encoder_layer", "transformer_lm"):
+            cell["source"] = [line for line in solved[cell["id"]]
+                              if "### BEGIN SOLUTION" not in line
+                              and "### END SOLUTION" not in line]
+    (folder / name).write_text(json.dumps(notebook), encoding="utf-8")
+
+
 def test_nbgrader_route(tmp_path: Path) -> None:
     """A course: the source notebook earns every autograded cell's
     points, the untouched release none, the release with a pre-norm
-    module beside it what the grade command gives."""
+    module beside it what the grade command gives, and the release
+    completed in its two task cells (the given attention cell as
+    released) every point."""
     course = tmp_path / "course"
     course.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -119,18 +137,20 @@ def test_nbgrader_route(tmp_path: Path) -> None:
     _run("nbgrader", "generate_assignment", HW, "--force",
          "--log-level=ERROR", cwd=course)
     release = course / "assignment" / HW
-    for student, folder in (("alice", source),
-                            ("bob", release), ("carol", release)):
+    for student, folder in (("alice", source), ("bob", release),
+                            ("carol", release), ("dave", release)):
         shutil.copytree(folder, course / "submitted" / student / HW)
     shutil.copy(PRE_NORM, course / "submitted" / "carol" / HW
                 / "transformer_lm" / MODULE)
+    _complete_release(course / "submitted" / "dave" / HW, source)
     _run("grader", "nbgrader", HW, cwd=course)
     scores = {s: _auto_scores(course, s) for s in ("alice", "bob",
-                                                   "carol")}
+                                                   "carol", "dave")}
     assert {c: scores["alice"][c] for c in CELLS} == FULL
     assert {c: scores["bob"][c] for c in CELLS} == dict.fromkeys(CELLS, 0)
     assert {c: scores["carol"][c] for c in CELLS} == {**FULL,
                                                       "task1_forward": 0}
+    assert {c: scores["dave"][c] for c in CELLS} == FULL
 
 
 def _autograder(built: Path, folder: Path, files: dict[str, Path]
