@@ -181,13 +181,13 @@ def own_definitions(tree: ast.AST) -> frozenset[str]:
     A helper of the submission that shares a forbidden API's name (its own
     ``scaled_dot_product_attention(q, k, v)``, a method
     ``multi_head_attention_forward``) is its own code, judged as such: a
-    bare name or a ``self.``/``cls.`` attribute naming it is not the
-    forbidden API. A name bound any other way anywhere in the file (an
-    import, an assignment, a parameter, an attribute stored to) is not
-    exempt, and a string constant still counts: those could hold torch's
-    kernel. Whatever the static reading, the sandbox's tripwires refuse a
-    call that reaches the kernel itself (docs/threat-model.md, principle
-    3).
+    bare name or an attribute of ``self``, ``cls`` or an own class naming
+    it is not the forbidden API. A name bound any other way anywhere in
+    the file (an import, an assignment, a parameter, an attribute stored
+    to) is not exempt, and a string constant still counts: those could
+    hold torch's kernel. Whatever the static reading, the sandbox's
+    tripwires refuse a call that reaches the kernel itself
+    (docs/threat-model.md, principle 3).
     """
     defined = {node.name for node in ast.walk(tree)
                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
@@ -205,7 +205,8 @@ def _named(child: ast.AST, own: frozenset[str]) -> list[str]:
         return [] if child.id in own else [child.id]
     if isinstance(child, ast.Attribute):
         mine = (isinstance(child.value, ast.Name)
-                and child.value.id in ("self", "cls")
+                and (child.value.id in ("self", "cls")
+                     or child.value.id in own)
                 and child.attr in own)
         return [] if mine else [child.attr]
     return []
@@ -220,8 +221,10 @@ def forbidden_uses(node: ast.AST,
     ``getattr(F, "scaled_dot_product_attention")``) equal to a forbidden
     API counts; prose that mentions one (a docstring, a comment, a longer
     string) does not, nor a name of the file's own definitions ``own``
-    (:func:`own_definitions`). Obfuscated names are caught when called, by
-    the sandbox's tripwires.
+    (:func:`own_definitions`), bare or as an attribute of ``self``,
+    ``cls`` or another of ``own`` (a static method called through its own
+    class). Obfuscated names are caught when called, by the sandbox's
+    tripwires.
     """
     found = []
     docstrings = _docstrings(node)

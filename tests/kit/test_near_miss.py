@@ -128,3 +128,38 @@ def test_only_a_name_the_file_binds_by_def_alone_is_its_own(
     method_rebound = "self." in rebinding
     assert (SDPA in found) == (bool(rebinding) and not method_rebound)
     assert ("multi_head_attention_forward" in found) == method_rebound
+
+
+OWN_STATIC = f"""
+import torch.nn.functional as F
+
+
+class Model:
+    @staticmethod
+    def {SDPA}(q, k, v):
+        return q
+
+    def forward(self, x):
+        return CALL
+"""
+
+
+@pytest.mark.parametrize("call, rebinding, forbidden_named", [
+    (f"Model.{SDPA}(x, x, x)", "", False),
+    (f"Model.{SDPA}(x, x, x)", f"Model.{SDPA} = F.{SDPA}", True),
+    (f"Model.{SDPA}(x, x, x)", "Model = F", True),
+    (f"F.{SDPA}(x, x, x)", "", True),
+    (f"Other.{SDPA}(x, x, x)", "", True)])
+def test_a_static_helper_called_through_its_own_class_is_its_own(
+        call: str, rebinding: str, forbidden_named: bool) -> None:
+    """``Model.helper(...)`` reaches the file's own code when both names
+    are the file's own (bound by ``def``/``class`` alone); through an
+    import, another name, or a class or attribute rebound anywhere, the
+    name counts as the forbidden API."""
+    from grader.analyse.static import forbidden_uses, own_definitions
+
+    tree = ast.parse(OWN_STATIC.replace("CALL", call) + rebinding + "\n")
+    model = next(node for node in tree.body
+                 if isinstance(node, ast.ClassDef))
+    found = forbidden_uses(model, frozenset({SDPA}), own_definitions(tree))
+    assert (SDPA in found) == forbidden_named
