@@ -12,7 +12,10 @@ item: the loss writes into the weights (an optimizer of its
 own, ``.data``, parameters replaced from a gradient hook, a finalizer)
 instead of letting the grader's gradient steps train them, or the loss's
 gradient reaches only part of the model (a body under no_grad, detached
-embeddings, a bigram that never calls its layers). Each folder is
+embeddings, a bigram that never calls its layers). ``hostile/effects/
+causal/`` attacks ``multi_head_attention``'s task2.causal: the returned
+probs are masked, but att is computed from other probabilities that see
+later tokens (red team 8). Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
@@ -46,6 +49,9 @@ NOT_TRAINED = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, 0)
 #: ... and keeps its made-up weights in a dict of tensors with no shape
 #: comment: the container rule (principle 6) charges task2.shapes too.
 NOT_TRAINED_DICT = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, -1)
+NO_CAUSAL = (1, 3, 0, 0, 1, 3, 0, 2, 0, 0)
+CAUSAL_LEAK = ("the returned probs hide the future, but att is not those "
+               "probs times the values")
 WROTE = "changed during training with loss, not by a gradient step"
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words)}.
@@ -81,6 +87,15 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "values_unscaled_control": (
             (1, 3, 0, 0, 1, 0, 1, 2, 0, 0), (), "ok"),
     },
+    "causal": {
+        "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
+        "causal_att_sees_next": (NO_CAUSAL, (), CAUSAL_LEAK),
+        "causal_att_helper": (
+            (1, 3, 0, 0, 1, 3, 0, 1, 0, 0), (), CAUSAL_LEAK),
+        # A value-step mistake (no_mix) is task2.output's alone.
+        "honest_causal_no_mix": (NO_DROPOUT, (), "ok"),  # values missed
+        "honest_causal_additive": (FULL_ATTENTION, (), "ok"),
+    },
     "training": {
         "train_inner_optimizer": (
             NOT_TRAINED, (), WROTE),
@@ -108,8 +123,9 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
     },
 }
-JUDGED = {"dropout": "task2.output", "training": "task2.training"}
-ITEMS = {"dropout": ATTENTION, "training": TRANSFORMER}
+JUDGED = {"dropout": "task2.output", "causal": "task2.causal",
+          "training": "task2.training"}
+ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER}
 
 
 @pytest.fixture(scope="module")

@@ -528,6 +528,54 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
                 failures.append(exc)
         if failures:
             raise every_mistake(failures)
+        for probe_id in task2.probe_ids("causal:"):
+            causal_att_follows(task2, probe_id)
+
+
+def _tensors(task2: TaskRun, probe_id: str
+             ) -> tuple[Case, torch.Tensor, torch.Tensor] | None:
+    """(case, att, probs) of a probe when both are tensors and att has
+    the contract's shape; None otherwise (judged by other items)."""
+    case, att, probs = pair(task2, probe_id)
+    s = case.sizes
+    shape = (s["batch_size"], s["seq_len"], s["hidden"])
+    if att.kind != "tensor" or probs.kind != "tensor" or \
+            att.tensor is None or probs.tensor is None or \
+            tuple(att.shape) != shape or \
+            not probs.tensor.is_floating_point():
+        return None
+    return case, att.tensor.reshape(shape), probs.tensor
+
+
+def causal_att_follows(task2: TaskRun, probe_id: str) -> None:
+    """The mask must reach the output: with causal=True, att is the
+    masked probs forward returns carried through the same value step
+    that gives att from probs without the mask (whichever known step
+    that is, mistakes included, so a value-step mistake is charged to
+    task2.output alone). A value step the grader cannot follow on the
+    unmasked case leaves the structure to judge alone; an attacker gains
+    nothing there, since such an att fails task2.output
+    (docs/rubric-decisions.md)."""
+    name = probe_id.removeprefix("causal:")
+    if f"probs:{name}" not in task2.probe_ids("probs:"):
+        return
+    plain, masked = (_tensors(task2, f"probs:{name}"),
+                     _tensors(task2, probe_id))
+    if plain is None or masked is None:
+        return
+    case, att, probs = plain
+    step = value_step(case, probs, att)
+    if step is None:
+        return
+    _, att, probs = masked
+    wanted = step(probs)
+    if not any(close(att, want) for want in wanted):
+        error = f" ({max_error(att, wanted[0])})" if wanted else ""
+        fail(f"With causal=True on {case.describe()} the returned probs "
+             f"hide the future, but att is not those probs times the "
+             f"values{error}, as it is without the mask: the output still "
+             f"reads later tokens. Multiply the masked probs by the "
+             f"values.")
 
 
 def causal_probe(task2: TaskRun, probe_id: str) -> None:
