@@ -102,6 +102,16 @@ CORPUS: dict[str, Expected] = {
         "task1.forward", diagnosis="missing_residual", why=LAYER_WHY),
     "mistake_no_residual_both": lost(
         "task1.forward", diagnosis="missing_residual", why=LAYER_WHY),
+    # ------------------------------------- layers unused behind a bad layer
+    "mistake_layers_skipped": Expected(
+        {"task1.forward": 0.0, "task2.logits": 0.0},
+        {"task1.forward": ("pre_norm",)},
+        why="judged at num_layers=0, but with two of its own layers new "
+            "weights in layers[0] change nothing (red team 8)"),
+    "mistake_layers_first_only": Expected(
+        {"task1.forward": 0.0, "task2.logits": 0.0},
+        {"task1.forward": ("pre_norm",)},
+        why="layers[1] never reaches the logits"),
     # ---------------------------------------------------------- positions
     "mistake_no_positions_unused": lost(
         "task2.logits", diagnosis="no_position_embeddings",
@@ -179,6 +189,7 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "mistake_loss_not_shifted_gather": 8,
           "mistake_loss_not_shifted_transpose": 8, "penalties": 8,
           "mistake_pre_norm_lm_not_causal": 6,
+          "mistake_layers_skipped": 5, "mistake_layers_first_only": 5,
           "broken_syntax_error": 0, "broken_lm_forward_raises": 5,
           "hostile_constant_loss": 8, "hostile_constant_loss_graph": 8,
           "hostile_memorises_training": 9,

@@ -27,6 +27,9 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``future:<depth>:<case>:<i>``: the same input with every token after
   position i replaced (the causality item compares positions 0..i);
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
+* ``reach:d2:<case>:<i>``: the first case at depth 2 with the weights of
+  ``layers[i]`` redrawn, so that a model judged at depth 0 (its layer
+  fails task 1) still shows that every layer reaches its logits;
 * ``before:<depth>``, ``trained:<depth>``: ``forward`` on fresh text of
   the training corpus, before and after the probe's ``fit`` (Adam steps on
   the model's own ``loss``) at depth 1 or 0; the grader computes the loss
@@ -164,6 +167,17 @@ def with_future_rows(case: Case, position: int,
                 sizes=case.sizes, x=x, weights=case.weights)
 
 
+def with_layer_redrawn(case: Case, layer: int,
+                       rng: np.random.Generator) -> Case:
+    """A model ``case`` whose ``layers[layer]`` weights are drawn anew."""
+    prefix = f"layers.{layer}."
+    mine = {name: tuple(value.shape) for name, value in case.weights.items()
+            if name.startswith(prefix)}
+    weights = {**case.weights, **random_weights(rng, mine)}
+    return Case(name=f"{case.name}-layer-{layer}", public=False,
+                sizes=case.sizes, x=case.x, weights=weights)
+
+
 def lm_init(sizes: dict[str, int]) -> dict:
     """TransformerLM's constructor arguments for ``sizes``."""
     return {"args": [sizes["vocab_size"], sizes["hidden"],
@@ -291,6 +305,12 @@ def build(seed: int, public_only: bool,
             plan.add("task2", weighted(f"loss:{depth}:{case.name}",
                                        "TransformerLM", case, init,
                                        method="loss"))
+            if depth == "d2" and index == 0:
+                for layer in range(layers):
+                    plan.add("task2", weighted(
+                        f"reach:d2:{case.name}:{layer}", "TransformerLM",
+                        with_layer_redrawn(case, layer, _rng(
+                            seed, "task2", "reach", layer)), init))
     batches, _, _ = corpus(seed)
     for depth in TRAIN_DEPTHS:
         case = training_case(seed, depth)

@@ -104,6 +104,30 @@ def test_logits_match_reference(task2: TaskRun, depth: str) -> None:
                  f"not match the reference ({max_error(student, expected)})"
                  f"{depth_words(depth)}.",
                  *mistakes.lm_diagnoses(case, student))
+    if depth == "d0":
+        layers_reach_logits(task2)
+
+
+def layers_reach_logits(task2: TaskRun) -> None:
+    """Judged at depth 0 (the layer fails task 1), forward must still
+    run its layers: with two of the student's own layers, redrawing the
+    weights of either changes the logits. A depth-2 forward that raised
+    (a layer that is a stub, or fails) is not judged here: its layers
+    cannot be told from its other steps, and task 1 has paid for them
+    (docs/rubric-decisions.md)."""
+    for probe_id in task2.probe_ids("reach:d2:"):
+        name, layer = probe_id.removeprefix("reach:d2:").rsplit(":", 1)
+        base_id = f"logits:d2:{name}"
+        if not (forward_ran(task2, base_id) and forward_ran(task2, probe_id)):
+            return
+        case, base = logits_of(task2, base_id)
+        _, changed = logits_of(task2, probe_id)
+        if close(changed, base):
+            fail(f"TransformerLM.forward's logits do not depend on "
+                 f"layers[{layer}]: with num_layers=2 on "
+                 f"{case.describe()}, new weights in that layer change "
+                 f"nothing. Run every layer of self.layers on x, in order, "
+                 f"between the embeddings and out_proj.")
 
 
 @pytest.mark.item("task2.causal")
