@@ -317,32 +317,45 @@ def task_codes(assignment: Assignment, submission: Submission,
                maps: dict[Path, SourceMap]) -> dict[str, TaskCode]:
     """Per task, the code its penalty and bonus items judge: the graded
     class as written and what ran for it (:mod:`grader.judge.attribution`)."""
+    executed: dict[str, attribution.Ran | None] = {}
+    for task in assignment.tasks:
+        source, run = submission.sources[task.id], runs[task.id]
+        executed[task.id] = (
+            attribution.ran(run, maps[source.path])
+            if not analyses[task.id].syntax_error and run.results
+            and maps[source.path].error is None else None)
     codes = {}
     for task in assignment.tasks:
         analysis = analyses[task.id]
         source = submission.sources[task.id]
-        run = runs[task.id]
         method = next((i.method for i in assignment.items_of(task.id)
                        if i.method), None)
         static_method = attribution.static_function(source, task.target,
                                                     method)
         others = []
+        elsewhere: set[int] = set()
         for other in assignment.tasks:
             span = analyses[other.id].span
             if other.id == task.id or submission.sources[other.id].path \
-                    != source.path or span is None:
+                    != source.path:
                 continue
-            others.append(span)
-        executed = None
-        if not analysis.syntax_error and run.results and \
-                maps[source.path].error is None:
-            executed = attribution.ran(run, maps[source.path])
+            if span is not None:
+                others.append(span)
+            elsewhere.update(_companions(other, executed[other.id]))
         codes[task.id] = attribution.task_code(
             static_span=analysis.span, static_method=static_method,
-            stub=analysis.stub, executed=executed,
+            stub=analysis.stub, executed=executed[task.id],
             plan=statement_plans.get(source.path, {}), other_spans=others,
-            count=count_statements)
+            count=count_statements, elsewhere=frozenset(elsewhere))
     return codes
+
+
+def _companions(task: Task, executed: attribution.Ran | None) -> set[int]:
+    """The definition nodes ``task`` judges as its companions' code: those
+    of its ``companions`` classes that ran for it."""
+    if executed is None or not task.companions:
+        return set()
+    return {id(d.node) for d in executed.all if d.owner in task.companions}
 
 
 def _figures(assignment: Assignment, report: Report,

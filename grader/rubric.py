@@ -37,6 +37,10 @@ class Task:
     #: Sizes every run of the task has, whatever the size set (a
     #: single-head task: ``num_heads`` = 1), as (name, size) pairs.
     sizes: tuple[tuple[str, int], ...] = ()
+    #: Other top-level classes of the submission judged with this task
+    #: (for PEP-8, shapes and the bonus) wherever they run: code the
+    #: target runs beneath it, not a task of its own.
+    companions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,8 @@ def _assignment(raw: dict, folder: Path, path: Path) -> Assignment:
     tasks = tuple(Task(id=t["id"], title=t["title"], target=t["target"],
                        max_score=float(t["max_score"]),
                        dimensions=tuple(t.get("dimensions", ())),
-                       sizes=_fixed_sizes(t.get("sizes", {})))
+                       sizes=_fixed_sizes(t.get("sizes", {})),
+                       companions=tuple(map(str, t.get("companions", ()))))
                   for t in raw["tasks"])
     task_ids = {t.id for t in tasks}
     diagnoses = dict(raw.get("diagnoses", {}))

@@ -294,11 +294,15 @@ def task_code(*, static_span: tuple[int, int] | None,
               executed: Ran | None, plan: dict[tuple[int, str], list],
               other_spans: list[tuple[int, int]],
               count: Callable[[ast.FunctionDef | ast.AsyncFunctionDef],
-                              int]) -> TaskCode:
+                              int],
+              elsewhere: frozenset[int] = frozenset()) -> TaskCode:
     """Combine the graded class as written with the code that ran.
 
     ``count`` counts a function's statements (the bonus rule);
-    ``other_spans`` are the other graded classes, judged by their tasks.
+    ``other_spans`` are the other graded classes, judged by their tasks;
+    ``elsewhere`` the ids of definition nodes another task judges as its
+    companions (they ran for it too): they are left out of this task's
+    PEP-8, shapes and bonus, but still scanned for forbidden APIs.
     """
     spans: list[tuple[int, int]] = [static_span] if static_span else []
     statements: dict[int, object] = {}
@@ -317,12 +321,15 @@ def task_code(*, static_span: tuple[int, int] | None,
                    if not any(_inside(d.span, o) for o in other_spans)),
                   key=lambda d: (d.span, d.qualname))
     for definition in mine:
+        nodes.append(definition.node)
+        if id(definition.node) in elsewhere:
+            continue
         if not (static_span and _inside(definition.owner_span, static_span)):
             spans.append(definition.owner_span)
             outside.append(f"{definition.qualname} (line "
                            f"{definition.span[0]})")
-        nodes.append(definition.node)
-    called = [d for d in executed.call if d in mine]
+    called = [d for d in executed.call
+              if d in mine and id(d.node) not in elsewhere]
     for definition in called:
         if isinstance(definition.node, (ast.FunctionDef,
                                         ast.AsyncFunctionDef)):

@@ -102,6 +102,10 @@ CORPUS: dict[str, Expected] = {
         "task1.forward", diagnosis="missing_residual", why=LAYER_WHY),
     "mistake_no_residual_both": lost(
         "task1.forward", diagnosis="missing_residual", why=LAYER_WHY),
+    "penalties_own_attention": Expected(
+        {"task1.pep8": -1.0, "task1.shapes": -1.0},
+        why="the student's own attention runs beneath the layer and is "
+            "judged with it alone (companions), not again with the model"),
     # ------------------------------------- layers unused behind a bad layer
     "mistake_layers_skipped": Expected(
         {"task1.forward": 0.0, "task2.logits": 0.0},
@@ -190,6 +194,7 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "mistake_loss_not_shifted_transpose": 8, "penalties": 8,
           "mistake_pre_norm_lm_not_causal": 6,
           "mistake_layers_skipped": 5, "mistake_layers_first_only": 5,
+          "penalties_own_attention": 8,
           "broken_syntax_error": 0, "broken_lm_forward_raises": 5,
           "hostile_constant_loss": 8, "hostile_constant_loss_graph": 8,
           "hostile_memorises_training": 9,
