@@ -397,9 +397,12 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                           False, "; ".join(problems) + ".")
     table = shapes.DimensionTable.of(assignment)
     try:
+        calls = shapes.CallInputs(analysis.task.inputs,
+                                  assignment.identities)
         findings = shapes.verify_everywhere(statements, trace_runs,
                                             graded_runs, table,
-                                            _made_lines(run), unsized)
+                                            _made_lines(run), unsized,
+                                            calls)
     except shapes.ShapeRecordError as exc:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "

@@ -4,6 +4,7 @@ Details: docs/internals.md, `grader.shapes`.
 """
 from __future__ import annotations
 
+from grader.shapes.calls import CallInputs
 from grader.shapes.grammar import (MAX_COMMENT_SCAN, MAX_DIM_OPERATORS, BinOp,
                                    Dim, DimensionTable, Int, Name, ShapeClaim,
                                    ShapeEvalError, ShapeSyntaxError,
@@ -19,7 +20,8 @@ from grader.shapes.verify import (NOTE_KINDS, PENALISED_KINDS, Execution,
                                   shape_fix, size_set_collisions, verify)
 
 __all__ = [
-    "BinOp", "Dim", "DimensionTable", "Execution", "Finding", "GradedRun",
+    "BinOp", "CallInputs", "Dim", "DimensionTable", "Execution", "Finding",
+    "GradedRun",
     "Int", "known_sizes",
     "MAX_COMMENT_SCAN", "MAX_DIM_OPERATORS", "NOTE_KINDS", "Name",
     "PENALISED_KINDS", "RETURN_VALUE", "RealShapes", "SPAN_KIND", "Shape",

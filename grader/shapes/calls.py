@@ -1,0 +1,64 @@
+"""Shape comments, part 5: the sizes of a call's own input (trusted grader
+process; docs/shape-comments.md, "A method's comments describe its own
+input").
+
+A task may declare the dimensions of the first argument of methods of its
+target (``inputs`` in rubric.toml). The worker marks every execution run
+inside a call of such a method (and of what that call runs, up to the
+next declared call) with the call's index and the real shape of the
+argument it received. :class:`CallInputs` turns a marker into the sizes
+that call has: the run's sizes, with the declared names bound from that
+real shape. Nothing is searched for: a binding comes from the input alone,
+never from a comment.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: An execution's marker: the declared call's index and its input's shape
+#: (None when the input was no tensor).
+Marker = tuple[int, tuple[int, ...] | None]
+
+
+@dataclass(frozen=True)
+class CallInputs:
+    """The declared inputs of a task's methods, by call index, and the
+    rubric's identities (``(c, a, b)``: c = a * b)."""
+
+    methods: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    identities: tuple[tuple[str, str, str], ...] = ()
+
+    def bind(self, sizes: dict[str, int],
+             marker: Marker | None) -> dict[str, int] | None:
+        """The sizes of the call ``marker`` names: ``sizes`` with the
+        declared names of its input bound from the input's real shape;
+        None when it binds nothing (no marker, no tensor input, an input
+        of another rank, a size below 1, a name bound to two sizes, or
+        an identity the bound sizes break)."""
+        if marker is None:
+            return None
+        index, shape = marker
+        if shape is None or not 0 <= index < len(self.methods):
+            return None
+        names = self.methods[index][1]
+        if len(shape) != len(names) or min(shape, default=1) < 1:
+            return None
+        bound = dict(sizes)
+        seen: dict[str, int] = {}
+        for name, size in zip(names, shape):
+            if seen.setdefault(name, size) != size:
+                return None
+            bound[name] = size
+        for c, a, b in self.identities:
+            if all(k in bound for k in (c, a, b)) and \
+                    bound[c] != bound[a] * bound[b]:
+                return None
+        return bound
+
+    def describe(self, marker: Marker) -> str:
+        """How a report names the call: "in the calls of loss on an input
+        of shape [2, 4]"."""
+        index, shape = marker
+        method = self.methods[index][0]
+        shown = ", ".join(str(size) for size in shape or ())
+        return f"in the calls of {method} on an input of shape [{shown}]"
