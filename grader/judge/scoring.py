@@ -367,6 +367,23 @@ def _unrecorded_words(unrecorded: dict[str, int],
                    "could not be verified")
 
 
+def _helper_hints(findings: list[shapes.Finding],
+                  analysis: TaskAnalysis) -> list[shapes.Finding]:
+    """A wrong shape on a line outside the graded class (a helper it
+    runs) gets the hint of per-class comment lines
+    (docs/shape-comments.md, "A helper several classes call")."""
+    span, target = analysis.span, analysis.task.target
+    if span is None:
+        return findings
+    return [replace(f, hint=(
+        f"this line is in a helper outside {target}; a helper that "
+        f"several graded classes run with different shapes gives each "
+        f"class's shape on a comment line of its own that names the "
+        f"class, e.g. # [...] in {target}"))
+        if f.kind == "wrong_shape" and f.hint is None
+        and not span[0] <= f.line <= span[1] else f for f in findings]
+
+
 def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                       assignment: Assignment,
                       code: TaskCode | None = None) -> ItemReport:
@@ -396,6 +413,7 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, "; ".join(problems) + ".")
     table = shapes.DimensionTable.of(assignment)
+    statements = shapes.for_caller(statements, analysis.task.target, table)
     try:
         calls = shapes.CallInputs(analysis.task.inputs,
                                   assignment.identities)
@@ -407,6 +425,7 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "
                                  f"({exc}); the comments are unverified.")
+    findings = _helper_hints(findings, analysis)
     details = (shapes.format_findings(findings, analysis.source)
                if findings else "")
     never = _never_completed(run, item.method)

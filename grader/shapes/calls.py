@@ -1,6 +1,6 @@
-"""Shape comments, part 5: the sizes of a call's own input (trusted grader
+"""Shape comments, part 5: whose call a line ran in (trusted grader
 process; docs/shape-comments.md, "A method's comments describe its own
-input").
+input" and "A helper several classes call").
 
 A task may declare the dimensions of the first argument of methods of its
 target (``inputs`` in rubric.toml). The worker marks every execution run
@@ -9,11 +9,19 @@ next declared call) with the call's index and the real shape of the
 argument it received. :class:`CallInputs` turns a marker into the sizes
 that call has: the run's sizes, with the declared names bound from that
 real shape. Nothing is searched for: a binding comes from the input alone,
-never from a comment.
+never from a comment. :func:`for_caller` reads a helper's comment for one
+graded class: the lines that name it, when they give a shape.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from grader.shapes.grammar import DimensionTable, parse_shapes
+
+if TYPE_CHECKING:
+    from grader.shapes.statements import Statement
 
 #: An execution's marker: the declared call's index and its input's shape
 #: (None when the input was no tensor).
@@ -62,3 +70,23 @@ class CallInputs:
         method = self.methods[index][0]
         shown = ", ".join(str(size) for size in shape or ())
         return f"in the calls of {method} on an input of shape [{shown}]"
+
+
+def for_caller(statements: list[Statement], target: str,
+               table: DimensionTable) -> list[Statement]:
+    """``statements`` as the task whose graded class (or function) is
+    ``target`` reads their comments: a comment with lines that name
+    ``target`` (as a whole word) and give a shape claims, in this task,
+    what those lines claim (``# [b, t, t] in CausalAttention``); any
+    other comment is read whole, as always. The claim is chosen by the
+    task's name, never by what the line's tensors turned out to be."""
+    name = re.compile(rf"(?<!\w){re.escape(target)}(?!\w)")
+    read: list[Statement] = []
+    for statement in statements:
+        lines = (statement.comment or "").split("\n")
+        named = [line for line in lines if name.search(line)
+                 and parse_shapes(line, table)]
+        if named and len(named) < len(lines):
+            statement = replace(statement, comment="\n".join(named))
+        read.append(statement)
+    return read
