@@ -376,10 +376,10 @@ def _helper_hints(findings: list[shapes.Finding],
     if span is None:
         return findings
     return [replace(f, hint=(
-        f"this line is in a helper outside {target}; a helper that "
-        f"several graded classes run with different shapes gives each "
-        f"class's shape on a comment line of its own that names the "
-        f"class, e.g. # [...] in {target}"))
+        f"this line is outside {target} (code it runs); when several "
+        f"graded classes run it with different shapes, give each class's "
+        f"shape on a comment line of its own that names the class, e.g. "
+        f"# [...] in {target}"))
         if f.kind == "wrong_shape" and f.hint is None
         and not span[0] <= f.line <= span[1] else f for f in findings]
 

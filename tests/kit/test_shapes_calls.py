@@ -57,8 +57,8 @@ BASICS_FULL = (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0)
 TASK4 = (1, 1, 1, 1, 1, 0, -0.5, 1, 1, 1, 0, 0, 1, 1, 0, 0)
 TASKS_4_6 = (1, 1, 1, 1, 1, 0, -0.5, 1, 1, 1, 0, -0.5, 1, 1, 0, 0)
 CALL = "in the calls of forward on an input of shape"
-HINT = ("this line is in a helper outside CausalAttention; a helper that "
-        "several graded classes run with different shapes gives each "
+HINT = ("this line is outside CausalAttention (code it runs); when "
+        "several graded classes run it with different shapes, give each "
         "class's shape on a comment line of its own that names the class")
 #: folder -> (assignment, items, {entry: (item scores, judged item, words
 #: of its report, words it lacks)}).
