@@ -1,16 +1,8 @@
 """Shape comments, part 5: whose call a line ran in (trusted grader
-process; docs/shape-comments.md, "A method's comments describe its own
-input" and "A helper several classes call").
-
-A task may declare the dimensions of the first argument of methods of its
-target (``inputs`` in rubric.toml). The worker marks every execution run
-inside a call of such a method (and of what that call runs, up to the
-next declared call) with the call's index and the real shape of the
-argument it received. :class:`CallInputs` turns a marker into the sizes
-that call has: the run's sizes, with the declared names bound from that
-real shape. Nothing is searched for: a binding comes from the input alone,
-never from a comment. :func:`for_caller` reads a helper's comment for one
-graded class: the lines that name it, when they give a shape.
+process). :class:`CallInputs` gives the sizes of a declared call's own
+input; :func:`for_caller` reads a helper's comment for one graded class.
+Details: docs/shape-comments.md ("A method's comments describe its own
+input", "A helper several classes call") and docs/internals.md.
 """
 from __future__ import annotations
 
