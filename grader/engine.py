@@ -179,6 +179,9 @@ def grade_submission(submission: Submission,
                         attribution.code_filename(source),
                         plan.probes.get(task.id, []),
                         statements=statements,
+                        calls=attribution.declared_calls(
+                            source, task.target,
+                            tuple(name for name, _ in task.inputs)),
                         forbidden=assignment.forbidden,
                         sandbox=assignment.sandbox,
                         package=plugin.of(assignment).package_files))

@@ -41,6 +41,12 @@ class Task:
     #: (for PEP-8, shapes and the bonus) wherever they run: code the
     #: target runs beneath it, not a task of its own.
     companions: tuple[str, ...] = ()
+    #: The dimensions of the first argument (after ``self``) of methods of
+    #: the target, as (method, names) pairs (the ``inputs`` table): the
+    #: lines that run inside a call of such a method are verified at the
+    #: sizes that call's input has (docs/shape-comments.md, "A method's
+    #: comments describe its own input").
+    inputs: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,12 +325,29 @@ def _fixed_sizes(raw: dict) -> tuple[tuple[str, int], ...]:
     return tuple(fixed)
 
 
+def _inputs(raw: dict, names: dict[str, tuple[str, ...]]
+            ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A task's ``inputs`` table: method name -> the dimension names of
+    its first argument, each a dimension of ``[shapes.dimensions]``."""
+    found = []
+    for method, dims in dict(raw).items():
+        if not (isinstance(dims, list) and dims
+                and all(isinstance(d, str) and d in names for d in dims)):
+            raise ValueError(f"a task's inputs give each method a list of "
+                             f"dimension names of [shapes.dimensions]; "
+                             f"{method} = {dims!r}")
+        found.append((str(method), tuple(dims)))
+    return tuple(found)
+
+
 def _assignment(raw: dict, folder: Path, path: Path) -> Assignment:
+    names = raw.get("shapes", {}).get("dimensions", {})
     tasks = tuple(Task(id=t["id"], title=t["title"], target=t["target"],
                        max_score=float(t["max_score"]),
                        dimensions=tuple(t.get("dimensions", ())),
                        sizes=_fixed_sizes(t.get("sizes", {})),
-                       companions=tuple(map(str, t.get("companions", ()))))
+                       companions=tuple(map(str, t.get("companions", ()))),
+                       inputs=_inputs(t.get("inputs", {}), names))
                   for t in raw["tasks"])
     task_ids = {t.id for t in tasks}
     diagnoses = dict(raw.get("diagnoses", {}))

@@ -372,7 +372,8 @@ def _trace(value: Any) -> str | None:
                     shape is None or shape == UNREAD_RECORD
                     or shape == IRREGULAR_RECORD
                     or _shape(shape) or _held(shape)
-                    for shape in execution)
+                    or (place == len(execution) - 1 and _call(shape))
+                    for place, shape in enumerate(execution))
                 for execution in executions)):
             return "trace records are not shapes"
     made = value.get("made", [])
@@ -384,6 +385,14 @@ def _trace(value: Any) -> str | None:
             _text(key) and _count(count) for key, count in left_out.items())):
         return "a trace's count of unrecorded executions is malformed"
     return None
+
+
+def _call(value: Any) -> bool:
+    """The marker that ends an execution recorded inside a declared call:
+    the call's index and the shape of its input (None: no tensor)."""
+    return (isinstance(value, dict) and set(value) == {"call", "input"}
+            and _count(value["call"])
+            and (value["input"] is None or _shape(value["input"])))
 
 
 def _shape(value: Any) -> bool:

@@ -270,6 +270,21 @@ def static_function(source: SourceFile, target: str,
     return find_function(tree, target)
 
 
+def declared_calls(source: SourceFile, target: str,
+                   methods: tuple[str, ...]) -> list[list]:
+    """The code keys of the target's methods named in ``methods`` (a
+    task's declared ``inputs``), as ``[first line, name, index in
+    methods]``: the shape tracer marks every execution inside a call of
+    one with the shape of the call's first argument."""
+    found = []
+    for index, method in enumerate(methods):
+        node = static_function(source, target, method)
+        if node is not None:
+            first, name = definition_key(node)
+            found.append([first, name, index])
+    return found
+
+
 @dataclass(frozen=True)
 class TaskCode:
     """What a task's pep8, shapes and bonus items and the forbidden-API

@@ -367,6 +367,23 @@ def _unrecorded_words(unrecorded: dict[str, int],
                    "could not be verified")
 
 
+def _helper_hints(findings: list[shapes.Finding],
+                  analysis: TaskAnalysis) -> list[shapes.Finding]:
+    """A wrong shape on a line outside the graded class (a helper it
+    runs) gets the hint of per-class comment lines
+    (docs/shape-comments.md, "A helper several classes call")."""
+    span, target = analysis.span, analysis.task.target
+    if span is None:
+        return findings
+    return [replace(f, hint=(
+        f"this line is outside {target} (code it runs); when several "
+        f"graded classes run it with different shapes, give each class's "
+        f"shape on a comment line of its own that names the class, e.g. "
+        f"# [...] in {target}"))
+        if f.kind == "wrong_shape" and f.hint is None
+        and not span[0] <= f.line <= span[1] else f for f in findings]
+
+
 def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
                       assignment: Assignment,
                       code: TaskCode | None = None) -> ItemReport:
@@ -396,14 +413,19 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, "; ".join(problems) + ".")
     table = shapes.DimensionTable.of(assignment)
+    statements = shapes.for_caller(statements, analysis.task.target, table)
     try:
+        calls = shapes.CallInputs(analysis.task.inputs,
+                                  assignment.identities)
         findings = shapes.verify_everywhere(statements, trace_runs,
                                             graded_runs, table,
-                                            _made_lines(run), unsized)
+                                            _made_lines(run), unsized,
+                                            calls)
     except shapes.ShapeRecordError as exc:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "
                                  f"({exc}); the comments are unverified.")
+    findings = _helper_hints(findings, analysis)
     details = (shapes.format_findings(findings, analysis.source)
                if findings else "")
     never = _never_completed(run, item.method)

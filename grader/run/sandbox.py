@@ -93,6 +93,10 @@ class Job:
     filename: str
     probes: list[dict]
     statements: list[dict] = field(default_factory=list)
+    #: The declared methods whose calls bind the sizes of their input,
+    #: as ``[first line, name, index]``
+    #: (:func:`grader.judge.attribution.declared_calls`).
+    calls: list[list] = field(default_factory=list)
     forbidden: dict[str, Any] = field(default_factory=dict)
     sandbox: dict[str, Any] = field(default_factory=dict)
     #: The files of the student package the worker may read (the graded
@@ -361,6 +365,7 @@ def _start(job: Job, limits: Limits) -> _Running:
     scratch = make("scratch-")
     plan = {"source": job.source, "filename": job.filename,
             "probes": job.probes, "statements": job.statements,
+            "calls": job.calls,
             "forbidden": job.forbidden, "sandbox": job.sandbox,
             "timeout": limits.timeout,
             "memory_mb": limits.memory_mb, "scratch": str(scratch),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from grader.shapes.calls import CallInputs
 from grader.shapes.grammar import (DimensionTable, ShapeClaim,
                                    ShapeEvalError, parse_shapes)
 from grader.shapes.statements import Statement
@@ -79,9 +80,9 @@ def _ran_in(statement: Statement, runs: list[GradedRun]) -> bool:
 def _shown(finding: Finding, traced: int, labels: list[str]) -> Finding:
     """``finding`` with the shape checks' size sets as before and, of the
     graded runs, those that show the problem (named by their labels)."""
-    kept = list(finding.real[:traced])
+    kept = [one for one in finding.real if one.index <= traced]
     graded: list[RealShapes] = []
-    for one in finding.real[traced:]:
+    for one in [one for one in finding.real if one.index > traced]:
         telling = (one.wrong if finding.kind == "wrong_shape"
                    else one.executions and one.shapes)
         if telling and len(graded) < SHOWN:
@@ -94,7 +95,8 @@ def verify_everywhere(statements: list[Statement],
                       graded: list[GradedRun],
                       table: DimensionTable,
                       made: frozenset[int] = frozenset(),
-                      unsized: list[dict[str, Any]] | None = None
+                      unsized: list[dict[str, Any]] | None = None,
+                      calls: CallInputs | None = None
                       ) -> list[Finding]:
     """:func:`~grader.shapes.verify.verify` at the shape checks' size sets
     (``traced``), then at the graded runs' sizes (``graded``) for each
@@ -107,10 +109,12 @@ def verify_everywhere(statements: list[Statement],
     statement (the catch-all, which every probe's records answer: a line
     is accounted for when any run, a shape check or a graded one, read a
     tensor of its statement; ``unsized``: the records of runs whose sizes
-    are unknown, which answer only that)."""
+    are unknown, which answer only that). ``calls``: the task's declared
+    inputs (:mod:`grader.shapes.calls`)."""
     if not graded and not unsized:
-        return verify(statements, traced, table, made)
-    findings = _verified_everywhere(statements, traced, graded, table)
+        return verify(statements, traced, table, made, calls)
+    findings = _verified_everywhere(statements, traced, graded, table,
+                                    calls)
     if not made:
         return findings
     runs = traced + [(sizes, records) for _, sizes, records in graded]
@@ -123,10 +127,11 @@ def verify_everywhere(statements: list[Statement],
 def _verified_everywhere(statements: list[Statement],
                          traced: list[tuple[dict[str, int], dict[str, Any]]],
                          graded: list[GradedRun],
-                         table: DimensionTable) -> list[Finding]:
+                         table: DimensionTable,
+                         calls: CallInputs | None = None) -> list[Finding]:
     """The comments verified at the size sets, then each statement
     without a problem there at the graded runs it ran in."""
-    findings = verify(statements, traced, table)
+    findings = verify(statements, traced, table, calls=calls)
     place = {(f.line, f.statement): index
              for index, f in enumerate(findings)}
     found = list(findings)
@@ -147,7 +152,7 @@ def _verified_everywhere(statements: list[Statement],
         runs = traced + [({}, {})] * len(graded)
         for number, (_, sizes, records) in numbered:
             runs[len(traced) + number - 1] = (sizes, records)
-        combined = verify([statement], runs, table)
+        combined = verify([statement], runs, table, calls=calls)
         if not combined or not combined[0].penalised:
             if at is not None and found[at].kind == "never_ran":
                 dropped.add(at)  # it ran, at a graded run's sizes: checked

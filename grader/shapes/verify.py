@@ -15,6 +15,7 @@ from itertools import combinations_with_replacement
 from typing import TYPE_CHECKING, Any, Iterable, TypedDict
 
 from grader.errors import GraderError
+from grader.shapes.calls import CallInputs, Marker
 from grader.shapes.grammar import (DimensionTable, DimParser, ShapeClaim,
                                    ShapeEvalError, ShapeSyntaxError, brief,
                                    ignored_brackets, is_index, is_tuple,
@@ -89,20 +90,81 @@ def _entry(value: Any) -> Shape | Held | str | None:
     raise ShapeRecordError(f"not a shape: {value!r}")
 
 
-def _executions(records: Any, statement_id: int) -> list[Execution]:
-    """The validated executions of one statement in one run's records."""
+def _marker(value: Any) -> Marker:
+    """An execution's last entry when it ran inside a declared call."""
+    if set(value) != {"call", "input"} or type(value["call"]) is not int:
+        raise ShapeRecordError(f"not a call's marker: {value!r}")
+    shape = value["input"]
+    if shape is None:
+        return value["call"], None
+    found = _entry(shape)
+    if not isinstance(found, tuple):
+        raise ShapeRecordError(f"not a call's input: {shape!r}")
+    return value["call"], found
+
+
+def _marked(records: Any, statement_id: int
+            ) -> list[tuple[Execution, Marker | None]]:
+    """The validated executions of one statement in one run's records,
+    each with the marker of the declared call it ran in (or None)."""
     if not isinstance(records, dict):
         raise ShapeRecordError("records must be a dict")
     raw = records.get(str(statement_id), records.get(statement_id, []))
     if not isinstance(raw, list):
         raise ShapeRecordError(f"records of statement {statement_id} "
                                f"must be a list")
-    executions: list[Execution] = []
+    executions: list[tuple[Execution, Marker | None]] = []
     for execution in raw:
         if not isinstance(execution, list):
             raise ShapeRecordError("an execution must be a list")
-        executions.append(tuple(_entry(value) for value in execution))
+        marker = None
+        if execution and isinstance(execution[-1], dict):
+            marker = _marker(execution[-1])
+            execution = execution[:-1]
+        executions.append((tuple(_entry(value) for value in execution),
+                           marker))
     return executions
+
+
+def _executions(records: Any, statement_id: int) -> list[Execution]:
+    """The validated executions of one statement in one run's records."""
+    return [execution for execution, _ in _marked(records, statement_id)]
+
+
+#: Where a statement's executions were judged: the run's index and, for
+#: a declared call whose input had other sizes, how the report names it.
+Place = tuple[int, str]
+
+
+def _by_call(index: int, sizes: dict[str, int],
+             marked: list[tuple[Execution, Marker | None]],
+             calls: CallInputs | None
+             ) -> list[tuple[dict[str, int], list[Execution], Place]]:
+    """One run's executions of a statement, grouped by the sizes they are
+    judged at: those of the run, and those of each declared call whose
+    input had other sizes (:class:`~grader.shapes.calls.CallInputs`).
+
+    A call's own sizes apply only when the statement also ran at the
+    run's sizes in that run: a line that ran only in calls on another
+    input is judged at the run's sizes, as if nothing bound them (so
+    code that calls a method on an input it chose cannot have a line
+    judged only at sizes it chose)."""
+    home: list[Execution] = []
+    away: dict[tuple, tuple[dict[str, int], str, list[Execution]]] = {}
+    for execution, marker in marked:
+        bound = calls.bind(sizes, marker) if calls is not None else None
+        if bound is None or bound == sizes or marker is None:
+            home.append(execution)
+            continue
+        words = calls.describe(marker)
+        key = (tuple(sorted(bound.items())), words)
+        away.setdefault(key, (bound, words, []))[2].append(execution)
+    if not home or not away:
+        return [(sizes, [execution for execution, _ in marked],
+                 (index, ""))]
+    return [(sizes, home, (index, ""))] + [
+        (bound, executions, (index, words))
+        for bound, words, executions in away.values()]
 
 
 @dataclass(frozen=True)
@@ -125,11 +187,15 @@ class RealShapes:
     # shape checks' size sets (a graded case's: "the sizes of hidden case
     # 'hidden-0'"); empty for a size set, shown as "size set N".
     label: str = ""
+    # The declared call whose input had other sizes than the run's ("in
+    # the calls of loss on an input of shape [2, 4]"); empty for the run's.
+    call: str = ""
 
     @property
     def name(self) -> str:
         """How the report names these sizes."""
-        return self.label or f"size set {self.index}"
+        name = self.label or f"size set {self.index}"
+        return f"{name}, {self.call}" if self.call else name
 
 
 @dataclass(frozen=True)
@@ -245,7 +311,7 @@ def _expected(claims: list[ShapeClaim], count: int, sizes: dict[str, int],
 
 def _real(index: int, sizes: dict[str, int], executions: list[Execution],
           claims: list[ShapeClaim], table: DimensionTable,
-          either_end: bool = False) -> RealShapes:
+          either_end: bool = False, call: str = "") -> RealShapes:
     seen: list[str] = []
     wrong = 0
     count = 1
@@ -263,7 +329,7 @@ def _real(index: int, sizes: dict[str, int], executions: list[Execution],
     expected = _expected(claims, count, sizes, table) if claims else None
     return RealShapes(index=index, sizes=dict(sizes), shapes=tuple(seen),
                       expected=expected, executions=len(executions),
-                      wrong=wrong)
+                      wrong=wrong, call=call)
 
 
 def _unknown_finding(statement: Statement, claim: ShapeClaim,
@@ -481,11 +547,13 @@ def _verify_statement(statement: Statement,
                       runs: list[tuple[dict[str, int], list[Execution]]],
                       following: list[tuple[dict[str, int], list[Execution]]],
                       table: DimensionTable,
-                      tensors: frozenset[str] = frozenset()
+                      tensors: frozenset[str] = frozenset(),
+                      places: list[Place] | None = None
                       ) -> Finding | None:
     """The finding for one statement; ``following`` is the next one's;
     ``tensors`` the names seen to hold tensors (for statements that never
-    ran)."""
+    ran); ``places`` where each of ``runs`` belongs (:func:`_by_call`;
+    default: run N is size set N)."""
     claims = parse_shapes(statement.comment or "", table)
     ran = any(executions for _, executions in runs)
     if not ran:
@@ -496,9 +564,10 @@ def _verify_statement(statement: Statement,
     if not any(_tensors(execution) for _, executions in runs
                for execution in executions):
         return None  # ran and produced no tensor: nothing to claim
+    places = places or [(index, "") for index in range(1, len(runs) + 1)]
     real = tuple(_real(index, sizes, executions, claims, table,
-                       statement.alternatives)
-                 for index, (sizes, executions) in enumerate(runs, 1))
+                       statement.alternatives, call)
+                 for (index, call), (sizes, executions) in zip(places, runs))
     base = _Place(line=statement.first_line, statement=statement.text,
                   real=real)
     if statement.comment is None:
@@ -607,7 +676,8 @@ def _made_findings(statements: list[Statement],
 def verify(statements: list[Statement],
            runs: list[tuple[dict[str, int], dict[str, Any]]],
            dims: DimensionTable,
-           made: frozenset[int] = frozenset()) -> list[Finding]:
+           made: frozenset[int] = frozenset(),
+           calls: CallInputs | None = None) -> list[Finding]:
     """Compare every statement's claimed shape with what really ran.
 
     ``runs`` holds one ``(sizes, records)`` pair per size set: ``sizes`` maps
@@ -620,20 +690,29 @@ def verify(statements: list[Statement],
     :mod:`grader.shapes.tensor_facts`) without a shape comment, or its comment
     names an unknown dimension: those are findings. Raises
     :class:`ShapeRecordError` for records that are not the documented plain
-    data.
+    data. ``calls``: the task's declared inputs; an execution inside a
+    declared call is judged at the sizes of that call's input
+    (:func:`_by_call`).
     """
     every = statements
     statements = [s for s in every if s.kind != SPAN_KIND]
-    per_statement = [[(sizes, _executions(records, statement.id))
-                      for sizes, records in runs]
-                     for statement in statements]
+    per_statement, places = [], []
+    for statement in statements:
+        groups = [group for index, (sizes, records) in enumerate(runs, 1)
+                  for group in _by_call(index, sizes,
+                                        _marked(records, statement.id),
+                                        calls)]
+        per_statement.append([(sizes, executions)
+                              for sizes, executions, _ in groups])
+        places.append([place for _, _, place in groups])
     tensors = observed_tensors(statements, per_statement)
     findings = []
     for index, statement in enumerate(statements):
         following = (per_statement[index + 1]
                      if index + 1 < len(statements) else [])
         finding = _verify_statement(statement, per_statement[index],
-                                    following, dims, tensors)
+                                    following, dims, tensors,
+                                    places[index])
         if finding is not None:
             findings.append(finding)
     if made:
@@ -686,6 +765,14 @@ def _wrap(text: str, first: str) -> str:
                          break_on_hyphens=False)
 
 
+def _labelled(text: str, name: str, call: bool = False) -> str:
+    """``text`` after a label (``  size set 1: ...``); a call's label
+    stands on a line of its own, the text indented below it."""
+    if not call:
+        return _wrap(text, f"  {name}: ")
+    return _wrap(f"{name}:", "  ") + "\n" + _wrap(text, "      ")
+
+
 def _sizes_text(sizes: dict[str, int]) -> str:
     return ", ".join(f"{name}={size}" for name, size in sizes.items())
 
@@ -709,12 +796,12 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
     if notes:
         counts.append(f"{len(notes)} note{'s' if len(notes) > 1 else ''}")
     header = [f"Shape comments: {', '.join(counts)}."]
-    size_sets = {(one.index, one.name): one.sizes
+    size_sets = {(one.index, one.name): (one.sizes, bool(one.call))
                  for f in findings for one in f.real}
     if size_sets:
         header.append("Your forward ran under these sizes:")
-        header += [_wrap(_sizes_text(sizes), f"  {name}: ")
-                   for (_, name), sizes in sorted(size_sets.items())]
+        header += [_labelled(_sizes_text(sizes), name, call)
+                   for (_, name), (sizes, call) in sorted(size_sets.items())]
     blocks = ["\n".join(header)]
     for finding in problems + notes:
         shown = finding.statement.split("\n")
@@ -733,7 +820,7 @@ def format_findings(findings: list[Finding], source: SourceFile) -> str:
                     seen += " (right under these sizes)"
             else:
                 seen = f"real {real}"
-            lines.append(_wrap(seen, f"  {one.name}: "))
+            lines.append(_labelled(seen, one.name, bool(one.call)))
         if finding.hint:
             lines.append(_wrap(finding.hint, "  hint: "))
         blocks.append("\n".join(lines))

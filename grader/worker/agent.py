@@ -373,13 +373,20 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     A statement of kind SPAN_KIND records nothing (it only groups lines).
     ``settle(frame, how)`` (:func:`made_keeper`) runs when a unit of the
     frame completes, when it raises and when the frame returns.
+    ``local_tracer(marker)``: the frame is a call of a declared method
+    (``marker``, ``{"call": index, "input": shape}``); until it returns,
+    every execution recorded (in it and in what it calls, up to the next
+    declared call) ends with that marker (``counters["bound"]``).
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
     """
     b_BaseException, b_Exception, b_str = BaseException, Exception, str
-    b_zip = zip
+    b_zip, b_len = zip, len
     unread_record = UNREAD_RECORD
+    # The markers of the declared calls now running, innermost last
+    # (:func:`shape_tracer`): an execution is marked with the innermost.
+    bound = counters.setdefault("bound", [])
     span_kind = SPAN_KIND
     max_reads = MAX_READS
     spent = counters.get("scanned") or [0]
@@ -427,12 +434,21 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
             left_out[key] = left_out.get(key, 0) + 1
             return
         before = spent[0]
-        record(statement, reader(statement, *args))
+        values = reader(statement, *args)
+        if bound:
+            values = values + [bound[-1]]
+        record(statement, values)
         reads[key] = done + 1 + spent[0] - before
 
-    def local_tracer():
+    def local_tracer(marker=None):
         state = {"pending": None, "returning": None, "raising": False}
         memo: dict = {}
+        # A declared call (``marker``: its index and its input's shape)
+        # is the innermost until this frame returns.
+        depth = 0
+        if marker is not None:
+            bound.append(marker)
+            depth = b_len(bound)
 
         def finish(frame):
             pending = state["pending"]
@@ -485,6 +501,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 elif event == "return":
                     counters["returns"] += 1
                     traced(returned, frame, arg)
+                    if depth:
+                        del bound[depth - 1:]
                     if settle is not None:
                         settle(frame, "unwound" if state["raising"]
                                else "returned")
@@ -2340,7 +2358,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  tensor_base: type | None = None,
                  operations: tuple | None = None,
                  stand_ins: dict | None = None,
-                 reads: tuple | None = None) -> Callable:
+                 reads: tuple | None = None,
+                 calls: dict | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -2368,7 +2387,12 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     ``reads`` (:func:`traced_reads`' ``read`` and ``aim``): what reads a
     value the submission may have made runs through ``read``, traced by
-    this trace function (aimed at it here)."""
+    this trace function (aimed at it here).
+
+    ``calls`` maps the code keys ``(first line, name)`` of the declared
+    methods (a task's ``inputs``) to their index: a traced call of one
+    marks what runs inside it with the shape of its first argument after
+    ``self``, read when the call starts (:func:`line_tracer`)."""
     b_len, b_str, b_id, b_type = len, str, id, type
     b_isinstance = isinstance
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
@@ -2464,6 +2488,18 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             if found is not None:
                 return found
         return None
+
+    declared = calls or {}
+
+    def call_marker(frame, code, index):
+        """The marker of a declared call: its index and the shape of its
+        first argument after ``self`` (None when that is no tensor)."""
+        if code.co_argcount < 2:
+            return {"call": index, "input": None}
+        local_values = read(locals_of, frame) if \
+            code.co_flags & resumable else frame.f_locals
+        return {"call": index,
+                "input": shape_of(local_values.get(code.co_varnames[1]))}
 
     def record(statement, values):
         records = phase["records"]
@@ -2562,6 +2598,11 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             if not phase["tracing"]:
                 return None
             phase["calls"] += 1
+            if kind == "submission" and declared and \
+                    b_type(name) is b_str:
+                index = declared.get((code.co_firstlineno, name))
+                if index is not None:
+                    return local_tracer(call_marker(frame, code, index))
             return local_tracer()
         except b_BaseException:
             phase["silenced"] = True
@@ -4008,6 +4049,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # sizes it knows (docs/threat-model.md, principle 6).
         phase["records"] = {}
         phase["left_out"] = {}
+        phase["bound"].clear()
         phase["reads"] = {}
         phase["made"] = {}
         phase["calls"] = phase["returns"] = 0
@@ -4895,6 +4937,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
              "left_out": {}, "made": None, "reads": {}, "scanned": [0],
+             "bound": [],
              "tracing": False, "returns": 0, "calls": 0, "silenced": False,
              "grader_off": False}
     # Per thread: the ids of the threads inside the hook, the thread whose
@@ -4934,7 +4977,9 @@ def _assemble(job: dict, probes: list, result_fd: int,
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
         note, torch._C.TensorBase,
-        (judge, in_force, handler.__code__), stand_ins, reads)
+        (judge, in_force, handler.__code__), stand_ins, reads,
+        {(int(first), str(name)): int(index)
+         for first, name, index in job.get("calls", [])})
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
