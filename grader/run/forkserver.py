@@ -535,15 +535,23 @@ def _warm_plotting() -> None:
 
 def _warm_server() -> None:
     """What every worker starts with: torch, the agent, the tripwires'
-    preparation and alias index."""
+    preparation, the forbidden operators' tripwires and the alias
+    index."""
     for name in PRELOAD:
         __import__(name)
     _warm_up()
     from grader.rubric import assignments
     from grader.worker import agent
 
+    patterns = set()
     for assignment in assignments():
         agent.prepare(assignment.forbidden)
+        patterns.add(assignment.forbidden.get("aten"))
+    # The forbidden operators' tripwires, registered once for every
+    # worker when every assignment forbids the same (a worker of other
+    # rules removes them and registers its own).
+    if len(patterns) == 1 and (pattern := patterns.pop()):
+        agent.preinstall_aten(pattern)
     agent.index_aliases(agent.KIT_PACKAGES)
     agent.index_loaded_files()
     _freeze()
