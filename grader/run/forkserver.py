@@ -20,7 +20,8 @@ from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.errors import GraderError
 
 # Modules the server imports once, so that every worker starts warm.
-PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine")
+PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine",
+           "grader.wire")
 # What the server's environment keeps (the grader's own, e.g. GRADER_SEED,
 # never reaches it).
 KEPT_ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TZ", "OMP_NUM_THREADS",
@@ -554,6 +555,7 @@ def _warm_server() -> None:
         agent.preinstall_aten(pattern)
     agent.index_aliases(agent.KIT_PACKAGES)
     agent.index_loaded_files()
+    agent.cache_own_lines()
     _freeze()
 
 
