@@ -555,7 +555,6 @@ def _warm_server() -> None:
         agent.preinstall_aten(pattern)
     agent.index_aliases(agent.KIT_PACKAGES)
     agent.index_loaded_files()
-    agent.cache_own_lines()
     _freeze()
 
 

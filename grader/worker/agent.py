@@ -1205,29 +1205,6 @@ def _life(job: dict, result_fd: int) -> None:
     run()
 
 
-def cache_own_lines() -> None:
-    """Read into ``linecache`` the lines of every loaded module of the
-    grader's that it does not hold yet: the worker's sandbox does not let
-    anyone read those files, and a traceback printed by the submission
-    (or by torch) shows their lines from memory. The fork server reads
-    them once, after its imports (a worker then reads only the files of
-    the grader's modules loaded since: none, usually)."""
-    import linecache
-
-    cached = linecache.cache
-    for module in list(sys.modules.values()):
-        # The name first: a module without a __file__ (most of torch's
-        # are native or built in) costs an AttributeError to ask.
-        if not getattr(module, "__name__", "").startswith("grader"):
-            continue
-        path = getattr(module, "__file__", None) or ""
-        if path and path not in cached:
-            try:
-                linecache.updatecache(path)
-            except OSError:
-                pass
-
-
 def _kit_modules() -> list:
     """Every loaded module of the kit's packages, and the main module
     when it is the kit's (the fork server run as ``-m``)."""
@@ -4945,7 +4922,17 @@ def _assemble(job: dict, probes: list, result_fd: int,
                                  [line + "\n" for line in lines], filename)
     # The agent's own files are not readable either: a traceback printed
     # by the submission (or by torch) shows their lines from memory.
-    cache_own_lines()
+    for module in list(sys.modules.values()):
+        # The name first: a module without a __file__ (most of torch's
+        # are native or built in) costs an AttributeError to ask.
+        if not getattr(module, "__name__", "").startswith("grader"):
+            continue
+        path = getattr(module, "__file__", None) or ""
+        if path:
+            try:
+                linecache.updatecache(path)
+            except OSError:
+                pass
 
     # State, reachable only from the closures that use it.
     kinds: dict = {}         # ADDRESS(code) -> kind
