@@ -20,7 +20,8 @@ from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.errors import GraderError
 
 # Modules the server imports once, so that every worker starts warm.
-PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine")
+PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine",
+           "grader.wire")
 # What the server's environment keeps (the grader's own, e.g. GRADER_SEED,
 # never reaches it).
 KEPT_ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TZ", "OMP_NUM_THREADS",
@@ -535,15 +536,23 @@ def _warm_plotting() -> None:
 
 def _warm_server() -> None:
     """What every worker starts with: torch, the agent, the tripwires'
-    preparation and alias index."""
+    preparation, the forbidden operators' tripwires and the alias
+    index."""
     for name in PRELOAD:
         __import__(name)
     _warm_up()
     from grader.rubric import assignments
     from grader.worker import agent
 
+    patterns = set()
     for assignment in assignments():
         agent.prepare(assignment.forbidden)
+        patterns.add(assignment.forbidden.get("aten"))
+    # The forbidden operators' tripwires, registered once for every
+    # worker when every assignment forbids the same (a worker of other
+    # rules removes them and registers its own).
+    if len(patterns) == 1 and (pattern := patterns.pop()):
+        agent.preinstall_aten(pattern)
     agent.index_aliases(agent.KIT_PACKAGES)
     agent.index_loaded_files()
     _freeze()

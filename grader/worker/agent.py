@@ -841,6 +841,11 @@ _ALIASES: dict[str, object] = {}
 # fork server, inherited by every worker.
 _REAL_FILES: dict[str, str] = {}
 _ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+# The forbidden operators' tripwires, registered once by the fork server
+# (see preinstall_aten): the pattern, the registration handle and the
+# stand-ins' table. A worker adopts them or removes them
+# (install_tripwires) and empties this before the submission runs.
+_ATEN_READY: dict[str, Any] = {}
 # What Python's operators run on tensors (see syntax_operations): built
 # once in the fork server, inherited by every worker.
 _SYNTAX: list[dict] = []
@@ -4471,8 +4476,11 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
                 table, ("forbidden", "subclass", label)))
         except (TypeError, AttributeError):
             pass
-    if aten_pattern:
-        holder.append(_trip_aten(torch, table, aten_pattern))
+    handle = _adopt_aten(table, aten_pattern)
+    if handle is None and aten_pattern:
+        handle = _trip_aten(torch, table, aten_pattern)
+    if handle is not None:
+        holder.append(handle)
     for dotted, before in _snapshot(watched_extra).items():
         value = _lookup(dotted)
         if value is not None:
@@ -4530,6 +4538,44 @@ def _trip_aten(torch: Any, table: tuple[dict, set], pattern: str
                 except (RuntimeError, ValueError):
                     pass
     return handle
+
+
+def preinstall_aten(pattern: str) -> None:
+    """Register the tripwires of the ATen operators ``pattern`` matches
+    once, in the fork server, before it forks a worker: every worker
+    starts with them at every key (:func:`_trip_aten`, on a stand-ins'
+    table of the server's own) and adopts them (:func:`_adopt_aten`)
+    instead of registering its own. docs/threat-model.md, principle 3."""
+    import torch
+
+    stand_ins: dict = {}
+    codes: set[int] = set()
+    handle = _trip_aten(torch, (stand_ins, codes), pattern)
+    _ATEN_READY.clear()
+    _ATEN_READY.update(pattern=pattern, handle=handle, stand_ins=stand_ins,
+                       codes=codes)
+
+
+def _adopt_aten(table: tuple[dict, set], pattern: str | None
+                ) -> object | None:
+    """The fork server's registration (:func:`preinstall_aten`) when it
+    was made for ``pattern``: its stand-ins are entered in ``table`` (a
+    call of one is reported as if this worker had registered it) and its
+    handle is returned, for the grader's holder. Otherwise None, the
+    server's registration removed (the handle's ``reset``), so that the
+    job's own rules alone are registered. Either way this module keeps no
+    reference to it. Set-up."""
+    ready = dict(_ATEN_READY)
+    _ATEN_READY.clear()
+    if not ready:
+        return None
+    if ready["pattern"] != pattern:
+        ready["handle"].reset()
+        return None
+    stand_ins, agent_codes = table
+    stand_ins.update(ready["stand_ins"])
+    agent_codes.update(ready["codes"])
+    return ready["handle"]
 
 
 # -- the submission's own stack (docs/threat-model.md, principle 1) --------
