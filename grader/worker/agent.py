@@ -4962,19 +4962,9 @@ def _assemble(job: dict, probes: list, result_fd: int,
     # its file (which the sandbox does not let anyone read).
     linecache.cache[filename] = (len(source), None,
                                  [line + "\n" for line in lines], filename)
-    # The agent's own files are not readable either: a traceback printed
-    # by the submission (or by torch) shows their lines from memory.
-    for module in list(sys.modules.values()):
-        # The name first: a module without a __file__ (most of torch's
-        # are native or built in) costs an AttributeError to ask.
-        if not getattr(module, "__name__", "").startswith("grader"):
-            continue
-        path = getattr(module, "__file__", None) or ""
-        if path:
-            try:
-                linecache.updatecache(path)
-            except OSError:
-                pass
+    # The grader's own files are not readable either (the sandbox hides
+    # them): a traceback that reaches one shows no line of it, and a
+    # submission that asks linecache for one is refused.
 
     # State, reachable only from the closures that use it.
     kinds: dict = {}         # ADDRESS(code) -> kind
