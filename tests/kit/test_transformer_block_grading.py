@@ -1,12 +1,14 @@
 """The grader on the third assignment, ``transformer_block``, item by item.
 
 Every file in ``submissions/transformer_block/`` is a complete student
-module: correct variants (one with the student's own attention), each
-diagnosed mistake written three different ways, penalties, broken code and
-hostile code (a model that peeks at the next token through a module-level
-side channel, one that returns the grader's reference logits by importing
-it or by reading it from disk, losses faked by a constant, training that
-memorises the text in a dict instead of moving the weights). The table
+module: correct variants (one with the student's own attention, one whose
+out_proj is tied to the token embeddings), each diagnosed mistake written
+three different ways, penalties, broken code and hostile code (a model
+that peeks at the next token through a module-level side channel, one that
+returns the grader's reference logits by importing it or by reading it
+from disk, losses faked by a constant, training that memorises the text
+in a dict instead of moving the weights, a layer whose k and q share one
+weight, a tie the contract does not allow). The table
 gives, for each, the score of every item that does not earn full points,
 the diagnoses of the failing items and the total, as
 ``grader/assignments/transformer_block/rubric.toml`` and

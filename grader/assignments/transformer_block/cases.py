@@ -5,7 +5,8 @@
 Every case is drawn from a stream derived one-way from the grading seed;
 its weights follow the naming contract of docs/transformer_block.md (the
 state_dict names of the reference solution), with LayerNorm weights and
-biases away from 1 and 0 so that a misplaced norm shows.
+biases away from 1 and 0 so that a misplaced norm shows. A TransformerLM
+probe allows the contract's one tie (``reference.TIED``).
 
 Probes of task 1 (TransformerEncoderLayer):
 
@@ -29,8 +30,9 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
 * ``before:<depth>``, ``trained:<depth>``: ``forward`` on fresh text of
   the training corpus, before and after the probe's ``fit`` (Adam steps on
-  the model's own ``loss``) at depth 1 or 0; the grader computes the loss
-  from the returned logits;
+  the model's own ``loss``) at depth 1 or 0, each with its own corpus
+  (:func:`next_tokens`); the grader computes the loss from the returned
+  logits;
 * ``trace:...``: forward and loss under the rubric's size sets (the
   shapes item judges the code that runs for the task, loss included).
 """
