@@ -356,7 +356,16 @@ def _describe(value: Any) -> str | None:
     if not all(_shape_map(value.get(key, {})) for key in ("parameters",
                                                           "buffers")):
         return "a description's parameters are malformed"
+    if not _aliases(value.get("aliases", {})):
+        return "a description's aliases are malformed"
     return None
+
+
+def _aliases(value: Any) -> bool:
+    """Names of parameters that are another name's (tied): name -> the
+    name it is an alias of."""
+    return isinstance(value, dict) and len(value) <= 128 and all(
+        _text(k) and _text(v) for k, v in value.items())
 
 
 def _trace(value: Any) -> str | None:
@@ -470,6 +479,8 @@ def check_frame(message: dict) -> str | None:
             problem = check(message[key])
             if problem:
                 return problem
+    if not _aliases(message.get("aliases", {})):
+        return "a probe's aliases are malformed"
     return None
 
 

@@ -38,6 +38,10 @@ class ProbeResult:
     foreign: tuple[tuple[str, str, int, str], ...] = ()
     # A probe with a ``fit``: the parameters (by name) training left.
     state: dict[str, Value] | None = None
+    # Names of the probe's weights that answer to the same parameter as a
+    # later one (tied weights the probe allowed): name -> the name whose
+    # value that parameter holds (docs/internals.md, "Tied parameters").
+    aliases: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -212,11 +216,14 @@ def _result_from_frame(info: ProbeInfo, message: dict,
                            problem=f"its result could not be read ({exc})")
     describe = message.get("describe")
     trace = message.get("trace")
+    aliases = message.get("aliases")
     return ProbeResult(info=info, value=value, seconds=seconds,
                        describe=describe if isinstance(describe, dict)
                        else None,
                        trace=trace if isinstance(trace, dict) else None,
-                       ran=ran, foreign=foreign, state=state)
+                       ran=ran, foreign=foreign, state=state,
+                       aliases={str(k): str(v) for k, v in aliases.items()}
+                       if isinstance(aliases, dict) else {})
 
 
 def observe(task: str, source: SourceFile, plan: list[ProbeInfo],

@@ -3814,9 +3814,25 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
         modules = modules if b_type(modules) is b_dict else {}
         info["children"] = {b_str(name)[:80]: child(value) for name, value
                             in b_list(modules.items())[:32]}
-        info["parameters"] = {
-            b_str(n)[:80]: shape_of(p) or []
-            for n, p in call(b_list, module_named_parameters(obj))[:64]}
+        # Every name a parameter answers to: the first lists it (as
+        # named_parameters does), a later one is an alias of the first (a
+        # tied parameter).
+        first, aliases = [], {}
+        for n, p in call(b_list, module_named_parameters(
+                obj, remove_duplicate=False))[:128]:
+            known = None
+            for m, q in first:
+                if q is p:
+                    known = m
+                    break
+            if known is None:
+                first.append((n, p))
+            else:
+                aliases[b_str(n)[:80]] = b_str(known)[:80]
+        info["parameters"] = {b_str(n)[:80]: shape_of(p) or []
+                              for n, p in first[:64]}
+        if aliases:
+            info["aliases"] = aliases
         buffers = {}
         for prefix, holder_module in [("", obj)] + [
                 (b_str(n) + ".", c) for n, c in b_list(modules.items())]:
@@ -3880,10 +3896,51 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         with no_torch_function():
             grad_enabled(flag)
 
-    def parameters_of(obj):
-        return call(b_list, module_named_parameters(obj))
+    def parameters_of(obj, remove_duplicate=True):
+        return call(b_list, module_named_parameters(
+            obj, remove_duplicate=remove_duplicate))
 
-    def build(namespace, probe):
+    def load(obj, probe):
+        # Each named weight of the probe's state into the parameter of that
+        # name (every name a parameter answers to, a tied one included),
+        # in the state's order, as load_state_dict does: a parameter two
+        # names of the state answer to (tied weights) keeps the value of
+        # the last, and each earlier name is an alias of it, allowed only
+        # when both are in one group of the probe's ``tied``
+        # (docs/internals.md, "Tied parameters"). Returns the aliases
+        # (name -> the name whose value the parameter holds) and the
+        # parameter of each name.
+        every = b_dict(parameters_of(obj, False))
+        groups = [b_list(group) for group in probe.get("tied") or []]
+        named = []
+        for name, data in probe["state"].items():
+            if name not in every:
+                known = ", ".join(b_sorted(every)) or "none"
+                raise b_LookupError(
+                    probe["target"] + " has no parameter " + name
+                    + " (its parameters: " + known + ")")
+            with no_torch_function():
+                t_set_data(every[name], t_clone(data))
+            named.append((name, every[name]))
+        aliases = {}
+        for index, (name, parameter) in b_enumerate(named):
+            for later, other in named[index + 1:]:
+                if other is parameter:
+                    aliases[name] = later
+            last = aliases.get(name)
+            if last is None:
+                continue
+            allowed = False
+            for group in groups:
+                allowed = allowed or (name in group and last in group)
+            if not allowed:
+                raise b_LookupError(
+                    probe["target"] + "'s " + name + " is the same "
+                    "parameter as " + last + " (tied weights): the "
+                    "contract has them as separate parameters")
+        return aliases, named
+
+    def build(namespace, probe, loading):
         target = namespace.get(probe["target"])
         if target is None:
             raise b_LookupError(probe["target"] + " is not defined in the "
@@ -3900,20 +3957,11 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     note("forbidden", "use", label)
                     raise b_RuntimeError(label + " is not allowed in this "
                                          "homework: write it yourself")
-        state = probe.get("state") or {}
-        if state:
+        if probe.get("state"):
             if not is_module(obj):
                 raise b_TypeError(probe["target"] + "(...) did not build an "
                                   "nn.Module, so its weights cannot be set")
-            parameters = b_dict(parameters_of(obj))
-            for name, data in state.items():
-                if name not in parameters:
-                    known = ", ".join(b_sorted(parameters)) or "none"
-                    raise b_LookupError(
-                        probe["target"] + " has no parameter " + name
-                        + " (its parameters: " + known + ")")
-                with no_torch_function():
-                    t_set_data(parameters[name], t_clone(data))
+            loading[0], loading[1] = load(obj, probe)
         if is_module(obj):
             call(module_train, obj, b_bool(probe.get("train", False)))
         return obj
@@ -4014,15 +4062,23 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         call(module_train, obj, mode)
         only_stepped(obj, named, copies, method)
         # The worker's own copies: nothing the code does later (a method
-        # it overrides runs when the module is read) changes what is sent.
-        return [(name, copy) for (name, _), copy in b_zip(named, copies)]
+        # it overrides runs when the module is read) changes what is sent;
+        # and the parameters they are copies of.
+        return ([(name, copy) for (name, _), copy in b_zip(named, copies)],
+                named)
 
     def run_probe(namespace, probe):
         phase["stage"] = "build"
-        obj = build(namespace, probe)
+        # The aliases among the state's names and the parameter each
+        # names, as loading found them.
+        loading = [{}, []]
+        obj = build(namespace, probe, loading)
         phase["held"].append(obj)
         phase["stage"] = "call"
         result = {}
+        aliases, named_state = loading
+        if aliases:
+            result["aliases"] = b_dict(aliases)
         if probe.get("describe"):
             result["describe"] = describe(obj)
         called = probe.get("call")
@@ -4035,9 +4091,19 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                           b_bool(probe.get("train", False)))
             # The trained weights, as training left them: the grader can
             # judge them with its own model, whatever else the object kept.
+            # An alias of the state (a tied parameter) is sent under each
+            # of its names, with the value of the parameter it names.
+            copies, named = trained
+            sent = [name for name, _ in copies]
+            extra = []
+            for name, parameter in named_state:
+                for (other, held), (_, copy) in b_zip(named, copies):
+                    if held is parameter and name not in sent:
+                        extra.append((name, copy))
+                        break
             with no_torch_function():
                 result["state"] = {b_str(name)[:200]: encode(value, budget)
-                                   for name, value in trained[:256]}
+                                   for name, value in (copies + extra)[:256]}
         if called is None:
             return result
         args = [t_clone(a) if is_tensor(a) else a

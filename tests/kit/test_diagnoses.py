@@ -179,6 +179,10 @@ CORPUS: dict[str, Expected] = {
     "dropout_keep_rate": Expected(
         T1_FULL, DROPOUT_ONLY, 10,
         why="drops 80% of the probabilities at p = 0.2"),
+    "dropout_not_rescaled": Expected(
+        T1_FULL, DROPOUT_ONLY, 10,
+        why="the kept probabilities are not scaled by 1 / (1 - p); no "
+            "diagnosis (the mask is on the probabilities)"),
     # ----------------------------------------------------------- correct
     "correct_tril_eq_zero": Expected(T1_FULL, T2_FULL, 11),
     "correct_where_head_loop": Expected((1, 3, 0, 0, 0), T2_FULL, 10,
@@ -190,6 +194,7 @@ BASICS: dict[str, str] = {
     "fixed_rate": "task4.dropout",
     "fixed_pattern": "task4.dropout",
     "self_seeded": "task6.dropout",
+    "not_rescaled": "task4.dropout",
 }
 # The correct files of both corpora, graded again under OTHER_SEED.
 CORRECT = sorted([f"diagnoses/{p.stem}" for p in
@@ -309,8 +314,9 @@ def test_corpus_scores_and_diagnoses(graded, name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(BASICS))
 def test_warm_up_dropout_must_be_random(graded, name: str) -> None:
-    """attention_basics: a fixed pattern, a fixed rate or a seed of the
-    code's own costs the task's dropout point, and nothing else."""
+    """attention_basics: a fixed pattern, a fixed rate, a seed of the
+    code's own or no rescale costs the task's dropout point, and nothing
+    else."""
     report = graded(f"attention_basics/dropout/{name}",
                     assignment="attention_basics")
     lost = BASICS[name]
@@ -423,6 +429,14 @@ def test_dropout_messages_name_the_rule(graded) -> None:
     assert "multiplied by 2 = 1 / (1 - 0.5)" in said("dropout_fixed_rate")
     assert "dropout=0.2" in said("dropout_keep_rate")
     assert "must follow p" in said("dropout_keep_rate")
+    # No rescale: the words name it, and no diagnosis says "misplaced"
+    # (the mask is on the probabilities; the contract has no id for it).
+    for report, item in (
+            (graded("diagnoses/dropout_not_rescaled"), "task2.output"),
+            (graded("attention_basics/dropout/not_rescaled",
+                    assignment="attention_basics"), "task4.dropout")):
+        assert "scale them by 1 / (1 - p) = 2" in report.item(item).message
+        assert report.item(item).diagnosis == []
 
 
 # --------------------------------------------------------------------------

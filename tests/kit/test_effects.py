@@ -12,10 +12,11 @@ item: the loss writes into the weights (an optimizer of its
 own, ``.data``, parameters replaced from a gradient hook, a finalizer)
 instead of letting the grader's gradient steps train them, or the loss's
 gradient reaches only part of the model (a body under no_grad, detached
-embeddings, a bigram that never calls its layers). ``hostile/effects/
-causal/`` attacks ``multi_head_attention``'s task2.causal: the returned
-probs are masked, but att is computed from other probabilities that see
-later tokens (red team 8). Each folder is
+embeddings, a bigram that never calls its layers), or reaches every part
+while only out_proj learns. ``hostile/effects/causal/`` attacks
+``multi_head_attention``'s task2.causal: the returned probs are masked,
+but att is computed from other probabilities that see later tokens (red
+team 8). Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
@@ -119,6 +120,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_detached_embeddings": (
             NOT_TRAINED, (), "The token embeddings and the position "
             "embeddings never changed during training"),
+        # ... and a loss whose gradient reaches every group (so each
+        # moves) while only out_proj learns: the depth-1 corpus needs the
+        # layer (the next token follows from the token and its position).
+        "train_noise_reaches_all": (
+            NOT_TRAINED, (), "(the next token follows from the current "
+            "token and its position), the next-token loss on fresh text"),
         "honest_depth0_training": (
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
     },

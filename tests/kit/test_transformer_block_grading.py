@@ -1,12 +1,14 @@
 """The grader on the third assignment, ``transformer_block``, item by item.
 
 Every file in ``submissions/transformer_block/`` is a complete student
-module: correct variants (one with the student's own attention), each
-diagnosed mistake written three different ways, penalties, broken code and
-hostile code (a model that peeks at the next token through a module-level
-side channel, one that returns the grader's reference logits by importing
-it or by reading it from disk, losses faked by a constant, training that
-memorises the text in a dict instead of moving the weights). The table
+module: correct variants (one with the student's own attention, one whose
+out_proj is tied to the token embeddings), each diagnosed mistake written
+three different ways, penalties, broken code and hostile code (a model
+that peeks at the next token through a module-level side channel, one that
+returns the grader's reference logits by importing it or by reading it
+from disk, losses faked by a constant, training that memorises the text
+in a dict instead of moving the weights, a layer whose k and q share one
+weight, a tie the contract does not allow). The table
 gives, for each, the score of every item that does not earn full points,
 the diagnoses of the failing items and the total, as
 ``grader/assignments/transformer_block/rubric.toml`` and
@@ -88,6 +90,9 @@ CORPUS: dict[str, Expected] = {
     "correct_own_attention": Expected(
         why="the student's own attention replaces the given one; its "
             "statements run for the layer and carry right comments"),
+    "correct_tied_weights": Expected(
+        why="out_proj.weight is the token embeddings' parameter (weight "
+            "tying): loaded and judged with one value under both names"),
     # ---------------------------------------------------------- pre_norm
     "mistake_pre_norm_a": lost("task1.forward", diagnosis="pre_norm",
                                why=LAYER_WHY),
@@ -177,6 +182,11 @@ CORPUS: dict[str, Expected] = {
     "hostile_reads_reference_file": lost(
         *TASK2, flags=("refused",),
         why="the sandbox refuses to read the kit's files"),
+    "hostile_tied_projections": lost(
+        "task1.layers", "task1.forward",
+        why="only token_embeddings.weight and out_proj.weight may be one "
+            "parameter: a layer whose k and q share a weight fails both "
+            "items of task 1 as it did (task 2 is judged without layers)"),
 }
 # The diagnoses of the loss_not_shifted files (on task2.loss only).
 for _name in ("mistake_loss_not_shifted_view",
@@ -186,7 +196,8 @@ for _name in ("mistake_loss_not_shifted_view",
                              {"task2.loss": ("loss_not_shifted",)},
                              why=CORPUS[_name].why)
 TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
-          "correct_own_attention": 10, "mistake_no_positions_unused": 8,
+          "correct_own_attention": 10, "correct_tied_weights": 10,
+          "hostile_tied_projections": 6, "mistake_no_positions_unused": 8,
           "mistake_no_positions_typo": 8,
           "mistake_no_positions_sequential": 8,
           "mistake_loss_not_shifted_view": 8,
@@ -489,10 +500,19 @@ def test_plan_cases_keep_sizes_apart(seed: int) -> None:
                                base.x[:, :position + 1])
             assert (info.case.x[:, position + 1:]
                     != base.x[:, position + 1:]).all()
-    batches, fresh, successor = cases.corpus(seed)
-    for ids in batches + [fresh.x]:
-        assert torch.equal(successor[ids[:, :-1]], ids[:, 1:])
-    assert len(batches) == cases.TRAIN["steps"]
+    for depth in cases.TRAIN_DEPTHS:
+        batches, fresh, successor = cases.corpus(seed, depth)
+        for ids in batches + [fresh.x]:
+            for i in range(ids.shape[1] - 1):
+                assert torch.equal(cases.next_tokens(
+                    successor, ids[:, i], i, depth), ids[:, i + 1])
+        assert len(batches) == cases.TRAIN_STEPS[depth]
+        assert {len(b) for b in batches} == {cases.TRAIN_BATCH[depth]}
+    # d0: the successor of the token alone; d2: of token and position.
+    ids = torch.arange(12)
+    _, _, successor = cases.corpus(seed, "d2")
+    assert not torch.equal(cases.next_tokens(successor, ids, 0, "d2"),
+                           cases.next_tokens(successor, ids, 1, "d2"))
 
 
 def test_training_probe_is_bounded_and_fresh() -> None:
@@ -503,7 +523,7 @@ def test_training_probe_is_bounded_and_fresh() -> None:
     for depth in cases.TRAIN_DEPTHS:
         fit = wires[f"trained:{depth}"]["fit"]
         assert fit["method"] == "loss"
-        assert len(fit["batches"]) == cases.TRAIN["steps"]
+        assert len(fit["batches"]) == cases.TRAIN_STEPS[depth]
         assert "fit" not in wires[f"before:{depth}"]
         info = plan.info[("task2", f"trained:{depth}")]
         assert info.case.sizes["num_layers"] == cases.TRAIN_DEPTHS[depth]

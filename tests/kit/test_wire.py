@@ -136,6 +136,22 @@ def test_a_forged_too_large_flag_is_malformed() -> None:
     assert wire.check_frame(frame) == "a tensor's too_large is not a flag"
 
 
+def test_aliases_of_tied_parameters_are_names() -> None:
+    """A probe's aliases (tied parameters) and a description's are maps
+    of names to names; anything else is malformed."""
+    good = {"type": "probe", "id": "p", "ok": True,
+            "aliases": {"token_embeddings.weight": "out_proj.weight"},
+            "describe": {"type": "M", "is_module": True,
+                         "aliases": {"a.weight": "b.weight"}}}
+    assert wire.check_frame(good) is None
+    for aliases in ({"a": 1}, ["a", "b"], {str(i): "b" for i in range(129)}):
+        assert wire.check_frame({**good, "aliases": aliases}) == \
+            "a probe's aliases are malformed"
+        assert wire.check_frame({**good, "describe": {
+            **good["describe"], "aliases": aliases}}) == \
+            "a description's aliases are malformed"
+
+
 def test_the_trusted_side_encodes_with_the_same_encoder() -> None:
     """A plan's tensor (trusted side) and a result (worker side) are the
     same plain data."""

@@ -358,6 +358,13 @@ def _dropped(run: TaskRun, p: float, off: torch.Tensor,
         if not torch.all((zero | kept)[judged]):
             ratios = (dropped / base)[judged & ~zero & (base.abs() > 1e-3)]
             scale = float(ratios.median()) if ratios.numel() else 0.0
+            if ratios.numel() and torch.allclose(
+                    ratios, torch.ones_like(ratios), rtol=1e-3):
+                fail(f"{seen} keeps the attention weights it does not "
+                     f"drop at their eval value: dropout must scale them "
+                     f"by 1 / (1 - p) = {1 / (1 - p):.4g}, as nn.Dropout "
+                     f"does, so that their expected value is unchanged. "
+                     f"Use self.dropout.")
             if scale > 1 and torch.allclose(
                     ratios, torch.full_like(ratios, scale), rtol=1e-3):
                 fail(f"{seen} scales the kept attention weights by "

@@ -8,6 +8,8 @@ here reads the submission's text.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from grader.api import Case, TaskRun, close, fail
@@ -121,13 +123,46 @@ def lm_diagnoses(case: Case, student: torch.Tensor) -> list[str]:
     return []
 
 
+def tied(name: str, other: str) -> bool:
+    """Whether the contract lets ``name`` and ``other`` be one parameter
+    (:data:`reference.TIED`)."""
+    return any(name in group and other in group
+               for group in reference.TIED)
+
+
+def loaded_case(task: TaskRun, probe_id: str) -> Case:
+    """The trusted case of a probe with the values its model was given:
+    a tied parameter holds the value of the last of its names, so each
+    earlier name (``ProbeResult.aliases``) is judged with that value."""
+    case = task.case(probe_id)
+    aliases = {name: holder for name, holder in
+               task.result(probe_id).aliases.items()
+               if name in case.weights and holder in case.weights
+               and tied(name, holder)}
+    if not aliases:
+        return case
+    weights = dict(case.weights)
+    for name, holder in aliases.items():
+        weights[name] = weights[holder]
+    return replace(case, weights=weights)
+
+
 def check_parameters(what: str, info: dict, expected: dict) -> None:
-    """The described object's parameters are exactly ``expected``."""
+    """The described object's parameters are exactly ``expected``; a
+    name that is another's parameter (tied) counts only where the
+    contract allows it (:data:`reference.TIED`)."""
     if not info.get("is_module"):
         fail(f"{what} is not an nn.Module: call super().__init__() first "
              f"in __init__.")
     found = {name: tuple(shape) for name, shape in
              (info.get("parameters") or {}).items()}
+    for name, first in (info.get("aliases") or {}).items():
+        if first in found and name in expected:
+            if not tied(name, first):
+                fail(f"In {what}, {name} is the same parameter as {first} "
+                     f"(tied weights): the contract has them as separate "
+                     f"parameters.")
+            found[name] = found[first]
     missing = [name for name in expected if name not in found]
     if missing:
         fail(f"{what} has no parameter {', '.join(missing[:4])}: name the "

@@ -22,6 +22,15 @@ LAYER_PARAMETERS = tuple(
        for kind in ("weight", "bias")])
 
 
+#: Contract names that may be one parameter (weight tying, GPT-2 style:
+#: ``self.out_proj.weight = self.token_embeddings.weight``). A probe loads
+#: a tied parameter with the value of the last of its names in the state's
+#: order (out_proj.weight's, as load_state_dict would) and the grader
+#: judges it with that value under both names (docs/transformer_block.md,
+#: "Tied weights").
+TIED = (("token_embeddings.weight", "out_proj.weight"),)
+
+
 def layer_shapes(hidden: int, fcn_hidden: int) -> dict[str, tuple]:
     """The shape of every parameter of one layer."""
     shapes: dict[str, tuple] = {}

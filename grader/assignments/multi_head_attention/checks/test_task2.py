@@ -785,6 +785,13 @@ def dropout_at(task2: TaskRun, p: float) -> tuple[list[torch.Tensor], int]:
                              atol=ATOL)
         if not torch.all(zero | kept):
             scale = uniform_scale(train_probs, eval_probs)
+            if scale is not None and abs(scale - 1) <= RTOL:
+                fail(f"With dropout={p:g} in train mode the probabilities "
+                     f"that are not dropped keep their eval value: "
+                     f"dropout must scale them by 1 / (1 - p) = "
+                     f"{1 / (1 - p):.4g}, as nn.Dropout does, so that "
+                     f"their expected value is unchanged. Use "
+                     f"self.dropout.")
             if scale is not None and scale > 1:
                 fail(f"With dropout={p:g} in train mode the kept "
                      f"probabilities are multiplied by {scale:.4g} = "
