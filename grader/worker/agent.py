@@ -2260,7 +2260,7 @@ def value_readers(torch: Any, spent: list | None = None
         counts: dict = {}
         for key in keys:
             count(counts, key, 1)
-        return [levels, keys, counts]
+        return [levels, keys, counts, None]
 
     def again(value, entry):
         """Read ``value`` again, as the same statement last found it
@@ -2288,6 +2288,10 @@ def value_readers(torch: Any, spent: list | None = None
             if b_any(b_map(is_not, leaves, old)) else []
         if not changed and new == before:
             return None
+        # The record stays the one kept (entry[3]) when only values were
+        # added, after the first max_held tensors, of shapes it holds.
+        kept = entry[3] is not None and not changed and new > before \
+            and b_sum(dict_values(counts)) >= max_held
         for index in b_range(new, before):
             count(counts, keys[index], -1)
         del keys[new:]
@@ -2302,9 +2306,13 @@ def value_readers(torch: Any, spent: list | None = None
             key = leaf_key(leaves[index])
             if key is unread:
                 return None
+            if kept and key is not None and key not in counts:
+                kept = False
             count(counts, key, 1)
             keys.append(key)
         entry[0] = levels
+        if not kept:
+            entry[3] = None
         spent[0] += b_len(changed) + b_max(new - before, before - new) + \
             compared(total)
         return entry
@@ -2322,7 +2330,9 @@ def value_readers(torch: Any, spent: list | None = None
         if entry is None:
             return unread
         slot[0] = entry
-        return summary(entry)
+        if entry[3] is None:
+            entry[3] = summary(entry)
+        return entry[3]
 
     def held_of(value, slot=None):
         """A tensor's shape; for a list, tuple or dict, the shapes of the
@@ -2336,8 +2346,14 @@ def value_readers(torch: Any, spent: list | None = None
         read by :func:`afresh` all the same, up to MAX_HELD_TREE."""
         if value is unread:
             return unread_record
-        if is_tensor(value):
+        mro = type_mro(b_type(value))
+        if TensorBase in mro:
             return size_of(value)
+        if b_list not in mro and b_tuple not in mro and b_dict not in mro:
+            # What the walker makes of it, at its cost: 1, no tensor.
+            if spent is not None:
+                spent[0] += 1
+            return None
         if spent is not None:
             record = held_again(value, [None] if slot is None else slot)
             if record is not unread:
