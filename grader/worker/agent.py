@@ -2225,10 +2225,12 @@ def value_readers(torch: Any, spent: list | None = None
         return (total + held_compare - 1) // held_compare
 
     def afresh(value):
-        """``[levels, keys, counts]``: the tree of exact lists, tuples and
-        dicts under ``value`` level by level (no value of the last level
-        a list, tuple or dict), the key of each value of the last level
-        (:func:`leaf_key`) and how many of each; None when it is no such
+        """``[levels, keys, counts, record]``: the tree of exact lists,
+        tuples and dicts under ``value`` level by level (no value of the
+        last level a list, tuple or dict), the key of each value of the
+        last level (:func:`leaf_key`), how many of each, and the record
+        made of them (:func:`summary`; None until :func:`held_again`
+        makes it, kept while it stays the same); None when it is no such
         tree, holds more than MAX_HELD_TREE values, or is small
         (HELD_INCREMENTAL): :func:`walk` reads it. Charged whatever it
         finds: the levels it copied (1 per HELD_COMPARE values), and
