@@ -20,10 +20,12 @@ MAX_EXECUTIONS = 64
 # must stay bounded; an honest loop stays below (docs/threat-model.md,
 # principle 6).
 MAX_READS = 1 << 18
-# A list, tuple or dict a statement keeps tensors in: the elements read
-# (nested ones included), the tensor shapes recorded (then only new
-# ones), and the nesting followed; past any of them the record says so
-# and the statement's comment cannot be verified (it fails closed).
+# A list, tuple or dict a statement keeps tensors in, read by the walker
+# (any container that is not a tree of exact lists, tuples and dicts:
+# MAX_HELD_TREE below): the elements read (nested ones included), the
+# tensor shapes recorded (then only new ones), and the nesting followed;
+# past any of them the record says so and the statement's comment
+# cannot be verified (it fails closed).
 MAX_HELD_SCAN = 4096
 MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
 # A container of more values than this (nested ones included) that a
@@ -33,6 +35,14 @@ MAX_HELD = 64  # grader.wire.MAX_HELD_SHAPES
 # cost 1 of the read budget (docs/threat-model.md, principle 6).
 HELD_INCREMENTAL = 64
 HELD_COMPARE = 128
+# The most values (nested ones included) a tree of exact lists, tuples
+# and dicts may hold to be read by levels, in C (and read again
+# incrementally); a bigger one, or any other container, is read by the
+# walker, up to MAX_HELD_SCAN (past it, it fails closed). Every value is
+# charged to the read budget as above, so one read may go past the
+# budget by at most this (docs/threat-model.md, principle 6, "The
+# scan's bound, lifted for exact trees").
+MAX_HELD_TREE = 1 << 16
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 # The record of a value the tracer cannot read without running code of
 # its own (a property, a __getattribute__ of Python's, a name it cannot
@@ -1971,6 +1981,7 @@ def value_readers(torch: Any, spent: list | None = None
     is_, is_not = operator.is_, operator.is_not
     not_none = functools.partial(is_not, None)
     held_from, held_compare = HELD_INCREMENTAL, HELD_COMPARE
+    max_tree = MAX_HELD_TREE
 
     def is_tensor(value):
         return TensorBase in type_mro(b_type(value))
@@ -2225,32 +2236,56 @@ def value_readers(torch: Any, spent: list | None = None
             else:
                 del counts[key]
 
+    def holds_container(kinds):
+        """True when any of ``kinds`` (the types of a level's values) is
+        an exact list, tuple or dict (compared by identity, in C)."""
+        return b_any(b_map(is_, kinds, b_repeat(b_list))) or \
+            b_any(b_map(is_, kinds, b_repeat(b_tuple))) or \
+            b_any(b_map(is_, kinds, b_repeat(b_dict)))
+
+    def compared(total):
+        """The charge of copying or comparing ``total`` values in C."""
+        return (total + held_compare - 1) // held_compare
+
     def afresh(value):
-        """``[levels, keys, counts]``: the tree of exact lists, tuples and
-        dicts under ``value`` level by level (no value of the last level
-        a list, tuple or dict), the key of each value of the last level
-        (:func:`leaf_key`) and how many of each; None when it is no such
-        tree, holds more than the reader scans, or is small
-        (HELD_INCREMENTAL): :func:`walk` reads it."""
+        """``[levels, keys, counts, record]``: the tree of exact lists,
+        tuples and dicts under ``value`` level by level (no value of the
+        last level a list, tuple or dict), the key of each value of the
+        last level (:func:`leaf_key`), how many of each, and the record
+        made of them (:func:`summary`; None until :func:`held_again`
+        makes it, kept while it stays the same); None when it is no such
+        tree, holds more than MAX_HELD_TREE values, or is small
+        (HELD_INCREMENTAL): :func:`walk` reads it. Charged whatever it
+        finds: the levels it copied (1 per HELD_COMPARE values), and
+        every value once it reads the last level's keys."""
         levels, total = [[value]], 1
         while levels[-1]:
-            inner = container_level(levels[-1], max_scan - total)
+            inner = container_level(levels[-1], max_tree - total)
             if inner is None:
                 break
             total += b_len(inner)
             if b_len(levels) > max_depth:
+                spent[0] += compared(total)
                 return None
             levels.append(inner)
         if b_len(levels) < 2 or total <= held_from:
             return None
-        keys = [leaf_key(one) for one in levels[-1]]
-        if unread in keys:
+        leaves = levels[-1]
+        if holds_container(b_list(b_map(b_type, leaves))):
+            # Too big, or its values do not all lie at one depth.
+            spent[0] += compared(total)
             return None
+        spent[0] += total
+        keys = []
+        for one in leaves:
+            key = leaf_key(one)
+            if key is unread:
+                return None  # a container of another kind
+            keys.append(key)
         counts: dict = {}
         for key in keys:
             count(counts, key, 1)
-        spent[0] += total
-        return [levels, keys, counts]
+        return [levels, keys, counts, None]
 
     def again(value, entry):
         """Read ``value`` again, as the same statement last found it
@@ -2262,8 +2297,9 @@ def value_readers(torch: Any, spent: list | None = None
         identity: the statement may have changed a value in place."""
         levels, total = [[value]], 1
         for _ in b_range(b_len(entry[0]) - 1):
-            inner = container_level(levels[-1], max_scan - total)
+            inner = container_level(levels[-1], max_tree - total)
             if inner is None:
+                spent[0] += compared(total)
                 return None
             total += b_len(inner)
             levels.append(inner)
@@ -2277,6 +2313,10 @@ def value_readers(torch: Any, spent: list | None = None
             if b_any(b_map(is_not, leaves, old)) else []
         if not changed and new == before:
             return None
+        # The record stays the one kept (entry[3]) when only values were
+        # added, after the first max_held tensors, of shapes it holds.
+        kept = entry[3] is not None and not changed and new > before \
+            and b_sum(dict_values(counts)) >= max_held
         for index in b_range(new, before):
             count(counts, keys[index], -1)
         del keys[new:]
@@ -2291,11 +2331,15 @@ def value_readers(torch: Any, spent: list | None = None
             key = leaf_key(leaves[index])
             if key is unread:
                 return None
+            if kept and key is not None and key not in counts:
+                kept = False
             count(counts, key, 1)
             keys.append(key)
         entry[0] = levels
+        if not kept:
+            entry[3] = None
         spent[0] += b_len(changed) + b_max(new - before, before - new) + \
-            (total + held_compare - 1) // held_compare
+            compared(total)
         return entry
 
     def held_again(value, slot):
@@ -2311,7 +2355,9 @@ def value_readers(torch: Any, spent: list | None = None
         if entry is None:
             return unread
         slot[0] = entry
-        return summary(entry)
+        if entry[3] is None:
+            entry[3] = summary(entry)
+        return entry[3]
 
     def held_of(value, slot=None):
         """A tensor's shape; for a list, tuple or dict, the shapes of the
@@ -2320,13 +2366,21 @@ def value_readers(torch: Any, spent: list | None = None
         UNREAD_RECORD for what :func:`read_chain` could not read;
         IRREGULAR_RECORD for a tensor with no fixed shape, or a container
         that holds one. ``slot``: read incrementally (:func:`again`)
-        what the same statement read before."""
+        what the same statement read before; without one (a returned
+        value, read once), a tree of exact lists, tuples and dicts is
+        read by :func:`afresh` all the same, up to MAX_HELD_TREE."""
         if value is unread:
             return unread_record
-        if is_tensor(value):
+        mro = type_mro(b_type(value))
+        if TensorBase in mro:
             return size_of(value)
-        if slot is not None and spent is not None:
-            record = held_again(value, slot)
+        if b_list not in mro and b_tuple not in mro and b_dict not in mro:
+            # What the walker makes of it, at its cost: 1, no tensor.
+            if spent is not None:
+                spent[0] += 1
+            return None
+        if spent is not None:
+            record = held_again(value, [None] if slot is None else slot)
             if record is not unread:
                 return record
         found, state = [], [0, False, False]

@@ -440,3 +440,69 @@ def test_the_single_head_task_reads_num_heads_as_one() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+def test_an_exact_tree_is_read_past_the_walkers_scan() -> None:
+    """A tree of exact lists, tuples and dicts is read by levels up to
+    MAX_HELD_TREE values (the walker stops at MAX_HELD_SCAN): its record
+    is the one an unbounded walk makes, a wrong shape past the scan
+    included; anything else is walked and fails closed as before. What
+    a failed level read copied is charged, and a mixed depth is found
+    before any value's key is read."""
+    import torch
+
+    from grader.worker import agent
+
+    spent = [0]
+    _, _, _, _, expand = agent.value_readers(torch, spent)
+    row = torch.zeros(3)
+    size = agent.MAX_HELD_SCAN + 1000
+    full = [[3]] * agent.MAX_HELD
+    # An exact list past the scan: every value read, no "more values".
+    flat = [row] * size
+    assert expand(flat, True) == full
+    assert spent[0] == size + 1
+    # A wrong shape past the scan is read (past the first 64 shapes, the
+    # record ends with None, as an unbounded walk's would).
+    flat[size - 10] = torch.zeros(2, 3)
+    assert expand(flat, True) == full + [None]
+    grid = [[flat[-100:] for _ in range(3)] for _ in range(20)]
+    assert expand(grid, True) == full + [None]
+
+    class Rows(list):
+        pass
+
+    # Not exact, too big, or of mixed depth: the walker, past its scan.
+    for value in (Rows([row] * size), [row] * (agent.MAX_HELD_TREE + 1),
+                  [row] * size + [[row]]):
+        spent[0] = 0
+        assert expand(value, True) == full + [None]
+        assert spent[0] < agent.MAX_HELD_SCAN + 1 + (
+            len(value) + 1) // agent.HELD_COMPARE + 2
+    # A list whose last value is a list subclass: charged whole (its keys
+    # were being read), then walked.
+    spent[0] = 0
+    assert expand([row] * size + [Rows()], True) == full + [None]
+    assert spent[0] == size + 2 + agent.MAX_HELD_SCAN
+
+
+def test_a_kept_record_is_the_whole_reads() -> None:
+    """A record read again is kept only while values of shapes it holds
+    are added after its first 64 tensors: every read equals a whole
+    one, whatever is added, swapped or removed."""
+    import torch
+
+    from grader.worker import agent
+
+    _, _, _, _, expand = agent.value_readers(torch, [0])
+    value, slot = [None] * 30, [None]
+    steps = ([torch.zeros(2)] * 80 + [None, torch.zeros(3)]
+             + [torch.zeros(2)] * 5 + ["irregular"] + [torch.zeros(3)])
+    for step in steps:
+        if step == "irregular":
+            value.pop(-3)
+        else:
+            value.append(step)
+        assert expand(value, True, slot) == expand(value, True)
+    value[40] = torch.zeros(4)
+    assert expand(value, True, slot) == expand(value, True)

@@ -25,8 +25,8 @@ nested tensor of equal parts, import ``torch._dynamo``, map helpers with
 ``torch.vmap``, draw dropout from ``torch.distributions``, share one
 commented helper between the two tasks, import what their homework
 ships of the student package, annotate with typing's generics, split
-heads with helpers that start with an unflatten, and fill a flat list
-one score at a time.
+heads with helpers that start with an unflatten (the control that
+fills a flat list one score at a time is in test_bigscan.py).
 The whole folder is graded by ONE ``python -m grader batch`` (the suite's
 time is tight); each row must earn exactly the scores below, item by
 item, with the flags that say what it did; the walker must say, in its
@@ -529,15 +529,10 @@ CORPUS: dict[str, tuple] = {
                                  "MultiHeadSelfAttention.forward has a "
                                  "correct shape comment",)),
     # -- Principle 6: a container a statement read before is read again
-    #    incrementally (only what changed identity), so an honest loop
-    #    that fills a list one score at a time costs about its length,
-    #    not its square. Before, the red team's two controls were
-    #    ``capped`` and ran out of CPU time: 7 (and 8 for a nested list,
-    #    covered by test_shapes_everywhere's random nested containers).
-    "honest_flat_score_list": (CLEAN_1, CLEAN_2, (),
-                               ("every tensor statement in "
-                                "MultiHeadSelfAttention.forward has a "
-                                "correct shape comment",)),
+    #    incrementally (only what changed identity); the honest control
+    #    that fills a flat list one score at a time is graded at a seed
+    #    whose dropout case holds more than 4096 scores in
+    #    test_bigscan.py (hostile/bigscan/).
     #    What the incremental reading keeps is exact: a value swapped by a
     #    route no statement reads, pop then append, a dict's value under
     #    the same key are found by identity; an item changed in place

@@ -1,7 +1,8 @@
-"""Principle 2 and 6 variant: an attribute keeps the input 5000 times in a
-list, more than the grader reads (4096 values): its comment, true of
-every element, cannot be verified and fails closed. Correct everywhere;
-shapes -1.
+"""Principle 2 and 6 variant: an attribute keeps the input 70,000 times in
+a list, more than the grader reads (an exact list is read up to 65,536
+values, agent.MAX_HELD_TREE; then the walker reads 4096): its comment,
+true of every element, cannot be verified and fails closed. Correct
+everywhere; shapes -1.
 
 Self-attention and multi-head self-attention.
 
@@ -158,7 +159,7 @@ class MultiHeadSelfAttention(nn.Module):
              .transpose(1, 2)
              .reshape(bs * self.num_heads, seq, self.head_size))
         # [batch_size * num_heads, seq_len, head_size]
-        self.cache = [x] * 5000  # [batch_size, seq_len, input_size]
+        self.cache = [x] * 70000  # [batch_size, seq_len, input_size]
         v = (self.v(x)
              .view(bs, seq, self.num_heads, self.head_size)
              .transpose(1, 2)
