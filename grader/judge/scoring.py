@@ -239,6 +239,7 @@ def _size_sets(run: TaskRun) -> list[dict[str, int]]:
 def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
                 ) -> tuple[list[tuple[dict, dict]], list[str]]:
     runs, problems = [], []
+    stopped: dict[int, str] = {}
     traced = _size_sets(run)
     size_sets, dimensions = assignment.size_sets, task.dimensions
     for index, all_sizes in enumerate(traced if len(traced) > len(
@@ -254,6 +255,10 @@ def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
             if probe_id.split(":")[1] != str(index):
                 continue
             result = run.result(probe_id)
+            if result.stopped is not None and result.trace is None:
+                # Fail closed: the runs at these sizes were never seen.
+                stopped.setdefault(index + 1, result.stopped)
+                continue
             if result.trace is None:
                 continue
             if not result.trace.get("intact", True):
@@ -263,6 +268,14 @@ def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
                                 "verified")
             records.append(result.trace.get("records") or {})
         runs.append((sizes, shapes.merge_records(*records)))
+    if stopped and any(r.ok for r in run.results.values()):
+        # (When nothing of the task ran to the end, the correctness items
+        # have earned nothing and the comments are judged as written.)
+        numbers = ", ".join(map(str, stopped))
+        problems.append(f"the shape checks under size set(s) {numbers} "
+                        f"did not run to the end "
+                        f"({next(iter(stopped.values()))}), so the comments "
+                        f"could not be verified at those sizes")
     return runs, _unique(problems)
 
 

@@ -38,6 +38,9 @@ class ProbeResult:
     foreign: tuple[tuple[str, str, int, str], ...] = ()
     # A probe with a ``fit``: the parameters (by name) training left.
     state: dict[str, Value] | None = None
+    # Why the process stopped before this probe ended (its time ran out,
+    # it died), when it did: the probe's outcome is then not the code's.
+    stopped: str | None = None
     # Names of the probe's weights that answer to the same parameter as a
     # later one (tied weights the probe allowed): name -> the name whose
     # value that parameter holds (docs/internals.md, "Tied parameters").
@@ -286,6 +289,7 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             # forged before (e.g. at import) is ignored.
             by_id.setdefault(message["id"], message)
     for info in plan:
+        stopped = None
         if info.id in by_id:
             run.results[info.id] = _result_from_frame(info, by_id[info.id],
                                                       source)
@@ -294,14 +298,17 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             problem = run.import_error
         elif info.id == started and job.ended != "finished":
             problem = f"while running it, {job.detail}"
+            stopped = job.detail
         elif job.ended != "finished":
             problem = (f"it never ran: the process had already stopped "
                        f"({job.detail})")
+            stopped = job.detail
         elif job.channel_error:
             problem = "its result was lost on a corrupted channel"
         else:
             problem = "no result was reported"
-        run.results[info.id] = ProbeResult(info=info, problem=problem)
+        run.results[info.id] = ProbeResult(info=info, problem=problem,
+                                           stopped=stopped)
     if compiled or chosen:
         _charge_compiled(run, compiled, chosen)
     return run

@@ -536,6 +536,11 @@ def _tensors(task2: TaskRun, probe_id: str
              ) -> tuple[Case, torch.Tensor, torch.Tensor] | None:
     """(case, att, probs) of a probe when both are tensors and att has
     the contract's shape; None otherwise (judged by other items)."""
+    result = task2.result(probe_id)
+    value = result.value if result.ok else None
+    if value is None or value.kind not in ("tuple", "list") or \
+            value.length != 2:
+        return None
     case, att, probs = pair(task2, probe_id)
     s = case.sizes
     shape = (s["batch_size"], s["seq_len"], s["hidden"])
