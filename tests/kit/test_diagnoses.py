@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.assignments import attention
 from grader.assignments.attention_basics import cases as basics_cases
 from grader.assignments.multi_head_attention import cases
-from grader.assignments.multi_head_attention import dropout_masks
 from grader.judge.checking import CheckOutcome, item_messages, share_bounds
 from grader.output.report import Report
 from grader.plan import derive_seed
@@ -532,14 +532,14 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     1e-9; at the smallest sizes, the attacks of hostile/effects/dropout
     (rows, columns or the diagonal kept whole) are caught on average."""
     n, p = 160, 0.2
-    assert dropout_masks.binomial_tail(n, p, 20, False) == pytest.approx(
+    assert attention.binomial_tail(n, p, 20, False) == pytest.approx(
         _binomial_outside(n, p, 20.5 / n, 2))
-    assert dropout_masks.binomial_tail(n, p, 21, True) == pytest.approx(
+    assert attention.binomial_tail(n, p, 21, True) == pytest.approx(
         _binomial_outside(n, p, -1, 20.5 / n))
-    alpha = dropout_masks.ALPHA
+    alpha = attention.ALPHA
     ranges = {key: range(low, high + 1)
               for key, (low, high) in cases.DROPOUT_RANGES.items()}
-    kinds = len(dropout_masks.position_kinds(3))
+    kinds = len(attention.position_kinds(3))
     worst = 0.0
     for seq in ranges["seq_len"]:
         blocks = max(ranges["batch_size"]) * max(ranges["num_heads"])
@@ -554,8 +554,8 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     blocks = min(ranges["batch_size"]) * min(ranges["num_heads"])
     for p in cases.DROPOUT_RATES:
         lines = blocks * seq * cases.DROPOUT_DRAWS
-        assert dropout_masks.unlikely(lines, p ** seq, int(p * lines), True)
-        assert dropout_masks.unlikely(lines, p, 0, False)
+        assert attention.unlikely(lines, p ** seq, int(p * lines), True)
+        assert attention.unlikely(lines, p, 0, False)
 
 
 # --------------------------------------------------------------------------
