@@ -148,45 +148,75 @@ def compare(run: TaskRun, prefix: str,
                  f"({max_error(student, want)}). {words}".rstrip(), *ids)
 
 
-def positions_only(run: TaskRun,
-                   expected: Callable[[Case], torch.Tensor]) -> None:
+#: A variant of the task's output: the case and a known mistake's keyword
+#: arguments (``mistakes.single_variant`` / ``multi_variant``).
+Variant = Callable[..., torch.Tensor]
+
+
+def positions_only(run: TaskRun, expected: Callable[[Case], torch.Tensor],
+                   variant: Variant | None = None,
+                   known: tuple[dict, ...] = ()) -> None:
     """The causal mask depends on positions only (RUBRIC, "Readings
     settled in use"): each ``equal:`` probe (a ``values:`` case with zero
-    W_query weights, every score 0) matches the reference, where token i
-    averages the values of tokens 0..i. Judged where the random-score
-    output of the same case matched (elsewhere the ``values:`` check has
-    already failed the item and named its mistakes); such a code that
-    fails here hides the future on random scores but not when the scores
-    are equal: its mask is read from the score values
-    (``mask_from_scores``)."""
+    W_query weights, every score 0) gives what the same code gives with
+    random scores, where token i averages the values of tokens 0..i.
+    Judged where the random-score output of the same case is the
+    reference's, or (``variant``) that of one of the ``known`` mistakes
+    that leave the mask alone (with any scale): then the equal-score
+    output must be that same computation's. Code that fails here hides
+    the future on random scores but not when the scores are equal: its
+    mask is read from the score values (``mask_from_scores``)."""
     for probe_id in run.probe_ids("equal:"):
         case = run.case(probe_id)
         base = case.name.removesuffix(EQUAL)
         random = optional_output(run, f"values:{base}")
-        if random is None or not close(random, expected(run.case(
-                f"values:{base}"))):
+        if random is None:
             continue
-        what = name_of(run, probe_id)
-        where = (f"{what} on {case.describe()} with zero W_query weights "
-                 f"(every score equal)")
+        want = _same_computation(random, run.case(f"values:{base}"), case,
+                                 expected, variant, known)
+        if want is None:
+            continue
+        where = (f"{name_of(run, probe_id)} on {case.describe()} with zero "
+                 f"W_query weights (every score equal)")
         result = run.result(probe_id)
         if not result.ok:
-            fail(f"{where} fails ({result.problem}), though it works "
+            fail(f"{where} fails ({result.problem}), though it runs "
                  f"with random weights: the mask is computed from the "
                  f"score values. Build it from the positions alone "
                  f"(the mask buffer).", "mask_from_scores")
         student = output(run, probe_id)[1]
-        want = expected(case)
-        if not close(student, want):
+        if not mistakes.same(student, want):
             fail(f"The output of {where} does not match the reference "
                  f"({max_error(student, want)}), though it does with "
-                 f"random weights: token i must average the values of "
-                 f"tokens 0..i, and the mask hides the future only when "
-                 f"the scores are not equal, so it is computed from the "
-                 f"score values (e.g. attn_scores.triu(1) != 0). Build "
-                 f"it from the positions alone: the mask buffer, "
+                 f"random weights (up to the mistakes named here): "
+                 f"token i must average the values of tokens 0..i, and "
+                 f"the mask hides the future only when the scores are "
+                 f"not equal, so it is computed from the score values "
+                 f"(e.g. attn_scores.triu(1) != 0). Build it from the "
+                 f"positions alone: the mask buffer, "
                  f"self.mask.bool()[:num_tokens, :num_tokens].",
                  "mask_from_scores")
+
+
+def _same_computation(random: torch.Tensor, base: Case, equal: Case,
+                      expected: Callable[[Case], torch.Tensor],
+                      variant: Variant | None, known: tuple[dict, ...]
+                      ) -> torch.Tensor | None:
+    """What the computation behind ``random`` (the output on ``base``)
+    gives on ``equal``: the reference's, or a known mask-free mistake's
+    (at the scale it used); None when neither explains ``random``."""
+    if close(random, expected(base)):
+        return expected(equal)
+    if variant is None:
+        return None
+    for kwargs in known:
+        if mistakes.same(random, variant(base, **kwargs)):
+            return variant(equal, **kwargs)
+        scale = mistakes.fit_scale(
+            lambda c, k=kwargs: variant(base, scale=c, **k), random)
+        if scale is not None:
+            return variant(equal, scale=scale, **kwargs)
+    return None
 
 
 def seeded(run: TaskRun, expected: Callable[[Case], torch.Tensor],
