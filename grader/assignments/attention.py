@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -140,13 +141,18 @@ ALPHA = 1e-11
 
 
 def binomial_tail(n: int, q: float, k: int, upper: bool) -> float:
-    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, q)."""
+    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, q): the
+    exact sum of the terms, in float64 logarithms."""
     if not 0 < q < 1:
         return 1.0
-    js = range(k, n + 1) if upper else range(0, min(k, n) + 1)
-    return min(1.0, sum(math.exp(
-        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
-        + j * math.log(q) + (n - j) * math.log1p(-q)) for j in js))
+    js = (torch.arange(max(k, 0), n + 1, dtype=torch.float64) if upper
+          else torch.arange(0, min(k, n) + 1, dtype=torch.float64))
+    if js.numel() == 0:
+        return 0.0
+    logs = (math.lgamma(n + 1) - torch.lgamma(js + 1)
+            - torch.lgamma(n - js + 1) + js * math.log(q)
+            + (n - js) * math.log1p(-q))
+    return min(1.0, float(torch.logsumexp(logs, 0).exp()))
 
 
 def unlikely(n: int, q: float, k: int, upper: bool) -> bool:
@@ -160,16 +166,16 @@ def shared_blocks(judged: torch.Tensor, mask: torch.Tensor) -> bool:
     same positions (the most common pattern: every position without a
     mask, j <= i with a causal one) drop exactly the same weights
     there."""
-    patterns = judged.flatten(1)
+    patterns = [row.tobytes() for row in judged.flatten(1).numpy()]
     if len(patterns) < 2:
         return False
-    unique, counts = torch.unique(patterns, dim=0, return_counts=True)
-    pattern = unique[counts.argmax()]
-    same = (patterns == pattern).all(1)
+    common = Counter(patterns).most_common(1)[0][0]
+    same = torch.tensor([row == common for row in patterns])
+    pattern = judged.flatten(1)[same][0]
     if int(same.sum()) < 2 or not pattern.any():
         return False
-    blocks = mask.flatten(1)[same][:, pattern]
-    return len(torch.unique(blocks, dim=0)) < len(blocks)
+    blocks = mask.flatten(1)[same][:, pattern].numpy()
+    return len({row.tobytes() for row in blocks}) < len(blocks)
 
 
 def whole_lines(judged: torch.Tensor, masks: list[torch.Tensor], dim: int
