@@ -15,16 +15,18 @@ gradient reaches only part of the model (a body under no_grad, detached
 embeddings, a bigram that never calls its layers). ``hostile/effects/
 causal/`` attacks ``multi_head_attention``'s task2.causal: the returned
 probs are masked, but att is computed from other probabilities that see
-later tokens (red team 8). ``hostile/effects/basics/`` attacks
-``attention_basics`` (red team 8, U3 and U4): a causal mask read from the
-score values (task4.causal, task6.values; judged with equal scores, tagged
-``mask_from_scores``), and dropout masks that are not element-wise
-independent (whole rows or columns, one mask shared by the batch or the
-heads, the diagonal spared: task4.dropout, task6.dropout). Each folder is
+later tokens (red team 8). Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
 ("Principle 5") gives the argument.
+
+``hostile/effects/basics/`` attacks ``attention_basics`` (red team 8, U3
+and U4): a causal mask read from the score values (task4.causal,
+task6.values; judged with equal scores, tagged ``mask_from_scores``), and
+dropout masks that are not element-wise independent (whole rows or
+columns, one mask shared by the batch or the heads, the diagonal spared:
+task4.dropout, task6.dropout); its rows name the items they judge.
 """
 from __future__ import annotations
 
