@@ -1,10 +1,15 @@
 """What the attention plug-ins share (``attention_basics`` and
 ``multi_head_attention``): naming a scale constant a submission used, the
-diagnosis it means, and the words of an attention-map picture. A plug-in
-module, not a generic one: it may name attention."""
+diagnosis it means, the words of an attention-map picture, and the
+statistics that tell an element-wise independent dropout mask from a
+correlated one (docs/threat-model.md, principle 5). A plug-in module, not
+a generic one: it may name attention."""
 from __future__ import annotations
 
 import functools
+import math
+from collections import Counter
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -119,3 +124,138 @@ def merge_heads(t: torch.Tensor) -> torch.Tensor:
     merged = t.new_empty(batch * seq * heads * size)
     merged[_layout(batch, seq, heads * size, heads).flatten()] = t.flatten()
     return merged.reshape(batch, seq, heads * size)
+
+
+# --------------------------------------------------------------------------
+# Dropout drops each attention weight on its own (docs/threat-model.md,
+# principle 5, "Element-wise independence"): a mask shared by the heads or
+# the sequences, whole rows or whole columns dropped together, or a kind
+# of position (the diagonal) never dropped is not nn.Dropout, even
+# rescaled by 1 / (1 - p). Each binomial test fails a correct dropout
+# with probability at most ALPHA (an exact tail, or a binomial that
+# dominates the count); the shared-block test's bound depends on the
+# number of judged positions per block (the docs give it per plug-in).
+
+#: The false-failure budget of one binomial test of independence.
+ALPHA = 1e-11
+
+
+def binomial_tail(n: int, q: float, k: int, upper: bool) -> float:
+    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, q): the
+    exact sum of the terms, in float64 logarithms."""
+    if not 0 < q < 1:
+        return 1.0
+    js = (torch.arange(max(k, 0), n + 1, dtype=torch.float64) if upper
+          else torch.arange(0, min(k, n) + 1, dtype=torch.float64))
+    if js.numel() == 0:
+        return 0.0
+    logs = (math.lgamma(n + 1) - torch.lgamma(js + 1)
+            - torch.lgamma(n - js + 1) + js * math.log(q)
+            + (n - js) * math.log1p(-q))
+    return min(1.0, float(torch.logsumexp(logs, 0).exp()))
+
+
+def unlikely(n: int, q: float, k: int, upper: bool) -> bool:
+    """True when k or more (``upper``), or k or fewer, of n Bernoulli(q)
+    draws happen with probability at most ALPHA."""
+    return binomial_tail(n, q, k, upper) <= ALPHA
+
+
+def shared_blocks(judged: torch.Tensor, mask: torch.Tensor) -> bool:
+    """True when two [seq, seq] blocks of one draw that are judged at the
+    same positions (the most common pattern: every position without a
+    mask, j <= i with a causal one) drop exactly the same weights
+    there."""
+    patterns = [row.tobytes() for row in judged.flatten(1).numpy()]
+    if len(patterns) < 2:
+        return False
+    common = Counter(patterns).most_common(1)[0][0]
+    same = torch.tensor([row == common for row in patterns])
+    pattern = judged.flatten(1)[same][0]
+    if int(same.sum()) < 2 or not pattern.any():
+        return False
+    blocks = mask.flatten(1)[same][:, pattern].numpy()
+    return len({row.tobytes() for row in blocks}) < len(blocks)
+
+
+def whole_lines(judged: torch.Tensor, masks: list[torch.Tensor], dim: int
+                ) -> tuple[int, int, int]:
+    """(dropped, lines, least): of the query rows (``dim`` -1) or key
+    columns (``dim`` -2) judged at ``least`` or more positions (at least
+    half as many as the longest line: every line without a mask), how
+    many of every draw have all their judged weights dropped, of how
+    many. A line of m >= least independent drops is dropped whole with
+    probability p^m <= p^least, so the count is dominated by
+    Binomial(lines, p^least)."""
+    counts = judged.sum(dim)
+    longest = int(counts.max()) if counts.numel() else 0
+    if longest == 0:
+        return 0, 0, 0
+    considered = counts >= max(1, (longest + 1) // 2)
+    least = int(counts[considered].min())
+    dropped = sum(int(((mask | ~judged).all(dim) & considered).sum())
+                  for mask in masks)
+    return dropped, int(considered.sum()) * len(masks), least
+
+
+def position_kinds(seq: int) -> dict[str, torch.Tensor]:
+    """Kinds of positions of a [seq, seq] block a mask could spare."""
+    eye = torch.eye(seq, dtype=torch.bool)
+    line = torch.zeros(seq, seq, dtype=torch.bool)
+    kinds = {"on the diagonal": eye,
+             "above the diagonal": torch.ones_like(eye).triu(1),
+             "below the diagonal": torch.ones_like(eye).tril(-1)}
+    for name, index in (("in the first query row", (0, slice(None))),
+                        ("in the last query row", (-1, slice(None))),
+                        ("in the first key column", (slice(None), 0)),
+                        ("in the last key column", (slice(None), -1))):
+        kind = line.clone()
+        kind[index] = True
+        kinds[name] = kind
+    return kinds
+
+
+@dataclass(frozen=True)
+class MaskWords:
+    """How a plug-in's messages name dropout masks: ``prefix`` (a format
+    string of ``p``, "With dropout={p:g} in train mode"), the ``blocks``
+    ("[seq_len, seq_len] blocks of probs"), what a line is ``of``
+    ("of probs"), the ``weights`` ("probabilities") and the ``advice``."""
+
+    prefix: str
+    blocks: str
+    of: str
+    weights: str
+    advice: str
+
+
+def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
+                    p: float, words: MaskWords) -> str | None:
+    """Why the masks of the draws at rate ``p`` (each [blocks, seq, seq],
+    True where a weight was dropped; ``judged`` True where the weight
+    without dropout is > 0) are not element-wise independent, or None:
+    more whole rows or columns are dropped than chance allows; two
+    blocks of a draw share a mask; a kind of position is dropped less often
+    than p says. Whole lines are tested first: masks of whole rows also
+    make blocks coincide (a block of few rows has few masks)."""
+    said = words.prefix.format(p=p)
+    for dim, what in ((-1, "query rows"), (-2, "key columns")):
+        dropped, lines, least = whole_lines(judged, masks, dim)
+        if dropped and unlikely(lines, p ** least, dropped, True):
+            return (f"{said} {dropped} of {lines} whole {what} {words.of} "
+                    f"are dropped together (chance would drop about "
+                    f"{lines * p ** least:.2g}): {words.advice}, not whole "
+                    f"{what} at once.")
+    if any(shared_blocks(judged, mask) for mask in masks):
+        return (f"{said} two {words.blocks} (two heads or two sequences) "
+                f"drop exactly the same {words.weights}: {words.advice}, "
+                f"not one mask shared by the heads or the batch.")
+    for where, kind in position_kinds(judged.shape[-1]).items():
+        at = judged & kind
+        dropped = sum(int((mask & at).sum()) for mask in masks)
+        n = int(at.sum()) * len(masks)
+        if unlikely(n, p, dropped, False):
+            return (f"{said} only {dropped} of {n} {words.weights} {where} "
+                    f"are dropped (about {p * n:.0f} expected): "
+                    f"{words.advice}; every position may be dropped.")
+    return None

@@ -122,6 +122,11 @@ CORPUS: dict[str, Expected] = {
             "num_tokens, so only the items of the mask lose"),
     "mistake_mask_not_buffer": lost("task4.causal",
                                     diagnosis="mask_not_buffer"),
+    "mistake_mask_from_scores": lost(
+        "task4.causal", diagnosis="mask_from_scores",
+        why="judged with equal scores (zero W_query weights), where a mask "
+            "read from the scores hides nothing (red team 8, U4); the "
+            "wrapper is judged on its own heads"),
     "mistake_reshape_not_transpose": lost(
         "task6.values", diagnosis="reshape_not_transpose"),
     "mistake_merge_not_permuted": lost(

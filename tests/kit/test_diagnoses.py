@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
 
+from grader.assignments import attention
 from grader.assignments.attention_basics import cases as basics_cases
 from grader.assignments.multi_head_attention import cases
-from grader.assignments.multi_head_attention import dropout_masks
 from grader.judge.checking import CheckOutcome, item_messages, share_bounds
 from grader.output.report import Report
 from grader.plan import derive_seed
@@ -546,14 +547,14 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     1e-9; at the smallest sizes, the attacks of hostile/effects/dropout
     (rows, columns or the diagonal kept whole) are caught on average."""
     n, p = 160, 0.2
-    assert dropout_masks.binomial_tail(n, p, 20, False) == pytest.approx(
+    assert attention.binomial_tail(n, p, 20, False) == pytest.approx(
         _binomial_outside(n, p, 20.5 / n, 2))
-    assert dropout_masks.binomial_tail(n, p, 21, True) == pytest.approx(
+    assert attention.binomial_tail(n, p, 21, True) == pytest.approx(
         _binomial_outside(n, p, -1, 20.5 / n))
-    alpha = dropout_masks.ALPHA
+    alpha = attention.ALPHA
     ranges = {key: range(low, high + 1)
               for key, (low, high) in cases.DROPOUT_RANGES.items()}
-    kinds = len(dropout_masks.position_kinds(3))
+    kinds = len(attention.position_kinds(3))
     worst = 0.0
     for seq in ranges["seq_len"]:
         blocks = max(ranges["batch_size"]) * max(ranges["num_heads"])
@@ -568,8 +569,61 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     blocks = min(ranges["batch_size"]) * min(ranges["num_heads"])
     for p in cases.DROPOUT_RATES:
         lines = blocks * seq * cases.DROPOUT_DRAWS
-        assert dropout_masks.unlikely(lines, p ** seq, int(p * lines), True)
-        assert dropout_masks.unlikely(lines, p, 0, False)
+        assert attention.unlikely(lines, p ** seq, int(p * lines), True)
+        assert attention.unlikely(lines, p, 0, False)
+
+
+def test_warm_up_independence_tests_on_causal_blocks() -> None:
+    """attention_basics judges the same independence tests
+    (attention.mask_dependence) on causal blocks (j <= i only): on its
+    dropout cases an honest dropout fails the shared-block test with
+    probability below 1e-9 (every test below 1e-9 in all); simulated
+    honest masks pass, and masks of whole rows, whole columns, one block
+    for the batch, one per sequence shared by the heads, or a spared
+    diagonal fail, each with its own words."""
+    from grader.assignments.attention_basics.observations import MASK_WORDS
+
+    kinds = len(attention.position_kinds(3))
+    for task in ("task4", "task6"):
+        s = basics_cases.dropout_case(0, task).sizes
+        tokens, heads = s["num_tokens"], s.get("num_heads", 1)
+        blocks = s["batch_size"] * heads
+        pairs = blocks * (blocks - 1) / 2
+        judged = tokens * (tokens + 1) // 2
+        shared = sum(basics_cases.DROPOUT_DRAWS * pairs
+                     * (p * p + (1 - p) ** 2) ** judged
+                     for p in basics_cases.DROPOUT_RATES)
+        tests = len(basics_cases.DROPOUT_RATES) * (2 + kinds)
+        assert shared + tests * attention.ALPHA < 1e-9, task
+    s = basics_cases.dropout_case(0, "task6").sizes
+    shape = (s["batch_size"], s["num_heads"], s["num_tokens"],
+             s["num_tokens"])
+    causal = torch.ones(shape[-2:], dtype=torch.bool).tril()
+    judged = causal.expand(shape).reshape(-1, *shape[-2:])
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(like: tuple[int, ...], p: float) -> torch.Tensor:
+        return torch.rand(like, generator=generator) < p
+
+    def check(build, p: float) -> str | None:
+        masks = [(build(p) | ~causal).expand(shape).reshape(
+            -1, *shape[-2:]) for _ in range(basics_cases.DROPOUT_DRAWS)]
+        return attention.mask_dependence(judged, masks, p, MASK_WORDS)
+
+    for p in basics_cases.DROPOUT_RATES:
+        for _ in range(5):
+            assert check(lambda q: draw(shape, q), p) is None
+        attacks = {
+            "whole query rows": lambda q: draw(shape[:-1] + (1,), q),
+            "whole key columns": lambda q: draw(
+                shape[:-2] + (1, shape[-1]), q),
+            "drop exactly the same": lambda q: draw((1, 1) + shape[2:], q),
+            "exactly the same attention": lambda q: draw(
+                (shape[0], 1) + shape[2:], q),
+            "on the diagonal are dropped": lambda q: draw(shape, q) & ~torch
+            .eye(shape[-1], dtype=torch.bool)}
+        for words, build in attacks.items():
+            assert words in (check(build, p) or ""), (p, words)
 
 
 # --------------------------------------------------------------------------

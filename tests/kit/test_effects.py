@@ -21,6 +21,13 @@ graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
 ("Principle 5") gives the argument.
+
+``hostile/effects/basics/`` attacks ``attention_basics`` (red team 8, U3
+and U4): a causal mask read from the score values (task4.causal,
+task6.values; judged with equal scores, tagged ``mask_from_scores``), and
+dropout masks that are not element-wise independent (whole rows or
+columns, one mask shared by the batch or the heads, the diagonal spared:
+task4.dropout, task6.dropout); its rows name the items they judge.
 """
 from __future__ import annotations
 
@@ -43,6 +50,17 @@ TRANSFORMER = ("task1.layers", "task1.forward", "task1.pep8",
                "task1.shapes", "task2.layers", "task2.logits",
                "task2.causal", "task2.loss", "task2.training", "task2.pep8",
                "task2.shapes")
+BASICS = ("task1.values", "task2.values", "task3.values", "task4.causal",
+          "task4.dropout", "task4.pep8", "task4.shapes", "task5.values",
+          "task6.values", "task6.dropout", "task6.pep8", "task6.shapes",
+          "task7.values", "task7.mask", "task7.pep8", "task7.shapes")
+FULL_BASICS = (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0)
+BASICS_NO_MASK = (1, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1, 0, 0)
+BASICS_NO_DROPOUT = (1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0)
+BASICS_MASK = ("task4.causal", "task6.values")
+BASICS_DROPOUT = ("task4.dropout", "task6.dropout")
+FROM_SCORES = ("with zero W_query weights (every score equal) does not "
+               "match the reference")
 FULL_ATTENTION = (1, 3, 0, 0, 1, 3, 1, 2, 0, 0)
 NO_DROPOUT = (1, 3, 0, 0, 1, 3, 1, 1, 0, 0)
 FULL_TRANSFORMER = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
@@ -55,7 +73,8 @@ CAUSAL_LEAK = ("the returned probs hide the future, but att is not those "
                "probs times the values")
 WROTE = "changed during training with loss, not by a gradient step"
 REPLACED = "parameters were replaced during training with loss"
-#: folder -> {file: (item scores, diagnoses of the judged item, words)}.
+#: folder -> {file: (item scores, diagnoses of the judged item, words[,
+#: the judged items when they are not the folder's JUDGED])}.
 CORPUS: dict[str, dict[str, tuple]] = {
     "dropout": {
         "drop_copy_discarded": (
@@ -97,6 +116,41 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "honest_causal_no_mix": (NO_DROPOUT, (), "ok"),  # values missed
         "honest_causal_additive": (FULL_ATTENTION, (), "ok"),
     },
+    "basics": {
+        # Red team 8, U4, and variants: a mask read from the scores.
+        "mask_triu_ne_zero": (
+            BASICS_NO_MASK, ("mask_from_scores",), FROM_SCORES, BASICS_MASK),
+        "mask_eq_zero": (
+            BASICS_NO_MASK, ("mask_from_scores",), FROM_SCORES, BASICS_MASK),
+        "mask_isclose": (
+            BASICS_NO_MASK, ("mask_from_scores",), FROM_SCORES, BASICS_MASK),
+        # Red team 8, U3, and variants: masks not drawn weight by weight.
+        "drop_rows": (
+            BASICS_NO_DROPOUT, (),
+            "whole query rows of the attention weights are dropped",
+            BASICS_DROPOUT),
+        "drop_columns": (
+            BASICS_NO_DROPOUT, (),
+            "whole key columns of the attention weights are dropped",
+            BASICS_DROPOUT),
+        "drop_shared": (
+            BASICS_NO_DROPOUT, (), "drop exactly the same attention weights",
+            BASICS_DROPOUT),
+        "drop_batch_only": (
+            BASICS_NO_DROPOUT, (), "drop exactly the same attention weights",
+            BASICS_DROPOUT),
+        # Only MultiHeadAttention's heads share a mask (two heads).
+        "drop_heads_shared": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0), (),
+            "drop exactly the same attention weights", ("task6.dropout",)),
+        "drop_diagonal_kept": (
+            BASICS_NO_DROPOUT, (),
+            "attention weights on the diagonal are dropped", BASICS_DROPOUT),
+        "honest_f_dropout": (
+            FULL_BASICS, (), "ok", BASICS_MASK + BASICS_DROPOUT),
+        "honest_tril_buffer": (
+            FULL_BASICS, (), "ok", BASICS_MASK + BASICS_DROPOUT),
+    },
     "training": {
         "train_inner_optimizer": (
             NOT_TRAINED, (), WROTE),
@@ -132,7 +186,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
 }
 JUDGED = {"dropout": "task2.output", "causal": "task2.causal",
           "training": "task2.training"}
-ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER}
+ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
+         "basics": BASICS}
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +219,9 @@ def test_the_table_lists_every_effects_file() -> None:
 @pytest.mark.parametrize("folder,name", [(folder, name) for folder in CORPUS
                                          for name in CORPUS[folder]])
 def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
-    """Exact item scores, the judged item's diagnoses and words; no
+    """Exact item scores, the judged items' diagnoses and words; no
     flag (nothing was refused: the attacks are ordinary code)."""
-    scores, diagnoses, words = CORPUS[folder][name]
+    scores, diagnoses, words, *judged = CORPUS[folder][name]
     rows, reports = graded[folder]
     row = rows[name]
     assert row["status"] == "graded", row
@@ -175,6 +230,7 @@ def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
     assert row["flags"] == "", row["flags"]
     report = json.loads((reports / f"{name}.py" / "report.json").read_text(
         encoding="utf-8"))
-    item = next(i for i in report["items"] if i["id"] == JUDGED[folder])
-    assert tuple(item["diagnosis"]) == diagnoses, item
-    assert words in item["message"], item["message"]
+    for item_id in judged[0] if judged else (JUDGED[folder],):
+        item = next(i for i in report["items"] if i["id"] == item_id)
+        assert tuple(item["diagnosis"]) == diagnoses, item
+        assert words in item["message"], item["message"]

@@ -36,6 +36,10 @@ Probes, per task (ids are prefixes the checks select on):
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
   something instead of raising;
+* ``equal:<case>-equal-scores`` (tasks 4 and 6): the ``values:`` probe
+  with zero W_query weights, so that every score is 0: a causal mask
+  built from the positions hides the future there, one built from the
+  score values does not (``mask_from_scores``);
 * ``head:<case>:<h>``: the wrapper's head h run alone as a
   ``CausalAttention`` with that head's weights (the wrapper is judged on
   its own heads when they are wrong);
@@ -50,7 +54,8 @@ Probes, per task (ids are prefixes the checks select on):
   dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
   training under ``DROPOUT_DRAWS`` random seeds, on a case with d_out
   (head_dim) larger than num_tokens, so the attention weights can be
-  recovered from the output;
+  recovered from the output (task 6: two heads, so that a mask shared
+  by the heads shows);
 * ``trace:<i>``: forward under the rubric's size set i, for the shape
   comments (every branch: with and without a mask).
 
@@ -74,7 +79,12 @@ HIDDEN_CASES = 3
 # must differ between seeds and the share of zeros must follow p.
 DROPOUT_RATES = (0.5, 0.2)
 DROPOUT_DRAWS = 2
+# The dropout case's sequence length and task 6's heads (dropout_case).
+DROPOUT_TOKENS = 12
+DROPOUT_HEADS = 2
 PUBLIC = "lecture"
+# The name suffix of an equal-scores case (equal_scores).
+EQUAL = "-equal-scores"
 
 # "Your journey starts with one step", embedded in 3 dimensions.
 INPUTS = torch.tensor(
@@ -316,27 +326,47 @@ def square_case(seed: int) -> Case:
 def dropout_case(seed: int, task: str) -> Case:
     """A case whose attention weights can be read back from the output.
 
-    d_in and d_out (task 4) or head_dim (task 6, one head) are larger
-    than num_tokens, so the values of a sequence span a
+    d_in and d_out (task 4) or head_dim (task 6) are larger than
+    num_tokens, so the values of a sequence (of a head) span a
     num_tokens-dimensional space and the output determines the weights;
-    ``out_proj`` is the identity. One head, and context_length =
-    num_tokens, so that a wrong head split or an unsliced mask (judged by
-    the other item) does not cost the dropout point too. 24 sequences give
-    504 causal weights per call, so the bounds of
-    :func:`grader.judge.checking.share_bounds` (two calls per rate) separate
-    p = 0.2 from p = 0.5.
+    ``out_proj`` is the identity. Task 6 has two heads, so that a mask
+    shared by the heads shows; context_length = num_tokens, so that an
+    unsliced mask (judged by the other item) does not cost the dropout
+    point too (nor does a head split or merge without the transpose:
+    :func:`mistakes.weights_layout` reads the weights in its layout).
+    24 sequences of 12 tokens give 1872 causal weights per head and call,
+    so the bounds of :func:`grader.judge.checking.share_bounds` (two calls
+    per rate) separate p = 0.2 from p = 0.5, and the 78 causal weights of
+    a [num_tokens, num_tokens] block make two blocks of an honest dropout
+    drop the same weights with probability under 1e-13 (the
+    independence tests of :func:`grader.assignments.attention.
+    mask_dependence`; docs/threat-model.md, principle 5).
     """
     rng = _rng(seed, "dropout", task)
-    sizes = {"batch_size": 24, "num_tokens": 6, "context_length": 6,
-             "d_in": 7, "d_out": 8}
+    sizes = {"batch_size": 24, "num_tokens": DROPOUT_TOKENS,
+             "context_length": DROPOUT_TOKENS, "d_in": 13, "d_out": 14}
     if task == "task6":
-        sizes.update(num_heads=1, head_dim=8)
+        sizes.update(num_heads=DROPOUT_HEADS, head_dim=14,
+                     d_out=14 * DROPOUT_HEADS)
     weights = random_weights(rng, task, sizes, False)
     if task == "task6":
-        weights["out_proj.weight"] = torch.eye(8)
-        weights["out_proj.bias"] = torch.zeros(8)
+        d_out = sizes["d_out"]
+        weights["out_proj.weight"] = torch.eye(d_out)
+        weights["out_proj.bias"] = torch.zeros(d_out)
     return Case("dropout", False, sizes, random_input(rng, task, sizes),
                 weights)
+
+
+def equal_scores(case: Case) -> Case:
+    """The same case with zero W_query weights (and bias): every score is
+    0. A causal mask built from the positions still hides the future
+    here (token i averages the values of tokens 0..i); one built from the
+    score values (``attn_scores.triu(1) != 0``) does not."""
+    weights = {name: torch.zeros_like(tensor)
+               if name.startswith("W_query.") else tensor
+               for name, tensor in case.weights.items()}
+    return Case(f"{case.name}{EQUAL}", case.public, dict(case.sizes),
+                case.x, weights)
 
 
 def blank_case(case: Case) -> Case:
@@ -490,6 +520,12 @@ def build(seed: int, public_only: bool,
                 _values(plan, task, case, "padding", (padding,))
                 _values(plan, task, blank_case(case), "blank-padding",
                         (padding,))
+    # A causal mask depends on positions only (RUBRIC, "Readings settled
+    # in use"): each judged case again with every score equal, after
+    # every random-score probe.
+    for task in ("task4", "task6"):
+        for case in judged[task]:
+            _values(plan, task, equal_scores(case), "equal")
     square = square_case(seed)
     _add(plan, "task4", "square:square", case=square,
          init=init_of("task4", square.sizes, qkv_bias=False))

@@ -2,7 +2,7 @@
 
 The modules of this assignment return context vectors, not attention
 weights; but on the ``dropout`` case (d_in and d_out larger than
-num_tokens, one head, out_proj the identity) the weights can be read back
+num_tokens, out_proj the identity) the weights can be read back
 from the output (:func:`mistakes.recover_weights`). For a failing
 task4.causal or task6.values, the figure shows the weights read back from
 the eval-mode, dropout-0 output beside the expected causal weights, so a
@@ -35,10 +35,11 @@ def student_weights(run: TaskRun) -> torch.Tensor | None:
     if tuple(output.shape) != (s["batch_size"], s["num_tokens"],
                                s["d_out"]):
         return None
-    merged = mistakes.merged_output(output, case, run.task)
+    split, merge = mistakes.weights_layout(output, case, run.task)
+    merged = mistakes.merged_output(output, case, run.task, merge)
     rows = torch.isfinite(merged).all(-1)
     weights, residual = mistakes.recover_weights(
-        merged, mistakes.dropout_values(case, run.task), rows)
+        merged, mistakes.dropout_values(case, run.task, split), rows)
     if not rows.any() or residual > 1e-4:
         return None
     weights = weights.masked_fill(~rows[..., None], float("nan"))
@@ -58,7 +59,9 @@ def figures(failed: set[str], runs: dict[str, TaskRun]
             continue
         case = run.case(PROBE)
         x, weights = case.float64()
-        expected = reference.causal_weights(x, weights)
+        expected = reference.causal_weights(
+            x, weights, case.sizes.get("num_heads", 1)).reshape(
+                student.shape)
         found.append(MapFigure(
             item=item_id, case=case.describe(), panels=1, **MAP_LABELS,
             student=student, expected=expected.float(),

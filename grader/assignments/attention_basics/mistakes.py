@@ -270,19 +270,52 @@ def recover_weights(output: torch.Tensor, values: torch.Tensor,
     return weights, float(residual.max() / scale)
 
 
-def dropout_values(case: Case, task: str) -> torch.Tensor:
-    """The value vectors of the dropout case, head_dim-wide per head."""
+#: How the heads of task 6 may be split (values) and merged (output):
+#: (split_transpose, merge_transpose), the reference's first, then the
+#: layouts of ``reshape_not_transpose`` (judged by task6.values, so that
+#: the dropout point reads the weights in the code's own layout).
+LAYOUTS = ((True, True), (False, True), (True, False), (False, False))
+
+
+def dropout_values(case: Case, task: str,
+                   split_transpose: bool = True) -> torch.Tensor:
+    """The value vectors of the dropout case, head_dim-wide per head
+    (``split_transpose`` False: heads split by reshape alone)."""
     x, weights = case.float64()
     values = reference.linear(x, weights, "W_value")
     if task == "task6":
-        values = attention.split_heads(values, case.sizes["num_heads"])
+        heads = case.sizes["num_heads"]
+        if split_transpose:
+            return attention.split_heads(values, heads)
+        return values.reshape(values.shape[0], heads, values.shape[1], -1)
     return values
 
 
-def merged_output(output: torch.Tensor, case: Case,
-                  task: str) -> torch.Tensor:
-    """The output split per head (task 6: out_proj is the identity)."""
-    if task == "task6":
-        return attention.split_heads(output.double(),
-                                     case.sizes["num_heads"])
-    return output.double()
+def merged_output(output: torch.Tensor, case: Case, task: str,
+                  merge_transpose: bool = True) -> torch.Tensor:
+    """The output split per head (task 6: out_proj is the identity;
+    ``merge_transpose`` False: heads merged by reshape alone)."""
+    output = output.double()
+    if task != "task6":
+        return output
+    heads = case.sizes["num_heads"]
+    if merge_transpose:
+        return attention.split_heads(output, heads)
+    return output.reshape(output.shape[0], heads, output.shape[1], -1)
+
+
+def weights_layout(output: torch.Tensor, case: Case, task: str
+                   ) -> tuple[bool, bool]:
+    """The first of :data:`LAYOUTS` (task 4: the only one) in which the
+    dropout case's ``output`` is a mix of the value vectors per head;
+    the reference's when none is."""
+    if task != "task6":
+        return LAYOUTS[0]
+    for split, merge in LAYOUTS:
+        merged = merged_output(output, case, task, merge)
+        rows = torch.isfinite(merged).all(-1)
+        _, residual = recover_weights(
+            merged, dropout_values(case, task, split), rows)
+        if rows.any() and residual <= 1e-4:
+            return split, merge
+    return LAYOUTS[0]

@@ -15,9 +15,10 @@ import torch
 
 from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
                         max_error, require_ran, share_bounds, tensor_of)
+from grader.assignments.attention import MaskWords, mask_dependence
 from grader.assignments.attention_basics import mistakes
 from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS,
-                                                       DROPOUT_RATES,
+                                                       DROPOUT_RATES, EQUAL,
                                                        LONG_CONTEXT, SEEDED,
                                                        TARGETS, has_bias,
                                                        init_of)
@@ -145,6 +146,77 @@ def compare(run: TaskRun, prefix: str,
             fail(f"The output of {what} on {case.describe()} "
                  f"does not match the reference "
                  f"({max_error(student, want)}). {words}".rstrip(), *ids)
+
+
+#: A variant of the task's output: the case and a known mistake's keyword
+#: arguments (``mistakes.single_variant`` / ``multi_variant``).
+Variant = Callable[..., torch.Tensor]
+
+
+def positions_only(run: TaskRun, expected: Callable[[Case], torch.Tensor],
+                   variant: Variant | None = None,
+                   known: tuple[dict, ...] = ()) -> None:
+    """The causal mask depends on positions only (RUBRIC, "Readings
+    settled in use"): each ``equal:`` probe (a ``values:`` case with zero
+    W_query weights, every score 0) gives what the same code gives with
+    random scores, where token i averages the values of tokens 0..i.
+    Judged where the random-score output of the same case is the
+    reference's, or (``variant``) that of one of the ``known`` mistakes
+    that leave the mask alone (with any scale): then the equal-score
+    output must be that same computation's. Code that fails here hides
+    the future on random scores but not when the scores are equal: its
+    mask is read from the score values (``mask_from_scores``)."""
+    for probe_id in run.probe_ids("equal:"):
+        case = run.case(probe_id)
+        base = case.name.removesuffix(EQUAL)
+        random = optional_output(run, f"values:{base}")
+        if random is None:
+            continue
+        want = _same_computation(random, run.case(f"values:{base}"), case,
+                                 expected, variant, known)
+        if want is None:
+            continue
+        where = (f"{name_of(run, probe_id)} on {case.describe()} with zero "
+                 f"W_query weights (every score equal)")
+        result = run.result(probe_id)
+        if not result.ok:
+            fail(f"{where} fails ({result.problem}), though it runs "
+                 f"with random weights: the mask is computed from the "
+                 f"score values. Build it from the positions alone "
+                 f"(the mask buffer).", "mask_from_scores")
+        student = output(run, probe_id)[1]
+        if not mistakes.same(student, want):
+            fail(f"The output of {where} does not match the reference "
+                 f"({max_error(student, want)}), though it does with "
+                 f"random weights (up to the mistakes named here): "
+                 f"token i must average the values of tokens 0..i, and "
+                 f"the mask hides the future only when the scores are "
+                 f"not equal, so it is computed from the score values "
+                 f"(e.g. attn_scores.triu(1) != 0). Build it from the "
+                 f"positions alone: the mask buffer, "
+                 f"self.mask.bool()[:num_tokens, :num_tokens].",
+                 "mask_from_scores")
+
+
+def _same_computation(random: torch.Tensor, base: Case, equal: Case,
+                      expected: Callable[[Case], torch.Tensor],
+                      variant: Variant | None, known: tuple[dict, ...]
+                      ) -> torch.Tensor | None:
+    """What the computation behind ``random`` (the output on ``base``)
+    gives on ``equal``: the reference's, or a known mask-free mistake's
+    (at the scale it used); None when neither explains ``random``."""
+    if close(random, expected(base)):
+        return expected(equal)
+    if variant is None:
+        return None
+    for kwargs in known:
+        if mistakes.same(random, variant(base, **kwargs)):
+            return variant(equal, **kwargs)
+        scale = mistakes.fit_scale(
+            lambda c, k=kwargs: variant(base, scale=c, **k), random)
+        if scale is not None:
+            return variant(equal, scale=scale, **kwargs)
+    return None
 
 
 def seeded(run: TaskRun, expected: Callable[[Case], torch.Tensor],
@@ -282,14 +354,19 @@ def dropout(run: TaskRun) -> None:
     still those weights times the value vectors, calls under different
     seeds drop different weights, and the share of zeros lies within the
     bounds a correct dropout cannot miss (:func:`share_bounds`, at least
-    the rubric's 30-70% at p = 0.5). Tokens whose eval output is not
+    the rubric's 30-70% at p = 0.5), and each weight is dropped on its
+    own (no mask shared by two heads or sequences, no whole rows or
+    columns, no kind of position spared: :func:`mask_dependence`). The
+    weights are read in the heads' layout of the code's own output
+    (:func:`mistakes.weights_layout`). Tokens whose eval output is not
     finite (a mask that hides the diagonal gives token 0 NaN) are left
     out, so a mistake judged by another item does not cost this one.
     """
     task = run.task
     case, off = output(run, "dropout-off")
-    values = mistakes.dropout_values(case, task)
-    base_out = mistakes.merged_output(off, case, task)
+    split, merge = mistakes.weights_layout(off, case, task)
+    values = mistakes.dropout_values(case, task, split)
+    base_out = mistakes.merged_output(off, case, task, merge)
     rows = torch.isfinite(base_out).all(-1)  # the tokens judged
     base, residual = mistakes.recover_weights(base_out, values, rows)
     if not rows.any() or residual > 1e-4:
@@ -299,14 +376,15 @@ def dropout(run: TaskRun) -> None:
     n = base.shape[-1]
     judged = torch.ones(n, n, dtype=torch.bool).tril() & rows[..., None]
     for p in DROPOUT_RATES:
-        masks = _dropped(run, p, off, values, rows, base, judged)
+        masks = _dropped(run, p, off, values, rows, base, judged, merge)
         if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
             fail(f"In training mode (dropout={p:g}) calls under different "
                  f"random seeds drop exactly the same attention weights: "
                  f"dropout must be random. Use self.dropout (an "
                  f"nn.Dropout); do not fix the pattern or seed the "
                  f"generator yourself.")
-        dropped = torch.cat(masks)
+        weighed = judged & (base.abs() > 1e-4)
+        dropped = torch.cat([mask[weighed] for mask in masks])
         share = dropped.float().mean().item()
         low, high = share_bounds(p, dropped.numel(),
                                  at_least=RUBRIC_SHARE.get(p))
@@ -315,19 +393,40 @@ def dropout(run: TaskRun) -> None:
                  f"{share:.1%} of the attention weights; expected between "
                  f"{low:.1%} and {high:.1%}: the share must follow p (use "
                  f"nn.Dropout(dropout), the rate passed to __init__).")
+        problem = mask_dependence(_blocks(weighed, n),
+                                  [_blocks(mask, n) for mask in masks], p,
+                                  MASK_WORDS)
+        if problem:
+            fail(problem)
 
 
 # The rubric's range for the share of zeros at p = 0.5; other rates use
 # the bounds a correct dropout cannot miss (checking.share_bounds).
 RUBRIC_SHARE = {0.5: (0.3, 0.7)}
+# Dropout drops each weight on its own (docs/threat-model.md, principle
+# 5): the attention plug-ins' shared independence tests, in this
+# homework's words.
+MASK_WORDS = MaskWords(
+    prefix="In training mode (dropout={p:g})",
+    blocks="[num_tokens, num_tokens] blocks of attention weights",
+    of="of the attention weights", weights="attention weights",
+    advice="dropout must drop each attention weight on its own: apply "
+           "self.dropout (an nn.Dropout) to attn_weights")
+
+
+def _blocks(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """[..., n, n] (sequences, heads) as [blocks, n, n]."""
+    return mask.reshape(-1, n, n)
 
 
 def _dropped(run: TaskRun, p: float, off: torch.Tensor,
              values: torch.Tensor, rows: torch.Tensor, base: torch.Tensor,
-             judged: torch.Tensor) -> list[torch.Tensor]:
+             judged: torch.Tensor, merge: bool = True
+             ) -> list[torch.Tensor]:
     """Judge one rate: eval mode unchanged, every training call drops
-    weights as dropout does. Returns each call's mask of dropped
-    weights."""
+    weights as dropout does. Returns each call's mask of dropped weights
+    [..., num_tokens, num_tokens] (True where dropped; ``merge``: the
+    heads' merge layout of :func:`mistakes.weights_layout`)."""
     task = run.task
     case, evaluated = output(run, f"dropout-eval:{p:g}")
     if not mistakes.same(evaluated, off):
@@ -343,7 +442,7 @@ def _dropped(run: TaskRun, p: float, off: torch.Tensor,
             fail(f"With dropout={p:g} in training mode the output does "
                  f"not change: apply self.dropout to the attention "
                  f"weights.")
-        drop_out = mistakes.merged_output(trained, case, task)
+        drop_out = mistakes.merged_output(trained, case, task, merge)
         if not torch.isfinite(drop_out).all(-1)[rows].all():
             fail(f"{seen} contains NaN or inf: dropout is applied before "
                  f"the softmax, to the masked scores.", "dropout_misplaced")
@@ -376,6 +475,6 @@ def _dropped(run: TaskRun, p: float, off: torch.Tensor,
                  f"the weights after the softmax (case "
                  f"{case.describe()}).", "dropout_misplaced")
         # Weights that are 0 without dropout (hidden by a mask) say
-        # nothing about the rate.
-        masks.append(zero[judged & (base.abs() > 1e-4)])
+        # nothing about the rate: the caller leaves them out.
+        masks.append(zero)
     return masks

@@ -58,10 +58,15 @@ def causal_attention(x: torch.Tensor, weights: Weights,
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def causal_weights(x: torch.Tensor, weights: Weights) -> torch.Tensor:
+def causal_weights(x: torch.Tensor, weights: Weights,
+                   num_heads: int = 1) -> torch.Tensor:
     """``CausalAttention``'s attention weights [..., num_tokens,
-    num_tokens] (attending to the identity returns the weights)."""
+    num_tokens] (attending to the identity returns the weights); with
+    ``num_heads`` > 1, ``MultiHeadAttention``'s, [batch_size, num_heads,
+    num_tokens, num_tokens]."""
     q, k = (linear(x, weights, name) for name in PROJECTIONS[:2])
+    if num_heads > 1:
+        q, k = (attention.split_heads(t, num_heads) for t in (q, k))
     n = x.shape[-2]
     identity = torch.eye(n, dtype=x.dtype).expand(*q.shape[:-2], n, n)
     return F.scaled_dot_product_attention(q, k, identity, is_causal=True)

@@ -17,7 +17,7 @@ from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, dropout, expect_mask_buffer, expect_projections,
-    mask_not_sliced, optional_output, seeded)
+    mask_not_sliced, optional_output, positions_only, seeded)
 
 
 def expected(case: Case) -> torch.Tensor:
@@ -47,6 +47,16 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
                 case, causal=True, **kw), MISTAKES,
             case.sizes["d_out"] ** 0.5, case.sizes)
     return ids, words
+
+
+def causal_variant(case: Case, **mistake: object) -> torch.Tensor:
+    """CausalAttention's output with one known mistake."""
+    return mistakes.single_variant(case, causal=True, **mistake)
+
+
+#: Mistakes that leave the mask alone (a scale is fitted besides):
+#: behind them a mask read from the scores is still named.
+MASK_FREE = ({}, {"softmax_dim": 1})
 
 
 #: The mistakes :func:`mistakes.two_mistakes` combines, as the keyword
@@ -107,6 +117,14 @@ def test_seeded_construction_gives_the_lecture_numbers(
     first two columns of the lecture's wrapper output; the same with
     context_length 10."""
     seeded(task4, expected)
+
+
+@pytest.mark.item("task4.causal", part="causal")
+def test_mask_depends_on_positions_only(task4: TaskRun) -> None:
+    """With every score equal (zero W_query weights) the output is still
+    the reference's: a mask read from the score values fails
+    (mask_from_scores)."""
+    positions_only(task4, expected, causal_variant, MASK_FREE)
 
 
 @pytest.mark.item("task4.dropout", part="dropout")

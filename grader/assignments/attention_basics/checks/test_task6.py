@@ -18,7 +18,7 @@ from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
     compare, described, dropout, expect_linear, expect_projections,
-    mask_not_sliced, seeded)
+    mask_not_sliced, positions_only, seeded)
 
 
 def expected(case: Case) -> torch.Tensor:
@@ -66,6 +66,12 @@ def diagnose(case: Case, student: torch.Tensor) -> tuple[list[str], str]:
     return list(dict.fromkeys(ids)), words
 
 
+#: Mistakes that leave the mask alone (a scale is fitted besides):
+#: behind them a mask read from the scores is still named.
+MASK_FREE = ({}, {"out_proj": False}, {"split_transpose": False},
+             {"merge_transpose": False}, {"softmax_dim": -2})
+
+
 @pytest.mark.item("task6.values", part="values")
 def test_layers(task6: TaskRun) -> None:
     """W_query, W_key, W_value: nn.Linear(d_in, d_out, bias=qkv_bias);
@@ -92,6 +98,14 @@ def test_seeded_construction_gives_the_lecture_numbers(
     lecture's [0.3190, 0.4858] for the first token; the same with
     context_length 10."""
     seeded(task6, expected, diagnose=diagnose)
+
+
+@pytest.mark.item("task6.values", part="values")
+def test_mask_depends_on_positions_only(task6: TaskRun) -> None:
+    """With every score equal (zero W_query weights) the output is still
+    the reference's: a mask read from the score values fails
+    (mask_from_scores)."""
+    positions_only(task6, expected, mistakes.multi_variant, MASK_FREE)
 
 
 @pytest.mark.item("task6.dropout", part="dropout")

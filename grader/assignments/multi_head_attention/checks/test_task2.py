@@ -29,8 +29,7 @@ from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import (DROPOUT_DRAWS,
                                                            DROPOUT_RATES)
-from grader.assignments.multi_head_attention.dropout_masks import (
-    position_kinds, shared_blocks, unlikely, whole_lines)
+from grader.assignments.attention import MaskWords, mask_dependence
 
 OUT = "[batch_size, seq_len, hidden]"
 PROBS = "[batch_size * num_heads, seq_len, seq_len]"
@@ -853,16 +852,18 @@ def uniform_scale(train: torch.Tensor, evaluated: torch.Tensor
 
 # --------------------------------------------------------------------------
 # Dropout drops each probability on its own (docs/threat-model.md,
-# principle 5): a mask shared by the heads or the sequences, whole rows or
-# whole columns dropped together, or a kind of position (the diagonal)
-# never dropped is not nn.Dropout, even rescaled by 1 / (1 - p). Each test
-# below fails a correct dropout with probability at most
-# dropout_masks.ALPHA (18 such tests per grading, and the shared-block
-# test's own bound: under 1e-9 in all; docs/threat-model.md gives the
-# numbers).
+# principle 5): the tests are the attention plug-ins' shared ones
+# (grader/assignments/attention.py, ``mask_dependence``). Each fails a
+# correct dropout with probability at most attention.ALPHA (18 such tests
+# per grading, and the shared-block test's own bound: under 1e-9 in all;
+# docs/threat-model.md gives the numbers).
 
 ON_ITS_OWN = ("dropout must drop each probability on its own: use "
               "self.dropout (an nn.Dropout) on probs")
+MASK_WORDS = MaskWords(prefix="With dropout={p:g} in train mode",
+                       blocks="[seq_len, seq_len] blocks of probs",
+                       of="of probs", weights="probabilities",
+                       advice=ON_ITS_OWN)
 
 
 def drop_blocks(task2: TaskRun, p: float
@@ -890,29 +891,9 @@ def independent_masks(task2: TaskRun, p: float) -> None:
     found = drop_blocks(task2, p)
     if found is None:
         return
-    judged, masks = found
-    if any(shared_blocks(judged, mask) for mask in masks):
-        fail(f"With dropout={p:g} in train mode two [seq_len, seq_len] "
-             f"blocks of probs (two heads or two sequences) drop exactly "
-             f"the same probabilities: {ON_ITS_OWN}, not one mask shared "
-             f"by the heads or the batch.")
-    seq = judged.shape[-1]
-    for dim, what in ((-1, "query rows"), (-2, "key columns")):
-        dropped, lines = whole_lines(judged, masks, dim)
-        if dropped and unlikely(lines, p ** seq, dropped, True):
-            fail(f"With dropout={p:g} in train mode {dropped} of {lines} "
-                 f"whole {what} of probs are dropped together (chance "
-                 f"would drop about {lines * p ** seq:.2g}): {ON_ITS_OWN}, "
-                 f"not whole {what} at once.")
-    for where, kind in position_kinds(seq).items():
-        at = judged & kind
-        dropped = sum(int((mask & at).sum()) for mask in masks)
-        n = int(at.sum()) * len(masks)
-        if unlikely(n, p, dropped, False):
-            fail(f"With dropout={p:g} in train mode only {dropped} of "
-                 f"{n} probabilities {where} are dropped (about "
-                 f"{p * n:.0f} expected): {ON_ITS_OWN}; every position "
-                 f"may be dropped.")
+    problem = mask_dependence(*found, p, MASK_WORDS)
+    if problem:
+        fail(problem)
 
 
 @pytest.mark.item("task2.output", part="dropout")
