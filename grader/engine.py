@@ -337,19 +337,24 @@ def task_codes(assignment: Assignment, submission: Submission,
                                                     method)
         others = []
         elsewhere: set[int] = set()
+        other_ran: dict[tuple[int, int], frozenset[int]] = {}
         for other in assignment.tasks:
             span = analyses[other.id].span
             if other.id == task.id or submission.sources[other.id].path \
                     != source.path:
                 continue
+            ran = executed[other.id]
             if span is not None:
                 others.append(span)
-            elsewhere.update(_companions(other, executed[other.id]))
+                other_ran[span] = frozenset(
+                    id(d.node) for d in (ran.all if ran else ()))
+            elsewhere.update(_companions(other, ran))
         codes[task.id] = attribution.task_code(
             static_span=analysis.span, static_method=static_method,
             stub=analysis.stub, executed=executed[task.id],
             plan=statement_plans.get(source.path, {}), other_spans=others,
-            count=count_statements, elsewhere=frozenset(elsewhere))
+            count=count_statements, elsewhere=frozenset(elsewhere),
+            other_ran=other_ran)
     return codes
 
 

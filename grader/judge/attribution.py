@@ -310,11 +310,18 @@ def task_code(*, static_span: tuple[int, int] | None,
               other_spans: list[tuple[int, int]],
               count: Callable[[ast.FunctionDef | ast.AsyncFunctionDef],
                               int],
-              elsewhere: frozenset[int] = frozenset()) -> TaskCode:
+              elsewhere: frozenset[int] = frozenset(),
+              other_ran: dict[tuple[int, int], frozenset[int]] | None = None
+              ) -> TaskCode:
     """Combine the graded class as written with the code that ran.
 
     ``count`` counts a function's statements (the bonus rule);
-    ``other_spans`` are the other graded classes, judged by their tasks;
+    ``other_spans`` are the other graded classes, judged by their tasks:
+    their code is left out when it also ran for its own task (the ids
+    of definition nodes ``other_ran`` gives for that class's span; every
+    such definition when None); code of theirs that ran for this task
+    alone (a static method of another graded class doing this task's
+    work) is this task's, on its own span;
     ``elsewhere`` the ids of definition nodes another task judges as its
     companions (they ran for it too): they are left out of this task's
     PEP-8, shapes and bonus, but still scanned for forbidden APIs.
@@ -332,15 +339,24 @@ def task_code(*, static_span: tuple[int, int] | None,
                         statements=tuple(statements.values()),
                         statement_count=count_value)
     outside: list[str] = []
-    mine = sorted((d for d in executed.all
-                   if not any(_inside(d.span, o) for o in other_spans)),
+
+    def theirs(definition: Definition) -> bool:
+        return any(_inside(definition.span, o) for o in other_spans)
+
+    def judged_there(definition: Definition) -> bool:
+        return any(_inside(definition.span, o) and (
+            other_ran is None or id(definition.node) in other_ran.get(o, ()))
+            for o in other_spans)
+
+    mine = sorted((d for d in executed.all if not judged_there(d)),
                   key=lambda d: (d.span, d.qualname))
     for definition in mine:
         nodes.append(definition.node)
         if id(definition.node) in elsewhere:
             continue
         if not (static_span and _inside(definition.owner_span, static_span)):
-            spans.append(definition.owner_span)
+            spans.append(definition.span if theirs(definition)
+                         else definition.owner_span)
             outside.append(f"{definition.qualname} (line "
                            f"{definition.span[0]})")
     called = [d for d in executed.call

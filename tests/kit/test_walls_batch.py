@@ -635,6 +635,12 @@ CORPUS: dict[str, tuple] = {
                                 ("every tensor statement in "
                                  "MultiHeadSelfAttention.forward has a "
                                  "correct shape comment",)),
+    # -- Attribution (red team 9): another graded class's code that ran
+    #    for this task alone is this task's (before: 11, bonus included).
+    "cross_class_static_helper": ((1, 3, 0, -1, 0), CLEAN_2, (),
+                                  ("8 statement(s) in SelfAttention."
+                                   "forward have a missing or wrong "
+                                   "shape comment",)),
 }
 #: What a file must print in its task's output (its own verdict).
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
