@@ -32,6 +32,8 @@ MAX_HELD_SHAPES = 64
 # by data rather than by code (grader.worker.agent.CHOSEN_BY_DATA;
 # docs/threat-model.md, principle 4).
 CHOSEN_BY_DATA = "choose by data"
+#: The verb of a compiler's stand-in: it raised, nothing was compiled.
+REFUSED_COMPILE = "compile (refused)"
 # The trace record of a value the tracer could not read without running
 # code of the value's own (grader.worker.agent.UNREAD_RECORD;
 # docs/threat-model.md, principle 6): the statement is not verified.

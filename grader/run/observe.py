@@ -16,7 +16,8 @@ from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
 from grader.plan import Case, ProbeInfo
 from grader.run.sandbox import JobResult
-from grader.wire import CHOSEN_BY_DATA, ChannelError, Value, decode_value
+from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, ChannelError,
+                         Value, decode_value)
 
 
 @dataclass(frozen=True)
@@ -273,10 +274,18 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             if counts and text not in listed:
                 listed.append(text)
         elif kind == "event" and message.get("kind") == "untraceable":
+            what = str(message.get("object", ""))[:200]
             if message.get("verb") == CHOSEN_BY_DATA:
-                chosen.append(str(message.get("object", ""))[:200])
+                chosen.append(what)
+            elif message.get("verb") == REFUSED_COMPILE and \
+                    message.get("phase") in OUTSIDE_PROBES:
+                # Refused while loading (module-level demo code trying
+                # torch.compile): nothing compiled exists, so nothing of
+                # it can run in a probe; a refused attempt, reported.
+                _refused_compile(run, what, message.get("line"),
+                                 str(message.get("phase")))
             else:
-                compiled.append(str(message.get("object", ""))[:200])
+                compiled.append(what)
         elif kind == "patched":
             for what in message.get("what", []):
                 if str(what) not in run.patched:
@@ -312,6 +321,25 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
     if compiled or chosen:
         _charge_compiled(run, compiled, chosen)
     return run
+
+
+#: Phases outside the plan's probes: loading the module, the worker's own
+#: set-up, after the last probe.
+OUTSIDE_PROBES = ("import", "setup", "end")
+
+
+def _refused_compile(run: TaskRun, what: str, line: object,
+                     phase: str) -> None:
+    """A way into untraceable code refused outside the probes: the
+    stand-in raised instead of compiling, so no compiled code exists; it
+    is reported as a refused attempt (a flag), as a refused write is."""
+    event = Event(kind="refused", verb="compile code with", object=what,
+                  line=line if isinstance(line, int) else None,
+                  phase=phase[:100])
+    if event not in run.events:
+        run.events.append(event)
+    if event.sentence not in run.refused:
+        run.refused.append(event.sentence)
 
 
 def _charge_compiled(run: TaskRun, compilers: list[str],

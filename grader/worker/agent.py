@@ -44,6 +44,7 @@ HELD_COMPARE = 128
 # scan's bound, lifted for exact trees").
 MAX_HELD_TREE = 1 << 16
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
+REFUSED_COMPILE = "compile (refused)"  # grader.wire.REFUSED_COMPILE
 # The record of a value the tracer cannot read without running code of
 # its own (a property, a __getattribute__ of Python's, a name it cannot
 # find): the statement's comment is not verified (it fails closed).
@@ -4516,7 +4517,8 @@ def _forbidden(table: tuple[dict, set], name: str) -> Callable:
                   "yourself")
 
 
-def _untraceable(table: tuple[dict, set], name: str, verb: str = "compile",
+def _untraceable(table: tuple[dict, set], name: str,
+                 verb: str = REFUSED_COMPILE,
                  label: str | None = None) -> Callable:
     """The stand-in of a way into code the grader cannot trace: refused,
     its call reported (the task's items earn nothing). Set-up."""

@@ -52,13 +52,18 @@ CORPUS: dict[str, tuple] = {
         (0, 0, -1, 0, 0), CLEAN_2, 6, ("forbidden", "refused", "refused"),
         ("36 attempt(s) not listed", "_scaled_dot_product_attention_math")),
     # -- Principle 4: code the grader cannot see earns nothing it serves.
-    "jit_script_helper": (ZERO, ZERO, 0, ("untraceable", "untraceable"),
-                          ("code compiled by torch._C._jit_script_compile",)),
-    "jit_string_unit": (ZERO, ZERO, 0, ("untraceable", "untraceable"),
-                        ("code compiled by torch._C.CompilationUnit",)),
+    # Refused at import (red team 9): nothing was compiled, so a refused
+    # attempt (a flag); the module cannot load without what it compiles.
+    "jit_script_helper": (ZERO, ZERO, 0, ("refused",),
+                          ('compile code with "torch._C._jit_script_'
+                           'compile"', "could not be loaded")),
+    "jit_string_unit": (ZERO, ZERO, 0, ("refused",),
+                        ('compile code with "torch._C.CompilationUnit"',
+                         "could not be loaded")),
     "jit_trace_method": (
-        ZERO, ZERO, 0, ("untraceable", "untraceable"),
-        ("code compiled by torch._C._create_function_from_trace",)),
+        ZERO, ZERO, 0, ("refused",),
+        ('compile code with "torch._C._create_function_from_trace"',
+         "could not be loaded")),
     # -- Principle 3: a forbidden kernel is unreachable, not watched.
     "copy_from_spec": ((0, 0, 0, -1, 0), CLEAN_2, 6, ("forbidden",),
                        ("load a second copy of", "torch/nn/functional.py")),

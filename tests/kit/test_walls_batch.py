@@ -182,9 +182,9 @@ CORPUS: dict[str, tuple] = {
     "cells_silence_stand_ins": (ZERO, CLEAN_2, ("forbidden",),
                                 ("torch.nn.functional.scaled_dot_product_"
                                  "attention",)),
-    "cells_restore_originals": (ZERO, ZERO, ("untraceable", "untraceable"),
-                                ("code compiled by "
-                                 "torch._C._jit_script_compile",)),
+    "cells_restore_originals": (CLEAN_1, CLEAN_2, ("refused",),
+                                ('compile code with "torch._C._jit_script_'
+                                 'compile"',)),
     "cells_code_swap": (ZERO, CLEAN_2, ("untraceable",),
                         ("made at run time by a replaced __code__",)),
     "cells_reach_audit": (ZERO, CLEAN_2, ("forbidden",),
@@ -635,6 +635,10 @@ CORPUS: dict[str, tuple] = {
                                 ("every tensor statement in "
                                  "MultiHeadSelfAttention.forward has a "
                                  "correct shape comment",)),
+    # -- Principle 4 (red team 9): a compiler refused while loading
+    #    compiled nothing: a refused attempt, not untraceable code.
+    "honest_compile_fallback": (CLEAN_1, CLEAN_2, ("refused",),
+                                ('compile code with "torch.compile"',)),
     # -- Attribution (red team 9): another graded class's code that ran
     #    for this task alone is this task's (before: 11, bonus included).
     "cross_class_static_helper": ((1, 3, 0, -1, 0), CLEAN_2, (),

@@ -4,10 +4,10 @@ SelfAttention.forward hands its work to a visible module-level helper
 compiled with ``torch.jit.script``: TorchScript's interpreter runs it,
 where no Python trace function follows (no shape, no coverage).
 
-Expected: the compiled code is code the grader cannot see. It was
-compiled at import, which every task's run does, so the grader cannot
-tell which task it serves: every correctness item earns nothing (flag
-``untraceable``, naming the compiler).
+Expected: the compiler's stand-in raises at import, so nothing is
+compiled and no code the grader cannot see runs: a refused attempt
+(flag ``refused``, naming the compiler). The module cannot be loaded
+without what it compiles, so every item earns nothing.
 """
 import torch
 import torch.nn as nn

@@ -5,10 +5,10 @@ tracer ``torch.jit.trace`` uses, called directly (it needs no frame);
 SelfAttention.forward runs the recorded graph, where no trace function
 follows (the helper's lines never run while graded).
 
-Expected: the compiled code is code the grader cannot see. It was
-compiled at import, which every task's run does, so the grader cannot
-tell which task it serves: every correctness item earns nothing (flag
-``untraceable``, naming the compiler).
+Expected: the compiler's stand-in raises at import, so nothing is
+compiled and no code the grader cannot see runs: a refused attempt
+(flag ``refused``, naming the compiler). The module cannot be loaded
+without what it compiles, so every item earns nothing.
 """
 import torch
 import torch.nn as nn
