@@ -667,3 +667,25 @@ def test_flake8_findings_of_unpenalised_tasks_are_reported(
     assert report.score == 10
     assert any("simple_self_attention" in note and "E261" in note
                for note in report.notes), report.notes
+
+
+def test_the_dropout_case_sizes_follow_the_seed() -> None:
+    """Red team 9: code that dropped only at the one batch size every
+    seed used (24) earned both dropout points. Every size of the dropout
+    case is drawn from the seed, and each keeps what the dropout checks
+    need: at least 12 tokens, values wider than the tokens (the weights
+    can be read back), two heads for task 6."""
+    from grader.assignments.attention_basics.cases import dropout_case
+
+    for task in ("task4", "task6"):
+        drawn = [dropout_case(seed, task).sizes for seed in range(40)]
+        assert len({s["batch_size"] for s in drawn}) >= 8
+        assert len({s["num_tokens"] for s in drawn}) == 2
+        assert len({s["d_in"] for s in drawn}) >= 3
+        for sizes in drawn:
+            assert sizes["num_tokens"] >= 12
+            assert sizes["batch_size"] >= 18
+            assert sizes["d_in"] > sizes["num_tokens"]
+            width = sizes.get("head_dim", sizes["d_out"])
+            assert width > sizes["num_tokens"]
+            assert sizes.get("num_heads", 2) == 2

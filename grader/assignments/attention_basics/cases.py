@@ -80,7 +80,8 @@ HIDDEN_CASES = 3
 DROPOUT_RATES = (0.5, 0.2)
 DROPOUT_DRAWS = 2
 # The dropout case's sequence length and task 6's heads (dropout_case).
-DROPOUT_TOKENS = 12
+DROPOUT_TOKENS = (12, 14)   # [low, high): the dropout case's num_tokens
+DROPOUT_BATCH = (18, 31)    # and its batch size
 DROPOUT_HEADS = 2
 PUBLIC = "lecture"
 # The name suffix of an equal-scores case (equal_scores).
@@ -334,7 +335,8 @@ def dropout_case(seed: int, task: str) -> Case:
     unsliced mask (judged by the other item) does not cost the dropout
     point too (nor does a head split or merge without the transpose:
     :func:`mistakes.weights_layout` reads the weights in its layout).
-    24 sequences of 12 tokens give 1872 causal weights per head and call,
+    At least 18 sequences of 12 tokens (sizes drawn from the seed) give
+    1404 causal weights per head and call,
     so the bounds of :func:`grader.judge.checking.share_bounds` (two calls
     per rate) separate p = 0.2 from p = 0.5, and the 78 causal weights of
     a [num_tokens, num_tokens] block make two blocks of an honest dropout
@@ -343,11 +345,16 @@ def dropout_case(seed: int, task: str) -> Case:
     mask_dependence`; docs/threat-model.md, principle 5).
     """
     rng = _rng(seed, "dropout", task)
-    sizes = {"batch_size": 24, "num_tokens": DROPOUT_TOKENS,
-             "context_length": DROPOUT_TOKENS, "d_in": 13, "d_out": 14}
+    # Every size is drawn from the seed (red team 9: code that dropped
+    # only at a batch of 24 earned the point): 18 to 30 sequences of 12 or 13.
+    tokens = int(rng.integers(*DROPOUT_TOKENS))
+    width = tokens + int(rng.integers(1, 4))
+    sizes = {"batch_size": int(rng.integers(*DROPOUT_BATCH)),
+             "num_tokens": tokens, "context_length": tokens,
+             "d_in": tokens + int(rng.integers(1, 4)), "d_out": width}
     if task == "task6":
-        sizes.update(num_heads=DROPOUT_HEADS, head_dim=14,
-                     d_out=14 * DROPOUT_HEADS)
+        sizes.update(num_heads=DROPOUT_HEADS, head_dim=width,
+                     d_out=width * DROPOUT_HEADS)
     weights = random_weights(rng, task, sizes, False)
     if task == "task6":
         d_out = sizes["d_out"]
