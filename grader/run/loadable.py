@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import glob
 import importlib.machinery
 import importlib.util
 import os
@@ -169,14 +170,33 @@ def _hidden_submodule(module: str, spec: importlib.machinery.ModuleSpec,
     parts = module.split(".")
     if roots is None or len(parts) < 2 or not spec.submodule_search_locations:
         return None
+    found = False
     for folder in spec.submodule_search_locations:
         base = Path(folder) / parts[1]
+        found = found or base.exists() or any(
+            Path(folder).glob(f"{glob.escape(parts[1])}.*"))
         for path in (base.with_name(f"{parts[1]}.py"), base / "__init__.py"):
             if path.is_file() and not _readable(str(path), roots):
                 return (f"not shipped with this homework (the grader's "
                         f"sandbox holds only the files of {parts[0]} that "
                         f"the homework's release ships)")
+    if not found and any(_hides_some(folder, roots)
+                         for folder in spec.submodule_search_locations):
+        # A module of the student package that the package does not have
+        # (a student's own helper module): the file is graded alone.
+        return (f"not a module of {parts[0]} as the homework ships it (one "
+                f"file is graded, alone: put the helper in the file)")
     return None
+
+
+def _hides_some(folder: str, roots: dict[str, list[str]]) -> bool:
+    """True when the sandbox hides some file of ``folder``: a package it
+    shows selectively (the student package), not an installed library."""
+    try:
+        return any(path.suffix == ".py" and not _readable(str(path), roots)
+                   for path in Path(folder).iterdir())
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------

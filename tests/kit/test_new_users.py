@@ -268,7 +268,8 @@ def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
 def test_a_helper_module_of_ones_own_is_named_with_what_to_do(tmp_path):
     """A repository whose file imports a module of its own package (red
     team 6): only the graded file reaches the sandbox, and the report
-    says so and what to do, besides Python's own error."""
+    says so and what to do, besides Python's own error; the classes that
+    do not need the module are graded on merit (red team 9)."""
     package = tmp_path / "repo" / "transformer_lm"
     package.mkdir(parents=True)
     (package / "attn_utils.py").write_text("SCALE = 2\n")
@@ -279,11 +280,14 @@ def test_a_helper_module_of_ones_own_is_named_with_what_to_do(tmp_path):
     (package / "modeling_attention.py").write_text(text)
     report = json.loads(finish(start("grade", str(tmp_path / "repo"),
                                      "--public-only", "--format", "json")))
-    assert report["score"] == 0
-    error = " ".join(report["errors"])
-    assert "No module named 'transformer_lm.attn_utils'" in error
-    assert ("The grader imports only the graded file and the package "
-            "files this homework ships") in error
+    # The import is module-level code that fails: it costs only what
+    # needs it (nothing here), and the report says why it was skipped.
+    assert report["score"] == 11
+    notes = " ".join(report["notes"])
+    assert "No module named 'transformer_lm.attn_utils'" in notes
+    assert ("skipped: not a module of transformer_lm as the homework "
+            "ships it (one file is graded, alone: put the helper in the "
+            "file)") in notes
 
 
 def test_similarity_gives_the_true_reason(graded_class, tmp_path):
