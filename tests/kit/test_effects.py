@@ -132,8 +132,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 3, 0, 0, 1, 3, 0, 1, 0, 0), (), PLAIN_LEAK),
         # Red team 9, U7: the mask only in eval mode.
         "causal_mask_eval_only": (
-            NO_CAUSAL, (), "With causal=True in train mode (model.train(), "
-            "dropout=0)"),
+            NO_CAUSAL, (), "the probs are not 0 above the diagonal (tokens "
+            "attend to the future), though in eval mode they are"),
         # Red team 9, U2: right structure over other scores, while
         # task2.scores passes (the unmasked scores are right).
         "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),

@@ -557,21 +557,25 @@ def causal_values(task2: TaskRun) -> None:
 
 def causal_in_training(task2: TaskRun) -> None:
     """The mask acts in train mode too (``causal-train:``, dropout 0):
-    the probs have the causal structure and att follows them (red team 9,
-    U7: a mask applied only in eval mode lets the layer train on the
-    future)."""
+    the probs are 0 above the diagonal, and when they are the eval ones,
+    att follows them (red team 9, U7: a mask applied only in eval mode
+    lets the layer train on the future). Only the future is judged: a
+    dropout that acts at p = 0 (a fixed rate) changes the rest, and the
+    dropout point has paid for it."""
     probe_ids = task2.probe_ids("causal-train:")
     require_ran(task2, probe_ids, CALL + " with causal=True in train mode")
     for probe_id in probe_ids:
         case, probs = probs_of(task2, probe_id)
-        problem = causal_problem(probs)
-        if problem is not None:
+        name = probe_id.removeprefix("causal-train:")
+        if not hides_future(probs):
             fail(f"With causal=True in train mode (model.train(), "
-                 f"dropout=0) on {case.describe()} the probs {problem}, "
-                 f"though in eval mode they hide the future: the mask "
-                 f"must act in training too.")
-        causal_att_follows(task2, probe_id,
-                           probe_id.removeprefix("causal-train:"))
+                 f"dropout=0) on {case.describe()} the probs are not 0 "
+                 f"above the diagonal (tokens attend to the future), "
+                 f"though in eval mode they are: the mask must act in "
+                 f"training too.")
+        evaluated = optional_probs(task2, f"causal:{name}")
+        if evaluated is not None and close(probs, evaluated):
+            causal_att_follows(task2, probe_id, name)
 
 
 def plain_att(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
