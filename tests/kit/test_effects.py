@@ -16,7 +16,10 @@ embeddings, a bigram that never calls its layers), or reaches every part
 while only out_proj learns. ``hostile/effects/causal/`` attacks
 ``multi_head_attention``'s task2.causal: the returned probs are masked,
 but att is computed from other probabilities that see later tokens (red
-team 8). Each folder is
+team 8); the mask acts only when the probs are returned or only in eval
+mode, or the causal branch computes other scores than the unmasked one
+(red team 9, U4, U7, U2; the dropout folder holds U4's dropout half).
+Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
@@ -71,6 +74,9 @@ NOT_TRAINED_DICT = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, -1)
 NO_CAUSAL = (1, 3, 0, 0, 1, 3, 0, 2, 0, 0)
 CAUSAL_LEAK = ("the returned probs hide the future, but att is not those "
                "probs times the values")
+PLAIN_LEAK = ("forward(x) returns another att than forward(x, "
+              "return_attention=True)")
+OTHER_SCORES = ("hide the future but do not match the reference")
 WROTE = "changed during training with loss, not by a gradient step"
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
@@ -106,6 +112,10 @@ CORPUS: dict[str, dict[str, tuple]] = {
             "because task2.scores failed"),
         "values_unscaled_control": (
             (1, 3, 0, 0, 1, 0, 1, 2, 0, 0), (), "ok"),
+        # Red team 9, U4: dropout only when the probs are returned.
+        "drop_with_probs": (
+            NO_DROPOUT, (), "under the same random seed, forward(x) "
+            "returns another att than forward(x, return_attention=True)"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -115,6 +125,19 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # A value-step mistake (no_mix) is task2.output's alone.
         "honest_causal_no_mix": (NO_DROPOUT, (), "ok"),  # values missed
         "honest_causal_additive": (FULL_ATTENTION, (), "ok"),
+        # Red team 9, U4: the mask only when the probs are returned
+        # (alone, and with dropout likewise: the red team's file).
+        "causal_mask_with_probs": (NO_CAUSAL, (), PLAIN_LEAK),
+        "causal_and_drop_with_probs": (
+            (1, 3, 0, 0, 1, 3, 0, 1, 0, 0), (), PLAIN_LEAK),
+        # Red team 9, U7: the mask only in eval mode.
+        "causal_mask_eval_only": (
+            NO_CAUSAL, (), "the probs are not 0 above the diagonal (tokens "
+            "attend to the future), though in eval mode they are"),
+        # Red team 9, U2: right structure over other scores, while
+        # task2.scores passes (the unmasked scores are right).
+        "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),
+        "causal_branch_uniform": (NO_CAUSAL, (), OTHER_SCORES),
     },
     "basics": {
         # Red team 8, U4, and variants: a mask read from the scores.

@@ -20,7 +20,12 @@ Probes of task 2 (ids are prefixes the checks select on):
   so every score is 0: a mask built from the score values shows there;
 * ``zero-qk:<case>``: zero query and key weights (uniform probabilities),
   for the value point when the scores are wrong;
-* ``att-only:<case>``: ``forward(x)``;
+* ``att-only:<case>``: ``forward(x)``; ``att-only-causal:<case>`` the
+  same with ``causal=True`` and ``att-only-dropout-train:<p>:0`` in train
+  mode under the seed of ``dropout-train:<p>:0`` (the mask and dropout
+  reach forward(x) too);
+* ``causal-train:<case>``: causal in train mode at p = 0 (the mask acts
+  in training too);
 * ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``: a hidden case large
   enough to measure a dropout rate, for two rates p and two random seeds
   per rate; ``dropout-off`` and ``dropout-zero:<draw>``: the same case at
@@ -329,6 +334,17 @@ def build(seed: int, public_only: bool,
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
                             layers=LAYERS_2, init=_mha_init(first)))
+    # The mask in every mode and call (red team 9, U4 and U7): forward(x)
+    # with causal=True, and causal in train mode at p = 0.
+    plan.add("task2", probe(
+        f"att-only-causal:{first.name}", "MultiHeadSelfAttention",
+        case=first, layers=LAYERS_2, init=_mha_init(first, causal=True),
+        params={"causal": True}))
+    plan.add("task2", probe(
+        f"causal-train:{first.name}", "MultiHeadSelfAttention", case=first,
+        layers=LAYERS_2, init=_mha_init(first, causal=True),
+        kwargs={"return_attention": True}, train=True,
+        params={"causal": True}))
     drop = dropout_case(seed)
     for p in (0.0,) + DROPOUT_RATES:
         for draw in (None,) + tuple(range(DROPOUT_DRAWS)):
@@ -340,6 +356,14 @@ def build(seed: int, public_only: bool,
                 seed=derive_seed(seed, "multi_head_attention", "dropout",
                                  p, draw),
                 params={"dropout": p}))
+    # forward(x) under the seed of dropout-train:<p>:0: the same draws.
+    p = DROPOUT_RATES[0]
+    plan.add("task2", probe(
+        f"att-only-{dropout_probe(p, 0)}", "MultiHeadSelfAttention",
+        case=drop, layers=LAYERS_2, init=_mha_init(drop, dropout=p),
+        train=True, seed=derive_seed(seed, "multi_head_attention",
+                                     "dropout", p, 0),
+        params={"dropout": p}))
     if not public_only:
         for case, key in size_cases(seed, "task2"):
             base = case.name.removesuffix("-" + key)

@@ -527,8 +527,122 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
                 failures.append(exc)
         if failures:
             raise every_mistake(failures)
+        causal_values(task2)
         for probe_id in task2.probe_ids("causal:"):
             causal_att_follows(task2, probe_id)
+        causal_in_training(task2)
+        causal_without_probs(task2)
+
+
+def causal_values(task2: TaskRun) -> None:
+    """When task2.scores passed (the unmasked probs are the reference's),
+    the causal probs must be the reference's too: right structure over
+    other scores (unscaled, or not from q and k) is a causal branch that
+    computes something else. When task2.scores failed, the structure is
+    judged alone, so a score mistake is not charged twice (red team 9,
+    U2; docs/rubric-decisions.md)."""
+    if not scores_correct(task2):
+        return
+    for probe_id in task2.probe_ids("causal:"):
+        case, probs = probs_of(task2, probe_id)
+        want = expected(case, causal=True)[1]
+        if not close(probs, want):
+            fail(f"With causal=True on {case.describe()} the probs hide "
+                 f"the future but do not match the reference "
+                 f"({max_error(probs, want)}), though without the mask "
+                 f"they do: the causal branch computes other scores "
+                 f"(another scale, or not q @ k^T). Compute the scaled "
+                 f"scores once, then mask them.")
+
+
+def causal_in_training(task2: TaskRun) -> None:
+    """The mask acts in train mode too (``causal-train:``, dropout 0):
+    the probs are 0 above the diagonal, and when they are the eval ones,
+    att follows them (red team 9, U7: a mask applied only in eval mode
+    lets the layer train on the future). Only the future is judged: a
+    dropout that acts at p = 0 (a fixed rate) changes the rest, and the
+    dropout point has paid for it."""
+    probe_ids = task2.probe_ids("causal-train:")
+    require_ran(task2, probe_ids, CALL + " with causal=True in train mode")
+    for probe_id in probe_ids:
+        case, probs = probs_of(task2, probe_id)
+        name = probe_id.removeprefix("causal-train:")
+        if not hides_future(probs):
+            fail(f"With causal=True in train mode (model.train(), "
+                 f"dropout=0) on {case.describe()} the probs are not 0 "
+                 f"above the diagonal (tokens attend to the future), "
+                 f"though in eval mode they are: the mask must act in "
+                 f"training too.")
+        evaluated = optional_probs(task2, f"causal:{name}")
+        if evaluated is not None and close(probs, evaluated):
+            causal_att_follows(task2, probe_id, name)
+
+
+def plain_att(task2: TaskRun, probe_id: str) -> torch.Tensor | None:
+    """What forward(x) returned, when it ran and returned a tensor of
+    att's contract shape; None otherwise."""
+    if probe_id not in task2.results or not task2.result(probe_id).ok:
+        return None
+    value = task2.result(probe_id).value
+    s = task2.case(probe_id).sizes
+    shape = (s["batch_size"], s["seq_len"], s["hidden"])
+    if value is None or value.kind != "tensor" or value.tensor is None \
+            or tuple(value.shape) != shape \
+            or not value.tensor.is_floating_point():
+        return None
+    return value.tensor
+
+
+def plain_call_judged(task2: TaskRun) -> bool:
+    """True when forward(x) returns the att forward(x,
+    return_attention=True) returns (``att-only:``, the value point's
+    check): only then are the mask and dropout judged through forward(x)
+    too (otherwise the value point has paid for forward(x))."""
+    probe_ids = task2.probe_ids("att-only:")
+    for probe_id in probe_ids:
+        att = plain_att(task2, probe_id)
+        with_probs = _tensors(task2,
+                              "probs:" + probe_id.removeprefix("att-only:"))
+        if att is None or with_probs is None \
+                or not close(att, with_probs[1]):
+            return False
+    return bool(probe_ids)
+
+
+def plain_call_differs(task2: TaskRun, probe_id: str,
+                       want: torch.Tensor) -> str:
+    """How forward(x) (``probe_id``) differs from ``want``, the att of the
+    same call with return_attention=True, or ""."""
+    what = "MultiHeadSelfAttention.forward(x)"
+    require_ran(task2, [probe_id], what)
+    att = plain_att(task2, probe_id)
+    if att is None:
+        return (f"does not return att as a tensor {OUT} (it does without "
+                f"the mask or dropout)")
+    if close(att, want):
+        return ""
+    return (f"returns another att than forward(x, return_attention=True) "
+            f"({max_error(att, want)})")
+
+
+def causal_without_probs(task2: TaskRun) -> None:
+    """forward(x) with causal=True returns the masked att (red team 9, U4:
+    a mask applied only when the probabilities are returned); judged when
+    forward(x) is right without the mask."""
+    if not plain_call_judged(task2):
+        return
+    for probe_id in task2.probe_ids("att-only-causal:"):
+        found = _tensors(task2,
+                         "causal:" + probe_id.removeprefix("att-only-causal:"))
+        if found is None:
+            continue
+        case, want, _ = found
+        differs = plain_call_differs(task2, probe_id, want)
+        if differs:
+            fail(f"With causal=True on {case.describe()} forward(x) "
+                 f"{differs}: the mask must act whether or not the "
+                 f"probabilities are returned. Mask the scores before "
+                 f"the return_attention branch.")
 
 
 def _tensors(task2: TaskRun, probe_id: str
@@ -551,7 +665,8 @@ def _tensors(task2: TaskRun, probe_id: str
     return case, att.tensor.reshape(shape), probs.tensor
 
 
-def causal_att_follows(task2: TaskRun, probe_id: str) -> None:
+def causal_att_follows(task2: TaskRun, probe_id: str,
+                       name: str | None = None) -> None:
     """The mask must reach the output: with causal=True, att is the
     masked probs forward returns carried through the same value step
     that gives att from probs without the mask (whichever known step
@@ -559,8 +674,9 @@ def causal_att_follows(task2: TaskRun, probe_id: str) -> None:
     task2.output alone). A value step the grader cannot follow on the
     unmasked case leaves the structure to judge alone; an attacker gains
     nothing there, since such an att fails task2.output
-    (docs/rubric-decisions.md)."""
-    name = probe_id.removeprefix("causal:")
+    (docs/rubric-decisions.md). ``name``: the case's name (default: the
+    probe's, ``causal:<name>``)."""
+    name = name or probe_id.removeprefix("causal:")
     if f"probs:{name}" not in task2.probe_ids("probs:"):
         return
     plain, masked = (_tensors(task2, f"probs:{name}"),
@@ -929,6 +1045,28 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
                      f"passed to __init__).")
             independent_masks(task2, p)
         dropout_reaches_output(task2)
+        dropout_without_probs(task2)
+
+
+def dropout_without_probs(task2: TaskRun) -> None:
+    """forward(x) in train mode under the seed of a
+    ``dropout-train:<p>:<draw>`` probe returns that probe's att: the same
+    draws drop the same probabilities (red team 9, U4: dropout applied
+    only when the probabilities are returned); judged when forward(x) is
+    right in eval mode."""
+    if not plain_call_judged(task2):
+        return
+    for probe_id in task2.probe_ids("att-only-dropout-"):
+        twin = probe_id.removeprefix("att-only-")
+        _, want, _ = dropout_att(task2, twin)
+        p = task2.result(probe_id).info.params.get("dropout", 0.0)
+        differs = plain_call_differs(task2, probe_id, want)
+        if differs:
+            fail(f"With dropout={p:g} in train mode, under the same "
+                 f"random seed, forward(x) {differs}: dropout must act "
+                 f"whether or not the probabilities are returned. Apply "
+                 f"self.dropout to probs before the return_attention "
+                 f"branch.")
 
 
 # --------------------------------------------------------------------------
