@@ -3868,8 +3868,8 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
         modules = modules if b_type(modules) is b_dict else {}
         info["children"] = {b_str(name)[:80]: child(value) for name, value
                             in b_list(modules.items())[:32]}
-        # One level deeper, flat ("child.name"): a plug-in can read a
-        # child's own dropout rate (at most 64 entries).
+        # One level deeper, flat ("child.name"): a plug-in can read the
+        # numbers of a child's own children (at most 64 entries).
         nested = {}
         for name, value in b_list(modules.items())[:32]:
             inner = instance_dict(value).get("_modules")
