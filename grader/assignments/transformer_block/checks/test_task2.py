@@ -127,12 +127,13 @@ def test_logits_match_reference(task2: TaskRun, depth: str,
 
 def load_failed(task2: TaskRun, probe_id: str) -> bool:
     """True when a probe stopped before the model's code was called,
-    on an error none of the submission's lines raised: the model, built,
-    could not take the contract's weights (a name it lacks, or two names
-    that are one parameter)."""
+    on the worker's LookupError, which none of the submission's lines
+    raised: the model, built, could not take the contract's weights (a
+    name it lacks, or two names that are one parameter)."""
     result = task2.result(probe_id)
+    error = result.error or {}
     return (not result.ok and result.stopped is None
-            and result.error is not None and "line" not in result.error
+            and error.get("type") == "LookupError" and "line" not in error
             and not any(ran[-1] == "call" for ran in result.ran))
 
 
