@@ -3,7 +3,9 @@
 Isolation (docs/transformer_block.md): every item of task 2 is judged on
 models with two encoder layers when the student's TransformerEncoderLayer
 earns task1.forward, and on models with no layer (embeddings and output
-projection alone) otherwise, so a mistake in task 1 is not paid twice.
+projection alone) otherwise, so a mistake in task 1 is not paid twice;
+task2.layers is judged with two layers whenever the layer earns
+task1.layers, and task2.causal whenever it keeps causal=True causal.
 The loss item compares ``loss`` with the cross-entropy the grader computes
 from the student's own logits on the same weights; the training item
 computes the loss itself on fresh text: with its own reference model on
@@ -153,11 +155,11 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
         if layer_built and load_failed(task2, base_id):
             fail(f"TransformerLM(..., num_layers=2, ...) could not take "
                  f"the contract's weights: "
-                 f"{task2.result(base_id).problem}. Build num_layers "
-                 f"separate TransformerEncoderLayer objects in self.layers "
-                 f"(an nn.ModuleList of new layers, not one layer repeated)."
-                 f" Your TransformerEncoderLayer earns task1.layers, so the "
-                 f"model is at fault.")
+                 f"{task2.result(base_id).problem}. Build self.layers as "
+                 f"an nn.ModuleList of num_layers new "
+                 f"TransformerEncoderLayer objects (not one layer "
+                 f"repeated); your TransformerEncoderLayer earns "
+                 f"task1.layers, so the model is at fault.")
         if not (forward_ran(task2, base_id) and forward_ran(task2, probe_id)):
             return
         case, base = logits_of(task2, base_id)
