@@ -340,20 +340,12 @@ def _describe(value: Any) -> str | None:
     if not isinstance(value, dict) or not _text(value.get("type")) \
             or not isinstance(value.get("is_module"), bool):
         return "a description is malformed"
-    children = value.get("children", {})
-    if not isinstance(children, dict):
-        return "a description's children are malformed"
-    for name, child in children.items():
-        if not (_text(name) and isinstance(child, dict)
-                and _text(child.get("type"))
-                and isinstance(child.get("is_linear"), bool)
-                and all(_count(child.get(k)) for k in ("in_features",
-                                                       "out_features")
-                        if k in child or child["is_linear"])
-                and isinstance(child.get("bias", False), bool)
-                and len(child) <= 16 and all(
-                    _text(k) and _number(v) for k, v in child.items()
-                    if k not in _CHILD_KEYS)):
+    for key, limit in (("children", 32), ("grandchildren", 64)):
+        children = value.get(key, {})
+        if not isinstance(children, dict) or len(children) > limit:
+            return f"a description's {key} are malformed"
+        if not all(_text(name) and _child(child)
+                   for name, child in children.items()):
             return "the description of a child layer is malformed"
     if not all(_shape_map(value.get(key, {})) for key in ("parameters",
                                                           "buffers")):
@@ -361,6 +353,20 @@ def _describe(value: Any) -> str | None:
     if not _aliases(value.get("aliases", {})):
         return "a description's aliases are malformed"
     return None
+
+
+def _child(child: Any) -> bool:
+    """A child's (or grandchild's) description: type, Linear sizes, the
+    numbers the job's sandbox table names."""
+    return (isinstance(child, dict) and _text(child.get("type"))
+            and isinstance(child.get("is_linear"), bool)
+            and all(_count(child.get(k)) for k in ("in_features",
+                                                   "out_features")
+                    if k in child or child["is_linear"])
+            and isinstance(child.get("bias", False), bool)
+            and len(child) <= 16 and all(
+                _text(k) and _number(v) for k, v in child.items()
+                if k not in _CHILD_KEYS))
 
 
 def _aliases(value: Any) -> bool:

@@ -26,6 +26,8 @@ SOURCE = textwrap.dedent('''
             super().__init__()
             self.norm = torch.nn.LayerNorm(4, eps=0.25)
             self.drop = torch.nn.Dropout(0.5)
+            self.inner = torch.nn.Sequential(torch.nn.LayerNorm(4,
+                                                                eps=0.125))
 
 
     torch.nn.LayerNorm.extra_repr = lambda self: "patched"
@@ -61,6 +63,14 @@ def test_the_table_names_what_the_worker_reports(results: dict) -> None:
     assert children["drop"] == {"type": "Dropout", "is_linear": False}
     patched = [w for m in _frames(result, "patched") for w in m["what"]]
     assert "torch.nn.LayerNorm.extra_repr" in patched
+
+
+def test_a_child_s_children_are_reported_flat(results: dict) -> None:
+    """One level deeper (a plug-in reads an inner dropout's rate): each
+    grandchild under "child.name", with the table's numbers."""
+    [probe] = _frames(results["with"], "probe")
+    assert probe["describe"]["grandchildren"] == {
+        "inner.0": {"type": "LayerNorm", "is_linear": False, "eps": 0.125}}
 
 
 def test_without_the_table_the_worker_reports_none_of_it(

@@ -8,7 +8,9 @@ that peeks at the next token through a module-level side channel, one that
 returns the grader's reference logits by importing it or by reading it
 from disk, losses faked by a constant, training that memorises the text
 in a dict instead of moving the weights, a layer whose k and q share one
-weight, a tie the contract does not allow). The table
+weight, a tie the contract does not allow), and red team 9's routes (dropout
+applied in eval mode, an attention built without the dropout rate, one layer
+object repeated in the model behind a pre-norm layer). The table
 gives, for each, the score of every item that does not earn full points,
 the diagnoses of the failing items and the total, as
 ``grader/assignments/transformer_block/rubric.toml`` and
@@ -121,6 +123,24 @@ CORPUS: dict[str, Expected] = {
         {"task1.forward": 0.0, "task2.logits": 0.0},
         {"task1.forward": ("pre_norm",)},
         why="layers[1] never reaches the logits"),
+    # ------------------------------------------ dropout (red team 9, U1)
+    "mistake_dropout_in_eval": lost(
+        "task1.forward",
+        why="F.dropout(..., self.dropout.p) drops in eval mode too: the "
+            "eval-mode probes built with dropout 0.3 differ from the "
+            "reference; " + LAYER_WHY),
+    "mistake_attention_without_dropout": lost(
+        "task1.layers",
+        why="self_attention's own nn.Dropout has rate 0, not the layer's "
+            "rate (the describe probe's grandchildren)"),
+    # ------------------------ one layer object repeated (red team 9, U3)
+    "mistake_shared_layers_pre_norm": Expected(
+        {"task1.forward": 0.0, "task2.layers": 0.0, "task2.logits": 0.0},
+        {"task1.forward": ("pre_norm",)},
+        why="the layer earns task1.layers, so task2.layers is judged with "
+            "two layers (one parameter under both names fails it) and the "
+            "two-layer model that cannot take the contract's weights "
+            "fails task2.logits; below the same LM with a right layer"),
     # ---------------------------------------------------------- positions
     "mistake_no_positions_unused": lost(
         "task2.logits", diagnosis="no_position_embeddings",
@@ -205,6 +225,8 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "mistake_loss_not_shifted_transpose": 8, "penalties": 8,
           "mistake_pre_norm_lm_not_causal": 6,
           "mistake_layers_skipped": 5, "mistake_layers_first_only": 5,
+          "mistake_attention_without_dropout": 9,
+          "mistake_shared_layers_pre_norm": 4,
           "penalties_own_attention": 8,
           "broken_syntax_error": 0, "broken_lm_forward_raises": 5,
           "hostile_constant_loss": 8, "hostile_constant_loss_graph": 8,

@@ -12,6 +12,10 @@ Probes of task 1 (TransformerEncoderLayer):
 
 * ``init:<n>``: the layer built with two sets of sizes, described;
 * ``forward:<case>:causal=<c>``: ``forward(x)`` in eval mode;
+* ``forward:<case>:causal=True:dropout=<p>``: the same in eval mode on a
+  layer built with dropout ``EVAL_DROPOUT``: dropout is off in eval mode,
+  so the output must still be the reference's (a layer that drops in eval
+  mode, e.g. with ``F.dropout``'s default ``training=True``, fails);
 * ``layer-future:<case>:<i>``: the causal layer on the same case with
   every position after i changed, so that task2.causal can tell a layer
   that keeps ``causal=True`` causal (however wrong its values) from one
@@ -70,6 +74,8 @@ TRAIN_BATCH = {"d2": 32, "d0": 8}
 # (ln 12 = 2.48 untrained; the reference reaches < 0.3 under every seed
 # the kit's tests try, a bigram or a frozen body stays above 1.5 at d2).
 TRAIN_BOUND = 0.8
+#: The dropout rate of the eval-mode probes that must ignore it.
+EVAL_DROPOUT = 0.3
 RANGES_1 = {"batch_size": (2, 5), "seq_len": (3, 9), "num_heads": (2, 4),
             "head_size": (2, 6), "fcn_hidden": (5, 24)}
 RANGES_2 = {**RANGES_1, "vocab_size": (7, 23)}
@@ -212,7 +218,9 @@ def weighted(probe_id: str, target: str, case: Case, init: dict, *,
     """A probe that loads every weight of ``case`` (state_dict names) and
     calls ``method`` (forward when None) on ``x`` (the case's input)."""
     wire, info = probe(probe_id, target, case=case, init=init,
-                       seed=seed, params={"causal": causal})
+                       seed=seed, params={
+                           "causal": causal,
+                           "dropout": init["kwargs"].get("dropout", 0.0)})
     wire["state"] = {name: encode_tensor(value)
                      for name, value in case.weights.items()}
     if target == "TransformerLM":
@@ -303,6 +311,10 @@ def build(seed: int, public_only: bool,
                 f"forward:{case.name}:causal={causal}",
                 "TransformerEncoderLayer", case,
                 layer_init(case.sizes, causal), causal=causal))
+        plan.add("task1", weighted(
+            f"forward:{case.name}:causal=True:dropout={EVAL_DROPOUT:g}",
+            "TransformerEncoderLayer", case,
+            layer_init(case.sizes, True, EVAL_DROPOUT), causal=True))
         for position in future_positions(case.sizes["seq_len"]):
             plan.add("task1", weighted(
                 f"layer-future:{case.name}:{position}",

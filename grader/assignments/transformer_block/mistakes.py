@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import torch
 
-from grader.api import Case, TaskRun, close, fail
+from grader.api import Case, CheckFailed, TaskRun, close, fail
 from grader.assignments.transformer_block import reference
+from grader.assignments.transformer_block.cases import INIT_1
 
 LAYER_CALL = "TransformerEncoderLayer.forward"
 
@@ -175,3 +176,56 @@ def check_parameters(what: str, info: dict, expected: dict) -> None:
         if found[name] != tuple(shape):
             fail(f"In {what}, {name} has shape {list(found[name])}; "
                  f"expected {list(shape)}.")
+
+
+def check_layers(task1: TaskRun) -> None:
+    """task1.layers: the layer built at each of ``INIT_1``'s sizes has
+    the contract's parameters and its dropout module the given rate
+    (fails the check otherwise)."""
+    if task1.import_error:
+        fail(f"Not graded: {task1.import_error}")
+    for index, sizes in enumerate(INIT_1):
+        built = (f"TransformerEncoderLayer({sizes['hidden']}, "
+                 f"{sizes['num_heads']}, {sizes['fcn_hidden']}, "
+                 f"dropout={sizes['dropout']})")
+        result = task1.result(f"init:{index}")
+        if not result.ok:
+            fail(f"{built} could not be built: {result.problem}")
+        info = result.describe or {}
+        check_parameters(built, info, reference.layer_shapes(
+            sizes["hidden"], sizes["fcn_hidden"]))
+        dropout = (info.get("children") or {}).get("dropout") or {}
+        if dropout.get("p") != sizes["dropout"]:
+            fail(f"In {built}, self.dropout should be "
+                 f"nn.Dropout({sizes['dropout']}); got "
+                 f"{dropout.get('type', 'nothing')}"
+                 f"{'' if 'p' not in dropout else ' p=%g' % dropout['p']}"
+                 f".")
+        check_attention_dropout(built, info, sizes["dropout"])
+
+
+def check_attention_dropout(built: str, info: dict, rate: float) -> None:
+    """self_attention is built with the layer's dropout rate: when it has
+    nn.Dropout modules of its own (the given attention's self.dropout),
+    one of them has ``rate``. An attention of the student's own without
+    an nn.Dropout module is not judged here."""
+    rates = [child["p"] for name, child in
+             (info.get("grandchildren") or {}).items()
+             if name.startswith("self_attention.") and "p" in child]
+    if rates and rate not in rates:
+        fail(f"In {built}, self_attention's dropout has rate "
+             f"{', '.join('%g' % r for r in rates)}; it should be "
+             f"{rate:g}: build MultiHeadSelfAttention(hidden, hidden, "
+             f"num_heads, causal=causal, dropout=dropout).")
+
+
+def layer_built_right(task1: TaskRun) -> bool:
+    """Whether the student's TransformerEncoderLayer earns task1.layers:
+    task2.layers is then judged with two of them (its parameters can be
+    counted without charging task 1 again; docs/transformer_block.md,
+    "Isolation")."""
+    try:
+        check_layers(task1)
+    except CheckFailed:
+        return False
+    return True

@@ -3,7 +3,9 @@
 Isolation (docs/transformer_block.md): every item of task 2 is judged on
 models with two encoder layers when the student's TransformerEncoderLayer
 earns task1.forward, and on models with no layer (embeddings and output
-projection alone) otherwise, so a mistake in task 1 is not paid twice.
+projection alone) otherwise, so a mistake in task 1 is not paid twice;
+task2.layers is judged with two layers whenever the layer earns
+task1.layers, and task2.causal whenever it keeps causal=True causal.
 The loss item compares ``loss`` with the cross-entropy the grader computes
 from the student's own logits on the same weights; the training item
 computes the loss itself on fresh text: with its own reference model on
@@ -43,6 +45,18 @@ def causal_depth(runs: dict[str, TaskRun], depth: str) -> str:
                                   for probe_id in probes) else "d0"
 
 
+@pytest.fixture
+def layers_depth(runs: dict[str, TaskRun], depth: str) -> str:
+    """task2.layers' depth: also "d2" when the layer fails task1.forward
+    but earns task1.layers (its parameters are the contract's, so counting
+    two of them charges nothing of task 1 again), so that a model that
+    builds its layers wrong (one layer object listed twice) is caught
+    behind a wrong layer; "d0" otherwise."""
+    if depth == "d2" or not mistakes.layer_built_right(runs["task1"]):
+        return depth
+    return "d2"
+
+
 def forward_ran(task2: TaskRun, probe_id: str) -> bool:
     """True when a forward probe returned logits of the contract shape."""
     result = task2.result(probe_id)
@@ -72,8 +86,11 @@ def logits_of(task2: TaskRun, probe_id: str) -> tuple[Case, torch.Tensor]:
 
 
 @pytest.mark.item("task2.layers")
-def test_layers_follow_the_contract(task2: TaskRun, depth: str) -> None:
-    """token_embeddings, position_embeddings, layers, out_proj."""
+def test_layers_follow_the_contract(task2: TaskRun,
+                                    layers_depth: str) -> None:
+    """token_embeddings, position_embeddings, layers, out_proj (with two
+    layers whenever the student's layer earns task1.layers)."""
+    depth = layers_depth
     if task2.import_error:
         fail(f"Not graded: {task2.import_error}")
     layers = 2 if depth == "d2" else 0
@@ -90,7 +107,8 @@ def test_layers_follow_the_contract(task2: TaskRun, depth: str) -> None:
 
 
 @pytest.mark.item("task2.logits")
-def test_logits_match_reference(task2: TaskRun, depth: str) -> None:
+def test_logits_match_reference(task2: TaskRun, depth: str,
+                                runs: dict[str, TaskRun]) -> None:
     """Embeddings + position embeddings, causal layers, out_proj."""
     probes = task2.probe_ids(f"logits:{depth}:")
     require_ran(task2, probes, "TransformerLM.forward")
@@ -106,19 +124,42 @@ def test_logits_match_reference(task2: TaskRun, depth: str) -> None:
                  f"{depth_words(depth)}.",
                  *mistakes.lm_diagnoses(case, student))
     if depth == "d0":
-        layers_reach_logits(task2)
+        layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]))
 
 
-def layers_reach_logits(task2: TaskRun) -> None:
+def load_failed(task2: TaskRun, probe_id: str) -> bool:
+    """True when a probe stopped before the model's code was called,
+    on the worker's LookupError, which none of the submission's lines
+    raised: the model, built, could not take the contract's weights (a
+    name it lacks, or two names that are one parameter)."""
+    result = task2.result(probe_id)
+    error = result.error or {}
+    return (not result.ok and result.stopped is None
+            and error.get("type") == "LookupError" and "line" not in error
+            and not any(ran[-1] == "call" for ran in result.ran))
+
+
+def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
     """Judged at depth 0 (the layer fails task 1), forward must still
     run its layers: with two of the student's own layers, redrawing the
     weights of either changes the logits. A depth-2 forward that raised
     (a layer that is a stub, or fails) is not judged here: its layers
     cannot be told from its other steps, and task 1 has paid for them
-    (docs/rubric-decisions.md)."""
+    (docs/rubric-decisions.md). But when the layer earns task1.layers
+    (``layer_built``) and the two-layer model could not even take the
+    contract's weights (one layer object listed twice, a ModuleList under
+    another name), the model is at fault, not the layer: that fails."""
     for probe_id in task2.probe_ids("reach:d2:"):
         name, layer = probe_id.removeprefix("reach:d2:").rsplit(":", 1)
         base_id = f"logits:d2:{name}"
+        if layer_built and load_failed(task2, base_id):
+            fail(f"TransformerLM(..., num_layers=2, ...) could not take "
+                 f"the contract's weights: "
+                 f"{task2.result(base_id).problem}. Build self.layers as "
+                 f"an nn.ModuleList of num_layers new "
+                 f"TransformerEncoderLayer objects (not one layer "
+                 f"repeated); your TransformerEncoderLayer earns "
+                 f"task1.layers, so the model is at fault.")
         if not (forward_ran(task2, base_id) and forward_ran(task2, probe_id)):
             return
         case, base = logits_of(task2, base_id)
