@@ -268,9 +268,12 @@ def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
                                 "verified")
             records.append(result.trace.get("records") or {})
         runs.append((sizes, shapes.merge_records(*records)))
-    if stopped and any(r.ok for r in run.results.values()):
-        # (When nothing of the task ran to the end, the correctness items
-        # have earned nothing and the comments are judged as written.)
+    if stopped and any(r.ok and r.info.case is not None
+                       and r.info.trace is None
+                       for r in run.results.values()):
+        # (Only when the code ran to the end in a graded call: a forward
+        # that never completes anywhere has earned nothing, and its
+        # comments are judged as written.)
         numbers = ", ".join(map(str, stopped))
         problems.append(f"the shape checks under size set(s) {numbers} "
                         f"did not run to the end "

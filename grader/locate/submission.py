@@ -349,7 +349,16 @@ class _Candidate:
     nearby: bool = False
 
 
-def _top_level(root: Path, entries: list[os.DirEntry], modules: set[str]
+def _owner(name: str, notebooks: dict[str, str]) -> str | None:
+    """The module of the assignment whose release notebook is named
+    ``name`` (among those wanted), else None: a release notebook holds
+    its own homework (transformer_block's ships the previous homework's
+    attention whole, which must not make it fit that homework)."""
+    return notebooks.get(name)
+
+
+def _top_level(root: Path, entries: list[os.DirEntry], modules: set[str],
+               owners: dict[str, str] | None = None
                ) -> list[_Candidate]:
     files = [e for e in entries if not _is_real_folder(e)
              and e.name not in NOT_STUDENT_FILES]
@@ -357,7 +366,7 @@ def _top_level(root: Path, entries: list[os.DirEntry], modules: set[str]
     scripts = [e for e in files if e.name.endswith(".py")]
     # A file named as a module comes before other names.
     scripts.sort(key=lambda e: (e.name[:-3] not in modules, e.name))
-    found = [_Candidate(root / e.name, None)
+    found = [_Candidate(root / e.name, _owner(e.name, owners or {}))
              for e in notebooks[:MAX_NOTEBOOKS]]
     found += [_Candidate(root / e.name, None)
               for e in scripts[:MAX_TOP_LEVEL_PY]]
@@ -378,9 +387,10 @@ def folder_candidates(root: Path, wanted: list[Assignment]
     folder inside it) and the candidate paths, in grading order.
     """
     modules = {a.module for a in wanted}
+    owners = {a.notebook: a.module for a in wanted}
     for _ in range(MAX_WRAPPERS + 1):
         entries = _listing(root)
-        found = _top_level(root, entries, modules)
+        found = _top_level(root, entries, modules, owners)
         found += _package_modules(root, modules)
         release = root / RELEASE
         if os.path.isdir(release) and not os.path.islink(release):
@@ -389,7 +399,7 @@ def folder_candidates(root: Path, wanted: list[Assignment]
                 if not os.path.isdir(folder) or os.path.islink(folder):
                     continue
                 found += [c for c in _top_level(
-                    folder, _listing(folder), modules)
+                    folder, _listing(folder), modules, owners)
                     if c.path.suffix == ".ipynb"]
                 found += _package_modules(folder, {assignment.module})
         if found:
@@ -513,7 +523,9 @@ def _gather(path: Path, wanted: list[Assignment], nearby: bool,
         raise SubmissionError(f"{show(named)} {why}")
     base = named.parent
     gathered = _Gathered(base, named, [], [], [], [])
-    _load(_Candidate(named, None), real.parent, base, True, gathered)
+    _load(_Candidate(named, _owner(named.name, {
+        a.notebook: a.module for a in wanted})), real.parent, base, True,
+        gathered)
     if nearby and named.suffix == ".ipynb":
         modules = {a.module for a in wanted}
         extra = _package_modules(base, modules) + [

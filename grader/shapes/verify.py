@@ -153,7 +153,8 @@ def _by_call(index: int, sizes: dict[str, int],
     away: dict[tuple, tuple[dict[str, int], str, list[Execution]]] = {}
     for execution, marker in marked:
         bound = calls.bind(sizes, marker) if calls is not None else None
-        if bound is None or bound == sizes or marker is None:
+        if calls is None or bound is None or bound == sizes or \
+                marker is None:
             home.append(execution)
             continue
         words = calls.describe(marker)

@@ -3,8 +3,10 @@ checks ran (issue 24, principle 2): traces that were never taken are not
 "no problem found". Synthetic runs, read by the grader's own scoring."""
 from __future__ import annotations
 
+import torch
+
 from grader.judge.scoring import _trace_runs
-from grader.plan import ProbeInfo
+from grader.plan import Case, ProbeInfo
 from grader.rubric import get_assignment
 from grader.run.observe import ProbeResult, TaskRun
 
@@ -16,8 +18,10 @@ def _run(stopped_from: int | None) -> TaskRun:
     """A task run that graded one case, then traced every size set; the
     traces from ``stopped_from`` on were cut when the process stopped."""
     run = TaskRun(task="task2", source=None)
+    case = Case(name="hidden-0", public=False, sizes={},
+                x=torch.zeros(1), weights={})
     graded = ProbeInfo(id="probs:hidden-0", task="task2",
-                       target="MultiHeadSelfAttention")
+                       target="MultiHeadSelfAttention", case=case)
     run.results[graded.id] = ProbeResult(info=graded)
     for index, sizes in enumerate(ASSIGNMENT.size_sets):
         info = ProbeInfo(id=f"trace:{index}:causal=False", task="task2",
@@ -49,9 +53,9 @@ def test_every_trace_taken_is_no_problem() -> None:
 
 
 def test_a_run_where_nothing_ended_is_judged_as_written() -> None:
-    """When no probe of the task ran to the end (the code hangs from its
-    first call), the correctness items earned nothing; the comments are
-    judged statically, as before."""
+    """When no graded call of the task ran to the end (the code hangs
+    from its first call), the correctness items earned nothing; the
+    comments are judged statically, as before."""
     run = _run(stopped_from=0)
     graded = run.results["probs:hidden-0"]
     run.results["probs:hidden-0"] = ProbeResult(
