@@ -335,9 +335,8 @@ def task_codes(assignment: Assignment, submission: Submission,
                        if i.method), None)
         static_method = attribution.static_function(source, task.target,
                                                     method)
-        others = []
+        others: dict[tuple[int, int], frozenset[int]] = {}
         elsewhere: set[int] = set()
-        other_ran: dict[tuple[int, int], frozenset[int]] = {}
         for other in assignment.tasks:
             span = analyses[other.id].span
             if other.id == task.id or submission.sources[other.id].path \
@@ -345,16 +344,14 @@ def task_codes(assignment: Assignment, submission: Submission,
                 continue
             ran = executed[other.id]
             if span is not None:
-                others.append(span)
-                other_ran[span] = frozenset(
+                others[span] = frozenset(
                     id(d.node) for d in (ran.all if ran else ()))
             elsewhere.update(_companions(other, ran))
         codes[task.id] = attribution.task_code(
             static_span=analysis.span, static_method=static_method,
             stub=analysis.stub, executed=executed[task.id],
             plan=statement_plans.get(source.path, {}), other_spans=others,
-            count=count_statements, elsewhere=frozenset(elsewhere),
-            other_ran=other_ran)
+            count=count_statements, elsewhere=frozenset(elsewhere))
     return codes
 
 

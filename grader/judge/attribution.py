@@ -307,19 +307,16 @@ def _inside(span: tuple[int, int], outer: tuple[int, int]) -> bool:
 def task_code(*, static_span: tuple[int, int] | None,
               static_method: ast.FunctionDef | None, stub: bool,
               executed: Ran | None, plan: dict[tuple[int, str], list],
-              other_spans: list[tuple[int, int]],
+              other_spans: dict[tuple[int, int], frozenset[int]],
               count: Callable[[ast.FunctionDef | ast.AsyncFunctionDef],
                               int],
-              elsewhere: frozenset[int] = frozenset(),
-              other_ran: dict[tuple[int, int], frozenset[int]] | None = None
-              ) -> TaskCode:
+              elsewhere: frozenset[int] = frozenset()) -> TaskCode:
     """Combine the graded class as written with the code that ran.
 
     ``count`` counts a function's statements (the bonus rule);
-    ``other_spans`` are the other graded classes, judged by their tasks:
-    their code is left out when it also ran for its own task (the ids
-    of definition nodes ``other_ran`` gives for that class's span; every
-    such definition when None); code of theirs that ran for this task
+    ``other_spans`` are the other graded classes' spans, each with the
+    ids of its definition nodes that ran for its own task: such code is
+    judged there and left out here; code of theirs that ran for this task
     alone (a static method of another graded class doing this task's
     work) is this task's, on its own span;
     ``elsewhere`` the ids of definition nodes another task judges as its
@@ -344,9 +341,8 @@ def task_code(*, static_span: tuple[int, int] | None,
         return any(_inside(definition.span, o) for o in other_spans)
 
     def judged_there(definition: Definition) -> bool:
-        return any(_inside(definition.span, o) and (
-            other_ran is None or id(definition.node) in other_ran.get(o, ()))
-            for o in other_spans)
+        return any(_inside(definition.span, span) and id(definition.node)
+                   in ran for span, ran in other_spans.items())
 
     mine = sorted((d for d in executed.all if not judged_there(d)),
                   key=lambda d: (d.span, d.qualname))

@@ -24,7 +24,7 @@ from grader.locate.submission import Submission
 from grader.output.report import Flag, ItemReport, Report, TaskReport
 from grader.plan import Case
 from grader.rubric import Assignment, Item, Task
-from grader.run.observe import TaskRun
+from grader.run.observe import ProbeResult, TaskRun
 
 
 def integrity_flags(runs: dict[str, TaskRun],
@@ -268,9 +268,7 @@ def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
                                 "verified")
             records.append(result.trace.get("records") or {})
         runs.append((sizes, shapes.merge_records(*records)))
-    if stopped and any(r.ok and r.info.case is not None
-                       and r.info.trace is None
-                       for r in run.results.values()):
+    if stopped and any(r.ok for r in _graded_calls(run)):
         # (Only when the code ran to the end in a graded call: a forward
         # that never completes anywhere has earned nothing, and its
         # comments are judged as written.)
@@ -338,6 +336,13 @@ def _graded_runs(run: TaskRun, assignment: Assignment, task: Task
             _unique(problems), unsized)
 
 
+def _graded_calls(run: TaskRun) -> list[ProbeResult]:
+    """The probes that call the task's code on a case (not a shape
+    check, not a construction alone)."""
+    return [result for result in run.results.values()
+            if result.info.trace is None and result.info.case is not None]
+
+
 def _never_completed(run: TaskRun, method: str | None) -> str | None:
     """Why ``method`` ran to the end in every graded case but in none of
     the grader's shape checks (None when that is not so).
@@ -352,8 +357,7 @@ def _never_completed(run: TaskRun, method: str | None) -> str | None:
               if result.info.trace == method]
     if not traced or any(r.ok and r.trace is not None for r in traced):
         return None
-    graded = [result for result in run.results.values()
-              if result.info.trace is None and result.info.case is not None]
+    graded = _graded_calls(run)
     if not graded or not all(result.ok for result in graded):
         return None
     first = next((r.problem for r in traced if r.problem),

@@ -349,24 +349,23 @@ class _Candidate:
     nearby: bool = False
 
 
-def _owner(name: str, notebooks: dict[str, str]) -> str | None:
-    """The module of the assignment whose release notebook is named
-    ``name`` (among those wanted), else None: a release notebook holds
-    its own homework (transformer_block's ships the previous homework's
-    attention whole, which must not make it fit that homework)."""
-    return notebooks.get(name)
+def _owners(wanted: list[Assignment]) -> dict[str, str]:
+    """Release notebook name -> its assignment's module (among those
+    wanted): a release notebook holds its own homework
+    (transformer_block's ships the previous homework's attention whole,
+    which must not make it fit that homework)."""
+    return {a.notebook: a.module for a in wanted}
 
 
 def _top_level(root: Path, entries: list[os.DirEntry], modules: set[str],
-               owners: dict[str, str] | None = None
-               ) -> list[_Candidate]:
+               owners: dict[str, str]) -> list[_Candidate]:
     files = [e for e in entries if not _is_real_folder(e)
              and e.name not in NOT_STUDENT_FILES]
     notebooks = [e for e in files if e.name.endswith(".ipynb")]
     scripts = [e for e in files if e.name.endswith(".py")]
     # A file named as a module comes before other names.
     scripts.sort(key=lambda e: (e.name[:-3] not in modules, e.name))
-    found = [_Candidate(root / e.name, _owner(e.name, owners or {}))
+    found = [_Candidate(root / e.name, owners.get(e.name))
              for e in notebooks[:MAX_NOTEBOOKS]]
     found += [_Candidate(root / e.name, None)
               for e in scripts[:MAX_TOP_LEVEL_PY]]
@@ -387,7 +386,7 @@ def folder_candidates(root: Path, wanted: list[Assignment]
     folder inside it) and the candidate paths, in grading order.
     """
     modules = {a.module for a in wanted}
-    owners = {a.notebook: a.module for a in wanted}
+    owners = _owners(wanted)
     for _ in range(MAX_WRAPPERS + 1):
         entries = _listing(root)
         found = _top_level(root, entries, modules, owners)
@@ -523,9 +522,8 @@ def _gather(path: Path, wanted: list[Assignment], nearby: bool,
         raise SubmissionError(f"{show(named)} {why}")
     base = named.parent
     gathered = _Gathered(base, named, [], [], [], [])
-    _load(_Candidate(named, _owner(named.name, {
-        a.notebook: a.module for a in wanted})), real.parent, base, True,
-        gathered)
+    _load(_Candidate(named, _owners(wanted).get(named.name)), real.parent,
+          base, True, gathered)
     if nearby and named.suffix == ".ipynb":
         modules = {a.module for a in wanted}
         extra = _package_modules(base, modules) + [

@@ -1067,7 +1067,7 @@ def test_what_ran_is_read_in_source_order(tmp_path: Path) -> None:
         executed = ran(SimpleNamespace(results={"p": result}), mapping)
         code = task_code(static_span=(graded.lineno, graded.end_lineno),
                          static_method=graded.body[0], stub=False,
-                         executed=executed, plan={}, other_spans=[],
+                         executed=executed, plan={}, other_spans={},
                          count=lambda node: 1)
         seen.add((tuple(d.qualname for d in executed.call),
                   code.outside))
