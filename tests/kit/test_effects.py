@@ -30,7 +30,8 @@ and U4): a causal mask read from the score values (task4.causal,
 task6.values; judged with equal scores, tagged ``mask_from_scores``), and
 dropout masks that are not element-wise independent (whole rows or
 columns, one mask shared by the batch or the heads, the diagonal spared:
-task4.dropout, task6.dropout); its rows name the items they judge.
+task4.dropout, task6.dropout), and a wrapper whose heads never drop
+(red team 9: task5.values); its rows name the items they judge.
 """
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ BASICS = ("task1.values", "task2.values", "task3.values", "task4.causal",
 FULL_BASICS = (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0)
 BASICS_NO_MASK = (1, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1, 0, 0)
 BASICS_NO_DROPOUT = (1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0)
+BASICS_NO_WRAPPER_DROPOUT = (1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0)
 BASICS_MASK = ("task4.causal", "task6.values")
+WRAPPER_RATE = "returned exactly its eval-mode output"
 BASICS_DROPOUT = ("task4.dropout", "task6.dropout")
 FROM_SCORES = ("with zero W_query weights (every score equal) does not "
                "match the reference")
@@ -173,6 +176,19 @@ CORPUS: dict[str, dict[str, tuple]] = {
             FULL_BASICS, (), "ok", BASICS_MASK + BASICS_DROPOUT),
         "honest_tril_buffer": (
             FULL_BASICS, (), "ok", BASICS_MASK + BASICS_DROPOUT),
+        # Red team 9 (ab_u_wrapper_nodrop) and variants: the wrapper's
+        # heads never drop, although its CausalAttention does.
+        "wrapper_rate_zero": (
+            BASICS_NO_WRAPPER_DROPOUT, (), WRAPPER_RATE, ("task5.values",)),
+        "wrapper_rate_reset": (
+            BASICS_NO_WRAPPER_DROPOUT, (), WRAPPER_RATE, ("task5.values",)),
+        "wrapper_heads_eval": (
+            BASICS_NO_WRAPPER_DROPOUT, (), WRAPPER_RATE, ("task5.values",)),
+        # ... and its control: CausalAttention never drops (task 4's
+        # point); the wrapper is not charged for the same mistake.
+        "honest_causal_nodrop": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), "ok",
+            ("task5.values",)),
     },
     "training": {
         "train_inner_optimizer": (

@@ -56,6 +56,12 @@ Probes, per task (ids are prefixes the checks select on):
   (head_dim) larger than num_tokens, so the attention weights can be
   recovered from the output (task 6: two heads, so that a mask shared
   by the heads shows);
+* ``wrapper-train`` and ``wrapper-head-train`` (task 5): the wrapper
+  built with dropout 0.5 (two heads, the dropout case's sizes) in
+  training mode, and its head 0 alone as a ``CausalAttention`` with the
+  same rate: heads built with the wrapper's rate drop attention weights,
+  so the wrapper's output is not its eval-mode output (unless the
+  submission's ``CausalAttention`` never drops, task 4's point);
 * ``trace:<i>``: forward under the rubric's size set i, for the shape
   comments (every branch: with and without a mask).
 
@@ -78,6 +84,8 @@ HIDDEN_CASES = 3
 # Dropout is judged at two rates, each under two random seeds: the masks
 # must differ between seeds and the share of zeros must follow p.
 DROPOUT_RATES = (0.5, 0.2)
+# The wrapper's heads are judged at one rate: their output must move.
+WRAPPER_DROPOUT = 0.5
 DROPOUT_DRAWS = 2
 # The dropout case's sequence length and task 6's heads (dropout_case).
 DROPOUT_TOKENS = (12, 14)   # [low, high): the dropout case's num_tokens
@@ -364,6 +372,20 @@ def dropout_case(seed: int, task: str) -> Case:
                 weights)
 
 
+def wrapper_dropout_case(seed: int) -> Case:
+    """Task 5's dropout case: the dropout case's sizes, two heads.
+
+    At least 18 sequences of 12 tokens give each head 1404 causal weights,
+    so an honest dropout at p = 0.5 leaves the output unchanged with
+    probability under 2**-1404.
+    """
+    base = dropout_case(seed, "task4")
+    rng = _rng(seed, "dropout", "task5")
+    sizes = {**base.sizes, "num_heads": DROPOUT_HEADS}
+    return Case("wrapper-dropout", False, sizes, base.x,
+                random_weights(rng, "task5", sizes, False))
+
+
 def equal_scores(case: Case) -> Case:
     """The same case with zero W_query weights (and bias): every score is
     0. A causal mask built from the positions still hides the future
@@ -462,6 +484,26 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
                               p, draw))
 
 
+def _wrapper_dropout(plan: Plan, seed: int) -> None:
+    """Task 5: the wrapper and its head 0 alone, built with dropout
+    WRAPPER_DROPOUT, in training mode under one seed derived from the
+    grading seed."""
+    case = wrapper_dropout_case(seed)
+    head = head_case(case, 0)
+    for probe_id, init, target, probe_case in (
+            ("wrapper-train", init_of("task5", case.sizes,
+                                      dropout=WRAPPER_DROPOUT,
+                                      qkv_bias=False), None, case),
+            ("wrapper-head-train", init_of("task4", case.sizes,
+                                           dropout=WRAPPER_DROPOUT,
+                                           qkv_bias=False),
+             TARGETS["task4"], head)):
+        _add(plan, "task5", probe_id, case=probe_case, init=init,
+             train=True, dropout=WRAPPER_DROPOUT, target=target,
+             seed=derive_seed(seed, "attention_basics", "dropout", "task5",
+                              probe_id))
+
+
 def _traces(plan: Plan, task: str,
             size_sets: tuple[dict[str, int], ...], seed: int = 0) -> None:
     """forward traced under every size set (with and without a mask), on
@@ -538,6 +580,7 @@ def build(seed: int, public_only: bool,
          init=init_of("task4", square.sizes, qkv_bias=False))
     for task in ("task4", "task6"):
         _dropout(plan, task, seed)
+    _wrapper_dropout(plan, seed)
 
     # Shape comments: forward under every size set.
     for task in ("task4", "task6", "task7"):

@@ -5,7 +5,9 @@ num_heads CausalAttention modules (seen through the parameter names; the
 mask buffer is task 4's) on every case's sizes; the output is the heads'
 outputs side by side on the last dimension, head 0 first, with the case's
 weights loaded; ``torch.manual_seed(123); MultiHeadAttentionWrapper(3,
-2, 6, 0.0, 2)`` on the lecture's batch gives the lecture's numbers.
+2, 6, 0.0, 2)`` on the lecture's batch gives the lecture's numbers; built
+with dropout 0.5 in training mode, its output moves (the heads got the
+rate).
 
 The wrapper is judged on its own heads too: when the submission's
 CausalAttention is wrong, the wrapper passes if its output is that
@@ -117,3 +119,36 @@ def test_seeded_construction_gives_the_lecture_numbers(
     """torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2):
     [-0.4519, 0.2216, 0.4772, 0.1063] for the first token."""
     seeded(task5, expected, lambda case: own_heads(task5, case))
+
+
+@pytest.mark.item("task5.values", part="heads")
+def test_heads_are_built_with_the_dropout_rate(task5: TaskRun) -> None:
+    """Built with dropout 0.5 in training mode, the wrapper's output is
+    not its eval-mode output: each head is CausalAttention(..., dropout,
+    ...). When the submission's own CausalAttention never drops at that
+    rate (task 4's dropout point), the wrapper is not charged for it."""
+    if task5.import_error:
+        fail(f"Not graded: {task5.import_error}")
+    result = task5.result("wrapper-train")
+    case = result.info.case
+    what = name_of(task5, "wrapper-train")
+    if not result.ok:
+        fail(f"{what} in training mode, built with dropout "
+             f"{result.info.params['dropout']:g}, on {case.describe()}: "
+             f"{result.problem}")
+    student = tensor_of(result.value, f"The output of {what}",
+                        output_shape("task5", case.sizes),
+                        MEANINGS["task5"], case)
+    if not close(student, expected(case)):
+        return
+    head = optional_output(task5, "wrapper-head-train", "task4")
+    head_case = task5.case("wrapper-head-train")
+    if head is not None and close(
+            head, reference.causal_attention(*head_case.float64())):
+        return
+    fail(f"Built with dropout {result.info.params['dropout']:g} in training "
+         f"mode, {what} returned exactly its eval-mode output on "
+         f"{case.describe()}, while your CausalAttention built with that "
+         f"rate drops attention weights: the heads never got the rate. "
+         f"Build each head as CausalAttention(d_in, d_out, context_length, "
+         f"dropout, qkv_bias).")
