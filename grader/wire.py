@@ -34,6 +34,10 @@ MAX_HELD_SHAPES = 64
 CHOSEN_BY_DATA = "choose by data"
 #: The verb of a compiler's stand-in: it raised, nothing was compiled.
 REFUSED_COMPILE = "compile (refused)"
+#: The verb of a refused thread start (the kernel's count or a stand-in):
+#: libraries start threads of their own (a progress bar's monitor), so
+#: the flag says a refusal costs nothing by itself.
+REFUSED_THREAD = "start a thread"
 # The trace record of a value the tracer could not read without running
 # code of the value's own (grader.worker.agent.UNREAD_RECORD;
 # docs/threat-model.md, principle 6): the statement is not verified.

@@ -23,6 +23,7 @@ from grader.locate.source import SourceFile
 from grader.locate.submission import Submission
 from grader.output.report import Flag, ItemReport, Report, TaskReport
 from grader.plan import Case
+from grader.wire import REFUSED_THREAD
 from grader.rubric import Assignment, Item, Task
 from grader.run.observe import ProbeResult, TaskRun
 
@@ -57,6 +58,10 @@ def integrity_flags(runs: dict[str, TaskRun],
                  "tampered": "the sandbox refused it; the grader's "
                              "instruments were not reached",
                  "patched": "noticed"}.get(kind, "")
+        if (kind, verb) == ("refused", REFUSED_THREAD):
+            label += ("; libraries start threads of their own, e.g. a "
+                      "progress bar's monitor, and the refusal by itself "
+                      "costs no point")
         flags.append(Flag(kind, f"{text} ({label})."))
     patched = [p for run in runs.values() for p in run.patched]
     if patched:

@@ -45,6 +45,7 @@ HELD_COMPARE = 128
 MAX_HELD_TREE = 1 << 16
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
 REFUSED_COMPILE = "compile (refused)"  # grader.wire.REFUSED_COMPILE
+REFUSED_THREAD = "start a thread"  # grader.wire.REFUSED_THREAD
 # The record of a value the tracer cannot read without running code of
 # its own (a property, a __getattribute__ of Python's, a name it cannot
 # find): the statement's comment is not verified (it fails closed).
@@ -938,13 +939,13 @@ def refused_values() -> list[tuple[object, str]]:
     values: list[tuple[object, str]] = [
         (os._exit, "end the process (os._exit)"),
         (os.abort, "abort the process (os.abort)"),
-        (_thread.start_new_thread, "start a thread")]
+        (_thread.start_new_thread, REFUSED_THREAD)]
     pidfd = getattr(signal, "pidfd_send_signal", None)
     if pidfd is not None:
         values.append((pidfd, "send a signal to a process"))
     start = getattr(threading, "_start_new_thread", None)
     if start is not None:
-        values.append((start, "start a thread"))
+        values.append((start, REFUSED_THREAD))
     return values
 
 
@@ -4956,6 +4957,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     b_compile, b_exec, b_enumerate = compile, exec, enumerate
     b_list_clear = list.clear
     b_BaseException = BaseException
+    refused_thread = REFUSED_THREAD  # closures look up no global
     add_audit_hook, settrace = sys.addaudithook, sys.settrace
     sys_modules = sys.modules
     clock = time.perf_counter
@@ -4980,7 +4982,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
         is a refusal like any other, whatever route asked for it)."""
         note("unlisted", "", "")
         if thread_starts is not None and thread_starts():
-            note("refused", "start a thread", "")
+            note("refused", refused_thread, "")
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive

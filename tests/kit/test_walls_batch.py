@@ -336,7 +336,8 @@ CORPUS: dict[str, tuple] = {
     "kernel_thread_reimport": (REFUSED_THREAD, CLEAN_2, ("refused",),
                                ("does not match the reference",
                                 "The code tried to start a thread (the "
-                                "sandbox refused it)")),
+                                "sandbox refused it; libraries start "
+                                "threads")),
     #    kernel_thread_from_spec keeps the first refusal (its traceback
     #    holds the q, k, v its uncommented line 96 made) in a global: the
     #    catch-all reads that line in the first call, a graded one whose
@@ -347,7 +348,8 @@ CORPUS: dict[str, tuple] = {
                                  "line 96: missing shape comment")),
     "kernel_thread_alias": ((1, 3, 0, 0, 0), CLEAN_2, ("refused",),
                             ("The code tried to start a thread (the "
-                             "sandbox refused it)",)),
+                             "sandbox refused it; libraries start "
+                             "threads",)),
     # -- Principle 4: a finalizer never runs untraced. Automatic garbage
     #    collection is the trace function's, run traced when due; a
     #    generator's locals are refreshed traced. Before, the first file
@@ -639,6 +641,11 @@ CORPUS: dict[str, tuple] = {
     #    compiled nothing: a refused attempt, not untraceable code.
     "honest_compile_fallback": (CLEAN_1, CLEAN_2, ("refused",),
                                 ('compile code with "torch.compile"',)),
+    # -- A library's own thread (red team 9, H2: tqdm's monitor): the
+    #    refusal is reported, in words that say it costs no point.
+    "honest_progress_monitor": (CLEAN_1, CLEAN_2, ("refused",),
+                                ("The code tried to start a thread",
+                                 "the refusal by itself costs no point")),
     # -- Attribution (red team 9): another graded class's code that ran
     #    for this task alone is this task's (before: 11, bonus included).
     "cross_class_static_helper": ((1, 3, 0, -1, 0), CLEAN_2, (),
