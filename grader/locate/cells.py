@@ -463,6 +463,25 @@ def _without(cell: _Cell) -> _Cell:
     return _Cell(cell.number, kept, cell.kit, cell.grading, cell.tree)
 
 
+def as_linted(line: KernelLine) -> str:
+    """A line as flake8 reads it: a rewritten top-level expression (a line
+    magic, a shell escape, help) is a comment of its kernel text, as the
+    student sees a line that is not Python (red team 10, H1: a magic atop
+    a class's cell cost E302, "expected 2 blank lines"). Indented ones
+    and assignments stay statements: a comment there could empty a block
+    or leave a name undefined."""
+    text = line.text
+    if not line.rewritten or text[:1].isspace():
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr):
+        return "# " + text
+    return text
+
+
 def _program(cells: list[_Cell]) -> LintText:
     """Every Python cell that compiles, in order, as one program."""
     texts: list[str] = []
@@ -487,7 +506,7 @@ def _program(cells: list[_Cell]) -> LintText:
             texts += ["", ""]
             origins += [None, None]
         for line in lines:
-            texts.append(line.text)
+            texts.append(as_linted(line))
             origins.append((line.cell or cell.number, line.line))
             if cell.kit:
                 kit.add(len(texts))

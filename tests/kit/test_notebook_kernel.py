@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from in_process import grade_command
 
-from grader.locate.cells import compile_cell, future_flags, load_notebook
+from grader.locate.cells import (KernelLine, as_linted, compile_cell,
+                                 future_flags, load_notebook)
 
 KIT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = KIT / "tests" / "kit" / "hostile" / "notebooks"
@@ -35,6 +36,13 @@ EXPECTED = {  # notebook -> (items, words of the text report)
                                     "MultiHeadSelfAttention",)),
     "await_and_time": (FULL, ("every tensor statement in "
                               "MultiHeadSelfAttention.forward",)),
+    # Red team 10, H1: a shell escape atop SelfAttention's cell and a line
+    # magic atop MultiHeadSelfAttention's (before: E302 on each class,
+    # both pep8 items -1).
+    "magics_atop_classes": (FULL, ("flake8 finds nothing inside "
+                                   "SelfAttention",
+                                   "flake8 finds nothing inside "
+                                   "MultiHeadSelfAttention")),
     "future_below_code": (TASK1_LOST, (
         "SyntaxError: from __future__ imports must occur at the beginning "
         "of the file (the kernel runs nothing of that cell",)),
@@ -95,3 +103,17 @@ def test_cells_compile_with_the_futures_in_force():
         compile_cell("ok = 1 <> 2\n")
     with pytest.raises(SyntaxError, match="beginning of the file"):
         compile_cell("x = 1\nfrom __future__ import annotations\n")
+
+
+def test_flake8_reads_a_top_level_magic_as_a_comment():
+    """A rewritten top-level expression (magic, shell escape, help) is a
+    comment for flake8, as the student sees it; an indented one or an
+    assignment stays a statement (a comment could empty a block or
+    leave a name undefined); a line IPython did not rewrite is kept."""
+    magic = "get_ipython().run_line_magic('matplotlib', 'inline')"
+    assert as_linted(KernelLine(magic, 1, True)) == "# " + magic
+    shell = "get_ipython().system('pip install -q torch')"
+    assert as_linted(KernelLine(shell, 1, True)) == "# " + shell
+    for kept in ("    " + magic, "files = get_ipython().getoutput('ls')"):
+        assert as_linted(KernelLine(kept, 1, True)) == kept
+    assert as_linted(KernelLine(magic, 1, False)) == magic
