@@ -25,6 +25,16 @@ honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
 ("Principle 5") gives the argument.
 
+``hostile/effects/depth0/`` attacks ``transformer_block``'s task 2
+behind a layer that fails task1.forward (judged at depth 0, where no
+layer runs): a loss that never runs the layers, or whose gradient never
+reaches them (red team 9, U8; task2.loss, task2.training), and a forward
+that combines its layers wrongly (a residual around each, reverse order,
+outputs added; task2.logits, judged with stand-in layers). Each file has
+a control, the same model with a right layer, which loses the same items;
+the honest files (a loss on the text without its last token, layers
+combined by ``functools.reduce``) keep theirs behind a non-causal layer.
+
 ``hostile/effects/basics/`` attacks ``attention_basics`` (red team 8, U3
 and U4): a causal mask read from the score values (task4.causal,
 task6.values; judged with equal scores, tagged ``mask_from_scores``), and
@@ -207,10 +217,71 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
     },
 }
+#: transformer_block behind a failing layer (task1.forward 0): the
+#: controls' rows are these with task1.forward 3.
+BEHIND = (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0)
+OWN_LOGITS = "Compute the loss from forward's logits (self(input_ids))"
+STAND_INS = "each layer replaced by a fixed linear map"
+
+
+def _with(scores: tuple, **items: float) -> tuple:
+    """``scores`` (TRANSFORMER order) with ``items`` (dots as _)
+    changed."""
+    named = dict(zip(TRANSFORMER, scores))
+    named.update({key.replace("_", ".", 1): value
+                  for key, value in items.items()})
+    return tuple(named[item] for item in TRANSFORMER)
+
+
+def _depth0(route: str, layer: str, changes: dict, words: str,
+            control_words: str, judged: tuple) -> dict[str, tuple]:
+    """A route's file behind ``layer`` and its control: both lose
+    ``changes``; the judged items' words differ (depth 0 or 2)."""
+    return {f"{route}_{layer}": (_with(BEHIND, **changes), (), words,
+                                 judged),
+            f"{route}_control": (_with(BEHIND, task1_forward=3, **changes),
+                                 (), control_words, judged[:1])}
+
+
+CORPUS["depth0"] = {
+    # Red team 9, U8: the loss never runs the layers (task2.loss at depth
+    # 2 is the cross-entropy of the model's own logits; training at depth
+    # 1 moves layers[0]).
+    **_depth0("loss_bigram", "prenorm",
+              {"task2_loss": 0, "task2_training": 0}, OWN_LOGITS,
+              "the next-token cross-entropy of the model's own logits is",
+              ("task2.loss", "task2.training")),
+    **_depth0("loss_helper", "nores",
+              {"task2_loss": 0, "task2_training": 0}, OWN_LOGITS,
+              "the next-token cross-entropy of the model's own logits is",
+              ("task2.loss", "task2.training")),
+    **_depth0("loss_first_layer", "noncausal", {"task2_loss": 0},
+              "with num_layers=2 (two of your layers, whatever they "
+              "compute)",
+              "the next-token cross-entropy of the model's own logits is",
+              ("task2.loss",)),
+    **_depth0("loss_no_grad", "scaled", {"task2_training": 0},
+              "with num_layers=1 (one of your layers, whatever it "
+              "computes): the loss's gradient does not reach them",
+              "never changed during training with loss: the loss's "
+              "gradient does not reach them", ("task2.training",)),
+    "honest_loss_prefix_noncausal": (BEHIND, (), "ok", ("task2.loss",)),
+    # The composition of the layers, judged with stand-in layers.
+    **_depth0("compose_extra_residual", "prenorm", {"task2_logits": 0},
+              "They are those of x = x + layer(x)",
+              "do not match the reference", ("task2.logits",)),
+    **_depth0("compose_reversed", "nores", {"task2_logits": 0},
+              "They are those of the layers in reverse order",
+              "do not match the reference", ("task2.logits",)),
+    **_depth0("compose_parallel_sum", "scaled", {"task2_logits": 0},
+              STAND_INS, "do not match the reference", ("task2.logits",)),
+    "honest_compose_reduce_noncausal": (BEHIND, (), "ok",
+                                        ("task2.logits",)),
+}
 JUDGED = {"dropout": "task2.output", "causal": "task2.causal",
           "training": "task2.training"}
 ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
-         "basics": BASICS}
+         "basics": BASICS, "depth0": TRANSFORMER}
 
 
 @pytest.fixture(scope="module")
