@@ -210,7 +210,8 @@ def with_prefix(case: Case) -> Case:
     """A model ``case`` whose input drops its last token."""
     sizes = {**case.sizes, "seq_len": case.sizes["seq_len"] - 1}
     return Case(name=case.name, public=False, sizes=sizes,
-                x=case.x[:, :-1].clone(), weights=case.weights)
+                x=case.x[:, :-1].clone(), weights=case.weights,
+                variant="without its last token")
 
 
 def stand_ins(rng: np.random.Generator, hidden: int, layers: int
