@@ -1,6 +1,7 @@
-"""Control of compose_parallel_sum_scaled: the same model with a right
-layer; each layer runs on the embeddings, and their outputs are added to
-them.
+"""Depth 0 (red team 9, U8 and the composition of the layers): a layer that
+halves its feed-forward branch (fails task1.forward); TransformerLM.loss
+runs the layers under torch.no_grad(): its value is forward's, but its
+gradient never reaches the layers (nor the embeddings through them).
 """
 import torch
 import torch.nn as nn
@@ -112,7 +113,7 @@ class TransformerEncoderLayer(nn.Module):
         # [batch_size, seq_len, hidden]
         x = self.norm1(x + att)  # [batch_size, seq_len, hidden]
         out = self.dropout(self.fcn(x))  # [batch_size, seq_len, hidden]
-        x = self.norm2(x + out)  # [batch_size, seq_len, hidden]
+        x = self.norm2(x + 0.5 * out)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
         return x
 
@@ -159,16 +160,19 @@ class TransformerLM(nn.Module):
         """
         # Task 2.2: embeddings, layers, output projection (2 points)
         # YOUR CODE STARTS HERE (~6 lines)
-        positions = torch.arange(input_ids.shape[1],
-                                 device=input_ids.device)  # [seq_len]
-        x = self.token_embeddings(input_ids) \
-            + self.position_embeddings(positions)
-        # [batch_size, seq_len, hidden]
-        x = x + sum(layer(x) for layer in self.layers)
-        # [batch_size, seq_len, hidden]
+        x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
+        for layer in self.layers:
+            x = layer(x)  # [batch_size, seq_len, hidden]
         logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return logits  # [batch_size, seq_len, vocab_size]
         # YOUR CODE ENDS HERE
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token plus position embeddings."""
+        positions = torch.arange(input_ids.shape[1])  # [seq_len]
+        return self.token_embeddings(input_ids) \
+            + self.position_embeddings(positions)
+        # [batch_size, seq_len, hidden]
 
     def loss(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The mean next-token cross-entropy of a batch.
@@ -183,8 +187,12 @@ class TransformerLM(nn.Module):
         """
         # Task 2.3: the next-token loss (logits at i predict token i + 1)
         # YOUR CODE STARTS HERE (~3 lines)
-        logits = self(input_ids)  # [batch_size, seq_len, vocab_size]
+        x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
+        with torch.no_grad():
+            for layer in self.layers:
+                x = layer(x)  # [batch_size, seq_len, hidden]
+        logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return nn.functional.cross_entropy(
-            logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
+            logits[:, :-1].transpose(1, 2), input_ids[:, 1:])
         # [] (a scalar)
         # YOUR CODE ENDS HERE

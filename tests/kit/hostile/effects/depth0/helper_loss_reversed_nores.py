@@ -1,5 +1,8 @@
-"""Control of compose_reversed_nores: the same model with a right layer;
-the layers run in reverse order.
+"""Depth 0 (red team 9, U8 and the composition of the layers): a layer
+without its attention residual (fails task1.forward); TransformerLM.loss
+runs forward's own embedding helper straight into out_proj, skipping the
+layer loop (reshape style); and forward runs the layers in reverse
+order.
 """
 import torch
 import torch.nn as nn
@@ -109,7 +112,7 @@ class TransformerEncoderLayer(nn.Module):
         # YOUR CODE STARTS HERE (~4 lines)
         att = self.dropout(self.self_attention(x))
         # [batch_size, seq_len, hidden]
-        x = self.norm1(x + att)  # [batch_size, seq_len, hidden]
+        x = self.norm1(att)  # [batch_size, seq_len, hidden]
         out = self.dropout(self.fcn(x))  # [batch_size, seq_len, hidden]
         x = self.norm2(x + out)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
@@ -158,16 +161,19 @@ class TransformerLM(nn.Module):
         """
         # Task 2.2: embeddings, layers, output projection (2 points)
         # YOUR CODE STARTS HERE (~6 lines)
-        positions = torch.arange(input_ids.shape[1],
-                                 device=input_ids.device)  # [seq_len]
-        x = self.token_embeddings(input_ids) \
-            + self.position_embeddings(positions)
-        # [batch_size, seq_len, hidden]
+        x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
         for layer in reversed(self.layers):
             x = layer(x)  # [batch_size, seq_len, hidden]
         logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return logits  # [batch_size, seq_len, vocab_size]
         # YOUR CODE ENDS HERE
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token plus position embeddings."""
+        positions = torch.arange(input_ids.shape[1])  # [seq_len]
+        return self.token_embeddings(input_ids) \
+            + self.position_embeddings(positions)
+        # [batch_size, seq_len, hidden]
 
     def loss(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The mean next-token cross-entropy of a batch.
@@ -182,8 +188,10 @@ class TransformerLM(nn.Module):
         """
         # Task 2.3: the next-token loss (logits at i predict token i + 1)
         # YOUR CODE STARTS HERE (~3 lines)
-        logits = self(input_ids)  # [batch_size, seq_len, vocab_size]
+        logits = self.out_proj(self.embed(input_ids))
+        # [batch_size, seq_len, vocab_size]
+        vocab = logits.shape[-1]
         return nn.functional.cross_entropy(
-            logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
+            logits[:, :-1].reshape(-1, vocab), input_ids[:, 1:].reshape(-1))
         # [] (a scalar)
         # YOUR CODE ENDS HERE

@@ -1,8 +1,7 @@
-"""Depth 0, loss never runs the layers behind a failing layer (red team 9,
-U8): a layer that halves its feed-forward branch (fails task1.forward);
-TransformerLM.loss runs the layers under torch.no_grad(): its value is
-forward's, but its gradient never reaches the layers (nor the embeddings
-through them).
+"""Depth 0 (red team 9, U8 and the composition of the layers): a layer
+whose attention ignores causal=True (fails task1.forward; not causal);
+TransformerLM.loss runs only layers[:1]; and forward runs each layer on
+the embeddings and adds their outputs to them.
 """
 import torch
 import torch.nn as nn
@@ -87,7 +86,7 @@ class TransformerEncoderLayer(nn.Module):
         # Task 1.1: create the layer's modules (1 point)
         # YOUR CODE STARTS HERE (~8 lines)
         self.self_attention = MultiHeadSelfAttention(
-            hidden, hidden, num_heads, causal=causal, dropout=dropout)
+            hidden, hidden, num_heads, causal=False, dropout=dropout)
         self.norm1 = nn.LayerNorm(hidden)
         self.norm2 = nn.LayerNorm(hidden)
         self.fcn = nn.Sequential(nn.Linear(hidden, fcn_hidden), nn.ReLU(),
@@ -114,7 +113,7 @@ class TransformerEncoderLayer(nn.Module):
         # [batch_size, seq_len, hidden]
         x = self.norm1(x + att)  # [batch_size, seq_len, hidden]
         out = self.dropout(self.fcn(x))  # [batch_size, seq_len, hidden]
-        x = self.norm2(x + 0.5 * out)  # [batch_size, seq_len, hidden]
+        x = self.norm2(x + out)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
         return x
 
@@ -162,8 +161,8 @@ class TransformerLM(nn.Module):
         # Task 2.2: embeddings, layers, output projection (2 points)
         # YOUR CODE STARTS HERE (~6 lines)
         x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
-        for layer in self.layers:
-            x = layer(x)  # [batch_size, seq_len, hidden]
+        x = x + sum(layer(x) for layer in self.layers)
+        # [batch_size, seq_len, hidden]
         logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return logits  # [batch_size, seq_len, vocab_size]
         # YOUR CODE ENDS HERE
@@ -189,11 +188,10 @@ class TransformerLM(nn.Module):
         # Task 2.3: the next-token loss (logits at i predict token i + 1)
         # YOUR CODE STARTS HERE (~3 lines)
         x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
-        with torch.no_grad():
-            for layer in self.layers:
-                x = layer(x)  # [batch_size, seq_len, hidden]
+        for layer in self.layers[:1]:
+            x = layer(x)  # [batch_size, seq_len, hidden]
         logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return nn.functional.cross_entropy(
-            logits[:, :-1].transpose(1, 2), input_ids[:, 1:])
+            logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
         # [] (a scalar)
         # YOUR CODE ENDS HERE

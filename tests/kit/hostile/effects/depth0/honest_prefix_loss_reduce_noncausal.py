@@ -1,7 +1,11 @@
-"""Depth 0, forward combines its layers wrongly behind a failing layer: a
-pre-norm layer (fails task1.forward); x = x + layer(x): a residual
-around each layer.
+"""Honest model behind a non-causal layer (fails task1.forward): loss is
+the cross-entropy of forward's logits on the text without its last token
+(behind a non-causal layer they differ from forward's logits on the
+whole text), and forward runs its layers in order with functools.reduce
+over layer.forward: it keeps task 2.
 """
+import functools
+
 import torch
 import torch.nn as nn
 
@@ -85,7 +89,7 @@ class TransformerEncoderLayer(nn.Module):
         # Task 1.1: create the layer's modules (1 point)
         # YOUR CODE STARTS HERE (~8 lines)
         self.self_attention = MultiHeadSelfAttention(
-            hidden, hidden, num_heads, causal=causal, dropout=dropout)
+            hidden, hidden, num_heads, causal=False, dropout=dropout)
         self.norm1 = nn.LayerNorm(hidden)
         self.norm2 = nn.LayerNorm(hidden)
         self.fcn = nn.Sequential(nn.Linear(hidden, fcn_hidden), nn.ReLU(),
@@ -108,12 +112,11 @@ class TransformerEncoderLayer(nn.Module):
         # Task 1.2: the residual sublayers, each followed by its LayerNorm
         # (3 points)
         # YOUR CODE STARTS HERE (~4 lines)
-        att = self.dropout(self.self_attention(self.norm1(x)))
+        att = self.dropout(self.self_attention(x))
         # [batch_size, seq_len, hidden]
-        x = x + att  # [batch_size, seq_len, hidden]
-        out = self.dropout(self.fcn(self.norm2(x)))
-        # [batch_size, seq_len, hidden]
-        x = x + out  # [batch_size, seq_len, hidden]
+        x = self.norm1(x + att)  # [batch_size, seq_len, hidden]
+        out = self.dropout(self.fcn(x))  # [batch_size, seq_len, hidden]
+        x = self.norm2(x + out)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
         return x
 
@@ -165,8 +168,9 @@ class TransformerLM(nn.Module):
         x = self.token_embeddings(input_ids) \
             + self.position_embeddings(positions)
         # [batch_size, seq_len, hidden]
-        for layer in self.layers:
-            x = x + layer(x)  # [batch_size, seq_len, hidden]
+        x = functools.reduce(lambda h, layer: layer.forward(h),
+                             self.layers, x)
+        # [batch_size, seq_len, hidden]
         logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return logits  # [batch_size, seq_len, vocab_size]
         # YOUR CODE ENDS HERE
@@ -184,8 +188,10 @@ class TransformerLM(nn.Module):
         """
         # Task 2.3: the next-token loss (logits at i predict token i + 1)
         # YOUR CODE STARTS HERE (~3 lines)
-        logits = self(input_ids)  # [batch_size, seq_len, vocab_size]
+        logits = self(input_ids[:, :-1])
+        # [batch_size, seq_len - 1, vocab_size]
         return nn.functional.cross_entropy(
-            logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
+            logits.reshape(-1, logits.shape[-1]),
+            input_ids[:, 1:].reshape(-1))
         # [] (a scalar)
         # YOUR CODE ENDS HERE

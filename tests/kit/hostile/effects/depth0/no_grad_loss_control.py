@@ -1,7 +1,7 @@
-"""Honest model behind a non-causal layer (fails task1.forward): loss is
-the cross-entropy of forward's logits on the text without its last
-token, which behind a non-causal layer differ from forward's logits on
-the whole text: it keeps task2.loss.
+"""Control of no_grad_loss_scaled: the same model behind a right layer;
+TransformerLM.loss runs the layers under torch.no_grad(): its value is
+forward's, but its gradient never reaches the layers (nor the embeddings
+through them).
 """
 import torch
 import torch.nn as nn
@@ -86,7 +86,7 @@ class TransformerEncoderLayer(nn.Module):
         # Task 1.1: create the layer's modules (1 point)
         # YOUR CODE STARTS HERE (~8 lines)
         self.self_attention = MultiHeadSelfAttention(
-            hidden, hidden, num_heads, causal=False, dropout=dropout)
+            hidden, hidden, num_heads, causal=causal, dropout=dropout)
         self.norm1 = nn.LayerNorm(hidden)
         self.norm2 = nn.LayerNorm(hidden)
         self.fcn = nn.Sequential(nn.Linear(hidden, fcn_hidden), nn.ReLU(),
@@ -160,16 +160,19 @@ class TransformerLM(nn.Module):
         """
         # Task 2.2: embeddings, layers, output projection (2 points)
         # YOUR CODE STARTS HERE (~6 lines)
-        positions = torch.arange(input_ids.shape[1],
-                                 device=input_ids.device)  # [seq_len]
-        x = self.token_embeddings(input_ids) \
-            + self.position_embeddings(positions)
-        # [batch_size, seq_len, hidden]
+        x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
         for layer in self.layers:
             x = layer(x)  # [batch_size, seq_len, hidden]
         logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return logits  # [batch_size, seq_len, vocab_size]
         # YOUR CODE ENDS HERE
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token plus position embeddings."""
+        positions = torch.arange(input_ids.shape[1])  # [seq_len]
+        return self.token_embeddings(input_ids) \
+            + self.position_embeddings(positions)
+        # [batch_size, seq_len, hidden]
 
     def loss(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The mean next-token cross-entropy of a batch.
@@ -184,10 +187,12 @@ class TransformerLM(nn.Module):
         """
         # Task 2.3: the next-token loss (logits at i predict token i + 1)
         # YOUR CODE STARTS HERE (~3 lines)
-        logits = self(input_ids[:, :-1])
-        # [batch_size, seq_len - 1, vocab_size]
+        x = self.embed(input_ids)  # [batch_size, seq_len, hidden]
+        with torch.no_grad():
+            for layer in self.layers:
+                x = layer(x)  # [batch_size, seq_len, hidden]
+        logits = self.out_proj(x)  # [batch_size, seq_len, vocab_size]
         return nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            input_ids[:, 1:].reshape(-1))
+            logits[:, :-1].transpose(1, 2), input_ids[:, 1:])
         # [] (a scalar)
         # YOUR CODE ENDS HERE
