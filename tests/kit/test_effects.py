@@ -32,9 +32,9 @@ reaches them (red team 9, U8; task2.loss, task2.training), and a forward
 that combines its layers wrongly (a residual around each, reverse order,
 outputs added; task2.logits, judged with stand-in layers). Each file has
 a control, the same model with a right layer, which loses the same items
-(in the words of depth 2); the honest file (a loss on the text without
-its last token, layers combined by ``functools.reduce``) keeps task 2
-behind a non-causal layer.
+(in the words of depth 2); the honest files (a loss on the text without
+its last token, layers combined by ``functools.reduce``, behind a
+non-causal layer; a layer left as ``return x``) keep task 2.
 
 ``hostile/effects/basics/`` attacks ``attention_basics`` (red team 8, U3
 and U4): a causal mask read from the score values (task4.causal,
@@ -266,6 +266,11 @@ CORPUS["depth0"] = {
     **_depth0("no_grad_loss", "scaled", {"task2.training": TRAIN_D0}),
     "honest_prefix_loss_reduce_noncausal": (
         BEHIND, (), "ok", ("task2.logits", "task2.loss", "task2.training")),
+    # A layer left as `return x`: its weights reach nothing, but the
+    # stand-ins show the model runs it, so task 2 does not pay for it
+    # (before, task2.logits was lost on the reach probes).
+    "honest_identity_layer": (
+        BEHIND, (), "ok", ("task2.logits", "task2.training")),
 }
 JUDGED = {"dropout": "task2.output", "causal": "task2.causal",
           "training": "task2.training"}

@@ -124,7 +124,8 @@ def test_logits_match_reference(task2: TaskRun, depth: str,
                  f"{depth_words(depth)}.",
                  *mistakes.lm_diagnoses(case, student))
     if depth == "d0":
-        layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]))
+        layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]),
+                            stand_ins_followed(task2))
         layers_combine_in_order(task2)
 
 
@@ -140,7 +141,8 @@ def load_failed(task2: TaskRun, probe_id: str) -> bool:
             and not any(ran[-1] == "call" for ran in result.ran))
 
 
-def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
+def layers_reach_logits(task2: TaskRun, layer_built: bool,
+                        followed: bool) -> None:
     """Judged at depth 0 (the layer fails task 1), forward must still
     run its layers: with two of the student's own layers, redrawing the
     weights of either changes the logits. A depth-2 forward that raised
@@ -149,7 +151,11 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
     (docs/rubric-decisions.md). But when the layer earns task1.layers
     (``layer_built``) and the two-layer model could not even take the
     contract's weights (one layer object listed twice, a ModuleList under
-    another name), the model is at fault, not the layer: that fails."""
+    another name), the model is at fault, not the layer: that fails.
+    When the model provably runs each layer once, in order
+    (``followed``: :func:`stand_ins_followed`), a layer whose new
+    weights change nothing ignores its weights itself (a layer that
+    returns x): task 1's mistake, not charged here."""
     for probe_id in task2.probe_ids("reach:d2:"):
         name, layer = probe_id.removeprefix("reach:d2:").rsplit(":", 1)
         base_id = f"logits:d2:{name}"
@@ -165,12 +171,45 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
             return
         case, base = logits_of(task2, base_id)
         _, changed = logits_of(task2, probe_id)
-        if close(changed, base):
+        if close(changed, base) and not followed:
             fail(f"TransformerLM.forward's logits do not depend on "
                  f"layers[{layer}]: with num_layers=2 on "
                  f"{case.describe()}, new weights in that layer change "
                  f"nothing. Run every layer of self.layers on x, in order, "
                  f"between the embeddings and out_proj.")
+
+
+def stand_in_logits(task2: TaskRun, probe_id: str) -> torch.Tensor:
+    """What a ``compose:d2:`` probe's model gives when it runs each of
+    its stand-in layers once, in order (the contract's composition)."""
+    case = mistakes.loaded_case(task2, probe_id)
+    _, w = case.float64()
+    return reference.stacked_logits(case.x, w, stand_in_maps(task2,
+                                                             probe_id))
+
+
+def stand_in_maps(task2: TaskRun, probe_id: str) -> list[dict]:
+    """A ``compose:d2:`` probe's linear maps, in layer order."""
+    return [{"weight": weight.double(), "bias": bias.double()}
+            for weight, bias in
+            task2.result(probe_id).info.params["stand_ins"].values()]
+
+
+def stand_ins_followed(task2: TaskRun) -> bool:
+    """True when every ``compose:d2:`` probe shows the model running
+    its stand-in layers once each, in order: its logits are the stand-in
+    composition's and not those of the student's own layers (so the
+    stand-ins did run)."""
+    probes = task2.probe_ids("compose:d2:")
+    for probe_id in probes:
+        base_id = "logits:d2:" + probe_id.removeprefix("compose:d2:")
+        if not (forward_ran(task2, probe_id) and forward_ran(task2, base_id)):
+            return False
+        student = task2.result(probe_id).value.tensor
+        if close(student, task2.result(base_id).value.tensor) or \
+                not close(student, stand_in_logits(task2, probe_id)):
+            return False
+    return bool(probes)
 
 
 def layers_combine_in_order(task2: TaskRun) -> None:
@@ -184,19 +223,24 @@ def layers_combine_in_order(task2: TaskRun) -> None:
     when the two-layer model with the student's own layers already gives
     the reference's logits, nor when the stand-in model did not return
     logits (a model that passes its layers more than x, or reads what a
-    layer returns as something else: docs/threat-model.md, principle
-    5)."""
+    layer returns as something else), nor when its logits are those of
+    the student's own layers (the model never calls its layers' forward
+    through the layer objects, e.g. ``TransformerEncoderLayer.forward(
+    layer, x)``: the stand-ins never ran; docs/threat-model.md,
+    principle 5)."""
     for probe_id in task2.probe_ids("compose:d2:"):
         name = probe_id.removeprefix("compose:d2:")
+        base_id = f"logits:d2:{name}"
         if not forward_ran(task2, probe_id) or \
-                matches_reference(task2, f"logits:d2:{name}"):
+                matches_reference(task2, base_id):
             continue
         case, student = logits_of(task2, probe_id)
+        if forward_ran(task2, base_id) and \
+                close(student, logits_of(task2, base_id)[1]):
+            continue
         _, w = case.float64()
-        maps = [{"weight": weight.double(), "bias": bias.double()}
-                for weight, bias in
-                task2.result(probe_id).info.params["stand_ins"].values()]
-        expected = reference.stacked_logits(case.x, w, maps)
+        maps = stand_in_maps(task2, probe_id)
+        expected = stand_in_logits(task2, probe_id)
         if close(student, expected):
             continue
         how = ""
@@ -332,6 +376,19 @@ def loss_runs_the_layers(task2: TaskRun) -> None:
                  f"the layers.")
 
 
+def layer_ignores_weights(task2: TaskRun) -> bool:
+    """True when new weights in ``layers[0]`` of the two-layer model
+    leave its logits unchanged (the ``reach:d2:<case>:0`` probe)."""
+    for probe_id in task2.probe_ids("reach:d2:"):
+        name, layer = probe_id.removeprefix("reach:d2:").rsplit(":", 1)
+        base_id = f"logits:d2:{name}"
+        if layer == "0" and forward_ran(task2, probe_id) and \
+                forward_ran(task2, base_id):
+            return close(task2.result(probe_id).value.tensor,
+                         task2.result(base_id).value.tensor)
+    return False
+
+
 def forward_matches(task2: TaskRun, depth: str) -> bool:
     """True when TransformerLM.forward gives the reference's logits on
     every logits probe at ``depth`` (what task2.logits judges)."""
@@ -418,7 +475,10 @@ def layer_trained_too(task2: TaskRun) -> None:
     parameter group moved, ``layers[0]`` included (the position
     embeddings aside: task2.logits' point). A loss that never runs the
     layers fails, and so does a training the worker stopped because a
-    parameter changed otherwise than by a gradient step."""
+    parameter changed otherwise than by a gradient step. A layer that
+    ignores its own weights (new weights in ``layers[0]`` change nothing
+    although the model provably runs it: :func:`stand_ins_followed`)
+    cannot move them under any loss: task 1's mistake, not required."""
     result = task2.result("trained:d2")
     error = result.error or {}
     if not result.ok:
@@ -428,8 +488,10 @@ def layer_trained_too(task2: TaskRun) -> None:
             fail(f"Training the model with num_layers=1 stopped: "
                  f"{result.problem}.")
         return
+    ignored = (group_words("layers.0") if stand_ins_followed(task2)
+               and layer_ignores_weights(task2) else None)
     unmoved = [group for group in unmoved_groups(task2, "d2")
-               if group != POSITIONS]
+               if group not in (POSITIONS, ignored)]
     if unmoved:
         groups = " and ".join([", ".join(unmoved[:-1]), unmoved[-1]]
                               if len(unmoved) > 1 else unmoved)
