@@ -1182,10 +1182,10 @@ def _life(job: dict, result_fd: int) -> None:
         if probe.get("fit"):
             probe["fit"]["batches"] = [decode_tensor(b) for b in
                                        probe["fit"].get("batches", [])]
-        if probe.get("stand_ins"):
-            probe["stand_ins"] = {
+        if probe.get("substitutes"):
+            probe["substitutes"] = {
                 path: _linear_module(torch, *map(decode_tensor, pair))
-                for path, pair in probe["stand_ins"].items()}
+                for path, pair in probe["substitutes"].items()}
     functions, classes = prepare(job.get("forbidden", {}))
     # Ids of code objects stand for them only while they live: the agent's
     # are kept alive (this module's namespace is emptied before the
@@ -1239,7 +1239,7 @@ def _life(job: dict, result_fd: int) -> None:
 
 
 def _linear_module(torch: Any, weight: Any, bias: Any) -> Any:
-    """A probe's stand-in: torch's own ``nn.Linear`` holding ``weight``
+    """A probe's substitute: torch's own ``nn.Linear`` holding ``weight``
     and ``bias`` (built before the submission runs; torch's code computes
     it, so every operation it runs is chosen by a line of torch's)."""
     module = torch.nn.Linear(weight.shape[1], weight.shape[0])
@@ -4070,18 +4070,18 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             module = found
         return module
 
-    def stand_in(obj, spec, target):
-        # A probe's ``stand_ins``: the module at each path answers
+    def substitute(obj, spec, target):
+        # A probe's ``substitutes``: the module at each path answers
         # ``forward`` with the affine map the plan gives (x @ weight.T +
         # bias), a torch ``nn.Linear`` set in the module's own attribute
         # dict, so its class's forward never runs there. Plain torch:
         # nothing of the grader's is reachable from it (docs/internals.md,
-        # "Stand-ins").
+        # "Substitutes").
         for path, linear in spec.items():
             namespace = instance_dict(submodule(obj, path, target))
             if "_modules" not in namespace:
                 raise b_LookupError(target + "'s " + b_str(path) + " cannot "
-                                    "take a stand-in")
+                                    "take a substitute")
             namespace["forward"] = linear
 
     def kept(params):
@@ -4192,8 +4192,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         loading = [{}, []]
         obj = build(namespace, probe, loading)
         phase["held"].append(obj)
-        if probe.get("stand_ins"):
-            stand_in(obj, probe["stand_ins"], b_str(probe["target"]))
+        if probe.get("substitutes"):
+            substitute(obj, probe["substitutes"], b_str(probe["target"]))
         phase["stage"] = "call"
         result = {}
         aliases, named_state = loading

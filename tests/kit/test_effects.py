@@ -30,7 +30,7 @@ behind a layer that fails task1.forward (judged at depth 0, where no
 layer runs): a loss that never runs the layers, or whose gradient never
 reaches them (red team 9, U8; task2.loss, task2.training), and a forward
 that combines its layers wrongly (a residual around each, reverse order,
-outputs added; task2.logits, judged with stand-in layers). Each file has
+outputs added; task2.logits, judged with substitute layers). Each file has
 a control, the same model with a right layer, which loses the same items
 (in the words of depth 2); the honest files (a loss on the text without
 its last token, layers combined by ``functools.reduce``, behind a
@@ -254,7 +254,7 @@ CORPUS["depth0"] = {
     # never reaches them: task2.loss judged at depth 2 against the model's
     # own logits, task2.training at depth 1 on the moved groups), and a
     # forward that combines its layers wrongly (task2.logits, judged with
-    # stand-in layers); one of each per file.
+    # substitute layers); one of each per file.
     **_depth0("bigram_loss_extra_residual", "prenorm", {
         "task2.logits": "They are those of x = x + layer(x)",
         "task2.loss": LOSS_D0, "task2.training": TRAIN_D0}),
@@ -267,7 +267,7 @@ CORPUS["depth0"] = {
     "honest_prefix_loss_reduce_noncausal": (
         BEHIND, (), "ok", ("task2.logits", "task2.loss", "task2.training")),
     # A layer left as `return x`: its weights reach nothing, but the
-    # stand-ins show the model runs it, so task 2 does not pay for it
+    # substitutes show the model runs it, so task 2 does not pay for it
     # (before, task2.logits was lost on the reach probes).
     "honest_identity_layer": (
         BEHIND, (), "ok", ("task2.logits", "task2.training")),

@@ -41,9 +41,9 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
   fails task 1) still shows that every layer reaches its logits;
 * ``compose:d2:<case>``: the first case at depth 2 with each of the
   student's layers answering ``forward`` with a linear map the grader
-  draws (the probe's ``stand_ins``; the layer's own forward never
+  draws (the probe's ``substitutes``; the layer's own forward never
   runs), so that how the model combines its layers is judged whatever
-  the layer computes (:func:`stand_ins`);
+  the layer computes (:func:`substitutes`);
 * ``before:<depth>``, ``trained:<depth>``: ``forward`` on fresh text of
   the training corpus, before and after the probe's ``fit`` (Adam steps on
   the model's own ``loss``) at depth 1 or 0, each with its own corpus
@@ -214,8 +214,8 @@ def with_prefix(case: Case) -> Case:
                 variant="without its last token")
 
 
-def stand_ins(rng: np.random.Generator, hidden: int, layers: int
-              ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def substitutes(rng: np.random.Generator, hidden: int, layers: int
+                ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """A linear map (weight [hidden, hidden], bias [hidden]) for each
     of ``layers`` layers: the identity plus U(-1/sqrt(hidden), ..) noise
     (so that no map is near zero and no two commute), bias U(-.5, .5)."""
@@ -231,9 +231,9 @@ def composed(probe_id: str, case: Case, init: dict,
     """The forward probe of ``case`` with each layer's forward
     replaced by its map in ``maps`` (kept in the probe's params)."""
     wire, info = weighted(probe_id, "TransformerLM", case, init)
-    wire["stand_ins"] = {path: [encode_tensor(w), encode_tensor(b)]
-                         for path, (w, b) in maps.items()}
-    return wire, replace(info, params={**info.params, "stand_ins": maps})
+    wire["substitutes"] = {path: [encode_tensor(w), encode_tensor(b)]
+                           for path, (w, b) in maps.items()}
+    return wire, replace(info, params={**info.params, "substitutes": maps})
 
 
 def lm_init(sizes: dict[str, int]) -> dict:
@@ -395,7 +395,7 @@ def build(seed: int, public_only: bool,
                         with_layer_redrawn(case, layer, _rng(
                             seed, "task2", "reach", layer)), init))
                 plan.add("task2", composed(
-                    f"compose:d2:{case.name}", case, init, stand_ins(
+                    f"compose:d2:{case.name}", case, init, substitutes(
                         _rng(seed, "task2", "compose"),
                         case.sizes["hidden"], layers)))
     for depth in TRAIN_DEPTHS:

@@ -125,7 +125,7 @@ def test_logits_match_reference(task2: TaskRun, depth: str,
                  *mistakes.lm_diagnoses(case, student))
     if depth == "d0":
         layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]),
-                            stand_ins_followed(task2))
+                            substitutes_followed(task2))
         layers_combine_in_order(task2)
 
 
@@ -153,7 +153,7 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool,
     contract's weights (one layer object listed twice, a ModuleList under
     another name), the model is at fault, not the layer: that fails.
     When the model provably runs each layer once, in order
-    (``followed``: :func:`stand_ins_followed`), a layer whose new
+    (``followed``: :func:`substitutes_followed`), a layer whose new
     weights change nothing ignores its weights itself (a layer that
     returns x): task 1's mistake, not charged here."""
     for probe_id in task2.probe_ids("reach:d2:"):
@@ -179,27 +179,27 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool,
                  f"between the embeddings and out_proj.")
 
 
-def stand_in_logits(task2: TaskRun, probe_id: str) -> torch.Tensor:
+def substitute_logits(task2: TaskRun, probe_id: str) -> torch.Tensor:
     """What a ``compose:d2:`` probe's model gives when it runs each of
-    its stand-in layers once, in order (the contract's composition)."""
+    its substitute layers once, in order (the contract's composition)."""
     case = mistakes.loaded_case(task2, probe_id)
     _, w = case.float64()
-    return reference.stacked_logits(case.x, w, stand_in_maps(task2,
-                                                             probe_id))
+    return reference.stacked_logits(case.x, w,
+                                    substitute_maps(task2, probe_id))
 
 
-def stand_in_maps(task2: TaskRun, probe_id: str) -> list[dict]:
+def substitute_maps(task2: TaskRun, probe_id: str) -> list[dict]:
     """A ``compose:d2:`` probe's linear maps, in layer order."""
     return [{"weight": weight.double(), "bias": bias.double()}
             for weight, bias in
-            task2.result(probe_id).info.params["stand_ins"].values()]
+            task2.result(probe_id).info.params["substitutes"].values()]
 
 
-def stand_ins_followed(task2: TaskRun) -> bool:
+def substitutes_followed(task2: TaskRun) -> bool:
     """True when every ``compose:d2:`` probe shows the model running
-    its stand-in layers once each, in order: its logits are the stand-in
+    its substitute layers once each, in order: its logits are the substitute
     composition's and not those of the student's own layers (so the
-    stand-ins did run)."""
+    substitutes did run)."""
     probes = task2.probe_ids("compose:d2:")
     for probe_id in probes:
         base_id = "logits:d2:" + probe_id.removeprefix("compose:d2:")
@@ -207,7 +207,7 @@ def stand_ins_followed(task2: TaskRun) -> bool:
             return False
         student = task2.result(probe_id).value.tensor
         if close(student, task2.result(base_id).value.tensor) or \
-                not close(student, stand_in_logits(task2, probe_id)):
+                not close(student, substitute_logits(task2, probe_id)):
             return False
     return bool(probes)
 
@@ -221,12 +221,12 @@ def layers_combine_in_order(task2: TaskRun) -> None:
     applied in order to the embeddings. This needs nothing of the
     layer's values, so a task-1 mistake is still paid once. Not judged
     when the two-layer model with the student's own layers already gives
-    the reference's logits, nor when the stand-in model did not return
+    the reference's logits, nor when the substitute model did not return
     logits (a model that passes its layers more than x, or reads what a
     layer returns as something else), nor when its logits are those of
     the student's own layers (the model never calls its layers' forward
     through the layer objects, e.g. ``TransformerEncoderLayer.forward(
-    layer, x)``: the stand-ins never ran; docs/threat-model.md,
+    layer, x)``: the substitutes never ran; docs/threat-model.md,
     principle 5)."""
     for probe_id in task2.probe_ids("compose:d2:"):
         name = probe_id.removeprefix("compose:d2:")
@@ -239,8 +239,8 @@ def layers_combine_in_order(task2: TaskRun) -> None:
                 close(student, logits_of(task2, base_id)[1]):
             continue
         _, w = case.float64()
-        maps = stand_in_maps(task2, probe_id)
-        expected = stand_in_logits(task2, probe_id)
+        maps = substitute_maps(task2, probe_id)
+        expected = substitute_logits(task2, probe_id)
         if close(student, expected):
             continue
         how = ""
@@ -477,7 +477,7 @@ def layer_trained_too(task2: TaskRun) -> None:
     layers fails, and so does a training the worker stopped because a
     parameter changed otherwise than by a gradient step. A layer that
     ignores its own weights (new weights in ``layers[0]`` change nothing
-    although the model provably runs it: :func:`stand_ins_followed`)
+    although the model provably runs it: :func:`substitutes_followed`)
     cannot move them under any loss: task 1's mistake, not required."""
     result = task2.result("trained:d2")
     error = result.error or {}
@@ -488,7 +488,7 @@ def layer_trained_too(task2: TaskRun) -> None:
             fail(f"Training the model with num_layers=1 stopped: "
                  f"{result.problem}.")
         return
-    ignored = (group_words("layers.0") if stand_ins_followed(task2)
+    ignored = (group_words("layers.0") if substitutes_followed(task2)
                and layer_ignores_weights(task2) else None)
     unmoved = [group for group in unmoved_groups(task2, "d2")
                if group not in (POSITIONS, ignored)]

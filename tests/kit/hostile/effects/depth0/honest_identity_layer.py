@@ -1,6 +1,6 @@
 """Honest model behind a layer whose forward was left as return x (fails
 task1.forward): new weights in a layer change nothing and training never
-moves them, but with stand-in layers the model provably runs each layer
+moves them, but with substitute layers the model provably runs each layer
 once, in order, so the layer's mistake is not charged to task 2: it
 keeps task 2.
 """
