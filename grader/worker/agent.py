@@ -1183,6 +1183,10 @@ def _life(job: dict, result_fd: int) -> None:
         if probe.get("fit"):
             probe["fit"]["batches"] = [decode_tensor(b) for b in
                                        probe["fit"].get("batches", [])]
+        if probe.get("substitutes"):
+            probe["substitutes"] = {
+                path: _linear_module(torch, *map(decode_tensor, pair))
+                for path, pair in probe["substitutes"].items()}
     functions, classes = prepare(job.get("forbidden", {}))
     # Ids of code objects stand for them only while they live: the agent's
     # are kept alive (this module's namespace is emptied before the
@@ -1233,6 +1237,18 @@ def _life(job: dict, result_fd: int) -> None:
     # none of it. Cheap: the fork server froze what it had loaded.
     collect()
     run()
+
+
+def _linear_module(torch: Any, weight: Any, bias: Any) -> Any:
+    """A probe's substitute: torch's own ``nn.Linear`` holding ``weight``
+    and ``bias`` (built before the submission runs; torch's code computes
+    it, so every operation it runs is chosen by a line of torch's)."""
+    module = torch.nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        module.weight.copy_(weight)
+        module.bias.copy_(bias)
+    module.requires_grad_(False)
+    return module.eval()
 
 
 def _kit_modules() -> list:
@@ -3953,6 +3969,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     t_equal = torch.equal
     t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
+    dict_items = dict.items
     from grader.wire import VALUE_BUDGET as value_budget
 
     def is_module(value):
@@ -4034,6 +4051,39 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if is_module(obj):
             call(module_train, obj, b_bool(probe.get("train", False)))
         return obj
+
+    def submodule(obj, path, target):
+        # The module at a dotted path, through each module's own
+        # ``_modules`` table, read without running any code of theirs
+        # (exact str keys only, as value_readers' ``entry`` reads).
+        module = obj
+        for part in b_str(path).split("."):
+            modules = instance_dict(module).get("_modules") \
+                if is_module(module) else None
+            found = None
+            if b_type(modules) is b_dict:
+                for name, child in dict_items(modules):
+                    if b_type(name) is b_str and name == part:
+                        found = child
+            if found is None or not is_module(found):
+                raise b_LookupError(target + " has no submodule "
+                                    + b_str(path))
+            module = found
+        return module
+
+    def substitute(obj, spec, target):
+        # A probe's ``substitutes``: the module at each path answers
+        # ``forward`` with the affine map the plan gives (x @ weight.T +
+        # bias), a torch ``nn.Linear`` set in the module's own attribute
+        # dict, so its class's forward never runs there. Plain torch:
+        # nothing of the grader's is reachable from it (docs/internals.md,
+        # "Substitutes").
+        for path, linear in spec.items():
+            namespace = instance_dict(submodule(obj, path, target))
+            if "_modules" not in namespace:
+                raise b_LookupError(target + "'s " + b_str(path) + " cannot "
+                                    "take a substitute")
+            namespace["forward"] = linear
 
     def kept(params):
         with no_torch_function():
@@ -4143,6 +4193,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         loading = [{}, []]
         obj = build(namespace, probe, loading)
         phase["held"].append(obj)
+        if probe.get("substitutes"):
+            substitute(obj, probe["substitutes"], b_str(probe["target"]))
         phase["stage"] = "call"
         result = {}
         aliases, named_state = loading

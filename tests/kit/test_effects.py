@@ -25,6 +25,17 @@ honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
 ("Principle 5") gives the argument.
 
+``hostile/effects/depth0/`` attacks ``transformer_block``'s task 2
+behind a layer that fails task1.forward (judged at depth 0, where no
+layer runs): a loss that never runs the layers, or whose gradient never
+reaches them (red team 9, U8; task2.loss, task2.training), and a forward
+that combines its layers wrongly (a residual around each, reverse order,
+outputs added; task2.logits, judged with substitute layers). Each file has
+a control, the same model with a right layer, which loses the same items
+(in the words of depth 2); the honest files (a loss on the text without
+its last token, layers combined by ``functools.reduce``, behind a
+non-causal layer; a layer left as ``return x``) keep task 2.
+
 ``hostile/effects/basics/`` attacks ``attention_basics`` (red team 8, U3
 and U4): a causal mask read from the score values (task4.causal,
 task6.values; judged with equal scores, tagged ``mask_from_scores``), and
@@ -223,10 +234,64 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
     },
 }
+#: transformer_block behind a failing layer (task1.forward 0): the
+#: controls' rows are these with task1.forward 3.
+BEHIND = (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0)
+#: The words of each judged item behind a failing layer (depth 0, the
+#: new checks) and behind a right layer (depth 2, as before).
+LOSS_D0 = ("TransformerLM.loss with num_layers=2 (two of your layers, "
+           "whatever they compute)")
+TRAIN_D0 = ("with num_layers=1 (one of your layers, whatever it computes): "
+            "the loss's gradient does not reach them")
+LOGITS_D0 = "each layer replaced by a fixed linear map"
+LOSS_D2 = "the next-token cross-entropy of the model's own logits is"
+TRAIN_D2 = "never changed during training with loss: the loss's gradient"
+LOGITS_D2 = "do not match the reference"
+
+
+def _depth0(stem: str, layer: str, words: dict[str, str]
+            ) -> dict[str, tuple]:
+    """A file behind a failing ``layer`` and its control behind a right
+    one: both lose the items ``words`` names (item -> its words behind
+    the failing layer), the control with the depth-2 words."""
+    changed = dict(zip(TRANSFORMER, BEHIND))
+    changed.update(dict.fromkeys(words, 0))
+    control = {"task2.logits": LOGITS_D2, "task2.loss": LOSS_D2,
+               "task2.training": TRAIN_D2}
+    scores = tuple(changed[item] for item in TRANSFORMER)
+    return {f"{stem}_{layer}": (scores, (), words, tuple(words)),
+            f"{stem}_control": (
+                scores[:1] + (3,) + scores[2:], (),
+                {item: control[item] for item in words}, tuple(words))}
+
+
+CORPUS["depth0"] = {
+    # Red team 9, U8 (a loss that never runs the layers, or whose gradient
+    # never reaches them: task2.loss judged at depth 2 against the model's
+    # own logits, task2.training at depth 1 on the moved groups), and a
+    # forward that combines its layers wrongly (task2.logits, judged with
+    # substitute layers); one of each per file.
+    **_depth0("bigram_loss_extra_residual", "prenorm", {
+        "task2.logits": "They are those of x = x + layer(x)",
+        "task2.loss": LOSS_D0, "task2.training": TRAIN_D0}),
+    **_depth0("helper_loss_reversed", "nores", {
+        "task2.logits": "They are those of the layers in reverse order",
+        "task2.loss": LOSS_D0, "task2.training": TRAIN_D0}),
+    **_depth0("first_layer_loss_parallel_sum", "noncausal", {
+        "task2.logits": LOGITS_D0, "task2.loss": LOSS_D0}),
+    **_depth0("no_grad_loss", "scaled", {"task2.training": TRAIN_D0}),
+    "honest_prefix_loss_reduce_noncausal": (
+        BEHIND, (), "ok", ("task2.logits", "task2.loss", "task2.training")),
+    # A layer left as `return x`: its weights reach nothing, but the
+    # substitutes show the model runs it, so task 2 does not pay for it
+    # (before, task2.logits was lost on the reach probes).
+    "honest_identity_layer": (
+        BEHIND, (), "ok", ("task2.logits", "task2.training")),
+}
 JUDGED = {"dropout": "task2.output", "causal": "task2.causal",
           "training": "task2.training"}
 ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
-         "basics": BASICS}
+         "basics": BASICS, "depth0": TRANSFORMER}
 
 
 @pytest.fixture(scope="module")
@@ -272,4 +337,5 @@ def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
     for item_id in judged[0] if judged else (JUDGED[folder],):
         item = next(i for i in report["items"] if i["id"] == item_id)
         assert tuple(item["diagnosis"]) == diagnoses, item
-        assert words in item["message"], item["message"]
+        said = words[item_id] if isinstance(words, dict) else words
+        assert said in item["message"], item["message"]

@@ -115,10 +115,13 @@ CORPUS: dict[str, Expected] = {
             "judged with it alone (companions), not again with the model"),
     # ------------------------------------- layers unused behind a bad layer
     "mistake_layers_skipped": Expected(
-        {"task1.forward": 0.0, "task2.logits": 0.0},
+        {"task1.forward": 0.0, "task2.logits": 0.0, "task2.training": 0.0},
         {"task1.forward": ("pre_norm",)},
         why="judged at num_layers=0, but with two of its own layers new "
-            "weights in layers[0] change nothing (red team 8)"),
+            "weights in layers[0] change nothing (red team 8); trained "
+            "with one of its layers, layers[0] never moves (red team 9, "
+            "U8): a model that never calls its layers is not the model "
+            "the training item trains, as with a right layer"),
     "mistake_layers_first_only": Expected(
         {"task1.forward": 0.0, "task2.logits": 0.0},
         {"task1.forward": ("pre_norm",)},
@@ -224,7 +227,7 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "mistake_loss_not_shifted_gather": 8,
           "mistake_loss_not_shifted_transpose": 8, "penalties": 8,
           "mistake_pre_norm_lm_not_causal": 6,
-          "mistake_layers_skipped": 5, "mistake_layers_first_only": 5,
+          "mistake_layers_skipped": 4, "mistake_layers_first_only": 5,
           "mistake_attention_without_dropout": 9,
           "mistake_shared_layers_pre_norm": 4,
           "penalties_own_attention": 8,
@@ -503,13 +506,21 @@ def test_diagnosis_variants_differ_from_the_reference() -> None:
 def test_plan_cases_keep_sizes_apart(seed: int) -> None:
     """Hidden sizes differ from each other; max_seq_len > seq_len; the
     causality probes change only the tokens after their position; the
-    training text follows one permutation, fresh text included."""
+    prefix probes drop the last token; the training text follows one
+    permutation, fresh text included."""
     plan = cases.build(seed, False, ASSIGNMENT.size_sets)
     for (task, probe_id), info in plan.info.items():
         if info.case is None or probe_id.startswith("trace"):
             continue
         sizes = {k: v for k, v in info.case.sizes.items()
                  if k != "num_layers"}
+        if probe_id.startswith("prefix:"):
+            # The text without its last token (a loss's other reading):
+            # seq_len - 1 may equal another size; judged at d2 only.
+            base = plan.info[(task, "logits:d2:" + info.case.name)].case
+            assert torch.equal(info.case.x, base.x[:, :-1])
+            assert sizes["seq_len"] == base.sizes["seq_len"] - 1
+            continue
         if task == "task2" and "max_seq_len" in sizes and \
                 not probe_id.startswith(("before", "trained")):
             assert cases.all_distinct(sizes), (probe_id, sizes)

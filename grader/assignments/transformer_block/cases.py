@@ -32,9 +32,18 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``future:<depth>:<case>:<i>``: the same input with every token after
   position i replaced (the causality item compares positions 0..i);
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
+* ``prefix:d2:<case>``: ``forward(input_ids[:, :-1])`` on the same
+  weights, so that a loss computed from the logits of the text without
+  its last token (the other honest reading) is recognised behind a
+  non-causal layer too;
 * ``reach:d2:<case>:<i>``: the first case at depth 2 with the weights of
   ``layers[i]`` redrawn, so that a model judged at depth 0 (its layer
   fails task 1) still shows that every layer reaches its logits;
+* ``compose:d2:<case>``: the first case at depth 2 with each of the
+  student's layers answering ``forward`` with a linear map the grader
+  draws (the probe's ``substitutes``; the layer's own forward never
+  runs), so that how the model combines its layers is judged whatever
+  the layer computes (:func:`substitutes`);
 * ``before:<depth>``, ``trained:<depth>``: ``forward`` on fresh text of
   the training corpus, before and after the probe's ``fit`` (Adam steps on
   the model's own ``loss``) at depth 1 or 0, each with its own corpus
@@ -44,6 +53,8 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
   shapes item judges the code that runs for the task, loss included).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -195,6 +206,36 @@ def with_layer_redrawn(case: Case, layer: int,
                 sizes=case.sizes, x=case.x, weights=weights)
 
 
+def with_prefix(case: Case) -> Case:
+    """A model ``case`` whose input drops its last token."""
+    sizes = {**case.sizes, "seq_len": case.sizes["seq_len"] - 1}
+    return Case(name=case.name, public=False, sizes=sizes,
+                x=case.x[:, :-1].clone(), weights=case.weights,
+                variant="without its last token")
+
+
+def substitutes(rng: np.random.Generator, hidden: int, layers: int
+                ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """A linear map (weight [hidden, hidden], bias [hidden]) for each
+    of ``layers`` layers: the identity plus U(-1/sqrt(hidden), ..) noise
+    (so that no map is near zero and no two commute), bias U(-.5, .5)."""
+    bound = hidden ** -0.5
+    return {f"layers.{i}": (
+        torch.eye(hidden) + _uniform(rng, (hidden, hidden), -bound, bound),
+        _uniform(rng, (hidden,), -0.5, 0.5)) for i in range(layers)}
+
+
+def composed(probe_id: str, case: Case, init: dict,
+             maps: dict[str, tuple[torch.Tensor, torch.Tensor]]
+             ) -> tuple[dict, ProbeInfo]:
+    """The forward probe of ``case`` with each layer's forward
+    replaced by its map in ``maps`` (kept in the probe's params)."""
+    wire, info = weighted(probe_id, "TransformerLM", case, init)
+    wire["substitutes"] = {path: [encode_tensor(w), encode_tensor(b)]
+                           for path, (w, b) in maps.items()}
+    return wire, replace(info, params={**info.params, "substitutes": maps})
+
+
 def lm_init(sizes: dict[str, int]) -> dict:
     """TransformerLM's constructor arguments for ``sizes``."""
     return {"args": [sizes["vocab_size"], sizes["hidden"],
@@ -343,12 +384,20 @@ def build(seed: int, public_only: bool,
             plan.add("task2", weighted(f"loss:{depth}:{case.name}",
                                        "TransformerLM", case, init,
                                        method="loss"))
+            if depth == "d2":
+                plan.add("task2", weighted(
+                    f"prefix:d2:{case.name}", "TransformerLM",
+                    with_prefix(case), init))
             if depth == "d2" and index == 0:
                 for layer in range(layers):
                     plan.add("task2", weighted(
                         f"reach:d2:{case.name}:{layer}", "TransformerLM",
                         with_layer_redrawn(case, layer, _rng(
                             seed, "task2", "reach", layer)), init))
+                plan.add("task2", composed(
+                    f"compose:d2:{case.name}", case, init, substitutes(
+                        _rng(seed, "task2", "compose"),
+                        case.sizes["hidden"], layers)))
     for depth in TRAIN_DEPTHS:
         batches, _, _ = corpus(seed, depth)
         case = training_case(seed, depth)

@@ -156,6 +156,21 @@ def lm_logits(input_ids: torch.Tensor, w: Weights, num_heads: int,
     return _linear(x, w, "out_proj")
 
 
+def stacked_logits(input_ids: torch.Tensor, w: Weights,
+                   maps: list[Weights], *, residual: bool = False
+                   ) -> torch.Tensor:
+    """The logits of a model whose layers are the linear ``maps``
+    (``weight`` and ``bias`` each), applied in order between the
+    embeddings and out_proj: how TransformerLM combines its layers,
+    whatever they compute (``residual=True``: ``x = x + layer(x)``, the
+    mistake the messages name)."""
+    x = _embedded(input_ids, w, True)
+    for layer in maps:
+        mapped = F.linear(x, layer["weight"], layer["bias"])
+        x = x + mapped if residual else mapped
+    return _linear(x, w, "out_proj")
+
+
 def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
                     shifted: bool = True) -> torch.Tensor:
     """The mean cross-entropy of ``logits`` at i against token i + 1

@@ -124,7 +124,9 @@ def test_logits_match_reference(task2: TaskRun, depth: str,
                  f"{depth_words(depth)}.",
                  *mistakes.lm_diagnoses(case, student))
     if depth == "d0":
-        layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]))
+        layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]),
+                            substitutes_followed(task2))
+        layers_combine_in_order(task2)
 
 
 def load_failed(task2: TaskRun, probe_id: str) -> bool:
@@ -139,7 +141,8 @@ def load_failed(task2: TaskRun, probe_id: str) -> bool:
             and not any(ran[-1] == "call" for ran in result.ran))
 
 
-def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
+def layers_reach_logits(task2: TaskRun, layer_built: bool,
+                        followed: bool) -> None:
     """Judged at depth 0 (the layer fails task 1), forward must still
     run its layers: with two of the student's own layers, redrawing the
     weights of either changes the logits. A depth-2 forward that raised
@@ -148,7 +151,11 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
     (docs/rubric-decisions.md). But when the layer earns task1.layers
     (``layer_built``) and the two-layer model could not even take the
     contract's weights (one layer object listed twice, a ModuleList under
-    another name), the model is at fault, not the layer: that fails."""
+    another name), the model is at fault, not the layer: that fails.
+    When the model provably runs each layer once, in order
+    (``followed``: :func:`substitutes_followed`), a layer whose new
+    weights change nothing ignores its weights itself (a layer that
+    returns x): task 1's mistake, not charged here."""
     for probe_id in task2.probe_ids("reach:d2:"):
         name, layer = probe_id.removeprefix("reach:d2:").rsplit(":", 1)
         base_id = f"logits:d2:{name}"
@@ -164,12 +171,92 @@ def layers_reach_logits(task2: TaskRun, layer_built: bool) -> None:
             return
         case, base = logits_of(task2, base_id)
         _, changed = logits_of(task2, probe_id)
-        if close(changed, base):
+        if close(changed, base) and not followed:
             fail(f"TransformerLM.forward's logits do not depend on "
                  f"layers[{layer}]: with num_layers=2 on "
                  f"{case.describe()}, new weights in that layer change "
                  f"nothing. Run every layer of self.layers on x, in order, "
                  f"between the embeddings and out_proj.")
+
+
+def substitute_logits(task2: TaskRun, probe_id: str) -> torch.Tensor:
+    """What a ``compose:d2:`` probe's model gives when it runs each of
+    its substitute layers once, in order (the contract's composition)."""
+    case = mistakes.loaded_case(task2, probe_id)
+    _, w = case.float64()
+    return reference.stacked_logits(case.x, w,
+                                    substitute_maps(task2, probe_id))
+
+
+def substitute_maps(task2: TaskRun, probe_id: str) -> list[dict]:
+    """A ``compose:d2:`` probe's linear maps, in layer order."""
+    return [{"weight": weight.double(), "bias": bias.double()}
+            for weight, bias in
+            task2.result(probe_id).info.params["substitutes"].values()]
+
+
+def substitutes_followed(task2: TaskRun) -> bool:
+    """True when every ``compose:d2:`` probe shows the model running
+    its substitute layers once each, in order: its logits are the substitute
+    composition's and not those of the student's own layers (so the
+    substitutes did run)."""
+    probes = task2.probe_ids("compose:d2:")
+    for probe_id in probes:
+        base_id = "logits:d2:" + probe_id.removeprefix("compose:d2:")
+        if not (forward_ran(task2, probe_id) and forward_ran(task2, base_id)):
+            return False
+        student = task2.result(probe_id).value.tensor
+        if close(student, task2.result(base_id).value.tensor) or \
+                not close(student, substitute_logits(task2, probe_id)):
+            return False
+    return bool(probes)
+
+
+def layers_combine_in_order(task2: TaskRun) -> None:
+    """Judged at depth 0, forward must still combine its layers as the
+    contract does, ``x = layer(x)`` for each layer in order: in the
+    ``compose:d2:`` probes each of the student's two layers answers
+    ``forward`` with a linear map the grader drew (the layer's own
+    forward never runs), and the logits must be out_proj of the maps
+    applied in order to the embeddings. This needs nothing of the
+    layer's values, so a task-1 mistake is still paid once. Not judged
+    when the two-layer model with the student's own layers already gives
+    the reference's logits, nor when the substitute model did not return
+    logits (a model that passes its layers more than x, or reads what a
+    layer returns as something else), nor when its logits are those of
+    the student's own layers (the model never calls its layers' forward
+    through the layer objects, e.g. ``TransformerEncoderLayer.forward(
+    layer, x)``: the substitutes never ran; docs/threat-model.md,
+    principle 5)."""
+    for probe_id in task2.probe_ids("compose:d2:"):
+        name = probe_id.removeprefix("compose:d2:")
+        base_id = f"logits:d2:{name}"
+        if not forward_ran(task2, probe_id) or \
+                matches_reference(task2, base_id):
+            continue
+        case, student = logits_of(task2, probe_id)
+        if forward_ran(task2, base_id) and \
+                close(student, logits_of(task2, base_id)[1]):
+            continue
+        _, w = case.float64()
+        maps = substitute_maps(task2, probe_id)
+        expected = substitute_logits(task2, probe_id)
+        if close(student, expected):
+            continue
+        how = ""
+        if close(student, reference.stacked_logits(case.x, w, maps,
+                                                   residual=True)):
+            how = (" They are those of x = x + layer(x): the layer adds "
+                   "its own residuals, so the model adds none.")
+        elif close(student, reference.stacked_logits(case.x, w,
+                                                     maps[::-1])):
+            how = " They are those of the layers in reverse order."
+        fail(f"TransformerLM.forward does not combine its layers as the "
+             f"contract does: with num_layers=2 on {case.describe()}, "
+             f"each layer replaced by a fixed linear map (its own forward "
+             f"not run), the logits are not out_proj(layers[1](layers[0]"
+             f"(embeddings))) ({max_error(student, expected)}).{how} Run "
+             f"every layer of self.layers once, in order: x = layer(x).")
 
 
 @pytest.mark.item("task2.causal")
@@ -229,26 +316,96 @@ def test_loss_is_next_token_cross_entropy(task2: TaskRun,
                  f"{float(value):.6g}; the next-token cross-entropy of "
                  f"the model's own logits is {float(expected):.6g}"
                  f"{depth_words(depth)}.", *ids)
+    if depth == "d0":
+        loss_runs_the_layers(task2)
+
+
+def own_losses(task2: TaskRun, name: str) -> list[torch.Tensor]:
+    """The next-token cross-entropies a loss on the case ``name`` at
+    depth 2 may honestly be: of forward's logits on the text, or of its
+    logits on the text without its last token (the two differ only
+    behind a non-causal layer); empty when forward did not return finite
+    logits there."""
+    base_id, prefix_id = f"logits:d2:{name}", f"prefix:d2:{name}"
+    if not forward_ran(task2, base_id):
+        return []
+    case, logits = logits_of(task2, base_id)
+    if not bool(torch.isfinite(logits).all()):
+        return []
+    found = [reference.next_token_loss(logits.double(), case.x)]
+    if forward_ran(task2, prefix_id):
+        _, prefix = logits_of(task2, prefix_id)
+        # A last row of no weight: next_token_loss drops it.
+        padded = torch.cat([prefix, prefix[:, -1:]], 1).double()
+        found.append(reference.next_token_loss(padded, case.x))
+    return found
+
+
+def loss_runs_the_layers(task2: TaskRun) -> None:
+    """Judged at depth 0 (the layer fails task 1), loss must still be
+    the cross-entropy of the model's own logits with two of the
+    student's layers: on every case where the two-layer forward returns
+    finite logits (whatever their values), ``loss:d2`` is the
+    cross-entropy of those logits (:func:`own_losses`). A loss that
+    never runs the layers (the embeddings straight into out_proj) fails,
+    though at depth 0 it is forward's; this needs nothing of the layer's
+    values. A loss that raises where forward on the same text (or on
+    the text without its last token) runs fails too."""
+    for probe_id in task2.probe_ids("loss:d2:"):
+        name = probe_id.rsplit(":", 1)[1]
+        expected = own_losses(task2, name)
+        if not expected:
+            continue
+        case = mistakes.loaded_case(task2, f"logits:d2:{name}")
+        result = task2.result(probe_id)
+        if not result.ok:
+            if forward_ran(task2, f"prefix:d2:{name}"):
+                fail(f"TransformerLM.loss with num_layers=2 on "
+                     f"{case.describe()} did not return a value, though "
+                     f"forward runs there: {result.problem}.")
+            continue
+        value = tensor_of(result.value, "TransformerLM.loss's value", (),
+                          "a scalar []", case)
+        if not any(close(value, own) for own in expected):
+            fail(f"TransformerLM.loss with num_layers=2 (two of your "
+                 f"layers, whatever they compute) on {case.describe()} is "
+                 f"{float(value):.6g}; the next-token cross-entropy of "
+                 f"the model's own logits there is "
+                 f"{float(expected[0]):.6g}. Compute the loss from "
+                 f"forward's logits (self(input_ids)), so that it runs "
+                 f"the layers.")
+
+
+def layer_ignores_weights(task2: TaskRun) -> bool:
+    """True when new weights in ``layers[0]`` of the two-layer model
+    leave its logits unchanged (the ``reach:d2:<case>:0`` probe)."""
+    for probe_id in task2.probe_ids("reach:d2:"):
+        name, layer = probe_id.removeprefix("reach:d2:").rsplit(":", 1)
+        base_id = f"logits:d2:{name}"
+        if layer == "0" and forward_ran(task2, probe_id) and \
+                forward_ran(task2, base_id):
+            return close(task2.result(probe_id).value.tensor,
+                         task2.result(base_id).value.tensor)
+    return False
 
 
 def forward_matches(task2: TaskRun, depth: str) -> bool:
     """True when TransformerLM.forward gives the reference's logits on
     every logits probe at ``depth`` (what task2.logits judges)."""
     probes = task2.probe_ids(f"logits:{depth}:")
-    for probe_id in probes:
-        result = task2.result(probe_id)
-        value = result.value if result.ok else None
-        case = mistakes.loaded_case(task2, probe_id)
-        s = case.sizes
-        if value is None or value.kind != "tensor" or \
-                value.tensor is None or tuple(value.shape) != (
-                    s["batch_size"], s["seq_len"], s["vocab_size"]):
-            return False
-        _, w = case.float64()
-        if not close(value.tensor, reference.lm_logits(
-                case.x, w, s["num_heads"], s["num_layers"])):
-            return False
-    return bool(probes)
+    return bool(probes) and all(matches_reference(task2, probe_id)
+                                for probe_id in probes)
+
+
+def matches_reference(task2: TaskRun, probe_id: str) -> bool:
+    """True when a forward probe returned the reference's logits."""
+    if not forward_ran(task2, probe_id):
+        return False
+    case = mistakes.loaded_case(task2, probe_id)
+    _, w = case.float64()
+    s = case.sizes
+    return close(task2.result(probe_id).value.tensor, reference.lm_logits(
+        case.x, w, s["num_heads"], s["num_layers"]))
 
 
 def trained_logits(task2: TaskRun, depth: str, case: Case
@@ -307,6 +464,43 @@ def test_training_lowers_the_loss(task2: TaskRun, depth: str) -> None:
     if not end < TRAIN_BOUND:
         fail(f"After training on the grader's corpus ({CORPUS[depth]}), "
              f"{loss}{depth_words(depth)}.")
+    if depth == "d0":
+        layer_trained_too(task2)
+
+
+def layer_trained_too(task2: TaskRun) -> None:
+    """Judged at depth 0 (the layer fails task 1), the loss's
+    gradient must still reach the layer: whenever the one-layer model
+    trains (``trained:d2`` ran, whatever the layer computes), every
+    parameter group moved, ``layers[0]`` included (the position
+    embeddings aside: task2.logits' point). A loss that never runs the
+    layers fails, and so does a training the worker stopped because a
+    parameter changed otherwise than by a gradient step. A layer that
+    ignores its own weights (new weights in ``layers[0]`` change nothing
+    although the model provably runs it: :func:`substitutes_followed`)
+    cannot move them under any loss: task 1's mistake, not required."""
+    result = task2.result("trained:d2")
+    error = result.error or {}
+    if not result.ok:
+        if result.stopped is None and "line" not in error and \
+                error.get("type") == "RuntimeError" and \
+                "during training with" in error.get("message", ""):
+            fail(f"Training the model with num_layers=1 stopped: "
+                 f"{result.problem}.")
+        return
+    ignored = (group_words("layers.0") if substitutes_followed(task2)
+               and layer_ignores_weights(task2) else None)
+    unmoved = [group for group in unmoved_groups(task2, "d2")
+               if group not in (POSITIONS, ignored)]
+    if unmoved:
+        groups = " and ".join([", ".join(unmoved[:-1]), unmoved[-1]]
+                              if len(unmoved) > 1 else unmoved)
+        fail(f"{groups[0].upper()}{groups[1:]} never changed during "
+             f"training with loss, with num_layers=1 (one of your layers, "
+             f"whatever it computes): the loss's gradient does not reach "
+             f"them. Compute the loss from forward's logits "
+             f"(self(input_ids)), so that training moves every parameter "
+             f"of the model.")
 
 
 #: What the training corpus at each depth is, in words (cases.corpus).
