@@ -3871,8 +3871,8 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
     def numbers_below(obj):
         # Every module below ``obj``, at any depth, whose class the table
         # names, flat under its dotted path (each as ``child`` reports it):
-        # a plug-in can read every rate of a model, however deep. The walk
-        # reads ``_modules`` dicts only (no code of the submission runs);
+        # a plug-in can read every such number of a model, however deep.
+        # The walk reads ``_modules`` dicts only (no submission code runs);
         # past any cap (depth, modules visited, entries), at a name that is
         # not an exact str or at a module inside itself, it stops and says
         # so (``complete`` False): the plug-in then judges nothing from it.

@@ -20,6 +20,13 @@ Probes of task 1 (TransformerEncoderLayer):
   every position after i changed, so that task2.causal can tell a layer
   that keeps ``causal=True`` causal (however wrong its values) from one
   that does not (docs/transformer_block.md, "Isolation");
+* ``train-dropout:<kind>:<k>``: the causal layer built with dropout
+  ``TRAIN_DROPOUT``, in train mode, under two torch seeds, on a case in
+  which one sublayer's dropout alone acts (:func:`sublayer_case`), so
+  that its dropout mask can be read back from the output; described
+  (the rate of its ``self.dropout``);
+* ``init-dropout``: the causal layer built with dropout ``LM_DROPOUT``,
+  described (every dropout rate, at any depth);
 * ``trace:...``: forward under the rubric's size sets (shape comments).
 
 Probes of task 2 (TransformerLM), each at two depths, ``d2`` (two encoder
@@ -40,6 +47,8 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
   the model's own ``loss``) at depth 1 or 0, each with its own corpus
   (:func:`next_tokens`); the grader computes the loss from the returned
   logits;
+* ``init-dropout:d2``: a two-layer model built with dropout
+  ``LM_DROPOUT``, described (every dropout rate, at any depth);
 * ``trace:...``: forward and loss under the rubric's size sets (the
   shapes item judges the code that runs for the task, loss included).
 """
