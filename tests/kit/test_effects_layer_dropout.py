@@ -13,6 +13,7 @@ they should. docs/threat-model.md ("Principle 5") gives the argument.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,7 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
 
+from grader.api import share_bounds
+from grader.assignments.transformer_block import cases, dropout_effects
 from grader.routes.rows import read_csv
 from grader.wire import check_frame
 
@@ -129,3 +134,55 @@ def test_a_numbers_map_passes_the_boundary() -> None:
         numbers={"layers.0.self_attention.dropout": {
             "type": "Dropout", "is_linear": False, "p": 0.2}},
         numbers_complete=False)) is None
+
+
+def _solution_layer_class() -> type:
+    spec = importlib.util.spec_from_file_location(
+        "tbdrop_solution", KIT / "solutions" / "modeling_transformer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TransformerEncoderLayer
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
+    """The reference layer in train mode (nn.Dropout) on every
+    train-dropout case: every row is read back, and the mask read
+    rebuilds the output it was read from (norm of low + mask * (high -
+    low)); its share of drops is within the bounds the check uses."""
+    layer_class = _solution_layer_class()
+    plan = cases.build(seed, False, ())
+    kept_all = []
+    for wire in plan.probes["task1"]:
+        if not wire["id"].startswith("train-dropout:"):
+            continue
+        info = plan.info[("task1", wire["id"])]
+        case, s = info.case, info.case.sizes
+        layer = layer_class(s["hidden"], s["num_heads"], s["fcn_hidden"],
+                            dropout=cases.TRAIN_DROPOUT, causal=True)
+        layer.load_state_dict(case.weights)
+        layer.train()
+        torch.manual_seed(wire["seed"] % 2 ** 31)
+        with torch.no_grad():
+            out = layer(case.x)
+        assert not (out == 0).any()
+        _, w = case.float64()
+        u = ((out.double() - w["norm2.bias"]) / w["norm2.weight"]).reshape(
+            -1, s["hidden"])
+        low, high = dropout_effects.candidates(case, info.params["kind"],
+                                               cases.TRAIN_DROPOUT)
+        kept = torch.stack([dropout_effects.read_row(u[r], low[r], high[r])
+                            for r in range(u.shape[0])])
+        rebuilt = F.layer_norm(torch.where(kept, high, low),
+                               (s["hidden"],))
+        if info.params["kind"] == "fcn":
+            rebuilt = rebuilt * w["norm2.weight"] + w["norm2.bias"]
+        else:  # norm2 after the identity norm1
+            rebuilt = F.layer_norm(rebuilt, (s["hidden"],),
+                                   w["norm2.weight"], w["norm2.bias"])
+        assert torch.allclose(rebuilt.float(), out.reshape(rebuilt.shape),
+                              rtol=1e-4, atol=1e-5)
+        kept_all.append(kept)
+    kept = torch.cat([k.flatten() for k in kept_all])
+    low_share, high_share = share_bounds(cases.TRAIN_DROPOUT, kept.numel())
+    assert low_share <= 1 - kept.double().mean() <= high_share
