@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grader.api import (TaskRun, close, fail, require_ran, share_bounds,
-                        tensor_of)
+from grader.api import (Case, TaskRun, close, fail, require_ran,
+                        share_bounds, tensor_of)
 from grader.assignments.transformer_block import reference
 from grader.assignments.transformer_block.cases import (INIT_2, LM_DROPOUT,
                                                         SUBLAYER_WORDS,
@@ -37,7 +37,7 @@ FORMULA = ("x = norm1(x + dropout(self_attention(x))), then "
            "x = norm2(x + dropout(fcn(x))), with self.dropout")
 
 
-def candidates(case, kind: str, p: float
+def candidates(case: Case, kind: str, p: float
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """What the last norm of a ``kind`` case normalises, per entry, when
     the sublayer's output is dropped (``low``) and when it is kept and
