@@ -28,6 +28,9 @@ MAX_CONTAINERS = 200_000
 # The tensor shapes one trace record of a list, tuple or dict may hold
 # (grader.worker.agent.MAX_HELD).
 MAX_HELD_SHAPES = 64
+# A description's flat map of the sandbox table's numbers at any depth
+# (grader.worker.agent.NUMBERS_ENTRIES).
+MAX_NUMBERS = 128
 # The verb of an "untraceable" event that reports torch operations chosen
 # by data rather than by code (grader.worker.agent.CHOSEN_BY_DATA;
 # docs/threat-model.md, principle 4).
@@ -344,7 +347,8 @@ def _describe(value: Any) -> str | None:
     if not isinstance(value, dict) or not _text(value.get("type")) \
             or not isinstance(value.get("is_module"), bool):
         return "a description is malformed"
-    for key, limit in (("children", 32), ("grandchildren", 64)):
+    for key, limit in (("children", 32), ("grandchildren", 64),
+                       ("numbers", MAX_NUMBERS)):
         children = value.get(key, {})
         if not isinstance(children, dict) or len(children) > limit:
             return f"a description's {key} are malformed"
@@ -356,6 +360,8 @@ def _describe(value: Any) -> str | None:
         return "a description's parameters are malformed"
     if not _aliases(value.get("aliases", {})):
         return "a description's aliases are malformed"
+    if not isinstance(value.get("numbers_complete", True), bool):
+        return "a description's numbers are malformed"
     return None
 
 

@@ -55,6 +55,12 @@ UNREAD_RECORD = "unread"  # grader.wire.UNREAD_RECORD
 # comment is not verified (it fails closed, and names why).
 IRREGULAR_RECORD = "irregular"  # grader.wire.IRREGULAR_RECORD
 MAX_HELD_DEPTH = 8
+# A describe's flat map of the table's numbers at any depth
+# (``module_describer``): how deep, how many modules visited, how many
+# entries (grader.wire.MAX_NUMBERS) before it stops and says it did.
+NUMBERS_DEPTH = 16
+NUMBERS_VISITS = 2048
+NUMBERS_ENTRIES = 128
 # The trace function looks at the garbage collector's count every this
 # many call events (collector: the collection it runs when one is due).
 COLLECT_CHECK = 32
@@ -3839,7 +3845,9 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
     ``named_parameters`` through ``call``, on the submission's thread:
     a module may override what that calls)."""
     b_type, b_str, b_list, b_float = type, str, list, float
-    b_int, b_len, b_dict = int, len, dict
+    b_int, b_len, b_dict, b_any = int, len, dict, any
+    max_depth, max_visits = NUMBERS_DEPTH, NUMBERS_VISITS
+    max_entries = NUMBERS_ENTRIES
     type_name = type.__dict__["__name__"].__get__
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
@@ -3876,6 +3884,45 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
                         entry[name] = b_float(number)
         return entry
 
+    def numbers_below(obj):
+        # Every module below ``obj``, at any depth, whose class the table
+        # names, flat under its dotted path (each as ``child`` reports it):
+        # a plug-in can read every such number of a model, however deep.
+        # The walk reads ``_modules`` dicts only (no submission code runs);
+        # past any cap (depth, modules visited, entries), at a name that is
+        # not an exact str or at a module inside itself, it stops and says
+        # so (``complete`` False): the plug-in then judges nothing from it.
+        found, complete = {}, True
+        stack = [("", obj, 0, [obj])]
+        visited = 0
+        while stack:
+            path, module, depth, chain = stack.pop()
+            inner = instance_dict(module).get("_modules")
+            if b_type(inner) is not b_dict:
+                continue
+            below = []
+            for name, value in b_list(inner.items()):
+                visited += 1
+                if b_type(name) is not b_str or depth >= max_depth \
+                        or visited > max_visits:
+                    complete = False
+                    continue
+                if value is None:
+                    continue
+                if b_any(value is above for above in chain):
+                    complete = False
+                    continue
+                dotted = (path + "." + name if path else name)[:400]
+                kind = b_type(value)
+                if b_any(cls in type_mro(kind) for cls, _ in child_numbers):
+                    if b_len(found) >= max_entries:
+                        complete = False
+                    else:
+                        found[dotted] = child(value)
+                below.append((dotted, value, depth + 1, chain + [value]))
+            stack.extend(below[::-1])
+        return found, complete
+
     def describe(obj):
         kind = b_type(obj)
         info = {"type": type_name(kind)[:80],
@@ -3899,6 +3946,8 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
                         = child(grand)
         if nested:
             info["grandchildren"] = nested
+        if child_numbers:
+            info["numbers"], info["numbers_complete"] = numbers_below(obj)
         # Every name a parameter answers to: the first lists it (as
         # named_parameters does), a later one is an alias of the first (a
         # tied parameter).

@@ -20,6 +20,13 @@ Probes of task 1 (TransformerEncoderLayer):
   every position after i changed, so that task2.causal can tell a layer
   that keeps ``causal=True`` causal (however wrong its values) from one
   that does not (docs/transformer_block.md, "Isolation");
+* ``train-dropout:<kind>:<k>``: the causal layer built with dropout
+  ``TRAIN_DROPOUT``, in train mode, under two torch seeds, on a case in
+  which one sublayer's dropout alone acts (:func:`sublayer_case`), so
+  that its dropout mask can be read back from the output; described
+  (the rate of its ``self.dropout``);
+* ``init-dropout``: the causal layer built with dropout ``LM_DROPOUT``,
+  described (every dropout rate, at any depth);
 * ``trace:...``: forward under the rubric's size sets (shape comments).
 
 Probes of task 2 (TransformerLM), each at two depths, ``d2`` (two encoder
@@ -49,6 +56,8 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
   the model's own ``loss``) at depth 1 or 0, each with its own corpus
   (:func:`next_tokens`); the grader computes the loss from the returned
   logits;
+* ``init-dropout:d2``: a two-layer model built with dropout
+  ``LM_DROPOUT``, described (every dropout rate, at any depth);
 * ``trace:...``: forward and loss under the rubric's size sets (the
   shapes item judges the code that runs for the task, loss included).
 """
@@ -87,6 +96,12 @@ TRAIN_BATCH = {"d2": 32, "d0": 8}
 TRAIN_BOUND = 0.8
 #: The dropout rate of the eval-mode probes that must ignore it.
 EVAL_DROPOUT = 0.3
+#: The dropout rate of the train-mode probes of the layer's own dropout
+#: (1 / (1 - p) = 2 exactly), how many torch seeds each runs under, and
+#: the rate of the model whose every dropout rate is read.
+TRAIN_DROPOUT = 0.5
+TRAIN_SEEDS = 2
+LM_DROPOUT = 0.2
 RANGES_1 = {"batch_size": (2, 5), "seq_len": (3, 9), "num_heads": (2, 4),
             "head_size": (2, 6), "fcn_hidden": (5, 24)}
 RANGES_2 = {**RANGES_1, "vocab_size": (7, 23)}
@@ -410,6 +425,8 @@ def build(seed: int, public_only: bool,
             f"trained:{depth}", "TransformerLM", case, init, fit=fit,
             seed=derive_seed(seed, LABEL, "fit", depth)))
 
+    add_dropout_probes(plan, seed)
+
     # Shape comments.
     for index, sizes in enumerate(size_sets):
         for kind, x, ids in trace_inputs(seed, index, sizes):
@@ -427,6 +444,73 @@ def build(seed: int, public_only: bool,
                     wire["call"]["method"] = "loss"
                 plan.add("task2", (wire, info))
     return plan
+
+
+def sublayer_case(case: Case, kind: str, rng: np.random.Generator) -> Case:
+    """``case`` made so that one sublayer's dropout alone shows in train
+    mode, whatever dropout the attention applies inside: its value
+    weights are zero, so it returns ``mix.bias`` exactly. ``"att"``:
+    mix.bias is drawn away from 0 (|b| in 0.5..1.5), the feed-forward
+    network returns 0 (its last linear is zero) and norm1 is LayerNorm's
+    identity (weight 1, bias 0), so the output is norm2(norm1(x +
+    dropout(b))) and x + dropout(b) is read back from it up to a shift
+    and a scale; ``"fcn"``: mix.bias is zero (the attention returns 0),
+    so the output is norm2(h + dropout(fcn(h))), h = norm1(x)."""
+    weights = dict(case.weights)
+    hidden = case.sizes["hidden"]
+    for name in ("self_attention.v.weight", "self_attention.v.bias"):
+        weights[name] = torch.zeros_like(weights[name])
+    if kind == "att":
+        sign = torch.from_numpy(rng.choice([-1.0, 1.0], hidden)).float()
+        weights["self_attention.mix.bias"] = sign * _uniform(
+            rng, (hidden,), 0.5, 1.5)
+        for name in ("fcn.2.weight", "fcn.2.bias", "norm1.bias"):
+            weights[name] = torch.zeros_like(weights[name])
+        weights["norm1.weight"] = torch.ones(hidden)
+    else:
+        weights["self_attention.mix.bias"] = torch.zeros(hidden)
+    return Case(name=f"{case.name}-{kind}", public=False, sizes=case.sizes,
+                x=case.x, weights=weights, shown=case.name,
+                variant=SUBLAYER_WORDS[kind])
+
+
+#: How a report names each train-mode dropout case.
+SUBLAYER_WORDS = {
+    "att": "with zero value weights and no feed-forward output (only the "
+           "attention sublayer's dropout acts)",
+    "fcn": "with zero value weights and mix.bias (only the feed-forward "
+           "sublayer's dropout acts)"}
+
+
+def add_dropout_probes(plan: Plan, seed: int) -> None:
+    """The probes of dropout in train mode (docs/transformer_block.md,
+    "Dropout in train mode"): ``train-dropout:<kind>:<k>``, the causal
+    layer built with dropout ``TRAIN_DROPOUT`` on each sublayer case
+    (:func:`sublayer_case`) under ``TRAIN_SEEDS`` torch seeds (task1);
+    ``init-dropout:d2``, a two-layer model built with dropout
+    ``LM_DROPOUT``, described (task2: every rate, at any depth), and
+    ``init-dropout``, the causal layer built at its sizes and rate,
+    described (what the model's layers are compared with)."""
+    rng = _rng(seed, "task1", "train-dropout")
+    base = layer_case(rng, "train-dropout")
+    for kind in SUBLAYER_WORDS:
+        case = sublayer_case(base, kind, rng)
+        init = layer_init(case.sizes, True, TRAIN_DROPOUT)
+        for k in range(TRAIN_SEEDS):
+            wire, info = weighted(
+                f"train-dropout:{kind}:{k}", "TransformerEncoderLayer",
+                case, init, causal=True,
+                seed=derive_seed(seed, LABEL, "train-dropout", kind, k))
+            wire["train"] = wire["describe"] = True
+            plan.add("task1", (wire, replace(info, train=True, params={
+                **info.params, "kind": kind})))
+    plan.add("task1", probe(
+        "init-dropout", "TransformerEncoderLayer", describe=True,
+        init=layer_init(INIT_2[0], True, LM_DROPOUT)))
+    init = lm_init({**INIT_2[0], "num_layers": DEPTHS["d2"]})
+    init["kwargs"]["dropout"] = LM_DROPOUT
+    plan.add("task2", probe("init-dropout:d2", "TransformerLM", init=init,
+                            describe=True, params={"dropout": LM_DROPOUT}))
 
 
 def future_positions(seq_len: int) -> tuple[int, ...]:

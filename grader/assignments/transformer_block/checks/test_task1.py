@@ -5,12 +5,15 @@ parameters of the naming contract (names and shapes) and its dropout
 module has the rate it was given. task1.forward: the post-norm output
 matches the reference on hidden random cases, causal and not, in eval
 mode, also when the layer is built with dropout > 0 (dropout is off in eval
-mode); a pre-norm layer or a missing residual is diagnosed.
+mode), and in train mode each sublayer's output, and nothing else, is
+dropped (``dropout_effects``); a pre-norm layer or a missing residual is
+diagnosed.
 """
 import pytest
 
 from grader.api import TaskRun, close, fail, max_error, require_ran, tensor_of
-from grader.assignments.transformer_block import mistakes, reference
+from grader.assignments.transformer_block import (dropout_effects,
+                                                  mistakes, reference)
 
 OUT = "[batch_size, seq_len, hidden]"
 CALL = mistakes.LAYER_CALL
@@ -44,6 +47,7 @@ def test_forward_matches_reference(task1: TaskRun) -> None:
             fail(f"{CALL}'s output{causal}{dropout_words(info.params)} on "
                  f"{case.describe()} does not match the reference "
                  f"({max_error(student, expected)}).", *ids)
+    dropout_effects.check_train_dropout(task1)
 
 
 def dropout_words(params: dict) -> str:

@@ -18,7 +18,8 @@ import torch
 
 from grader.api import (Case, TaskRun, close, fail, max_error, require_ran,
                         tensor_of)
-from grader.assignments.transformer_block import mistakes, reference
+from grader.assignments.transformer_block import (dropout_effects,
+                                                  mistakes, reference)
 from grader.assignments.transformer_block.cases import INIT_2, TRAIN_BOUND
 from grader.assignments.transformer_block.mistakes import check_parameters
 
@@ -86,10 +87,11 @@ def logits_of(task2: TaskRun, probe_id: str) -> tuple[Case, torch.Tensor]:
 
 
 @pytest.mark.item("task2.layers")
-def test_layers_follow_the_contract(task2: TaskRun,
-                                    layers_depth: str) -> None:
+def test_layers_follow_the_contract(task2: TaskRun, layers_depth: str,
+                                    runs: dict[str, TaskRun]) -> None:
     """token_embeddings, position_embeddings, layers, out_proj (with two
-    layers whenever the student's layer earns task1.layers)."""
+    layers whenever the student's layer earns task1.layers), and every
+    dropout of the model built with a rate has it, at any depth."""
     depth = layers_depth
     if task2.import_error:
         fail(f"Not graded: {task2.import_error}")
@@ -104,6 +106,7 @@ def test_layers_follow_the_contract(task2: TaskRun,
         check_parameters(built, result.describe or {}, reference.lm_shapes(
             sizes["vocab_size"], sizes["hidden"], sizes["fcn_hidden"],
             layers, sizes["max_seq_len"]))
+    dropout_effects.check_model_rates(runs["task1"], task2)
 
 
 @pytest.mark.item("task2.logits")
