@@ -29,23 +29,32 @@ _SESSION_SERVER: dict = {}
 
 
 # The heaviest test files, heaviest first (seconds a file takes on one
-# worker of a full run, measured 2026-11-27): `-n auto --dist loadfile`
-# hands whole files to the workers in collection order, and a heavy file
-# handed out last keeps one worker busy while the other has nothing left
-# (xdist's own order, files with the most tests first, put several of
-# these last). The files not named here follow in name order; a stale
-# list only costs time, never a result.
+# worker of a full run, measured 2026-11-27 late evening on a loaded
+# machine; test_classroom.py early for its waits, which overlap the other
+# worker's work): `-n auto --dist loadfile` hands whole files to the
+# workers in collection order, and a heavy file handed out last keeps one
+# worker busy while the other has nothing left (xdist's own order, files
+# with the most tests first, put several of these last). Every file of
+# more than a few seconds is named, so that only short files remain for
+# the end; the files not named here follow in name order. A stale list
+# only costs time, never a result.
 HEAVY_FIRST = (
-    "test_batch.py", "test_classroom.py", "test_nbgrader_route.py",
-    "test_audit.py", "test_diagnoses.py", "test_grader_corpus.py",
-    "test_hostile.py", "test_routes_agree.py",
-    "test_transformer_block_routes.py", "test_cluster.py",
-    "test_front_doors.py", "test_integrity.py", "test_new_users.py",
-    "test_transformer_block_grading.py", "test_attention_basics_grading.py",
-    "test_walls_batch.py", "test_formgrader_browser.py", "test_bounds.py",
-    "test_build.py", "test_class_view.py", "test_public_suite.py",
-    "test_types.py", "test_forkserver.py", "test_class_folders.py",
-    "test_layout.py", "test_starved.py")
+    "test_nbgrader_route.py", "test_walls_batch.py", "test_new_users.py",
+    "test_transformer_block_routes.py", "test_attention_basics_grading.py",
+    "test_classroom.py", "test_cluster.py", "test_audit.py",
+    "test_integrity.py", "test_routes_agree.py",
+    "test_transformer_block_grading.py", "test_front_doors.py",
+    "test_batch.py", "test_formgrader_browser.py", "test_hostile.py",
+    "test_public_suite.py", "test_class_entries.py", "test_bounds.py",
+    "test_build.py", "test_effects.py", "test_class_view.py", "test_cli.py",
+    "test_forkserver.py", "test_types.py", "test_shapes_calls.py",
+    "test_bigscan.py", "test_grader_corpus.py", "test_class_folders.py",
+    "test_encodings.py", "test_walls.py", "test_diagnoses.py",
+    "test_layout.py", "test_tempdirs.py", "test_bundle.py",
+    "test_shapes_graded.py", "test_shipped.py", "test_shapes_held.py",
+    "test_workflows.py", "test_hostile_linted.py", "test_watch.py",
+    "test_shapes_secret.py", "test_stand_ins.py", "test_starved.py",
+    "test_attention_basics_notebook.py", "test_walls_forkserver_aten.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

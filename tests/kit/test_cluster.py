@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from in_process import merge_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = ROOT / "tests" / "kit" / "submissions"
@@ -108,7 +109,9 @@ def test_merge_and_only_change_no_cell(plain, tmp_path):
                         env=seeded())
         assert result.returncode in (0, 1), result.stderr
     merged = tmp_path / "grades.csv"
-    result = grader("merge", str(merged), *map(str, parts))
+    # The merges by the command's main here (in_process.py); the Slurm
+    # test below runs merge.sbatch, a process of its own.
+    result = merge_command(str(merged), *map(str, parts))
     assert result.returncode == 0, result.stdout + result.stderr
     assert merged.read_text(encoding="utf-8") == expected
     # A merge of the merged CSV alone reads it back and writes it again.
@@ -116,7 +119,7 @@ def test_merge_and_only_change_no_cell(plain, tmp_path):
     shutil.copytree(merged.with_name("grades.csv.reports"),
                     tmp_path / "copy.csv.reports")
     shutil.copy(merged, tmp_path / "copy.csv")
-    result = grader("merge", str(again), str(tmp_path / "copy.csv"))
+    result = merge_command(str(again), str(tmp_path / "copy.csv"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert again.read_text(encoding="utf-8") == expected
     summaries = sorted(p.name for p in tmp_path.glob("*summary*"))

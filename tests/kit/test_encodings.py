@@ -57,7 +57,9 @@ def test_an_encoding_python_cannot_compile_is_named(name, codec, line):
     with pytest.raises(SourceError) as caught:
         decode_python(path.read_bytes(), name)
     assert f"does not decode as {codec}, line {line}" in str(caught.value)
-    run = _grade(path)
+    # The command's main in this process (in_process.py); the folder's
+    # refusal below runs the command as a process of its own.
+    run = grade_command(str(path), "--public-only", "--format", "json")
     assert run.returncode == 2, run.stdout
     assert run.stdout == ""
     message = run.stderr.strip()
@@ -70,7 +72,8 @@ def test_an_encoding_python_cannot_compile_is_named(name, codec, line):
 
 def test_in_a_student_folder_the_reason_leads(tmp_path):
     """transformer_lm/modeling_attention.py in cp037: the folder cannot
-    be graded because of that file, said first."""
+    be graded because of that file, said first, in one line of a real
+    ``python -m grader grade``."""
     module = tmp_path / "repo" / "transformer_lm" / "modeling_attention.py"
     module.parent.mkdir(parents=True)
     shutil.copy(ENCODINGS / "ebcdic_emacs_cookie.py", module)
@@ -80,12 +83,12 @@ def test_in_a_student_folder_the_reason_leads(tmp_path):
         in run.stderr
     assert "does not decode as cp037, line 1" in run.stderr
     assert "nothing in" not in run.stderr
+    assert run.stdout == "" and run.stderr.count("\n") == 1
 
 
 def test_an_honest_latin1_file_is_graded_as_usual():
     """The same check leaves an ASCII-compatible declaration alone (the
-    command by its main in this process, in_process.py: the refusals
-    above run it as a process)."""
+    command by its main in this process, in_process.py)."""
     run = grade_command(str(ENCODINGS / "latin1_honest.py"),
                         "--public-only", "--format", "json")
     assert run.returncode == 0, run.stderr

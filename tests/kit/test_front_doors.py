@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from bundle_server import bundle_fork_server, children_cpu
+from in_process import grade_command
 
 from grader.locate.submission import (REFUSED_FILE, WRONG_ASSIGNMENT,
                                       SubmissionError, assess, defined_names,
@@ -80,6 +81,14 @@ def _grade(*args: str, cwd: Path = KIT) -> subprocess.Popen:
                              "--public-only", "--format", "json"],
                             cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _grade_here(path: Path) -> dict:
+    """What ``_grade(str(path))`` reports, by the grade command's main in
+    this process (in_process.py)."""
+    result = grade_command(str(path), "--public-only", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def _finish(process: subprocess.Popen) -> dict:
@@ -472,8 +481,10 @@ def test_locating_has_a_deadline(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def kit_routes(tmp_path_factory) -> dict[str, dict]:
-    """``grade`` runs on a clean and a worked kit copy, the kit's
-    notebooks and a padded file, all started at once."""
+    """``grade`` runs on a clean and a worked kit copy (each a process
+    of the copy's own grader) and a padded file, started first; the kit's
+    notebooks and an unscaled file meanwhile by the grade command's main
+    in this process (in_process.py: their grade is the subject)."""
     root = tmp_path_factory.mktemp("routes")
     clean = _kit_copy(root / "clean")
     worked = _kit_copy(root / "worked")
@@ -487,12 +498,14 @@ def kit_routes(tmp_path_factory) -> dict[str, dict]:
         "worked": _grade(".", cwd=worked),
         "worked_named": _grade(".", "--assignment", "multi_head_attention",
                                cwd=worked),
-        "unscaled_file": _grade(str(root / "unscaled.py")),
         "padded": _grade(str(padded)),
-        **{f"{a}:{kind}": _grade(str(path))
-           for (a, kind), path in NOTEBOOKS.items()},
     }
-    return {name: _finish(process) for name, process in runs.items()}
+    in_kit = {"unscaled_file": root / "unscaled.py",
+              **{f"{a}:{kind}": path
+                 for (a, kind), path in NOTEBOOKS.items()}}
+    graded = {name: _grade_here(path) for name, path in in_kit.items()}
+    return {**{name: _finish(process) for name, process in runs.items()},
+            **graded}
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from in_process import grade_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = ROOT / "solutions" / "modeling_attention.py"
@@ -50,6 +51,16 @@ def finish(process: subprocess.Popen, code: int = 0) -> str:
     return out
 
 
+def grade(*args: str) -> str:
+    """The standard output of ``python -m grader grade ARGS`` that exited
+    0, by the command's main in this process (in_process.py: for tests
+    whose subject is the grade; the refusals, batch, similarity and the
+    other commands run as processes)."""
+    run = grade_command(*args)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 def items(report: dict[str, Any]) -> dict[str, tuple[float, bool]]:
     """Each rubric item's (score, passed) in a JSON report."""
     return {i["id"]: (i["score"], i["passed"]) for i in report["items"]}
@@ -68,9 +79,9 @@ def test_markers_do_not_change_the_grade(tmp_path):
     bare = tmp_path / "my homework v2.py"
     bare.write_text(solution_text(markers=False))
     assert not MARKER.search(bare.read_text())
-    runs = [start("grade", str(path), "--format", "json")
-            for path in (marked, bare)]
-    with_markers, without = (json.loads(finish(run)) for run in runs)
+    with_markers, without = (json.loads(grade(str(path), "--format",
+                                              "json"))
+                             for path in (marked, bare))
     assert items(without) == items(with_markers)
     assert without["score"] == with_markers["score"] == 11.0
     shapes = next(i for i in without["items"] if i["id"] == "task2.shapes")
@@ -258,7 +269,7 @@ def test_a_line_that_ran_is_not_said_never_to_have_run(tmp_path):
     assert "if self.training:" in text
     path = tmp_path / "modeling_attention.py"
     path.write_text(text)
-    report = finish(start("grade", str(path)))
+    report = grade(str(path))
     assert "never ran" not in report
     assert "not run in any of the grader's runs" not in report
     assert ("every tensor statement in MultiHeadSelfAttention.forward has "
@@ -278,8 +289,8 @@ def test_a_helper_module_of_ones_own_is_named_with_what_to_do(tmp_path):
         "import torch\n\nfrom transformer_lm.attn_utils import SCALE\n", 1)
     assert "attn_utils" in text
     (package / "modeling_attention.py").write_text(text)
-    report = json.loads(finish(start("grade", str(tmp_path / "repo"),
-                                     "--public-only", "--format", "json")))
+    report = json.loads(grade(str(tmp_path / "repo"), "--public-only",
+                              "--format", "json"))
     # The import is module-level code that fails: it costs only what
     # needs it (nothing here), and the report says why it was skipped.
     assert report["score"] == 11
@@ -324,8 +335,8 @@ def test_one_maximum_with_the_bonus_apart(graded_class, tmp_path):
     assert read_csv(graded_class / "grades.csv")["bob"]["bonus"] == "0.0"
     path = tmp_path / "modeling_attention.py"
     path.write_text(solution_text())
-    gradescope = json.loads(finish(start("grade", str(path), "--format",
-                                         "gradescope", "--public-only")))
+    gradescope = json.loads(grade(str(path), "--format", "gradescope",
+                                  "--public-only"))
     assert gradescope["score"] == 11.0
     assert sum(t["max_score"] for t in gradescope["tests"]) == 10.0
     assert "Coding Task 1: SelfAttention: 4 / 4 + 1 bonus" in \

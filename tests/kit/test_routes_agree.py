@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from bundle_server import bundle_fork_server, children_cpu
+from in_process import grade_command
 
 from grader.run.forkserver import SHARED_ADDRESS
 from solutions import gradescope_bundle as bundle
@@ -50,10 +51,11 @@ def _environment() -> dict[str, str]:
 
 
 def _grade(path: Path, *extra: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "grader", "grade", str(path), "--format",
-         "json", "--seed", str(SEED), *extra], cwd=ROOT,
-        env=_environment(), capture_output=True, text=True, timeout=600)
+    """``grade PATH --format json --seed SEED`` by the command's main in
+    this process (in_process.py: the grade is the subject here; batch and
+    the Gradescope driver below run as processes of their own)."""
+    result = grade_command(str(path), "--format", "json", "--seed",
+                           str(SEED), *extra)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
