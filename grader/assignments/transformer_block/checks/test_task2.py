@@ -456,8 +456,7 @@ def test_training_lowers_the_loss(task2: TaskRun, depth: str) -> None:
     unmoved = [group for group in unmoved_groups(task2, depth)
                if matches or group != POSITIONS]
     if unmoved:
-        groups = " and ".join([", ".join(unmoved[:-1]), unmoved[-1]]
-                              if len(unmoved) > 1 else unmoved)
+        groups = joined(unmoved)
         fail(f"{groups[0].upper()}{groups[1:]} never changed during "
              f"training with loss: the loss's gradient does not reach "
              f"them (is part of forward run under torch.no_grad(), "
@@ -469,6 +468,12 @@ def test_training_lowers_the_loss(task2: TaskRun, depth: str) -> None:
              f"{loss}{depth_words(depth)}.")
     if depth == "d0":
         layer_trained_too(task2)
+
+
+def joined(groups: list[str]) -> str:
+    """``a, b and c`` (a sentence's list of parameter groups)."""
+    return " and ".join([", ".join(groups[:-1]), groups[-1]]
+                        if len(groups) > 1 else groups)
 
 
 def layer_trained_too(task2: TaskRun) -> None:
@@ -496,8 +501,7 @@ def layer_trained_too(task2: TaskRun) -> None:
     unmoved = [group for group in unmoved_groups(task2, "d2")
                if group not in (POSITIONS, ignored)]
     if unmoved:
-        groups = " and ".join([", ".join(unmoved[:-1]), unmoved[-1]]
-                              if len(unmoved) > 1 else unmoved)
+        groups = joined(unmoved)
         fail(f"{groups[0].upper()}{groups[1:]} never changed during "
              f"training with loss, with num_layers=1 (one of your layers, "
              f"whatever it computes): the loss's gradient does not reach "
