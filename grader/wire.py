@@ -347,8 +347,7 @@ def _describe(value: Any) -> str | None:
     if not isinstance(value, dict) or not _text(value.get("type")) \
             or not isinstance(value.get("is_module"), bool):
         return "a description is malformed"
-    for key, limit in (("children", 32), ("grandchildren", 64),
-                       ("numbers", MAX_NUMBERS)):
+    for key, limit in (("children", 32), ("numbers", MAX_NUMBERS)):
         children = value.get(key, {})
         if not isinstance(children, dict) or len(children) > limit:
             return f"a description's {key} are malformed"
@@ -366,7 +365,7 @@ def _describe(value: Any) -> str | None:
 
 
 def _child(child: Any) -> bool:
-    """A child's (or grandchild's) description: type, Linear sizes, the
+    """A child's (or a numbers entry's) description: type, Linear sizes, the
     numbers the job's sandbox table names."""
     return (isinstance(child, dict) and _text(child.get("type"))
             and isinstance(child.get("is_linear"), bool)

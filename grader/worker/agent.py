@@ -3933,19 +3933,6 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
         modules = modules if b_type(modules) is b_dict else {}
         info["children"] = {b_str(name)[:80]: child(value) for name, value
                             in b_list(modules.items())[:32]}
-        # One level deeper, flat ("child.name"): a plug-in can read the
-        # numbers of a child's own children (at most 64 entries).
-        nested = {}
-        for name, value in b_list(modules.items())[:32]:
-            inner = instance_dict(value).get("_modules")
-            if b_type(inner) is not b_dict:
-                continue
-            for sub, grand in b_list(inner.items())[:32]:
-                if b_len(nested) < 64:
-                    nested[(b_str(name)[:80] + "." + b_str(sub)[:80])[:160]] \
-                        = child(grand)
-        if nested:
-            info["grandchildren"] = nested
         if child_numbers:
             info["numbers"], info["numbers_complete"] = numbers_below(obj)
         # Every name a parameter answers to: the first lists it (as

@@ -394,13 +394,13 @@ MALFORMED_FRAMES = {
     "children as a list": {"type": "probe", "id": "init", "ok": True,
                            "describe": {"type": "M", "is_module": True,
                                         "children": [1, 2]}},
-    "grandchildren as a list": {
+    "numbers as a list": {
         "type": "probe", "id": "init", "ok": True,
         "describe": {"type": "M", "is_module": True,
-                     "grandchildren": [1, 2]}},
-    "grandchild without a type": {
+                     "numbers": [1, 2]}},
+    "a numbers entry without a type": {
         "type": "probe", "id": "init", "ok": True,
-        "describe": {"type": "M", "is_module": True, "grandchildren": {
+        "describe": {"type": "M", "is_module": True, "numbers": {
             "a.b": {"is_linear": False}}}},
     "linear without sizes": {
         "type": "probe", "id": "init", "ok": True,

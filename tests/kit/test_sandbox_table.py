@@ -65,12 +65,18 @@ def test_the_table_names_what_the_worker_reports(results: dict) -> None:
     assert "torch.nn.LayerNorm.extra_repr" in patched
 
 
-def test_a_child_s_children_are_reported_flat(results: dict) -> None:
-    """One level deeper (a plug-in reads an inner dropout's rate): each
-    grandchild under "child.name", with the table's numbers."""
+def test_modules_the_table_names_are_reported_flat_at_any_depth(
+        results: dict) -> None:
+    """Below the children (a plug-in reads an inner dropout's rate): each
+    module of a class the table names, under its dotted path, with the
+    table's numbers; a class the table does not name is not listed."""
     [probe] = _frames(results["with"], "probe")
-    assert probe["describe"]["grandchildren"] == {
+    numbers = probe["describe"]["numbers"]
+    assert numbers == {
+        "norm": {"type": "LayerNorm", "is_linear": False, "eps": 0.25},
         "inner.0": {"type": "LayerNorm", "is_linear": False, "eps": 0.125}}
+    assert probe["describe"]["numbers_complete"] is True
+    assert "grandchildren" not in probe["describe"]
 
 
 def test_without_the_table_the_worker_reports_none_of_it(

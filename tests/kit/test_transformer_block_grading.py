@@ -135,7 +135,7 @@ CORPUS: dict[str, Expected] = {
     "mistake_attention_without_dropout": lost(
         "task1.layers",
         why="self_attention's own nn.Dropout has rate 0, not the layer's "
-            "rate (the describe probe's grandchildren)"),
+            "rate (the describe probe's numbers, at depth 2)"),
     # ------------------------ one layer object repeated (red team 9, U3)
     "mistake_shared_layers_pre_norm": Expected(
         {"task1.forward": 0.0, "task2.layers": 0.0, "task2.logits": 0.0},

@@ -206,12 +206,14 @@ def check_layers(task1: TaskRun) -> None:
 
 def check_attention_dropout(built: str, info: dict, rate: float) -> None:
     """self_attention is built with the layer's dropout rate: when it has
-    nn.Dropout modules of its own (the given attention's self.dropout),
-    one of them has ``rate``. An attention of the student's own without
-    an nn.Dropout module is not judged here."""
+    nn.Dropout modules of its own (the given attention's self.dropout,
+    read from the describe probe's ``numbers`` at depth 2), one of them
+    has ``rate``. An attention of the student's own without an nn.Dropout
+    module is not judged here."""
     rates = [child["p"] for name, child in
-             (info.get("grandchildren") or {}).items()
-             if name.startswith("self_attention.") and "p" in child]
+             (info.get("numbers") or {}).items()
+             if name.startswith("self_attention.") and name.count(".") == 1
+             and isinstance(child, dict) and "p" in child]
     if rates and rate not in rates:
         fail(f"In {built}, self_attention's dropout has rate "
              f"{', '.join('%g' % r for r in rates)}; it should be "

@@ -3,7 +3,7 @@
 ``TransformerEncoderLayer.__init__`` builds ``MultiHeadSelfAttention(hidden,
 hidden, num_heads, causal=causal)``, leaving out ``dropout=dropout``, so the
 attention probabilities are never dropped. task1.layers reads the rate of
-self_attention's own nn.Dropout (the describe probe's grandchildren).
+self_attention's own nn.Dropout (the describe probe's numbers).
 """
 import torch
 import torch.nn as nn
