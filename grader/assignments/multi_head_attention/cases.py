@@ -330,6 +330,8 @@ def build(seed: int, public_only: bool,
     for case in task2:   # after every plain causal probe
         equal = equal_scores(case)
         _attention(plan, f"causal:{equal.name}", equal, causal=True)
+        # Compared with causal:<case> (mask_from_scores): in its mode.
+        plan.probes["task2"][-1]["mode_of"] = f"causal:{case.name}"
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
@@ -373,6 +375,8 @@ def build(seed: int, public_only: bool,
         public = cases["task2"][0]
         equal = equal_scores(public)
         _attention(plan, f"public-equal:{public.name}", equal, causal=True)
+        plan.probes["task2"][-1]["mode_of"] = \
+            f"size:{public.name}:same:causal"
         for train in (False, True):
             mode = "train" if train else "eval"
             plan.add("task2", probe(
