@@ -163,6 +163,15 @@ class Plan:
                 self.info[key] = replace(
                     info, case=replace(info.case, hidden=False))
 
+    def same_mode(self, task: str, probe_id: str, partner: str) -> None:
+        """Run ``probe_id`` in the autograd mode of ``partner``, an earlier
+        probe of ``task`` that the checks compare it with (wire key
+        ``mode_of``, :meth:`assign_modes`): the two then differ in what
+        the plug-in made them differ in, never in the mode."""
+        for wire in self.probes[task]:
+            if wire["id"] == probe_id:
+                wire["mode_of"] = partner
+
     def assign_modes(self, seed: int) -> None:
         """Give every probe an autograd mode (wire key ``grad``), so that
         each family of probes is judged in both (docs/threat-model.md,
@@ -178,30 +187,36 @@ class Plan:
         task (a pair the checks compare, e.g. one input with equal
         scores and the same with random ones): it takes that probe's
         mode, so that the pair differs in its input alone. A family with
-        one calling probe (none trained by a ``fit``) gets a twin: the
-        same probe in the other mode, id ``TWIN + id``, appended at the
-        end of the task's probes (after a copy of its lead, when it is
-        led), built fresh (``again`` dropped)."""
+        one calling probe (paired or not; none trained by a ``fit``)
+        gets a twin: the same probe in the other mode, id ``TWIN + id``,
+        appended at the end of the task's probes (after a copy of its
+        lead, when it is led), built fresh (``again`` dropped)."""
         for task, wires in self.probes.items():
             modes: list[bool] = [False] * len(wires)
-            families: dict[str, tuple[list[int], list[int]]] = {}
+            # Per family: the probes that call, those that only build, and
+            # those that call in the mode of another (``mode_of``).
+            families: dict[str, tuple[list[int], list[int], list[int]]] = {}
             position = {wire["id"]: index
                         for index, wire in enumerate(wires)}
             for index, wire in enumerate(wires):
-                if wire.get("lead") or wire.get("mode_of") in position:
+                if wire.get("lead"):
                     continue
-                calling, building = families.setdefault(
-                    family(wire["id"]), ([], []))
-                (calling if wire.get("call") is not None
-                 else building).append(index)
+                calling, building, paired = families.setdefault(
+                    family(wire["id"]), ([], [], []))
+                if wire.get("call") is None:
+                    building.append(index)
+                else:
+                    (paired if wire.get("mode_of") in position
+                     else calling).append(index)
             twins: list[int] = []
-            for name, (calling, building) in families.items():
+            for name, (calling, building, paired) in families.items():
                 bit = derive_seed(seed, "autograd", task, name) & 1
                 for members in (calling, building):
                     for number, index in enumerate(members):
                         modes[index] = bool((bit + number) % 2)
-                if len(calling) == 1 and not wires[calling[0]].get("fit"):
-                    twins.append(calling[0])
+                alone = calling + paired
+                if len(alone) == 1 and not wires[alone[0]].get("fit"):
+                    twins.append(alone[0])
             for index, wire in enumerate(wires):
                 if wire.get("mode_of") in position:
                     modes[index] = modes[position[wire["mode_of"]]]

@@ -562,6 +562,8 @@ def build(seed: int, public_only: bool,
                              qkv_bias=None if case.public
                              else has_bias(case)),
                          target=TARGETS["task4"])
+                    plan.same_mode(task, f"head:{case.name}:{head}",
+                                   f"values:{case.name}")
             if task == "task7":
                 mask = reference.causal_additive_mask(
                     case.sizes["num_tokens"])
@@ -580,8 +582,9 @@ def build(seed: int, public_only: bool,
         for case in judged[task]:
             _values(plan, task, equal_scores(case), "equal")
             # Compared with values:<case> (mask_from_scores): in its
-            # autograd mode (grader.plan.Plan.assign_modes).
-            plan.probes[task][-1]["mode_of"] = f"values:{case.name}"
+            # autograd mode (grader.plan.Plan.same_mode), as head:.
+            plan.same_mode(task, f"equal:{case.name}{EQUAL}",
+                           f"values:{case.name}")
     square = square_case(seed)
     _add(plan, "task4", "square:square", case=square,
          init=init_of("task4", square.sizes, qkv_bias=False))
