@@ -91,6 +91,9 @@ def build_plan(assignment: Assignment, seed: int,
                                          assignment.id))
     if public_only:
         plan.public_only()
+    # Every family of probes in both autograd modes (docs/threat-model.md,
+    # "Right only in the state the grader probes").
+    plan.assign_modes(seed)
     plan.origin = (assignment.id, seed, public_only)
     return plan
 
@@ -110,7 +113,8 @@ def _unrunnable(task: Task, source: SourceFile, plan: Plan,
     run = TaskRun(task=task.id, source=source, import_error=reason,
                   ended="finished")
     for info in plan.of_task(task.id):
-        run.results[info.id] = ProbeResult(info=info, problem=reason)
+        if info.twin_of is None:
+            run.results[info.id] = ProbeResult(info=info, problem=reason)
     return run
 
 

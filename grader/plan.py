@@ -17,6 +17,16 @@ import torch
 
 from grader.wire import encode_tensor
 
+#: The prefix of a twin's id (:meth:`Plan.assign_modes`): no check selects
+#: it, and :func:`grader.run.observe.observe` folds the twin into the probe
+#: it repeats.
+TWIN = "~twin:"
+
+
+def family(probe_id: str) -> str:
+    """A probe's family: its id up to the first ':'."""
+    return probe_id.split(":", 1)[0]
+
 
 def derive_seed(seed: int, *labels: object) -> int:
     """A seed for one random stream, derived one-way from the grading seed.
@@ -86,6 +96,10 @@ class ProbeInfo:
     # What the plug-in wants to remember about the probe (a flag, a rate);
     # never sent to the sandbox, never read by the generic grader.
     params: dict[str, Any] = field(default_factory=dict)
+    # The autograd mode the probe runs in (Plan.assign_modes; None before),
+    # and, for a twin, the id of the probe it repeats in the other mode.
+    grad: bool | None = None
+    twin_of: str | None = None
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
@@ -148,6 +162,85 @@ class Plan:
                     and not info.case.public:
                 self.info[key] = replace(
                     info, case=replace(info.case, hidden=False))
+
+    def same_mode(self, task: str, probe_id: str, partner: str) -> None:
+        """Run ``probe_id`` in the autograd mode of ``partner``, an earlier
+        probe of ``task`` that the checks compare it with (wire key
+        ``mode_of``, :meth:`assign_modes`): the two then differ in what
+        the plug-in made them differ in, never in the mode."""
+        for wire in self.probes[task]:
+            if wire["id"] == probe_id:
+                wire["mode_of"] = partner
+
+    def assign_modes(self, seed: int) -> None:
+        """Give every probe an autograd mode (wire key ``grad``), so that
+        each family of probes is judged in both (docs/threat-model.md,
+        "Right only in the state the grader probes").
+
+        Within a task's family (:func:`family`), the probes that call the
+        object alternate between autograd on and off, starting from a bit
+        derived one-way from the seed; the probes that only build (and
+        describe) alternate likewise. A lead (wire key ``lead``: it only
+        prepares the random state of the probe after it) takes the mode
+        of the probe it leads and is no family of its own; so does a
+        probe whose wire key ``mode_of`` names an earlier probe of the
+        task (a pair the checks compare, e.g. one input with equal
+        scores and the same with random ones): it takes that probe's
+        mode, so that the pair differs in its input alone. A family with
+        one calling probe (paired or not; none trained by a ``fit``)
+        gets a twin: the same probe in the other mode, id ``TWIN + id``,
+        appended at the end of the task's probes (after a copy of its
+        lead, when it is led), built fresh (``again`` dropped)."""
+        for task, wires in self.probes.items():
+            modes: list[bool] = [False] * len(wires)
+            # Per family: the probes that call, those that only build, and
+            # those that call in the mode of another (``mode_of``).
+            families: dict[str, tuple[list[int], list[int], list[int]]] = {}
+            position = {wire["id"]: index
+                        for index, wire in enumerate(wires)}
+            for index, wire in enumerate(wires):
+                if wire.get("lead"):
+                    continue
+                calling, building, paired = families.setdefault(
+                    family(wire["id"]), ([], [], []))
+                if wire.get("call") is None:
+                    building.append(index)
+                else:
+                    (paired if wire.get("mode_of") in position
+                     else calling).append(index)
+            twins: list[int] = []
+            for name, (calling, building, paired) in families.items():
+                bit = derive_seed(seed, "autograd", task, name) & 1
+                for members in (calling, building):
+                    for number, index in enumerate(members):
+                        modes[index] = bool((bit + number) % 2)
+                alone = calling + paired
+                if len(alone) == 1 and not wires[alone[0]].get("fit"):
+                    twins.append(alone[0])
+            for index, wire in enumerate(wires):
+                if wire.get("mode_of") in position:
+                    modes[index] = modes[position[wire["mode_of"]]]
+            for index in range(len(wires) - 1, -1, -1):
+                if wires[index].get("lead") and index + 1 < len(wires):
+                    modes[index] = modes[index + 1]
+            added: list[tuple[int, bool]] = []
+            for index in sorted(twins):
+                if index > 0 and wires[index - 1].get("lead"):
+                    added.append((index - 1, not modes[index]))
+                added.append((index, not modes[index]))
+            for index, mode in enumerate(modes):
+                wires[index]["grad"] = mode
+                key = (task, wires[index]["id"])
+                self.info[key] = replace(self.info[key], grad=mode)
+            for index, mode in added:
+                original = wires[index]
+                twin = {**original, "id": TWIN + original["id"],
+                        "grad": mode}
+                twin.pop("again", None)
+                wires.append(twin)
+                self.info[(task, twin["id"])] = replace(
+                    self.info[(task, original["id"])], id=twin["id"],
+                    grad=mode, twin_of=original["id"])
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

@@ -318,9 +318,123 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             problem = "no result was reported"
         run.results[info.id] = ProbeResult(info=info, problem=problem,
                                            stopped=stopped)
+    fold_twins(run)
     if compiled or chosen:
         _charge_compiled(run, compiled, chosen)
     return run
+
+
+#: How a twin's mode is said (ProbeInfo.grad -> words).
+MODE_WORDS = {True: "with autograd on (as in training)",
+              False: "under torch.no_grad()"}
+#: Tolerances of "the same answer" in both modes (float32 round-off).
+TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-6
+
+
+def fold_twins(run: TaskRun) -> None:
+    """Fold each twin (a probe repeated in the other autograd mode,
+    :meth:`grader.plan.Plan.assign_modes`) into the probe it repeats, and
+    remove it from ``run.results``: no check ever sees a twin. The code
+    that ran in either counts (``ran``, ``foreign``); a probe that ran
+    takes the twin's problem when the twin did not run to the end (it
+    raised, it never ran, its time ran out: the other mode was never
+    seen, so it fails closed), and a problem of its own when the twin
+    answered otherwise (another value, or another description)."""
+    for probe_id in [p for p, r in run.results.items()
+                     if r.info.twin_of is not None]:
+        twin = run.results.pop(probe_id)
+        original = run.results.get(str(twin.info.twin_of))
+        if original is None:
+            continue
+        merged = replace(
+            original,
+            ran=original.ran + tuple(r for r in twin.ran
+                                     if r not in original.ran),
+            foreign=original.foreign + tuple(
+                f for f in twin.foreign if f not in original.foreign))
+        if merged.ok:
+            problem = _twin_problem(original, twin)
+            if problem is not None:
+                merged = replace(merged, problem=problem)
+        run.results[original.info.id] = merged
+
+
+def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
+    """Why a probe that ran does not count, given its twin; None when the
+    twin ran and answered the same."""
+    if not twin.ok:
+        said = (f"it raised {twin.problem}" if twin.error
+                else str(twin.problem))
+        return f"{MODE_WORDS[bool(twin.info.grad)]}, {said}"
+    on, off = ((twin, original) if twin.info.grad else (original, twin))
+    differs = value_difference(on.value, off.value)
+    if differs is None and on.describe != off.describe:
+        differs = "its description (children, parameters, buffers) differs"
+    if differs is None:
+        return None
+    return (f"it answered differently {MODE_WORDS[True]} than "
+            f"{MODE_WORDS[False]}, on the same input, weights and random "
+            f"seed ({differs})")
+
+
+def value_difference(on: Value | None, off: Value | None,
+                     where: str = "the value") -> str | None:
+    """Where the value with autograd on (``on``) and the value without
+    (``off``) differ, in words ("item 0 differs by 0.31"); None when they
+    are the same (tensors allclose at rtol 1e-5, atol 1e-6, with NaNs in
+    the same places; tuples and lists item by item)."""
+    import math
+
+    import torch
+
+    def both(first: str, second: str) -> str:
+        return (f"{where} is {first} with autograd on and {second} "
+                f"without")
+
+    if on is None or off is None:
+        return None if on is off else both(
+            on.describe() if on else "missing",
+            off.describe() if off else "missing")
+    if on.kind != off.kind:
+        return both(on.describe(), off.describe())
+    if on.kind in ("tuple", "list"):
+        if on.length != off.length or len(on.items) != len(off.items):
+            return both(f"{on.kind} of {on.length}",
+                        f"{off.kind} of {off.length}")
+        for index, (a, b) in enumerate(zip(on.items, off.items)):
+            inner = (f"item {index}" if where == "the value"
+                     else f"{where}'s item {index}")
+            found = value_difference(a, b, inner)
+            if found is not None:
+                return found
+        return None
+    if on.kind == "number":
+        a, b = on.number, off.number
+        if a == b or (a is not None and b is not None and (
+                (math.isnan(a) and math.isnan(b)) or math.isclose(
+                    a, b, rel_tol=TWIN_RTOL, abs_tol=TWIN_ATOL))):
+            return None
+        return both(repr(a), repr(b))
+    if on.kind == "object":
+        return (None if on.type_name == off.type_name
+                else both(on.describe(), off.describe()))
+    if on.kind != "tensor":
+        return None
+    if on.dtype != off.dtype or on.shape != off.shape:
+        return both(on.describe(), off.describe())
+    if on.tensor is None or off.tensor is None:
+        return None if on.tensor is off.tensor else \
+            f"{where} is too large to compare in one mode"
+    a, b = on.tensor, off.tensor
+    if not a.is_floating_point():
+        return None if torch.equal(a, b) else f"{where} differs"
+    a, b = a.double(), b.double()
+    if torch.allclose(a, b, rtol=TWIN_RTOL, atol=TWIN_ATOL, equal_nan=True):
+        return None
+    if not torch.equal(torch.isnan(a), torch.isnan(b)):
+        return f"{where} has NaN in other places"
+    gap = (a - b).abs().nan_to_num(nan=0.0).max().item()
+    return f"{where} differs by {gap:.3g}"
 
 
 #: Phases outside the plan's probes: loading the module, the worker's own

@@ -3991,6 +3991,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     type_mro = type.__dict__["__mro__"].__get__
     TensorBase = torch._C.TensorBase
     t_clone, t_detach = TensorBase.clone, TensorBase.detach
+    t_requires_grad, t_floating = (TensorBase.requires_grad_,
+                                   TensorBase.is_floating_point)
     t_set_data = TensorBase.__dict__["data"].__set__
     no_torch_function = torch._C.DisableTorchFunction
     grad_enabled = torch._C._set_grad_enabled
@@ -4017,6 +4019,24 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # agent's are emptied (a crash).
         with no_torch_function():
             grad_enabled(flag)
+
+    def activation(data):
+        # An argument as a training step hands it over: a tensor with a
+        # grad_fn, made from a leaf that requires grad (a floating one;
+        # token ids stay as they are), both fresh copies of the plan's.
+        # Autograd is on for these two lines of the grader's own thread
+        # only (no code of the submission runs here).
+        with no_torch_function():
+            leaf = t_clone(data)
+            if not t_floating(leaf):
+                return leaf
+            t_requires_grad(leaf, True)
+            grad_enabled(True)
+            try:
+                made = t_clone(leaf)
+            finally:
+                grad_enabled(False)
+        return made
 
     def parameters_of(obj, remove_duplicate=True):
         return call(b_list, module_named_parameters(
@@ -4223,6 +4243,11 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 named)
 
     def run_probe(namespace, probe):
+        # The probe's autograd mode, on the submission's thread, for the
+        # whole probe: building, loading, the mode, training, the call
+        # (grader.plan.Plan.assign_modes).
+        grad = b_bool(probe.get("grad", False))
+        call(set_grad_enabled, grad)
         phase["stage"] = "build"
         # The aliases among the state's names and the parameter each
         # names, as loading found them.
@@ -4246,6 +4271,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             manual_seed(b_int(probe.get("seed", 0)))
             trained = fit(obj, probe["fit"],
                           b_bool(probe.get("train", False)))
+            # Training left autograd off: the probe's mode again.
+            call(set_grad_enabled, grad)
             # The trained weights, as training left them: the grader can
             # judge them with its own model, whatever else the object kept.
             # An alias of the state (a tied parameter) is sent under each
@@ -4263,8 +4290,12 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                                    for name, value in (copies + extra)[:256]}
         if called is None:
             return result
-        args = [t_clone(a) if is_tensor(a) else a
-                for a in called.get("args", [])]
+        if grad:
+            args = [activation(a) if is_tensor(a) else a
+                    for a in called.get("args", [])]
+        else:
+            args = [t_clone(a) if is_tensor(a) else a
+                    for a in called.get("args", [])]
         kwargs = b_dict(called.get("kwargs", {}))
         method = called.get("method")
         if method is not None:
@@ -5074,10 +5105,12 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
 
     def run():
         holder.append(kept)  # the agent's code objects stay alive
-        # The submission's thread: gradients off, the grader's torch
-        # function mode pushed (torch's mode stack is per thread), traced;
-        # this thread (the grader's) refuses the submission's code.
-        call(set_grad_enabled, False)
+        # The submission's thread: gradients on (torch's default) while
+        # the module loads, each probe then sets its own mode; the
+        # grader's torch function mode pushed (torch's mode stack is per
+        # thread), traced; this thread (the grader's) refuses the
+        # submission's code and keeps gradients off.
+        call(set_grad_enabled, True)
         call(arm)
         call(settrace, global_tracer)
         add_audit_hook(hook)

@@ -19,7 +19,15 @@ but att is computed from other probabilities that see later tokens (red
 team 8); the mask acts only when the probs are returned or only in eval
 mode, or the causal branch computes other scores than the unmasked one
 (red team 9, U4, U7, U2; the dropout folder holds U4's dropout half).
-Each folder is
+``hostile/effects/modes/`` attacks every item of
+``multi_head_attention`` through the autograd mode (red team 10, R1):
+code right only under ``torch.no_grad()`` (it branches on
+``torch.is_grad_enabled()``, ``x.requires_grad``, ``x.grad_fn``), right
+only in one family's situation with autograd on (judged by its twin), or
+right only with autograd on; its honest controls build a mask under
+``torch.no_grad()``, in a ``@torch.no_grad()`` helper, or detach it. The
+``basics`` and ``training`` folders hold one such file each of
+``attention_basics`` and ``transformer_block`` (``modes_*``). Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
@@ -91,6 +99,9 @@ CAUSAL_LEAK = ("the returned probs hide the future, but att is not those "
 PLAIN_LEAK = ("forward(x) returns another att than forward(x, "
               "return_attention=True)")
 OTHER_SCORES = ("hide the future but do not match the reference")
+#: The words of a probe whose twin answered otherwise (grader.run.observe).
+TWIN = ("it answered differently with autograd on (as in training) than "
+        "under torch.no_grad(), on the same input, weights and random seed")
 WROTE = "changed during training with loss, not by a gradient step"
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
@@ -195,13 +206,50 @@ CORPUS: dict[str, dict[str, tuple]] = {
             BASICS_NO_WRAPPER_DROPOUT, (), WRAPPER_RATE, ("task5.values",)),
         "wrapper_heads_eval": (
             BASICS_NO_WRAPPER_DROPOUT, (), WRAPPER_RATE, ("task5.values",)),
+        # Red team 10, R1: SelfAttention_v2 unscaled with autograd on;
+        # CausalAttention's mask only for an input without a grad_fn.
+        "modes_v2_grad_unscaled": (
+            (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
+            ("no_scaling",), TWIN, ("task3.values",)),
+        "modes_causal_grad_fn": (
+            (1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (), TWIN,
+            ("task4.dropout", "task5.values")),
         # ... and its control: CausalAttention never drops (task 4's
         # point); the wrapper is not charged for the same mistake.
         "honest_causal_nodrop": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), "ok",
             ("task5.values",)),
     },
+    "modes": {
+        # Red team 10, R1: right only under torch.no_grad(), by three
+        # tests of the mode; each family sees both modes.
+        "grad_enabled_unscaled": (
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (), TWIN,
+            ("task2.causal", "task2.output")),
+        "requires_grad_no_mask": (
+            NO_CAUSAL, ("mask_ignored",),
+            "are not 0 above the diagonal: tokens attend to the future"),
+        "grad_fn_no_dropout": (
+            NO_DROPOUT, (), "With dropout=0.5 in train mode nothing "
+            "changes", ("task2.output",)),
+        # ... wrong in one situation only (causal in train mode, one
+        # probe): its twin in the other mode tells.
+        "causal_train_grad_leak": (NO_CAUSAL, (), TWIN),
+        # ... and the other direction: right only with autograd on.
+        "no_grad_wrong_mix": (
+            (1, 3, 0, 0, 1, 3, 0, 0, 0, 0), (), TWIN,
+            ("task2.causal", "task2.output")),
+        "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
+        "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
+        "honest_detach_mask": (FULL_ATTENTION, (), "ok"),
+    },
     "training": {
+        # Red team 10, R1: the layer's first residual only under
+        # torch.no_grad() (the model trains what it runs, so the training
+        # item stands; the layer's forward does not).
+        "modes_layer_grad_no_residual": (
+            (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), ("missing_residual",),
+            "does not match the reference", ("task1.forward",)),
         "train_inner_optimizer": (
             NOT_TRAINED, (), WROTE),
         "train_stats_data": (
@@ -289,9 +337,9 @@ CORPUS["depth0"] = {
         BEHIND, (), "ok", ("task2.logits", "task2.training")),
 }
 JUDGED = {"dropout": "task2.output", "causal": "task2.causal",
-          "training": "task2.training"}
+          "training": "task2.training", "modes": "task2.causal"}
 ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
-         "basics": BASICS, "depth0": TRANSFORMER}
+         "basics": BASICS, "depth0": TRANSFORMER, "modes": ATTENTION}
 
 
 @pytest.fixture(scope="module")

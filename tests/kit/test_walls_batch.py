@@ -151,9 +151,12 @@ CORPUS: dict[str, tuple] = {
     #    gains nothing: every run records shapes alike. Before, the first
     #    two earned both shapes items (0) with wrong comments, the last
     #    two full marks.
-    "tell_call_count": ((1, 3, 0, -1, 1), (3, 1, 2, 0, -1), (),
+    # ... and task 2's twins (the families of one probe, repeated in the
+    # other autograd mode after every other probe, red team 10's R1)
+    # come past its count: they raise, so causal and output fail closed.
+    "tell_call_count": ((1, 3, 0, -1, 1), (3, 0, 0, 0, -1), (),
                         ("line 69: wrong shape", "line 159: wrong shape")),
-    "tell_call_count_cheap_cases": ((1, 3, 0, -1, 0), (3, 1, 2, 0, -1), (),
+    "tell_call_count_cheap_cases": ((1, 3, 0, -1, 0), (3, 0, 0, 0, -1), (),
                                     ("line 62: wrong shape",
                                      "line 180: wrong shape")),
     "tell_tracer_timing": ((1, 0, 0, 0, 0), CLEAN_2, (),
@@ -298,8 +301,9 @@ CORPUS: dict[str, tuple] = {
                           ("line 65: missing shape comment",
                            "a torch operation on it made one that outlived "
                            "it")),
-    "unread_out_param": (UNREAD_1, CLEAN_2, (),
-                         ("line 63: missing shape comment",)),
+    # out= refuses autograd: forward raises in a training step (R1).
+    "unread_out_param": ((1, 0, 0, -1, 0), CLEAN_2, (),
+                         ("line 66: missing shape comment",)),
     "unread_def_default": (UNREAD_BONUS_1, CLEAN_2, (),
                            ("line 59: missing shape comment",)),
     "unread_class_body": (UNREAD_1, CLEAN_2, (),

@@ -164,12 +164,14 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
          trace: str | None = None, train: bool = False, seed: int = 0,
          causal: bool = False, dropout: float = 0.0,
          sizes: dict[str, int] | None = None, target: str | None = None,
-         no_arguments: bool = False) -> None:
+         no_arguments: bool = False, lead: bool = False) -> None:
     """Add one probe of ``task`` (on ``target``, default the task's).
 
     The case's weights are loaded by parameter name (``load``); ``extra``
     tensors follow x as positional arguments; ``call=False`` only builds
-    (and describes); ``no_arguments`` calls the object with no argument.
+    (and describes); ``no_arguments`` calls the object with no argument;
+    ``lead``: the probe only prepares the random state of the next one
+    (wire key ``lead``, grader.plan.Plan.assign_modes).
     """
     wire, info = probe(probe_id, target or TARGETS[task], case=case,
                        init=init, x=x, describe=describe, trace=trace,
@@ -185,6 +187,8 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
         wire.pop("call", None)
     elif extra:
         wire["call"]["args"] += [encode_tensor(t) for t in extra]
+    if lead:
+        wire["lead"] = True
     plan.add(task, (wire, info))
 
 
@@ -463,7 +467,7 @@ def _seeded(plan: Plan, task: str, case: Case, name: str = "",
     init = init_of(task, sizes)
     probe_id = f"seeded:{case.name}{name}"
     _add(plan, task, f"prime:{probe_id}", init=init, seed=seed,
-         no_arguments=True)
+         no_arguments=True, lead=True)
     _add(plan, task, probe_id, case=case, init=init, load=False)
 
 
@@ -558,6 +562,8 @@ def build(seed: int, public_only: bool,
                              qkv_bias=None if case.public
                              else has_bias(case)),
                          target=TARGETS["task4"])
+                    plan.same_mode(task, f"head:{case.name}:{head}",
+                                   f"values:{case.name}")
             if task == "task7":
                 mask = reference.causal_additive_mask(
                     case.sizes["num_tokens"])
@@ -575,6 +581,10 @@ def build(seed: int, public_only: bool,
     for task in ("task4", "task6"):
         for case in judged[task]:
             _values(plan, task, equal_scores(case), "equal")
+            # Compared with values:<case> (mask_from_scores): in its
+            # autograd mode (grader.plan.Plan.same_mode), as head:.
+            plan.same_mode(task, f"equal:{case.name}{EQUAL}",
+                           f"values:{case.name}")
     square = square_case(seed)
     _add(plan, "task4", "square:square", case=square,
          init=init_of("task4", square.sizes, qkv_bias=False))

@@ -330,6 +330,10 @@ def build(seed: int, public_only: bool,
     for case in task2:   # after every plain causal probe
         equal = equal_scores(case)
         _attention(plan, f"causal:{equal.name}", equal, causal=True)
+        # Compared with causal:<case> (mask_from_scores): in its autograd
+        # mode (grader.plan.Plan.same_mode), as the pairs below.
+        plan.same_mode("task2", f"causal:{equal.name}",
+                       f"causal:{case.name}")
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
@@ -345,6 +349,10 @@ def build(seed: int, public_only: bool,
         layers=LAYERS_2, init=_mha_init(first, causal=True),
         kwargs={"return_attention": True}, train=True,
         params={"causal": True}))
+    plan.same_mode("task2", f"att-only:{first.name}", f"probs:{first.name}")
+    for probe_id in (f"att-only-causal:{first.name}",
+                     f"causal-train:{first.name}"):
+        plan.same_mode("task2", probe_id, f"causal:{first.name}")
     drop = dropout_case(seed)
     for p in (0.0,) + DROPOUT_RATES:
         for draw in (None,) + tuple(range(DROPOUT_DRAWS)):
@@ -364,6 +372,8 @@ def build(seed: int, public_only: bool,
         train=True, seed=derive_seed(seed, "multi_head_attention",
                                      "dropout", p, 0),
         params={"dropout": p}))
+    plan.same_mode("task2", f"att-only-{dropout_probe(p, 0)}",
+                   dropout_probe(p, 0))
     if not public_only:
         for case, key in size_cases(seed, "task2"):
             base = case.name.removesuffix("-" + key)
@@ -373,6 +383,8 @@ def build(seed: int, public_only: bool,
         public = cases["task2"][0]
         equal = equal_scores(public)
         _attention(plan, f"public-equal:{public.name}", equal, causal=True)
+        plan.same_mode("task2", f"public-equal:{public.name}",
+                       f"size:{public.name}:same:causal")
         for train in (False, True):
             mode = "train" if train else "eval"
             plan.add("task2", probe(
@@ -382,6 +394,7 @@ def build(seed: int, public_only: bool,
                 kwargs={"return_attention": True}, train=train,
                 seed=derive_seed(seed, "multi_head_attention", "dropout",
                                  "public"), params={"dropout": 0.5}))
+        plan.same_mode("task2", "public-dropout-train", "public-dropout-eval")
 
     # Shape comments: forward under every size set, every branch taken,
     # on zeros and on random non-zero inputs (code that refuses one kind of

@@ -424,6 +424,9 @@ def build(seed: int, public_only: bool,
         plan.add("task2", weighted(
             f"trained:{depth}", "TransformerLM", case, init, fit=fit,
             seed=derive_seed(seed, LABEL, "fit", depth)))
+        # Judged against before:<depth>: in its autograd mode
+        # (grader.plan.Plan.same_mode).
+        plan.same_mode("task2", f"trained:{depth}", f"before:{depth}")
 
     add_dropout_probes(plan, seed)
 

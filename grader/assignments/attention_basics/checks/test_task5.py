@@ -133,9 +133,8 @@ def test_heads_are_built_with_the_dropout_rate(task5: TaskRun) -> None:
     case = result.info.case
     what = name_of(task5, "wrapper-train")
     if not result.ok:
-        fail(f"{what} in training mode, built with dropout "
-             f"{result.info.params['dropout']:g}, on {case.describe()}: "
-             f"{result.problem}")
+        # ``what`` says the mode and the rate.
+        fail(f"{what} on {case.describe()}: {result.problem}")
     student = tensor_of(result.value, f"The output of {what}",
                         output_shape("task5", case.sizes),
                         MEANINGS["task5"], case)

@@ -5,7 +5,9 @@ Correct attention whose operations are often values rather than calls:
 ``functools.reduce(operator.matmul, ...)``, ``functools.reduce(torch.add,
 ...)``, ``map`` over the layers, a softmax kept in an attribute
 (``self.normalise = torch.softmax``), a library copy of a tensor
-(``copy.deepcopy``). Each of these operations runs during a line of the
+(``copy.deepcopy`` of a constant: a deep copy of an activation raises
+with autograd on, as in a training step, and every probe family runs in
+both modes, red team 10's R1). Each of these operations runs during a line of the
 visible source (the C helpers ``reduce`` and ``map`` have no frame of
 their own, so the line that calls them is where the operation is
 chosen); its result's shape is verified by that line's comment.
@@ -43,7 +45,7 @@ class SelfAttention(nn.Module):
         # [batch_size, seq_len, seq_len]
         probs = self.normalise(scores / self.scale, dim=-1)
         # [batch_size, seq_len, seq_len]
-        half = torch.bmm(probs * 0.5, copy.deepcopy(v))
+        half = torch.bmm(probs * copy.deepcopy(torch.tensor(0.5)), v)
         # [batch_size, seq_len, hidden]
         return functools.reduce(torch.add, (half, half))
         # [batch_size, seq_len, hidden]

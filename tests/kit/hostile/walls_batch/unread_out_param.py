@@ -4,6 +4,9 @@ without a comment.
 
 A torch operation on the line made a tensor that outlived the statement and the
 reader read none, so the statement fails closed. Expected: task1.shapes -1.
+An ``out=`` argument does not support autograd: with autograd on, as in a
+training step (every probe family runs in both modes, red team 10's R1),
+forward raises, so task1.forward earns nothing either.
 """
 import torch
 import torch.nn as nn
