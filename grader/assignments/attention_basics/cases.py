@@ -164,17 +164,19 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
          trace: str | None = None, train: bool = False, seed: int = 0,
          causal: bool = False, dropout: float = 0.0,
          sizes: dict[str, int] | None = None, target: str | None = None,
-         no_arguments: bool = False) -> None:
+         no_arguments: bool = False, again: bool = False) -> None:
     """Add one probe of ``task`` (on ``target``, default the task's).
 
     The case's weights are loaded by parameter name (``load``); ``extra``
     tensors follow x as positional arguments; ``call=False`` only builds
-    (and describes); ``no_arguments`` calls the object with no argument.
+    (and describes); ``no_arguments`` calls the object with no argument;
+    ``again`` calls the object the previous probe built (same init).
     """
     wire, info = probe(probe_id, target or TARGETS[task], case=case,
                        init=init, x=x, describe=describe, trace=trace,
                        train=train, seed=seed, sizes=sizes,
-                       params={"causal": causal, "dropout": dropout})
+                       params={"causal": causal, "dropout": dropout},
+                       again=again)
     wire.pop("state", None)
     if case is not None and load and init is not None:
         wire["state"] = {name: encode_tensor(tensor)
@@ -386,6 +388,16 @@ def wrapper_dropout_case(seed: int) -> Case:
                 random_weights(rng, "task5", sizes, False))
 
 
+def longer_case(seed: int, task: str, case: Case) -> Case:
+    """The same weights and module sizes on a new input as long as the
+    context (``num_tokens = context_length``, longer than the case's):
+    called on the module the case's ``values:`` probe built, a causal
+    mask kept from its first call is too short here."""
+    sizes = {**case.sizes, "num_tokens": case.sizes["context_length"]}
+    x = random_input(_rng(seed, "longer", task), task, sizes)
+    return Case(f"{case.name}-longer", case.public, sizes, x, case.weights)
+
+
 def equal_scores(case: Case) -> Case:
     """The same case with zero W_query weights (and bias): every score is
     0. A causal mask built from the positions still hides the future
@@ -432,16 +444,18 @@ def head_case(case: Case, head: int) -> Case:
 
 
 def _values(plan: Plan, task: str, case: Case, prefix: str = "values",
-            extra: tuple[torch.Tensor, ...] = (), causal: bool = False
-            ) -> None:
-    """A ``values:``-style probe: the case's weights loaded, eval mode."""
+            extra: tuple[torch.Tensor, ...] = (), causal: bool = False,
+            train: bool = False, again: bool = False) -> None:
+    """A ``values:``-style probe: the case's weights loaded, eval mode
+    (``train``: training mode; ``again``: on the previous probe's
+    object)."""
     bias = None if case.public else has_bias(case)
     if task == "task1":
         _add(plan, task, f"{prefix}:{case.name}", case=case)
         return
     _add(plan, task, f"{prefix}:{case.name}", case=case,
          init=init_of(task, case.sizes, qkv_bias=bias), extra=extra,
-         causal=causal)
+         causal=causal, train=train, again=again)
 
 
 def _structure(plan: Plan, task: str, case: Case) -> None:
@@ -477,9 +491,11 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
         runs += [(f"dropout-train:{p:g}:{draw}", p, draw)
                  for draw in range(DROPOUT_DRAWS)]
     for probe_id, p, draw in runs:
+        # A rate's eval and training calls are one object's: a mask drawn
+        # once and kept shows as two equal draws.
         _add(plan, task, probe_id, case=case,
              init=init_of(task, case.sizes, dropout=p, qkv_bias=False),
-             train=draw is not None, dropout=p,
+             train=draw is not None, dropout=p, again=draw is not None,
              seed=derive_seed(seed, "attention_basics", "dropout", task,
                               p, draw))
 
@@ -545,8 +561,13 @@ def build(seed: int, public_only: bool,
         _seeded(plan, task, public[task])
         if task in ("task4", "task6"):
             _seeded(plan, task, public[task], "-long", LONG_CONTEXT)
-        for case in judged[task]:
+        for index, case in enumerate(judged[task]):
             _values(plan, task, case)
+            if task in ("task4", "task6") and index == 1:
+                # The first hidden case's module called again, on a longer
+                # input (red team 10, R2).
+                _values(plan, task, longer_case(seed, task, case),
+                        "longer", again=True)
             if task in ("task4", "task6") and not case.public:
                 _values(plan, task, with_context(
                     case, case.sizes["num_tokens"], "exact"), "exact")
@@ -564,6 +585,11 @@ def build(seed: int, public_only: bool,
                 _values(plan, task, case, "mask", (mask,), causal=True)
                 _values(plan, task, blank_case(case), "blank-mask",
                         (mask,), causal=True)
+                if index == len(judged[task]) - 1:
+                    # The same module in training mode (red team 10,
+                    # R7): the mask acts there too.
+                    _values(plan, task, blank_case(case), "mask-train",
+                            (mask,), causal=True, train=True, again=True)
                 padding = reference.padding_additive_mask(
                     case.sizes["batch_size"], case.sizes["num_tokens"])
                 _values(plan, task, case, "padding", (padding,))
