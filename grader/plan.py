@@ -86,6 +86,8 @@ class ProbeInfo:
     # What the plug-in wants to remember about the probe (a flag, a rate);
     # never sent to the sandbox, never read by the generic grader.
     params: dict[str, Any] = field(default_factory=dict)
+    # The probe calls again the object the previous probe built.
+    again: bool = False
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
@@ -119,7 +121,8 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
         wire["trace"] = {"method": trace, "statements": []}
     info = ProbeInfo(id=probe_id, task="", target=target, case=case,
                      kwargs=dict(kwargs or {}), train=train, sizes=sizes,
-                     trace=trace, params=dict(params or {}))
+                     trace=trace, params=dict(params or {}),
+                     again=again)
     return wire, info
 
 

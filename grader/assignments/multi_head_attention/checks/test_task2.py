@@ -553,25 +553,26 @@ def causal_across_calls(task2: TaskRun) -> None:
             if later not in task2.results:
                 continue
             case, result = task2.case(later), task2.result(later)
-            where = (f"the same module (built once with causal=True, "
-                     f"first called on {start.describe()}) called again, "
-                     f"its call {number}, on {case.describe()}")
+            where = (f"the same module called again (its call "
+                     f"{number}), on {case.describe()}")
             advice = ("A module must be right at every call: build the "
                       "mask for each input's seq_len (or register one for "
                       "the largest length in __init__ and slice it), never "
                       "keep what the first call made.")
             if not result.ok:
-                fail(f"{CALL} with causal=True runs on {start.describe()} "
-                     f"but raises on {where} ({result.problem}). {advice}")
+                fail(f"{CALL} with causal=True runs at a module's first "
+                     f"call, on {start.describe()}, but raises on {where} "
+                     f"({result.problem}). {advice}")
             probs = optional_probs(task2, later)
             if probs is None:
                 fail(f"{CALL} with causal=True returns the contract shapes "
-                     f"on {start.describe()} but not on {where}. {advice}")
+                     f"at a module's first call, on {start.describe()}, but "
+                     f"not on {where}. {advice}")
             problem = causal_problem(probs)
             if problem is not None:
-                fail(f"With causal=True the probs are right on "
-                     f"{start.describe()}, but on {where} they {problem}. "
-                     f"{advice}")
+                fail(f"With causal=True the probs are right at a "
+                     f"module's first call, on {start.describe()}, but on "
+                     f"{where} they {problem}. {advice}")
         for probe_id in task2.probe_ids("causal:"):
             causal_att_follows(task2, probe_id)
         causal_in_training(task2)
@@ -1060,8 +1061,15 @@ def causal_dropout(task2: TaskRun) -> None:
     """causal=True with dropout in train mode (``causal-dropout-train:``,
     red team 10, R4): the future stays exactly 0, and the share of zeros
     among the allowed entries (on and below the diagonal) follows p.
-    Judged on probs in the contract's layout or [bs, num_heads, seq,
-    seq] (other layouts fail task2.scores)."""
+    Judged where the causal probs have the right structure in train mode
+    at p = 0 (``causal-train:``): a mask wrong there is task2.causal's
+    (items are isolated), a mask that gives way to dropout is this
+    point's. Judged on probs in the contract's layout or [bs, num_heads,
+    seq, seq] (other layouts fail task2.scores)."""
+    for probe_id in task2.probe_ids("causal-train:"):
+        base = optional_probs(task2, probe_id)
+        if base is None or causal_problem(base) is not None:
+            return
     probe_ids = task2.probe_ids("causal-dropout-train:")
     require_ran(task2, probe_ids,
                 CALL + " with causal=True and dropout in train mode")
