@@ -1,9 +1,11 @@
 """Probe plans: what the sandbox runs, and the trusted case behind it.
 
 A probe is plain data (see :mod:`grader.worker.agent`): build ``target`` with
-``init``, load ``state`` into its parameters, set train or eval mode, seed
-torch, call it on ``call`` and send back the value (and, when asked, a
-description of the object or a shape trace). :class:`ProbeInfo` keeps, in
+``init`` (or, marked ``again``, take the object the task's previous probe
+built), load ``state`` into its parameters, set train or eval mode
+through the object's own ``train``, seed torch, call it on ``call`` and
+send back the value (and, when asked, a description of the object or a
+shape trace). :class:`ProbeInfo` keeps, in
 the trusted process, what the checks need to judge the answer.
 """
 from __future__ import annotations

@@ -4039,11 +4039,16 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # looked up on the object and run on the submission's thread; one
         # that is not callable or raises fails the probe.
         switch = call(b_getattr, obj, "train")
-        if not b_callable(switch):
+        usable = b_callable(switch)
+        box = [switch, call(switch, b_bool(mode)) if usable else None]
+        # The method (a property may make one of its own) and what it
+        # returned die on the submission's thread.
+        switch = None
+        call(b_list.clear, box)
+        if not usable:
             raise b_TypeError(
                 "the model's train attribute is not callable, so "
                 "model.train(" + b_str(b_bool(mode)) + ") cannot be called")
-        call(switch, b_bool(mode))
 
     def parameters_of(obj, remove_duplicate=True):
         return call(b_list, module_named_parameters(

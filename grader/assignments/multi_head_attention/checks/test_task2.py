@@ -513,7 +513,8 @@ def public_dropout_misplaced(task2: TaskRun) -> tuple[list[str], str]:
 @pytest.mark.item("task2.causal")
 def test_causal_probs_structure(task2: TaskRun) -> None:
     """causal=True: 0 above the diagonal, > 0 on and below, rows sum 1,
-    on random scores and on scores that are all equal."""
+    on random scores and on scores that are all equal, and at every call
+    of one module (:func:`causal_across_calls`)."""
     behind = both(on_cases_that_ran(task2, "causal", lambda probe_id:
                                     causal_diagnosis(task2, probe_id)),
                   lambda: public_mask_from_scores(task2))
@@ -1110,7 +1111,9 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     no whole rows or columns dropped more often than chance allows, no
     kind of position spared); att is those dropped probs times the
     values (docs/threat-model.md, principle 5); in eval mode and at
-    p = 0 att is the output without dropout."""
+    p = 0 att is the output without dropout; with causal=True in train
+    mode the future stays 0 and the past is dropped at rate p
+    (:func:`causal_dropout`)."""
     with explained(hardcoded(task2, "probs", lambda:
                              public_dropout_misplaced(task2))):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
