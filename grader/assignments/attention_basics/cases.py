@@ -36,6 +36,10 @@ Probes, per task (ids are prefixes the checks select on):
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
   something instead of raising;
+* ``longer:<case>-longer`` (tasks 4 and 6): the first hidden case's
+  module called again (``again``) right after its ``values:`` probe, on
+  an input as long as its context: a mask kept from the first call is
+  too short there;
 * ``equal:<case>-equal-scores`` (tasks 4 and 6): the ``values:`` probe
   with zero W_query weights, so that every score is 0: a causal mask
   built from the positions hides the future there, one built from the
@@ -46,13 +50,16 @@ Probes, per task (ids are prefixes the checks select on):
 * ``mask:<case>`` and ``blank-mask:<case>``: ``QKVMultiheadAttention`` with
   an additive causal mask; "blank" cases have one head, zero query and key
   weights and an identity ``linear_layer``, so the mask is judged alone;
+  ``mask-train:<case>-blank``: the last blank case's module called again
+  in training mode (the mask acts there too);
 * ``padding:<case>`` and ``blank-padding:<case>``: the same with an
   additive padding mask [batch_size, 1, 1, num_tokens] (sequence b hides
   its last 1 + b % (num_tokens - 1) keys), so that the mask's values, not
   only its presence, are judged;
 * ``dropout-off``, ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``:
   dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
-  training under ``DROPOUT_DRAWS`` random seeds, on a case with d_out
+  training under ``DROPOUT_DRAWS`` random seeds (a rate's three probes
+  call one module, ``again``), on a case with d_out
   (head_dim) larger than num_tokens, so the attention weights can be
   recovered from the output (task 6: two heads, so that a mask shared
   by the heads shows);

@@ -1138,9 +1138,9 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
                      f"follow p (use self.dropout, built from the rate "
                      f"passed to __init__).")
             independent_masks(task2, p)
-        causal_dropout(task2)
         dropout_reaches_output(task2)
         dropout_without_probs(task2)
+        causal_dropout(task2)
 
 
 def dropout_without_probs(task2: TaskRun) -> None:
