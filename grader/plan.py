@@ -1,9 +1,11 @@
 """Probe plans: what the sandbox runs, and the trusted case behind it.
 
 A probe is plain data (see :mod:`grader.worker.agent`): build ``target`` with
-``init``, load ``state`` into its parameters, set train or eval mode, seed
-torch, call it on ``call`` and send back the value (and, when asked, a
-description of the object or a shape trace). :class:`ProbeInfo` keeps, in
+``init`` (or, marked ``again``, take the object the task's previous probe
+built), load ``state`` into its parameters, set train or eval mode
+through the object's own ``train``, seed torch, call it on ``call`` and
+send back the value (and, when asked, a description of the object or a
+shape trace). :class:`ProbeInfo` keeps, in
 the trusted process, what the checks need to judge the answer.
 """
 from __future__ import annotations
@@ -100,6 +102,8 @@ class ProbeInfo:
     # and, for a twin, the id of the probe it repeats in the other mode.
     grad: bool | None = None
     twin_of: str | None = None
+    # The probe calls again the object the previous probe built.
+    again: bool = False
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
@@ -108,14 +112,19 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
           describe: bool = False, trace: str | None = None,
           train: bool = False, seed: int = 0,
           sizes: dict[str, int] | None = None,
-          params: Mapping[str, Any] | None = None
+          params: Mapping[str, Any] | None = None, again: bool = False
           ) -> tuple[dict, ProbeInfo]:
     """A probe's wire form and its trusted description. ``params`` is the
     plug-in's own record of the probe (kept by the trusted process only,
-    as :attr:`ProbeInfo.params`)."""
+    as :attr:`ProbeInfo.params`). ``again``: build nothing, but call again
+    the object the task's previous probe built (same ``target`` and
+    ``init``, :meth:`Plan.add` checks), its ``state`` loaded and its mode
+    set anew: code right only on an object's first call fails there."""
     wire: dict[str, Any] = {"id": probe_id, "target": target, "init": init,
                             "train": train, "seed": seed,
                             "describe": describe}
+    if again:
+        wire["again"] = True
     if case is not None:
         wire["state"] = {name: encode_tensor(case.weights[name])
                          for layer in layers for name in
@@ -128,8 +137,26 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
         wire["trace"] = {"method": trace, "statements": []}
     info = ProbeInfo(id=probe_id, task="", target=target, case=case,
                      kwargs=dict(kwargs or {}), train=train, sizes=sizes,
-                     trace=trace, params=dict(params or {}))
+                     trace=trace, params=dict(params or {}),
+                     again=again)
     return wire, info
+
+
+def _same(first: Any, second: Any) -> bool:
+    """Whether two inits (plain data, tensors included) are equal."""
+    if isinstance(first, torch.Tensor) or isinstance(second, torch.Tensor):
+        return (isinstance(first, torch.Tensor)
+                and isinstance(second, torch.Tensor)
+                and first.dtype == second.dtype
+                and first.shape == second.shape
+                and bool(torch.equal(first, second)))
+    if isinstance(first, Mapping) and isinstance(second, Mapping):
+        return first.keys() == second.keys() and all(
+            _same(first[k], second[k]) for k in first)
+    if isinstance(first, (list, tuple)) and isinstance(second, (list, tuple)):
+        return len(first) == len(second) and all(
+            _same(a, b) for a, b in zip(first, second))
+    return type(first) is type(second) and first == second
 
 
 @dataclass
@@ -144,11 +171,24 @@ class Plan:
     origin: tuple[str, int, bool] | None = None
 
     def add(self, task: str, entry: tuple[dict, ProbeInfo]) -> None:
-        """Append a probe (as made by :func:`probe`) to ``task``."""
+        """Append a probe (as made by :func:`probe`) to ``task``. An
+        ``again`` probe must follow a probe of the same task with the same
+        target and init (the object it calls again is that one's)."""
         wire, info = entry
         key = (task, wire["id"])
         if key in self.info:
             raise ValueError(f"duplicate probe {key}")
+        if wire.get("again"):
+            earlier = self.probes.get(task, [])
+            if not earlier:
+                raise ValueError(f"probe {key} is marked again but is the "
+                                 f"first probe of its task")
+            last = earlier[-1]
+            if last["target"] != wire["target"] \
+                    or not _same(last.get("init"), wire.get("init")):
+                raise ValueError(
+                    f"probe {key} is marked again but its target or init "
+                    f"differs from the previous probe's ({last['id']!r})")
         self.probes.setdefault(task, []).append(wire)
         self.info[key] = ProbeInfo(**{**info.__dict__, "task": task})
 
@@ -240,7 +280,7 @@ class Plan:
                 wires.append(twin)
                 self.info[(task, twin["id"])] = replace(
                     self.info[(task, original["id"])], id=twin["id"],
-                    grad=mode, twin_of=original["id"])
+                    grad=mode, twin_of=original["id"], again=False)
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

@@ -312,7 +312,10 @@ def _graded_runs(run: TaskRun, assignment: Assignment, task: Task
     identities), one run per distinct set of sizes, named by the first
     case that has them (docs/threat-model.md, principle 6); and the
     records of the probes whose sizes it does not know (they answer only
-    the catch-all: was a tensor of the statement read)."""
+    the catch-all: was a tensor of the statement read). A probe that
+    calls an object again (``again``) is one of those: what the object
+    kept from its earlier calls (a cache of masks by length) holds
+    tensors of another case's sizes."""
     names = tuple(k for k in assignment.dimensions
                   if not task.dimensions or k in task.dimensions)
     groups: dict[tuple, tuple[str, dict[str, int], list[dict]]] = {}
@@ -325,7 +328,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment, task: Task
         sizes = shapes.known_sizes(dict(plain or {}), names,
                                    assignment.identities,
                                    dict(task.sizes))
-        if not sizes:
+        if not sizes or info.again:
             unsized.append(result.trace.get("records") or {})
             continue
         if not result.trace.get("intact", True):

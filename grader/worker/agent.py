@@ -3985,7 +3985,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     ``DisableTorchFunction``."""
     b_type, b_str, b_int, b_float, b_bool = type, str, int, float, bool
     b_list, b_dict, b_sorted, b_getattr = list, dict, sorted, getattr
-    b_enumerate, b_zip, b_len = enumerate, zip, len
+    b_enumerate, b_zip, b_len, b_callable = enumerate, zip, len, callable
     b_LookupError, b_RuntimeError, b_TypeError = (LookupError,
                                                   RuntimeError, TypeError)
     type_mro = type.__dict__["__mro__"].__get__
@@ -4002,12 +4002,14 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     manual_seed = torch.default_generator.manual_seed
     Module = torch.nn.Module
     module_named_parameters = Module.named_parameters
-    module_train = Module.train
     autograd_grad = torch.autograd.grad
     t_equal = torch.equal
     t_zeros_like, t_sqrt = torch.zeros_like, torch.sqrt
     is_tensor, shape_of, instance_dict, read_chain, expand = readers
     dict_items = dict.items
+    # The object the last building probe built, for the ``again`` probes
+    # that follow it (the runner releases it, on the submission's thread).
+    previous = phase["previous"]
     from grader.wire import VALUE_BUDGET as value_budget
 
     def is_module(value):
@@ -4037,6 +4039,23 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             finally:
                 grad_enabled(False)
         return made
+
+    def set_mode(obj, mode):
+        # Train or eval mode through the object's own ``train`` (an
+        # override of it is the student's code, which real users call):
+        # looked up on the object and run on the submission's thread; one
+        # that is not callable or raises fails the probe.
+        switch = call(b_getattr, obj, "train")
+        usable = b_callable(switch)
+        box = [switch, call(switch, b_bool(mode)) if usable else None]
+        # The method (a property may make one of its own) and what it
+        # returned die on the submission's thread.
+        switch = None
+        call(b_list.clear, box)
+        if not usable:
+            raise b_TypeError(
+                "the model's train attribute is not callable, so "
+                "model.train(" + b_str(b_bool(mode)) + ") cannot be called")
 
     def parameters_of(obj, remove_duplicate=True):
         return call(b_list, module_named_parameters(
@@ -4104,8 +4123,22 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 raise b_TypeError(probe["target"] + "(...) did not build an "
                                   "nn.Module, so its weights cannot be set")
             loading[0], loading[1] = load(obj, probe)
-        if is_module(obj):
-            call(module_train, obj, b_bool(probe.get("train", False)))
+        return obj
+
+    def again(probe, loading):
+        # A probe marked ``again`` builds nothing: it takes the object the
+        # task's previous probe built (kept in ``previous`` until the next
+        # probe that builds), and loads its own state into it.
+        if not previous:
+            raise b_RuntimeError(
+                "the object of the previous probe could not be built, so "
+                "this probe, which calls that object again, could not run")
+        obj = previous[0]
+        if probe.get("state"):
+            if not is_module(obj):
+                raise b_TypeError(probe["target"] + "(...) did not build an "
+                                  "nn.Module, so its weights cannot be set")
+            loading[0], loading[1] = load(obj, probe)
         return obj
 
     def submodule(obj, path, target):
@@ -4179,7 +4212,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # than by these steps stops training with an error.
         if not is_module(obj):
             raise b_TypeError("the object to train is not an nn.Module")
-        call(module_train, obj, True)
+        set_mode(obj, True)
         named = parameters_of(obj)
         params = [p for _, p in named]
         if not params:
@@ -4234,7 +4267,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             box, grads, g = [grads], None, None
             call(b_list.clear, box)
             copies = kept(params)
-        call(module_train, obj, mode)
+        set_mode(obj, mode)
         only_stepped(obj, named, copies, method)
         # The worker's own copies: nothing the code does later (a method
         # it overrides runs when the module is read) changes what is sent;
@@ -4252,8 +4285,14 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # The aliases among the state's names and the parameter each
         # names, as loading found them.
         loading = [{}, []]
-        obj = build(namespace, probe, loading)
+        if probe.get("again"):
+            obj = again(probe, loading)
+        else:
+            obj = build(namespace, probe, loading)
+            previous.append(obj)
         phase["held"].append(obj)
+        if is_module(obj):
+            set_mode(obj, probe.get("train", False))
         if probe.get("substitutes"):
             substitute(obj, probe["substitutes"], b_str(probe["target"]))
         phase["stage"] = "call"
@@ -5074,7 +5113,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     import torch
 
     b_compile, b_exec, b_enumerate = compile, exec, enumerate
-    b_list_clear = list.clear
+    b_list_clear, b_len = list.clear, len
     b_BaseException = BaseException
     refused_thread = REFUSED_THREAD  # closures look up no global
     add_audit_hook, settrace = sys.addaudithook, sys.settrace
@@ -5087,7 +5126,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
     source, filename = plan["source"], plan["filename"]
     probes, confinement = plan["probes"], plan["confinement"]
     kept, holder = plan["kept"], plan["holder"]
-    held = plan["held"]
+    held, previous = plan["held"], plan["previous"]
     hook, global_tracer, emit = parts["hook"], parts["tracer"], parts["emit"]
     run_probe, coverage = parts["run_probe"], parts["coverage"]
     start_phase, patched = parts["start_phase"], parts["patched"]
@@ -5156,6 +5195,12 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             # What the probe built and got dies on the submission's thread
             # (its finalizers are its code).
             call(b_list_clear, held)
+            # The object kept for the ``again`` probes that follow dies
+            # with the last of them, there too.
+            following = probes[number + 1] if number + 1 < b_len(probes) \
+                else None
+            if following is None or not following.get("again"):
+                call(b_list_clear, previous)
             message["seconds"] = clock() - started
             message["coverage"] = coverage()
             emit(message)
@@ -5229,6 +5274,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     alive: dict = {}         # id(code) -> code (keeps the ids valid)
     synthetic: dict = {}     # id(code) -> how it was made
     phase = {"name": "setup", "stage": "import", "ran": set(), "held": [],
+             "previous": [],
              "foreign": [], "foreign_left_out": 0, "records": None,
              "left_out": {}, "made": None, "reads": {}, "scanned": [0],
              "bound": [],
@@ -5313,7 +5359,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     return runner(
         {"source": source, "filename": filename, "probes": probes,
          "confinement": confinement, "kept": kept, "holder": holder,
-         "held": phase["held"]},
+         "held": phase["held"], "previous": phase["previous"]},
         {"hook": hook, "tracer": tracer, "emit": emit,
          "run_probe": run_probe, "coverage": coverage,
          "start_phase": start_phase, "patched": patch_watch(watched, who[0]),

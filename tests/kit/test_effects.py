@@ -27,7 +27,14 @@ only in one family's situation with autograd on (judged by its twin), or
 right only with autograd on; its honest controls build a mask under
 ``torch.no_grad()``, in a ``@torch.no_grad()`` helper, or detach it. The
 ``basics`` and ``training`` folders hold one such file each of
-``attention_basics`` and ``transformer_block`` (``modes_*``). Each folder is
+``attention_basics`` and ``transformer_block`` (``modes_*``).
+Red team 10 (R2, R4): code right on a module's first call only (a
+dropout mask or a causal mask kept, a call counter), dropout skipped or
+the mask dropped when causal and dropout act together in training, and
+a ``train()`` override that keeps dropout on in eval mode; with honest
+controls (a mask buffer at a maximal length, masks cached by length, a
+generator of the module's own drawing at every call).
+Each folder is
 graded once, by one real ``batch`` (a class of hostile files and one
 honest control), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
@@ -50,7 +57,10 @@ task6.values; judged with equal scores, tagged ``mask_from_scores``), and
 dropout masks that are not element-wise independent (whole rows or
 columns, one mask shared by the batch or the heads, the diagonal spared:
 task4.dropout, task6.dropout), and a wrapper whose heads never drop
-(red team 9: task5.values); its rows name the items they judge.
+(red team 9: task5.values); red team 10 (R2, R7): a mask or a dropout
+mask kept from a module's first call, task 7's mask in eval mode only, a
+``train()`` that never calls ``super()``; its rows name the items they
+judge.
 """
 from __future__ import annotations
 
@@ -102,6 +112,10 @@ OTHER_SCORES = ("hide the future but do not match the reference")
 #: The words of a probe whose twin answered otherwise (grader.run.observe).
 TWIN = ("it answered differently with autograd on (as in training) than "
         "under torch.no_grad(), on the same input, weights and random seed")
+SAME_MODULE = ("two calls of the same module under different random seeds "
+               "drop exactly the same probabilities")
+NOT_A_DISTRIBUTION = ("In eval mode (model.eval()) the probabilities of a "
+                      "model with dropout=0.5 are not a distribution")
 WROTE = "changed during training with loss, not by a gradient step"
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
@@ -141,6 +155,24 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "drop_with_probs": (
             NO_DROPOUT, (), "under the same random seed, forward(x) "
             "returns another att than forward(x, return_attention=True)"),
+        # Red team 10, R2: right on a module's first call only (a rate's
+        # eval and train calls are one module's), and its control.
+        "state_mask_kept": (NO_DROPOUT, (), SAME_MODULE),
+        "state_generator_reseeded": (NO_DROPOUT, (), SAME_MODULE),
+        "state_call_counter": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
+        "honest_generator_each_call": (FULL_ATTENTION, (), "ok"),
+        # R4: causal and dropout together, in training.
+        "causal_dropout_skipped": (
+            NO_DROPOUT, (), "of the probabilities on or below the diagonal "
+            "are 0; expected between 30.0% and 70.0%"),
+        "causal_dropout_unmasked": (
+            NO_DROPOUT, (), "are not 0 above the diagonal: tokens attend "
+            "to the future. The mask must act whatever the dropout rate"),
+        # Modes through the module's own train(): an override that keeps
+        # dropout on in eval mode.
+        "train_override_keeps_dropout": (NO_DROPOUT, (), NOT_A_DISTRIBUTION),
+        "train_override_no_super": (NO_DROPOUT, (), NOT_A_DISTRIBUTION),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -161,6 +193,19 @@ CORPUS: dict[str, dict[str, tuple]] = {
             "attend to the future), though in eval mode they are"),
         # Red team 9, U2: right structure over other scores, while
         # task2.scores passes (the unmasked scores are right).
+        # Red team 10, R2: a mask kept from a module's first call (the
+        # public sizes, a larger batch, a longer seq_len: one module).
+        "state_mask_first_length": (
+            NO_CAUSAL, (), "but raises on the same module called again "
+            "(its call 3)"),
+        "state_mask_lazy_buffer": (
+            NO_CAUSAL, (), "but raises on the same module called again "
+            "(its call 3)"),
+        "state_mask_counter": (
+            NO_CAUSAL, (), "on the same module called again (its call 2), "
+            "on hidden case 'public-batch_size'"),
+        "honest_mask_buffer_max": (FULL_ATTENTION, (), "ok"),
+        "honest_mask_cache_by_length": (FULL_ATTENTION, (), "ok"),
         "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),
         "causal_branch_uniform": (NO_CAUSAL, (), OTHER_SCORES),
     },
@@ -219,6 +264,24 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "honest_causal_nodrop": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), "ok",
             ("task5.values",)),
+        # Red team 10, R2 and R7: right on a module's first call only;
+        # the mask of task 7 in eval mode only; a train() that never
+        # calls super() (its dropout stays in training mode).
+        "state_mask_first_call": (
+            BASICS_NO_MASK, (), "raises on the same module called again",
+            BASICS_MASK),
+        "state_drop_kept": (
+            BASICS_NO_DROPOUT, (), "two calls of the same module under "
+            "different random seeds drop exactly the same attention "
+            "weights", BASICS_DROPOUT),
+        "mask_train_skipped": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0), (),
+            "in training mode (model.train(), the same module called again "
+            "after its eval-mode call)", ("task7.mask",)),
+        "train_no_super": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
+            ("dropout_in_eval",), "dropout must act only in training",
+            ("task4.dropout",)),
     },
     "modes": {
         # Red team 10, R1: right only under torch.no_grad(), by three

@@ -64,6 +64,11 @@ TABLE = {
     # Principle 2: past the describe's depth cap, nothing is passed.
     "lm_dropout_hidden_deep": (NO_LM_RATE, "task2.layers",
                                "could not read every dropout rate"),
+    # Red team 10, R2: masks kept from the layer's first call (a
+    # sublayer's seeds call one layer).
+    "drop_mask_kept": (NO_FORWARD, "task1.forward",
+                       "drops exactly the same entries of the attention "
+                       "sublayer's output under two torch seeds"),
     "honest_f_dropout": (FULL, "task1.forward", ""),
     # One mistake, one point: the rate is task1.layers' alone.
     "honest_rate_ignored": ((0, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0),

@@ -36,6 +36,10 @@ Probes, per task (ids are prefixes the checks select on):
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
   something instead of raising;
+* ``longer:<case>-longer`` (tasks 4 and 6): the first hidden case's
+  module called again (``again``) right after its ``values:`` probe, on
+  an input as long as its context: a mask kept from the first call is
+  too short there;
 * ``equal:<case>-equal-scores`` (tasks 4 and 6): the ``values:`` probe
   with zero W_query weights, so that every score is 0: a causal mask
   built from the positions hides the future there, one built from the
@@ -46,13 +50,16 @@ Probes, per task (ids are prefixes the checks select on):
 * ``mask:<case>`` and ``blank-mask:<case>``: ``QKVMultiheadAttention`` with
   an additive causal mask; "blank" cases have one head, zero query and key
   weights and an identity ``linear_layer``, so the mask is judged alone;
+  ``mask-train:<case>-blank``: the last blank case's module called again
+  in training mode (the mask acts there too);
 * ``padding:<case>`` and ``blank-padding:<case>``: the same with an
   additive padding mask [batch_size, 1, 1, num_tokens] (sequence b hides
   its last 1 + b % (num_tokens - 1) keys), so that the mask's values, not
   only its presence, are judged;
 * ``dropout-off``, ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``:
   dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
-  training under ``DROPOUT_DRAWS`` random seeds, on a case with d_out
+  training under ``DROPOUT_DRAWS`` random seeds (a rate's three probes
+  call one module, ``again``), on a case with d_out
   (head_dim) larger than num_tokens, so the attention weights can be
   recovered from the output (task 6: two heads, so that a mask shared
   by the heads shows);
@@ -164,7 +171,8 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
          trace: str | None = None, train: bool = False, seed: int = 0,
          causal: bool = False, dropout: float = 0.0,
          sizes: dict[str, int] | None = None, target: str | None = None,
-         no_arguments: bool = False, lead: bool = False) -> None:
+         no_arguments: bool = False, lead: bool = False,
+         again: bool = False) -> None:
     """Add one probe of ``task`` (on ``target``, default the task's).
 
     The case's weights are loaded by parameter name (``load``); ``extra``
@@ -172,11 +180,13 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
     (and describes); ``no_arguments`` calls the object with no argument;
     ``lead``: the probe only prepares the random state of the next one
     (wire key ``lead``, grader.plan.Plan.assign_modes).
+    ``again`` calls the object the previous probe built (same init).
     """
     wire, info = probe(probe_id, target or TARGETS[task], case=case,
                        init=init, x=x, describe=describe, trace=trace,
                        train=train, seed=seed, sizes=sizes,
-                       params={"causal": causal, "dropout": dropout})
+                       params={"causal": causal, "dropout": dropout},
+                       again=again)
     wire.pop("state", None)
     if case is not None and load and init is not None:
         wire["state"] = {name: encode_tensor(tensor)
@@ -390,6 +400,16 @@ def wrapper_dropout_case(seed: int) -> Case:
                 random_weights(rng, "task5", sizes, False))
 
 
+def longer_case(seed: int, task: str, case: Case) -> Case:
+    """The same weights and module sizes on a new input as long as the
+    context (``num_tokens = context_length``, longer than the case's):
+    called on the module the case's ``values:`` probe built, a causal
+    mask kept from its first call is too short here."""
+    sizes = {**case.sizes, "num_tokens": case.sizes["context_length"]}
+    x = random_input(_rng(seed, "longer", task), task, sizes)
+    return Case(f"{case.name}-longer", case.public, sizes, x, case.weights)
+
+
 def equal_scores(case: Case) -> Case:
     """The same case with zero W_query weights (and bias): every score is
     0. A causal mask built from the positions still hides the future
@@ -436,16 +456,18 @@ def head_case(case: Case, head: int) -> Case:
 
 
 def _values(plan: Plan, task: str, case: Case, prefix: str = "values",
-            extra: tuple[torch.Tensor, ...] = (), causal: bool = False
-            ) -> None:
-    """A ``values:``-style probe: the case's weights loaded, eval mode."""
+            extra: tuple[torch.Tensor, ...] = (), causal: bool = False,
+            train: bool = False, again: bool = False) -> None:
+    """A ``values:``-style probe: the case's weights loaded, eval mode
+    (``train``: training mode; ``again``: on the previous probe's
+    object)."""
     bias = None if case.public else has_bias(case)
     if task == "task1":
         _add(plan, task, f"{prefix}:{case.name}", case=case)
         return
     _add(plan, task, f"{prefix}:{case.name}", case=case,
          init=init_of(task, case.sizes, qkv_bias=bias), extra=extra,
-         causal=causal)
+         causal=causal, train=train, again=again)
 
 
 def _structure(plan: Plan, task: str, case: Case) -> None:
@@ -481,9 +503,11 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
         runs += [(f"dropout-train:{p:g}:{draw}", p, draw)
                  for draw in range(DROPOUT_DRAWS)]
     for probe_id, p, draw in runs:
+        # A rate's eval and training calls are one object's: a mask drawn
+        # once and kept shows as two equal draws.
         _add(plan, task, probe_id, case=case,
              init=init_of(task, case.sizes, dropout=p, qkv_bias=False),
-             train=draw is not None, dropout=p,
+             train=draw is not None, dropout=p, again=draw is not None,
              seed=derive_seed(seed, "attention_basics", "dropout", task,
                               p, draw))
 
@@ -549,8 +573,13 @@ def build(seed: int, public_only: bool,
         _seeded(plan, task, public[task])
         if task in ("task4", "task6"):
             _seeded(plan, task, public[task], "-long", LONG_CONTEXT)
-        for case in judged[task]:
+        for index, case in enumerate(judged[task]):
             _values(plan, task, case)
+            if task in ("task4", "task6") and index == 1:
+                # The first hidden case's module called again, on a longer
+                # input (red team 10, R2).
+                _values(plan, task, longer_case(seed, task, case),
+                        "longer", again=True)
             if task in ("task4", "task6") and not case.public:
                 _values(plan, task, with_context(
                     case, case.sizes["num_tokens"], "exact"), "exact")
@@ -570,6 +599,11 @@ def build(seed: int, public_only: bool,
                 _values(plan, task, case, "mask", (mask,), causal=True)
                 _values(plan, task, blank_case(case), "blank-mask",
                         (mask,), causal=True)
+                if index == len(judged[task]) - 1:
+                    # The same module in training mode (red team 10,
+                    # R7): the mask acts there too.
+                    _values(plan, task, blank_case(case), "mask-train",
+                            (mask,), causal=True, train=True, again=True)
                 padding = reference.padding_additive_mask(
                     case.sizes["batch_size"], case.sizes["num_tokens"])
                 _values(plan, task, case, "padding", (padding,))

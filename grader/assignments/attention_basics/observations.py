@@ -148,6 +148,40 @@ def compare(run: TaskRun, prefix: str,
                  f"({max_error(student, want)}). {words}".rstrip(), *ids)
 
 
+def at_every_call(run: TaskRun,
+                  expected: Callable[[Case], torch.Tensor]) -> None:
+    """The module right at every call (red team 10, R2): each
+    ``longer:<case>-longer`` probe calls again the module the ``values:``
+    probe of ``<case>`` built, on an input as long as its context
+    (longer than the first), and must match the reference. Judged where
+    the first call does (else ``values:`` has failed already)."""
+    for probe_id in run.probe_ids("longer:"):
+        first = probe_id.removeprefix("longer:").removesuffix("-longer")
+        start = optional_output(run, f"values:{first}")
+        if start is None or not close(start,
+                                      expected(run.case(f"values:{first}"))):
+            continue
+        case, result = run.case(probe_id), run.result(probe_id)
+        where = (f"the same module called again (built once, first called "
+                 f"on {run.case(f'values:{first}').describe()}), on an "
+                 f"input of {case.sizes['num_tokens']} tokens, as long as "
+                 f"its context_length")
+        advice = ("A module must be right at every call: slice the mask "
+                  "buffer registered in __init__ to each input's "
+                  "num_tokens, never keep what the first call made.")
+        if not result.ok:
+            fail(f"{name_of(run, probe_id)} runs on its first input but "
+                 f"raises on {where} ({result.problem}). {advice}")
+        student = optional_output(run, probe_id)
+        want = expected(case)
+        if student is None or not close(student, want):
+            error = (f" ({max_error(student, want)})" if student is not None
+                     else "")
+            fail(f"The output of {name_of(run, probe_id)} matches the "
+                 f"reference on its first input but not on "
+                 f"{where}{error}. {advice}")
+
+
 #: A variant of the task's output: the case and a known mistake's keyword
 #: arguments (``mistakes.single_variant`` / ``multi_variant``).
 Variant = Callable[..., torch.Tensor]
@@ -378,11 +412,12 @@ def dropout(run: TaskRun) -> None:
     for p in DROPOUT_RATES:
         masks = _dropped(run, p, off, values, rows, base, judged, merge)
         if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
-            fail(f"In training mode (dropout={p:g}) calls under different "
-                 f"random seeds drop exactly the same attention weights: "
-                 f"dropout must be random. Use self.dropout (an "
-                 f"nn.Dropout); do not fix the pattern or seed the "
-                 f"generator yourself.")
+            fail(f"In training mode (dropout={p:g}) two calls of the "
+                 f"same module under different random seeds drop exactly "
+                 f"the same attention weights: dropout must draw a new "
+                 f"mask at every call. Use self.dropout (an nn.Dropout); "
+                 f"do not keep a mask from an earlier call, fix the "
+                 f"pattern or seed the generator yourself.")
         weighed = judged & (base.abs() > 1e-4)
         dropped = torch.cat([mask[weighed] for mask in masks])
         share = dropped.float().mean().item()

@@ -29,10 +29,16 @@ Probes of task 2 (ids are prefixes the checks select on):
 * ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``: a hidden case large
   enough to measure a dropout rate, for two rates p and two random seeds
   per rate; ``dropout-off`` and ``dropout-zero:<draw>``: the same case at
-  p = 0 in eval and in train mode (the output dropout must leave alone);
+  p = 0 in eval and in train mode (the output dropout must leave alone).
+  Per rate, the three probes call one object (``again``), so a mask
+  drawn once and kept by the module shows as two equal draws;
+* ``causal-dropout-train:<p>``: the dropout case with causal=True in
+  train mode: the future stays 0 and the past is dropped at rate p;
 * ``size:<public case>:<dimension>:<probs|causal>``: the public sizes, and
   the public sizes with one dimension changed, so that a failure on the
-  hidden cases can be traced to a size the code hard-codes;
+  hidden cases can be traced to a size the code hard-codes; per public
+  case and kind, ``same``, ``batch_size`` and ``seq_len`` (longer) call
+  one object (``again``), so a causal mask kept from the first call fails;
 * ``public-equal:<public case>``, ``public-dropout-eval``,
   ``public-dropout-train``: the first public case with every score equal
   (causal), and in eval and train mode with dropout 0.5, so that a mask
@@ -64,6 +70,9 @@ INIT_SIZES = {"init": (7, 9), "init:other-sizes": (11, 6)}
 VARIED_1 = ("batch_size", "seq_len", "input_size", "hidden")
 VARIED_2 = ("batch_size", "seq_len", "input_size", "num_heads",
             "head_size")
+# The size: probes that share one object, in this order (the same init:
+# only the input's batch_size or seq_len changes, seq_len to a longer one).
+CHAINED = ("same", "batch_size", "seq_len")
 # Where hidden sizes are drawn from (before the public values and equal
 # sizes are excluded).
 RANGES = {"batch_size": (2, 6), "seq_len": (3, 10), "input_size": (3, 13),
@@ -282,13 +291,39 @@ def _task1_init(case: Case) -> dict:
     return {"args": [case.sizes["input_size"], case.sizes["hidden"]]}
 
 
-def _attention(plan: Plan, probe_id: str, case: Case, causal: bool = False
-               ) -> None:
-    """forward(x, return_attention=True) in eval mode."""
+def _attention(plan: Plan, probe_id: str, case: Case, causal: bool = False,
+               again: bool = False) -> None:
+    """forward(x, return_attention=True) in eval mode (``again``: on the
+    object the previous probe built)."""
     plan.add("task2", probe(
         probe_id, "MultiHeadSelfAttention", case=case, layers=LAYERS_2,
         init=_mha_init(case, causal), kwargs={"return_attention": True},
-        params={"causal": causal}))
+        params={"causal": causal}, again=again))
+
+
+def _sizes(plan: Plan, found: list[tuple[Case, str]]) -> None:
+    """The ``size:`` probes of task 2. Per public case and kind, the
+    public sizes, then a larger batch_size, then a longer seq_len are one
+    object called three times (their init is the same): a mask kept from
+    the first call's length, or code right on the first call only, fails
+    there (:func:`checks.test_task2.causal_across_calls`)."""
+    groups: dict[str, list[tuple[Case, str]]] = {}
+    for case, key in found:
+        groups.setdefault(case.name.removesuffix("-" + key), []).append(
+            (case, key))
+    for base, group in groups.items():
+        for causal in (False, True):
+            kind = "causal" if causal else "probs"
+            chained = [(c, k) for c, k in group if k in CHAINED]
+            for index, (case, key) in enumerate(chained):
+                _attention(plan, f"size:{base}:{key}:{kind}", case, causal,
+                           again=index > 0)
+        for case, key in group:
+            if key not in CHAINED:
+                for causal in (False, True):
+                    kind = "causal" if causal else "probs"
+                    _attention(plan, f"size:{base}:{key}:{kind}", case,
+                               causal)
 
 
 def build(seed: int, public_only: bool,
@@ -363,7 +398,17 @@ def build(seed: int, public_only: bool,
                 kwargs={"return_attention": True}, train=draw is not None,
                 seed=derive_seed(seed, "multi_head_attention", "dropout",
                                  p, draw),
-                params={"dropout": p}))
+                params={"dropout": p}, again=draw is not None))
+    # Causal and dropout together, in training (red team 10, R4): the
+    # future stays hidden and the past is dropped at rate p.
+    p = DROPOUT_RATES[0]
+    plan.add("task2", probe(
+        f"causal-dropout-train:{p:g}",
+        "MultiHeadSelfAttention", case=drop, layers=LAYERS_2,
+        init=_mha_init(drop, causal=True, dropout=p),
+        kwargs={"return_attention": True}, train=True,
+        seed=derive_seed(seed, "multi_head_attention", "dropout", "causal",
+                         p), params={"dropout": p, "causal": True}))
     # forward(x) under the seed of dropout-train:<p>:0: the same draws.
     p = DROPOUT_RATES[0]
     plan.add("task2", probe(
@@ -375,11 +420,7 @@ def build(seed: int, public_only: bool,
     plan.same_mode("task2", f"att-only-{dropout_probe(p, 0)}",
                    dropout_probe(p, 0))
     if not public_only:
-        for case, key in size_cases(seed, "task2"):
-            base = case.name.removesuffix("-" + key)
-            for causal in (False, True):
-                kind = "causal" if causal else "probs"
-                _attention(plan, f"size:{base}:{key}:{kind}", case, causal)
+        _sizes(plan, size_cases(seed, "task2"))
         public = cases["task2"][0]
         equal = equal_scores(public)
         _attention(plan, f"public-equal:{public.name}", equal, causal=True)

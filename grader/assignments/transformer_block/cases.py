@@ -491,7 +491,8 @@ def add_dropout_probes(plan: Plan, seed: int) -> None:
     layer built with dropout ``TRAIN_DROPOUT`` on each sublayer case
     (:func:`sublayer_case`) under ``TRAIN_SEEDS`` torch seeds (task1);
     ``init-dropout:d2``, a two-layer model built with dropout
-    ``LM_DROPOUT``, described (task2: every rate, at any depth), and
+    ``LM_DROPOUT``, described (task2: every rate, at any depth; a
+    sublayer's seeds call one layer, ``again``), and
     ``init-dropout``, the causal layer built at its sizes and rate,
     described (what the model's layers are compared with)."""
     rng = _rng(seed, "task1", "train-dropout")
@@ -505,8 +506,13 @@ def add_dropout_probes(plan: Plan, seed: int) -> None:
                 case, init, causal=True,
                 seed=derive_seed(seed, LABEL, "train-dropout", kind, k))
             wire["train"] = wire["describe"] = True
-            plan.add("task1", (wire, replace(info, train=True, params={
-                **info.params, "kind": kind})))
+            if k:
+                # The seeds' calls are one layer's (red team 10, R2): a
+                # mask kept from its first call shows as equal masks.
+                wire["again"] = True
+            plan.add("task1", (wire, replace(info, train=True, again=k > 0,
+                                             params={**info.params,
+                                                     "kind": kind})))
     plan.add("task1", probe(
         "init-dropout", "TransformerEncoderLayer", describe=True,
         init=layer_init(INIT_2[0], True, LM_DROPOUT)))

@@ -16,8 +16,9 @@ import torch
 from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
-    compare, described, dropout, expect_mask_buffer, expect_projections,
-    mask_not_sliced, optional_output, positions_only, seeded)
+    at_every_call, compare, described, dropout, expect_mask_buffer,
+    expect_projections, mask_not_sliced, optional_output, positions_only,
+    seeded)
 
 
 def expected(case: Case) -> torch.Tensor:
@@ -117,6 +118,14 @@ def test_seeded_construction_gives_the_lecture_numbers(
     first two columns of the lecture's wrapper output; the same with
     context_length 10."""
     seeded(task4, expected)
+
+
+@pytest.mark.item("task4.causal", part="causal")
+def test_right_at_every_call(task4: TaskRun) -> None:
+    """The first hidden case's module, called again on an input as long
+    as its context, still matches the reference: a mask kept from the
+    first call fails."""
+    at_every_call(task4, expected)
 
 
 @pytest.mark.item("task4.causal", part="causal")

@@ -17,8 +17,8 @@ import torch
 from grader.api import Case, TaskRun
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (
-    compare, described, dropout, expect_linear, expect_projections,
-    mask_not_sliced, positions_only, seeded)
+    at_every_call, compare, described, dropout, expect_linear,
+    expect_projections, mask_not_sliced, positions_only, seeded)
 
 
 def expected(case: Case) -> torch.Tensor:
@@ -98,6 +98,14 @@ def test_seeded_construction_gives_the_lecture_numbers(
     lecture's [0.3190, 0.4858] for the first token; the same with
     context_length 10."""
     seeded(task6, expected, diagnose=diagnose)
+
+
+@pytest.mark.item("task6.values", part="values")
+def test_right_at_every_call(task6: TaskRun) -> None:
+    """The first hidden case's module, called again on an input as long
+    as its context, still matches the reference: a mask kept from the
+    first call fails."""
+    at_every_call(task6, expected)
 
 
 @pytest.mark.item("task6.values", part="values")

@@ -17,7 +17,7 @@ the values of the keys the mask allows whatever the scale, split or merge).
 import pytest
 import torch
 
-from grader.api import Case, TaskRun, close
+from grader.api import Case, TaskRun, close, fail
 from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.observations import (compare,
                                                               described,
@@ -147,3 +147,35 @@ def test_mask_is_added_before_the_softmax(task7: TaskRun) -> None:
     compare(task7, f"{blank}padding:",
             lambda case: expected(case, padding=True),
             lambda case, student: diagnose_padding(task7, case, student))
+
+
+@pytest.mark.item("task7.mask", part="mask")
+def test_mask_acts_in_training(task7: TaskRun) -> None:
+    """forward(x, causal_mask) in training mode (``mask-train:``, a blank
+    case's module called again after its eval-mode call, red team 10, R7)
+    matches the reference, where the eval-mode call does: the mask acts
+    in training too (the class has no dropout, so the mode changes
+    nothing)."""
+    for probe_id in task7.probe_ids("mask-train:"):
+        name = probe_id.removeprefix("mask-train:")
+        case = task7.case(probe_id)
+        want = expected(case, masked=True)
+        evaluated = optional_output(task7, f"blank-mask:{name}")
+        if evaluated is None or not close(evaluated, want):
+            continue
+        where = (f"in training mode (model.train(), the same module "
+                 f"called again after its eval-mode call) on "
+                 f"{case.describe()} with one head, zero query and key "
+                 f"weights and an identity linear_layer")
+        result = task7.result(probe_id)
+        if not result.ok:
+            fail(f"forward(x, mask) runs in eval mode but raises "
+                 f"{where} ({result.problem}): the mask must be added in "
+                 f"training too.")
+        student = optional_output(task7, probe_id)
+        if student is None or not close(student, want):
+            fail(f"With the causal mask, the output {where} does not "
+                 f"match the reference, though it does in eval mode: add "
+                 f"the mask you are given to the scaled scores whatever "
+                 f"the mode, and leave the module's state alone between "
+                 f"calls.")

@@ -27,7 +27,8 @@ from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
                         max_error, require_ran, returned, share_bounds,
                         tensor_of)
 from grader.assignments.multi_head_attention import mistakes, reference
-from grader.assignments.multi_head_attention.cases import (DROPOUT_DRAWS,
+from grader.assignments.multi_head_attention.cases import (CHAINED,
+                                                           DROPOUT_DRAWS,
                                                            DROPOUT_RATES)
 from grader.assignments.attention import MaskWords, mask_dependence
 
@@ -512,7 +513,8 @@ def public_dropout_misplaced(task2: TaskRun) -> tuple[list[str], str]:
 @pytest.mark.item("task2.causal")
 def test_causal_probs_structure(task2: TaskRun) -> None:
     """causal=True: 0 above the diagonal, > 0 on and below, rows sum 1,
-    on random scores and on scores that are all equal."""
+    on random scores and on scores that are all equal, and at every call
+    of one module (:func:`causal_across_calls`)."""
     behind = both(on_cases_that_ran(task2, "causal", lambda probe_id:
                                     causal_diagnosis(task2, probe_id)),
                   lambda: public_mask_from_scores(task2))
@@ -528,6 +530,50 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
         if failures:
             raise every_mistake(failures)
         causal_values(task2)
+    causal_across_calls(task2)
+
+
+def causal_across_calls(task2: TaskRun) -> None:
+    """The mask at every call of one module (red team 10, R2): the
+    ``size:<public case>:<key>:causal`` probes of CHAINED call one object
+    with the public sizes, a larger batch_size, then a longer seq_len;
+    each call's probs must have the causal structure. Judged where the
+    first call's do (the hidden cases, which passed before, judge a
+    hard-coded size), outside the hard-coded-size explanation: a mask
+    kept from the first call's length fails here, not a size."""
+    for probe_id in task2.probe_ids("size:"):
+        if not probe_id.endswith(":same:causal"):
+            continue
+        first = optional_probs(task2, probe_id)
+        if first is None or causal_problem(first) is not None:
+            continue
+        start = task2.case(probe_id)
+        base = probe_id.removesuffix(":same:causal")
+        for number, key in enumerate(CHAINED[1:], start=2):
+            later = f"{base}:{key}:causal"
+            if later not in task2.results:
+                continue
+            case, result = task2.case(later), task2.result(later)
+            where = (f"the same module called again (its call "
+                     f"{number}), on {case.describe()}")
+            advice = ("A module must be right at every call: build the "
+                      "mask for each input's seq_len (or register one for "
+                      "the largest length in __init__ and slice it), never "
+                      "keep what the first call made.")
+            if not result.ok:
+                fail(f"{CALL} with causal=True runs at a module's first "
+                     f"call, on {start.describe()}, but raises on {where} "
+                     f"({result.problem}). {advice}")
+            probs = optional_probs(task2, later)
+            if probs is None:
+                fail(f"{CALL} with causal=True returns the contract shapes "
+                     f"at a module's first call, on {start.describe()}, but "
+                     f"not on {where}. {advice}")
+            problem = causal_problem(probs)
+            if problem is not None:
+                fail(f"With causal=True the probs are right at a "
+                     f"module's first call, on {start.describe()}, but on "
+                     f"{where} they {problem}. {advice}")
         for probe_id in task2.probe_ids("causal:"):
             causal_att_follows(task2, probe_id)
         causal_in_training(task2)
@@ -1012,6 +1058,50 @@ def independent_masks(task2: TaskRun, p: float) -> None:
         fail(problem)
 
 
+def causal_dropout(task2: TaskRun) -> None:
+    """causal=True with dropout in train mode (``causal-dropout-train:``,
+    red team 10, R4): the future stays exactly 0, and the share of zeros
+    among the allowed entries (on and below the diagonal) follows p.
+    Judged where the causal probs have the right structure in train mode
+    at p = 0 (``causal-train:``): a mask wrong there is task2.causal's
+    (items are isolated), a mask that gives way to dropout is this
+    point's. Judged on probs in the contract's layout or [bs, num_heads,
+    seq, seq] (other layouts fail task2.scores)."""
+    for probe_id in task2.probe_ids("causal-train:"):
+        base = optional_probs(task2, probe_id)
+        if base is None or causal_problem(base) is not None:
+            return
+    probe_ids = task2.probe_ids("causal-dropout-train:")
+    require_ran(task2, probe_ids,
+                CALL + " with causal=True and dropout in train mode")
+    for probe_id in probe_ids:
+        p = task2.result(probe_id).info.params["dropout"]
+        case, _, probs = any_layout(task2, probe_id)
+        s = case.sizes
+        seq = s["seq_len"]
+        if tuple(probs.shape) not in (
+                (s["batch_size"] * s["num_heads"], seq, seq),
+                (s["batch_size"], s["num_heads"], seq, seq)):
+            continue
+        blocks = probs.reshape(-1, seq, seq)
+        future = torch.ones(seq, seq, dtype=torch.bool).triu(diagonal=1)
+        seen = (f"With causal=True and dropout={p:g} in train mode, on "
+                f"{case.describe()},")
+        if not torch.all(blocks[:, future] == 0):
+            fail(f"{seen} the probs are not 0 above the diagonal: tokens "
+                 f"attend to the future. The mask must act whatever the "
+                 f"dropout rate and the mode.")
+        allowed = blocks[:, ~future]
+        share = (allowed == 0).float().mean().item()
+        low, high = share_bounds(p, allowed.numel(),
+                                 at_least=RUBRIC_SHARE.get(p))
+        if not low <= share <= high:
+            fail(f"{seen} {share:.1%} of the probabilities on or below "
+                 f"the diagonal are 0; expected between {low:.1%} and "
+                 f"{high:.1%}: dropout must act with the causal mask too "
+                 f"(apply self.dropout to the masked probs).")
+
+
 @pytest.mark.item("task2.output", part="dropout")
 def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     """Dropout on the probabilities, as randomness that reaches the
@@ -1021,18 +1111,22 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     no whole rows or columns dropped more often than chance allows, no
     kind of position spared); att is those dropped probs times the
     values (docs/threat-model.md, principle 5); in eval mode and at
-    p = 0 att is the output without dropout."""
+    p = 0 att is the output without dropout; with causal=True in train
+    mode the future stays 0 and the past is dropped at rate p
+    (:func:`causal_dropout`)."""
     with explained(hardcoded(task2, "probs", lambda:
                              public_dropout_misplaced(task2))):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
         for p in DROPOUT_RATES:
             masks, _ = dropout_at(task2, p)
             if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
-                fail(f"With dropout={p:g} in train mode, calls under "
-                     f"different random seeds drop exactly the same "
-                     f"probabilities: dropout must be random. Use "
-                     f"self.dropout (an nn.Dropout); do not fix the "
-                     f"pattern or seed the generator yourself.")
+                fail(f"With dropout={p:g} in train mode, two calls of the "
+                     f"same module under different random seeds drop "
+                     f"exactly the same probabilities: dropout must draw "
+                     f"a new mask at every call. Use self.dropout (an "
+                     f"nn.Dropout); do not keep a mask from an earlier "
+                     f"call, fix the pattern or seed the generator "
+                     f"yourself.")
             dropped = torch.cat(masks)
             share = dropped.float().mean().item()
             low, high = share_bounds(p, dropped.numel(),
@@ -1046,6 +1140,7 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
             independent_masks(task2, p)
         dropout_reaches_output(task2)
         dropout_without_probs(task2)
+        causal_dropout(task2)
 
 
 def dropout_without_probs(task2: TaskRun) -> None:

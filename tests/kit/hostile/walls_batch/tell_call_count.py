@@ -1,7 +1,7 @@
 """Principle 6 (red team 4): a forward that tells the shape checks
 apart from the graded runs by counting its calls.
 
-One line per forward, ``assert next(_CALLS) < 4`` (task 1) or ``< 25``
+One line per forward, ``assert next(_CALLS) < 4`` (task 1) or ``< 26``
 (task 2): forward finishes every call that carries points, then raises on
 the later diagnosis-only cases and on every shape check, and its shape
 comments are wrong on purpose. Before, a graded case that failed turned
@@ -137,7 +137,7 @@ class MultiHeadSelfAttention(nn.Module):
         # reshape and transpose are different operations, even when the
         # shapes they produce are the same.
         # YOUR CODE STARTS HERE (~4 lines: one each for k, q, v and scores)
-        assert next(_CALLS2) < 25, "refuse every call after the 25th"
+        assert next(_CALLS2) < 26, "refuse every call after the 26th"
         k = (self.k(x)
              .view(bs, seq, self.num_heads, self.head_size)
              .transpose(1, 2)

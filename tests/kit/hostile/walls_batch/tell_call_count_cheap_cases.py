@@ -133,7 +133,7 @@ class MultiHeadSelfAttention(nn.Module):
         # shapes they produce are the same.
         # YOUR CODE STARTS HERE (~4 lines: one each for k, q, v and scores)
         _SEEN2.append(1)
-        if len(_SEEN2) >= 26:
+        if len(_SEEN2) >= 27:
             raise RuntimeError("no")
         k = (self.k(x)
              .view(bs, seq, self.num_heads, self.head_size)
