@@ -409,12 +409,13 @@ def value_difference(on: Value | None, off: Value | None,
                 return found
         return None
     if on.kind == "number":
-        a, b = on.number, off.number
-        if a == b or (a is not None and b is not None and (
-                (math.isnan(a) and math.isnan(b)) or math.isclose(
-                    a, b, rel_tol=TWIN_RTOL, abs_tol=TWIN_ATOL))):
+        first, second = on.number, off.number
+        if first == second or (first is not None and second is not None and (
+                (math.isnan(first) and math.isnan(second)) or math.isclose(
+                    first, second, rel_tol=TWIN_RTOL,
+                    abs_tol=TWIN_ATOL))):
             return None
-        return both(repr(a), repr(b))
+        return both(repr(first), repr(second))
     if on.kind == "object":
         return (None if on.type_name == off.type_name
                 else both(on.describe(), off.describe()))

@@ -658,6 +658,15 @@ CORPUS: dict[str, tuple] = {
                                    "shape comment",)),
 }
 #: What a file must print in its task's output (its own verdict).
+# Files that import torch.fx: on some installs its import does something
+# the sandbox refuses (a `refused` flag of the library's, seen on the CI
+# machines of 2026-11-27), on others nothing (a fresh install of
+# 2026-11-28). That refusal is not the wall (the `untraceable` flags
+# are), so for these files a `refused` flag may be there or not; every
+# other flag is compared exactly.
+FX_IMPORTERS = ("replay_fx_interpreter", "data_fx_graph",
+                "data_closure_recorder", "data_redispatch", "data_mode_off")
+
 PRINTS = {"reach_walk_probe": ("task1", "found none"),
           "gc_keeps_garbage": ("task1", "gc.garbage holds no grader object"),
           "cells_silence_stand_ins": (
@@ -759,8 +768,12 @@ def test_a_wall_holds(name: str, graded: dict[str, dict]) -> None:
     scores = {item["id"]: item["score"] for item in report["items"]}
     assert scores == pytest.approx(dict(zip(ITEMS, task1 + task2))), \
         [(i["id"], i["message"]) for i in report["items"]]
-    assert sorted(f["kind"] for f in report["flags"]) == sorted(flags), \
-        [f["message"] for f in report["flags"]]
+    kinds = sorted(f["kind"] for f in report["flags"])
+    if name in FX_IMPORTERS:
+        assert kinds.count("refused") <= 1, report["flags"]
+        kinds = [kind for kind in kinds if kind != "refused"]
+        flags = tuple(kind for kind in flags if kind != "refused")
+    assert kinds == sorted(flags), [f["message"] for f in report["flags"]]
     text = " ".join(" ".join([i["message"] for i in report["items"]]
                              + [f["message"] for f in report["flags"]])
                     .split())

@@ -530,6 +530,10 @@ def test_causal_probs_structure(task2: TaskRun) -> None:
         if failures:
             raise every_mistake(failures)
         causal_values(task2)
+        for probe_id in task2.probe_ids("causal:"):
+            causal_att_follows(task2, probe_id)
+        causal_in_training(task2)
+        causal_without_probs(task2)
     causal_across_calls(task2)
 
 
@@ -574,10 +578,6 @@ def causal_across_calls(task2: TaskRun) -> None:
                 fail(f"With causal=True the probs are right at a "
                      f"module's first call, on {start.describe()}, but on "
                      f"{where} they {problem}. {advice}")
-        for probe_id in task2.probe_ids("causal:"):
-            causal_att_follows(task2, probe_id)
-        causal_in_training(task2)
-        causal_without_probs(task2)
 
 
 def causal_values(task2: TaskRun) -> None:

@@ -19,7 +19,7 @@ def _watched():
         for _ in range(300):
             pass
         best = min(best, time.perf_counter() - start)
-    return best > 0.005
+    return best > 0.001
 
 
 def _project(model, x):
