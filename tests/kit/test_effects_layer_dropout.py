@@ -69,6 +69,10 @@ TABLE = {
     "drop_mask_kept": (NO_FORWARD, "task1.forward",
                        "drops exactly the same entries of the attention "
                        "sublayer's output under two torch seeds"),
+    # A causal mask kept from the layer's first call: the same layer
+    # called again on a longer input (``forward:hidden-0-longer``).
+    "mask_first_call": (NO_FORWARD, "task1.forward",
+                        "on a longer input, the same layer called again"),
     "honest_f_dropout": (FULL, "task1.forward", ""),
     # One mistake, one point: the rate is task1.layers' alone.
     "honest_rate_ignored": ((0, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0),

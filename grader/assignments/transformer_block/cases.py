@@ -12,6 +12,9 @@ Probes of task 1 (TransformerEncoderLayer):
 
 * ``init:<n>``: the layer built with two sets of sizes, described;
 * ``forward:<case>:causal=<c>``: ``forward(x)`` in eval mode;
+* ``forward:hidden-0-longer:causal=True``: the layer of
+  ``forward:hidden-0:causal=True`` called again (``again``) on a longer
+  input (a mask kept from the first call's length fails there);
 * ``forward:<case>:causal=True:dropout=<p>``: the same in eval mode on a
   layer built with dropout ``EVAL_DROPOUT``: dropout is off in eval mode,
   so the output must still be the reference's (a layer that drops in eval
@@ -172,6 +175,22 @@ def layer_case(rng: np.random.Generator, name: str) -> Case:
     weights = random_weights(rng, layer_shapes(sizes["hidden"],
                                                sizes["fcn_hidden"]))
     return Case(name=name, public=False, sizes=sizes, x=x, weights=weights)
+
+
+def longer_case(case: Case, rng: np.random.Generator) -> Case:
+    """``case`` (a layer's) on a longer input: the same weights and sizes
+    but seq_len, which becomes the smallest larger value no other size
+    equals; x ~ N(0, 1) again."""
+    others = {value for key, value in case.sizes.items() if key != "seq_len"}
+    seq_len = case.sizes["seq_len"] + 1
+    while seq_len in others:
+        seq_len += 1
+    sizes = {**case.sizes, "seq_len": seq_len}
+    x = torch.from_numpy(rng.standard_normal(
+        (sizes["batch_size"], seq_len, sizes["hidden"])).astype(np.float32))
+    return Case(name=f"{case.name}-longer", public=False, sizes=sizes, x=x,
+                weights=case.weights, shown=case.shown or case.name,
+                variant="on a longer input, the same layer called again")
 
 
 def lm_case(rng: np.random.Generator, name: str, num_layers: int) -> Case:
@@ -367,6 +386,17 @@ def build(seed: int, public_only: bool,
                 f"forward:{case.name}:causal={causal}",
                 "TransformerEncoderLayer", case,
                 layer_init(case.sizes, causal), causal=causal))
+        if index == 0:
+            # The same layer called again on a longer input (red team
+            # 10, R2): a causal mask kept from the first call's length
+            # raises or lets the future through here.
+            longer = longer_case(case, _rng(seed, "task1", "longer"))
+            wire, info = weighted(
+                f"forward:{longer.name}:causal=True",
+                "TransformerEncoderLayer", longer,
+                layer_init(longer.sizes, True), causal=True)
+            wire["again"] = True
+            plan.add("task1", (wire, replace(info, again=True)))
         plan.add("task1", weighted(
             f"forward:{case.name}:causal=True:dropout={EVAL_DROPOUT:g}",
             "TransformerEncoderLayer", case,
