@@ -13,7 +13,7 @@ from grader.catalog import Catalog, Edit, Mutant, Variant
 from grader.judge.checking import (ATOL, RTOL, CheckFailed, close, explained,
                                    fail, fail_probes, failure_of, max_error,
                                    require_ran, returned, share_bounds,
-                                   tensor_of)
+                                   share_outside, tensor_of)
 from grader.judge.fitting import fit_log_scale
 from grader.output.figures import MapFigure
 from grader.plan import Case, Plan, ProbeInfo, derive_seed, probe
@@ -33,7 +33,7 @@ __all__ = [
     # checks: comparisons and failures in words (grader.judge.checking)
     "ATOL", "RTOL", "CheckFailed", "close", "explained", "fail",
     "fail_probes", "failure_of", "max_error", "require_ran", "returned",
-    "share_bounds", "tensor_of",
+    "share_bounds", "share_outside", "tensor_of",
     # diagnoses: a constant recovered from an output (grader.judge.fitting)
     "fit_log_scale",
     # pictures of a failing item (grader.output.figures)

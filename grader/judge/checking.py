@@ -219,6 +219,17 @@ def share_bounds(p: float, n: int, delta: float = 1e-9,
     return max(low, 0.0), min(high, 1.0)
 
 
+def share_outside(p: float, dropped: torch.Tensor,
+                  at_least: tuple[float, float] | None = None
+                  ) -> tuple[float, float, float] | None:
+    """``(share, low, high)`` when the share of True entries of
+    ``dropped`` (which values a dropout zeroed) falls outside
+    :func:`share_bounds` for rate ``p``; None when it falls inside."""
+    share = dropped.float().mean().item()
+    low, high = share_bounds(p, dropped.numel(), at_least=at_least)
+    return None if low <= share <= high else (share, low, high)
+
+
 def max_error(actual: torch.Tensor, expected: torch.Tensor) -> str:
     """The largest absolute difference, in words."""
     diff = (actual.float() - expected.float()).abs()

@@ -34,7 +34,8 @@ import torch
 from grader.assignments import attention
 from grader.assignments.attention_basics import cases as basics_cases
 from grader.assignments.multi_head_attention import cases
-from grader.judge.checking import CheckOutcome, item_messages, share_bounds
+from grader.judge.checking import (CheckOutcome, item_messages,
+                                   share_bounds, share_outside)
 from grader.output.report import Report
 from grader.plan import derive_seed
 from grader.rubric import get_assignment
@@ -538,6 +539,18 @@ def test_share_bounds_never_fail_a_correct_dropout(assignment: str,
     for wrong in {*cases.DROPOUT_RATES, 1 - p} - {p}:
         inside = 1 - _binomial_outside(n, wrong, low, high)
         assert inside < 1e-9, (p, wrong, low, high)
+
+
+def test_share_outside_names_a_share_past_the_bounds() -> None:
+    """A share of zeros at p is inside (None); none dropped, or all, is
+    outside, with the share and the bounds it missed."""
+    half = torch.arange(800) % 2 == 0
+    assert share_outside(0.5, half) is None
+    share, low, high = share_outside(0.5, torch.zeros(800, dtype=torch.bool))
+    assert share == 0.0 and (low, high) == share_bounds(0.5, 800)
+    share, low, high = share_outside(0.2, torch.ones(800, dtype=torch.bool),
+                                     at_least=(0.1, 0.3))
+    assert share == 1.0 and low <= 0.1 and high < 1.0
 
 
 def test_independence_tests_never_fail_a_correct_dropout() -> None:

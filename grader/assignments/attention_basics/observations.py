@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
-                        max_error, require_ran, share_bounds, tensor_of)
+                        max_error, require_ran, share_outside, tensor_of)
 from grader.assignments.attention import MaskWords, mask_dependence
 from grader.assignments.attention_basics import mistakes
 from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS,
@@ -419,11 +419,11 @@ def dropout(run: TaskRun) -> None:
                  f"do not keep a mask from an earlier call, fix the "
                  f"pattern or seed the generator yourself.")
         weighed = judged & (base.abs() > 1e-4)
-        dropped = torch.cat([mask[weighed] for mask in masks])
-        share = dropped.float().mean().item()
-        low, high = share_bounds(p, dropped.numel(),
-                                 at_least=RUBRIC_SHARE.get(p))
-        if not low <= share <= high:
+        outside = share_outside(p, torch.cat([mask[weighed]
+                                              for mask in masks]),
+                                RUBRIC_SHARE.get(p))
+        if outside is not None:
+            share, low, high = outside
             fail(f"In training mode (dropout={p:g}) the output drops "
                  f"{share:.1%} of the attention weights; expected between "
                  f"{low:.1%} and {high:.1%}: the share must follow p (use "

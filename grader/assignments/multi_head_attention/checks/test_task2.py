@@ -24,7 +24,7 @@ import torch
 
 from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
                         explained, fail,
-                        max_error, require_ran, returned, share_bounds,
+                        max_error, require_ran, returned, share_outside,
                         tensor_of)
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import (CHAINED,
@@ -1091,11 +1091,10 @@ def causal_dropout(task2: TaskRun) -> None:
             fail(f"{seen} the probs are not 0 above the diagonal: tokens "
                  f"attend to the future. The mask must act whatever the "
                  f"dropout rate and the mode.")
-        allowed = blocks[:, ~future]
-        share = (allowed == 0).float().mean().item()
-        low, high = share_bounds(p, allowed.numel(),
-                                 at_least=RUBRIC_SHARE.get(p))
-        if not low <= share <= high:
+        outside = share_outside(p, blocks[:, ~future] == 0,
+                                RUBRIC_SHARE.get(p))
+        if outside is not None:
+            share, low, high = outside
             fail(f"{seen} {share:.1%} of the probabilities on or below "
                  f"the diagonal are 0; expected between {low:.1%} and "
                  f"{high:.1%}: dropout must act with the causal mask too "
@@ -1127,11 +1126,10 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
                      f"nn.Dropout); do not keep a mask from an earlier "
                      f"call, fix the pattern or seed the generator "
                      f"yourself.")
-            dropped = torch.cat(masks)
-            share = dropped.float().mean().item()
-            low, high = share_bounds(p, dropped.numel(),
-                                     at_least=RUBRIC_SHARE.get(p))
-            if not low <= share <= high:
+            outside = share_outside(p, torch.cat(masks),
+                                    RUBRIC_SHARE.get(p))
+            if outside is not None:
+                share, low, high = outside
                 fail(f"With dropout={p:g} in train mode {share:.1%} of "
                      f"the probabilities are 0; expected between "
                      f"{low:.1%} and {high:.1%}: the share of zeros must "
