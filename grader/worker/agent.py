@@ -4118,12 +4118,18 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     note("forbidden", "use", label)
                     raise b_RuntimeError(label + " is not allowed in this "
                                          "homework: write it yourself")
+        load_state(obj, probe, loading)
+        return obj
+
+    def load_state(obj, probe, loading):
+        # The probe's weights into the object it calls (built now, or
+        # kept for an ``again`` probe); the aliases and parameters loading
+        # found go to ``loading``.
         if probe.get("state"):
             if not is_module(obj):
                 raise b_TypeError(probe["target"] + "(...) did not build an "
                                   "nn.Module, so its weights cannot be set")
             loading[0], loading[1] = load(obj, probe)
-        return obj
 
     def again(probe, loading):
         # A probe marked ``again`` builds nothing: it takes the object the
@@ -4134,11 +4140,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 "the object of the previous probe could not be built, so "
                 "this probe, which calls that object again, could not run")
         obj = previous[0]
-        if probe.get("state"):
-            if not is_module(obj):
-                raise b_TypeError(probe["target"] + "(...) did not build an "
-                                  "nn.Module, so its weights cannot be set")
-            loading[0], loading[1] = load(obj, probe)
+        load_state(obj, probe, loading)
         return obj
 
     def submodule(obj, path, target):
@@ -4329,12 +4331,9 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                                    for name, value in (copies + extra)[:256]}
         if called is None:
             return result
-        if grad:
-            args = [activation(a) if is_tensor(a) else a
-                    for a in called.get("args", [])]
-        else:
-            args = [t_clone(a) if is_tensor(a) else a
-                    for a in called.get("args", [])]
+        fresh = activation if grad else t_clone
+        args = [fresh(a) if is_tensor(a) else a
+                for a in called.get("args", [])]
         kwargs = b_dict(called.get("kwargs", {}))
         method = called.get("method")
         if method is not None:
