@@ -67,6 +67,11 @@ class Case:
     # so that no internal id such as 'public-zero-qk' reaches a student.
     shown: str = ""
     variant: str = ""
+    # The state a probe ran this case in, when it is not the default
+    # (autograd off under torch.no_grad()): "with autograd on (as in
+    # training)", "under torch.inference_mode()" ... (set per probe by
+    # grader.run.observe, :func:`state_words`), so that a failure says it.
+    state: str = ""
 
     def brief(self) -> str:
         """The case in a few words: its name, quoted, and its variant."""
@@ -76,11 +81,12 @@ class Case:
     def describe(self) -> str:
         """Words for a report: which case, with which sizes."""
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        state = f" {self.state}" if self.state else ""
         if self.public:
-            return f"the public test values {self.brief()} ({sizes})"
+            return f"the public test values {self.brief()} ({sizes}){state}"
         if self.hidden:
-            return f"hidden case {self.brief()} ({sizes})"
-        return f"the grader's own case {self.brief()} ({sizes})"
+            return f"hidden case {self.brief()} ({sizes}){state}"
+        return f"the grader's own case {self.brief()} ({sizes}){state}"
 
     def float64(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The input and the weights in float64, for references."""
@@ -117,6 +123,26 @@ class ProbeInfo:
     grads: bool = False
     # The probe calls again the object the previous probe built.
     again: bool = False
+
+
+def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
+                ) -> str:
+    """The state a probe ran in, in words for a student: its autograd
+    mode, its input, its parameters' ``.grad`` (:meth:`Plan.assign_modes`,
+    :meth:`Plan.assign_states`); ``default`` for autograd off under
+    ``torch.no_grad()`` with no ``.grad`` set."""
+    if info.grad:
+        words = "with autograd on (as in training)"
+        if info.raw:
+            words += ", on an input that requires no grad"
+    elif info.inference:
+        words = "under torch.inference_mode()"
+    else:
+        words = default if not info.grads else "under torch.no_grad()"
+    if info.grads:
+        words += (" and with the parameters' .grad set (as after "
+                  "loss.backward())")
+    return words
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
