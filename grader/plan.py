@@ -132,9 +132,9 @@ def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
     :meth:`Plan.assign_states`); ``default`` for autograd off under
     ``torch.no_grad()`` with no ``.grad`` set."""
     if info.grad:
-        words = "with autograd on (as in training)"
-        if info.raw:
-            words += ", on an input that requires no grad"
+        words = ("with autograd on and an input that requires no grad "
+                 "(as for a first layer in training)" if info.raw
+                 else "with autograd on (as in training)")
     elif info.inference:
         words = "under torch.inference_mode()"
     else:

@@ -113,8 +113,10 @@ PLAIN_LEAK = ("forward(x) returns another att than forward(x, "
               "return_attention=True)")
 OTHER_SCORES = ("hide the future but do not match the reference")
 #: The words of a probe whose twin answered otherwise (grader.run.observe).
-TWIN = ("it answered differently with autograd on (as in training) than "
-        "under torch.no_grad(), on the same input, weights and random seed")
+#: The twin's words (the states each side ran in follow the seed: autograd
+#: on with an activation or a plain input, off under torch.no_grad() or
+#: torch.inference_mode()).
+TWIN = "it answered differently with autograd on"
 SAME_MODULE = ("two calls of the same module under different random seeds "
                "drop exactly the same probabilities")
 NOT_A_DISTRIBUTION = ("In eval mode (model.eval()) the probabilities of a "
@@ -268,8 +270,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # autograd on (a first layer fed the data in a training loop).
         "modes_v2_raw_unscaled": (
             (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
-            ("no_scaling",), "with autograd on (as in training), on an "
-            "input that requires no grad", ("task3.values",)),
+            ("no_scaling",), "with autograd on and an input that requires "
+            "no grad (as for a first layer in training)", ("task3.values",)),
         "honest_causal_nodrop": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), "ok",
             ("task5.values",)),

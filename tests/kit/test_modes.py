@@ -294,8 +294,8 @@ def test_the_state_is_said() -> None:
         "hidden case 'h' (n=2)",
         "hidden case 'h' (n=2) under torch.inference_mode()",
         "hidden case 'h' (n=2) with autograd on (as in training)",
-        "hidden case 'h' (n=2) with autograd on (as in training), on an "
-        "input that requires no grad"}
+        "hidden case 'h' (n=2) with autograd on and an input that "
+        "requires no grad (as for a first layer in training)"}
     info = plan.info[("t", "values:a")]
     assert state_words(replace(info, grad=False, inference=False,
                                grads=True)) == (
