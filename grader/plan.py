@@ -332,16 +332,20 @@ class Plan:
         ``torch.no_grad()`` and ``torch.inference_mode()`` (``inference``),
         and those with it on between an activation and a plain input
         that requires no grad (``raw``); twins count in their original's
-        family. A probe that an ``again`` probe follows stays under
-        ``torch.no_grad()``: what its call leaves in the object (a cached
-        mask) would be an inference tensor, which the next call may not
+        family; a family with one probe of a mode keeps it in the old
+        state (``torch.no_grad()``, an activation), which every family
+        of the mode therefore still meets. A probe that an ``again``
+        probe follows stays under ``torch.no_grad()``: what its call
+        leaves in the object (a cached mask) would be an inference
+        tensor, which the next call may not
         use with autograd on. A family's activations are made by the
         operations of :data:`ACTIVATION_OPS` in turn, from a seeded one
         that is no clone (``via``). A lead and a
         probe called in the mode of another (``mode_of``, not a twin)
-        take that probe's state. The ``again`` probes of each chain
-        alternate, from a seeded bit, between parameters whose ``.grad``
-        a backward pass filled and parameters without (``grads``)."""
+        take that probe's state. The ``again`` probes of each chain of
+        two or more alternate, from a seeded bit, between parameters
+        whose ``.grad`` a backward pass filled and parameters without
+        (``grads``); a chain of one keeps none."""
         for task, wires in self.probes.items():
             position = {wire["id"]: index
                         for index, wire in enumerate(wires)}
@@ -360,9 +364,11 @@ class Plan:
                 groups.setdefault((name, bool(wire.get("grad"))),
                                   []).append(index)
             for (name, on), members in groups.items():
+                # A family with one probe of a mode keeps it in the state
+                # it always had (an activation, torch.no_grad()).
                 bit = derive_seed(seed, "state", task, name, on) & 1
                 for number, index in enumerate(members):
-                    if (bit + number) % 2:
+                    if len(members) > 1 and (bit + number) % 2:
                         wires[index]["raw" if on else "inference"] = True
             for (name, on), members in groups.items():
                 # The family's activations cycle through the operations,
@@ -391,17 +397,18 @@ class Plan:
                         wire[key] = partner[key]
                 if index + 1 < len(wires) and wires[index + 1].get("again"):
                     wire.pop("inference", None)
-            chain = 0
+            chains: list[list[int]] = []
             for index, wire in enumerate(wires):
-                if not wire.get("again"):
-                    chain = 0
-                    continue
-                if chain == 0:
-                    start = wires[index - 1]["id"] if index else ""
-                    bit = derive_seed(seed, "grads", task, start) & 1
-                if (bit + chain) % 2:
-                    wire["grads"] = True
-                chain += 1
+                if wire.get("again"):
+                    if not chains or chains[-1][-1] != index - 1:
+                        chains.append([])
+                    chains[-1].append(index)
+            for members in chains:
+                start = wires[members[0] - 1]["id"]
+                bit = derive_seed(seed, "grads", task, start) & 1
+                for number, index in enumerate(members):
+                    if len(members) > 1 and (bit + number) % 2:
+                        wires[index]["grads"] = True
             for wire in wires:
                 key = (task, wire["id"])
                 self.info[key] = replace(

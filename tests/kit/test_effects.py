@@ -303,9 +303,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "requires_grad_no_mask": (
             NO_CAUSAL, ("mask_ignored",),
             "are not 0 above the diagonal: tokens attend to the future"),
+        # (the rate named follows the seed: a plain input with autograd
+        # on has no grad_fn either, so its family's activation tells)
         "grad_fn_no_dropout": (
-            NO_DROPOUT, (), "With dropout=0.5 in train mode nothing "
-            "changes", ("task2.output",)),
+            NO_DROPOUT, (), "in train mode nothing changes",
+            ("task2.output",)),
         # ... wrong in one situation only (causal in train mode, one
         # probe): its twin in the other mode tells.
         "causal_train_grad_leak": (NO_CAUSAL, (), TWIN),
