@@ -337,15 +337,14 @@ class Plan:
         of the mode therefore still meets. A probe that an ``again``
         probe follows stays under ``torch.no_grad()``: what its call
         leaves in the object (a cached mask) would be an inference
-        tensor, which the next call may not
-        use with autograd on. A family's activations are made by the
-        operations of :data:`ACTIVATION_OPS` in turn, from a seeded one
-        that is no clone (``via``). A lead and a
-        probe called in the mode of another (``mode_of``, not a twin)
-        take that probe's state. The ``again`` probes of each chain of
-        two or more alternate, from a seeded bit, between parameters
-        whose ``.grad`` a backward pass filled and parameters without
-        (``grads``); a chain of one keeps none."""
+        tensor, which the next call may not use with autograd on. A
+        family's activations are made by the operations of
+        :data:`ACTIVATION_OPS` in turn, from a seeded one that is no
+        clone (``via``). A lead and a probe called in the mode of another
+        (``mode_of``, not a twin) take that probe's state. The ``again``
+        probes of each chain of two or more alternate, from a seeded
+        bit, between parameters whose ``.grad`` a backward pass filled
+        and parameters without (``grads``); a chain of one keeps none."""
         for task, wires in self.probes.items():
             position = {wire["id"]: index
                         for index, wire in enumerate(wires)}

@@ -4031,7 +4031,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             grad_enabled(flag)
 
     def cast(leaf):
-        return t_to(t_to(leaf, float64), t_dtype(leaf))
+        # A copy even of a float64 leaf (its grad_fn a ToCopyBackward0).
+        return t_to(t_to(leaf, float64, copy=True), t_dtype(leaf))
 
     # The value-preserving operations an activation is made by (the
     # probe's ``via``, grader.plan.ACTIVATION_OPS): its grad_fn does not
