@@ -94,6 +94,7 @@ def build_plan(assignment: Assignment, seed: int,
     # Every family of probes in both autograd modes (docs/threat-model.md,
     # "Right only in the state the grader probes").
     plan.assign_modes(seed)
+    plan.assign_states(seed)
     plan.origin = (assignment.id, seed, public_only)
     return plan
 

@@ -23,6 +23,11 @@ from grader.wire import encode_tensor
 #: it, and :func:`grader.run.observe.observe` folds the twin into the probe
 #: it repeats.
 TWIN = "~twin:"
+#: The value-preserving operations an activation is made by (wire key
+#: ``via``, :meth:`Plan.assign_states`): each leaves its own ``grad_fn``
+#: (CloneBackward0, MulBackward0, SubBackward0, ToCopyBackward0,
+#: NegBackward0), none a view (a view of a leaf refuses in-place edits).
+ACTIVATION_OPS = ("clone", "mul", "sub", "cast", "neg")
 
 
 def family(probe_id: str) -> str:
@@ -62,6 +67,11 @@ class Case:
     # so that no internal id such as 'public-zero-qk' reaches a student.
     shown: str = ""
     variant: str = ""
+    # The state a probe ran this case in, when it is not the default
+    # (autograd off under torch.no_grad()): "with autograd on (as in
+    # training)", "under torch.inference_mode()" ... (set per probe by
+    # grader.run.observe, :func:`state_words`), so that a failure says it.
+    state: str = ""
 
     def brief(self) -> str:
         """The case in a few words: its name, quoted, and its variant."""
@@ -71,11 +81,12 @@ class Case:
     def describe(self) -> str:
         """Words for a report: which case, with which sizes."""
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        state = f" {self.state}" if self.state else ""
         if self.public:
-            return f"the public test values {self.brief()} ({sizes})"
+            return f"the public test values {self.brief()} ({sizes}){state}"
         if self.hidden:
-            return f"hidden case {self.brief()} ({sizes})"
-        return f"the grader's own case {self.brief()} ({sizes})"
+            return f"hidden case {self.brief()} ({sizes}){state}"
+        return f"the grader's own case {self.brief()} ({sizes}){state}"
 
     def float64(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The input and the weights in float64, for references."""
@@ -102,8 +113,36 @@ class ProbeInfo:
     # and, for a twin, the id of the probe it repeats in the other mode.
     grad: bool | None = None
     twin_of: str | None = None
+    # The finer state (Plan.assign_states): with autograd off, under
+    # torch.inference_mode() rather than torch.no_grad(); with it on, the
+    # floating arguments plain tensors (``raw``) rather than activations
+    # made by ``via``; an ``again`` probe's parameters with ``.grad`` set.
+    inference: bool = False
+    raw: bool = False
+    via: str | None = None
+    grads: bool = False
     # The probe calls again the object the previous probe built.
     again: bool = False
+
+
+def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
+                ) -> str:
+    """The state a probe ran in, in words for a student: its autograd
+    mode, its input, its parameters' ``.grad`` (:meth:`Plan.assign_modes`,
+    :meth:`Plan.assign_states`); ``default`` for autograd off under
+    ``torch.no_grad()`` with no ``.grad`` set."""
+    if info.grad:
+        words = ("with autograd on and an input that requires no grad "
+                 "(as for a first layer in training)" if info.raw
+                 else "with autograd on (as in training)")
+    elif info.inference:
+        words = "under torch.inference_mode()"
+    else:
+        words = default if not info.grads else "under torch.no_grad()"
+    if info.grads:
+        words += (" and with the parameters' .grad set (as after "
+                  "loss.backward())")
+    return words
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
@@ -281,6 +320,100 @@ class Plan:
                 self.info[(task, twin["id"])] = replace(
                     self.info[(task, original["id"])], id=twin["id"],
                     grad=mode, twin_of=original["id"], again=False)
+
+    def assign_states(self, seed: int) -> None:
+        """Give every calling probe, once it has its autograd mode
+        (:meth:`assign_modes`), a finer state (wire keys ``inference``,
+        ``raw``, ``via``, ``grads``; docs/threat-model.md, "Right only in
+        the state the grader probes").
+
+        Within a task's family, its probes with autograd off alternate,
+        from a bit derived one-way from the seed, between
+        ``torch.no_grad()`` and ``torch.inference_mode()`` (``inference``),
+        and those with it on between an activation and a plain input
+        that requires no grad (``raw``); twins count in their original's
+        family; a family with one probe of a mode keeps it in the old
+        state (``torch.no_grad()``, an activation), which every family
+        of the mode therefore still meets. A probe that an ``again``
+        probe follows stays under ``torch.no_grad()``: what its call
+        leaves in the object (a cached mask) would be an inference
+        tensor, which the next call may not use with autograd on. A
+        family's activations are made by the operations of
+        :data:`ACTIVATION_OPS` in turn, from a seeded one that is no
+        clone (``via``). A lead and a probe called in the mode of another
+        (``mode_of``, not a twin) take that probe's state. The ``again``
+        probes of each chain of two or more alternate, from a seeded
+        bit, between parameters whose ``.grad`` a backward pass filled
+        and parameters without (``grads``); a chain of one keeps none."""
+        for task, wires in self.probes.items():
+            position = {wire["id"]: index
+                        for index, wire in enumerate(wires)}
+            groups: dict[tuple[str, bool], list[int]] = {}
+            for index, wire in enumerate(wires):
+                if wire.get("lead") or wire.get("call") is None:
+                    continue
+                if wire.get("mode_of") in position \
+                        and not wire["id"].startswith(TWIN):
+                    continue
+                following = wires[index + 1] if index + 1 < len(wires) \
+                    else {}
+                if not wire.get("grad") and following.get("again"):
+                    continue
+                name = family(wire["id"].removeprefix(TWIN))
+                groups.setdefault((name, bool(wire.get("grad"))),
+                                  []).append(index)
+            for (name, on), members in groups.items():
+                # A family with one probe of a mode keeps it in the state
+                # it always had (an activation, torch.no_grad()).
+                bit = derive_seed(seed, "state", task, name, on) & 1
+                for number, index in enumerate(members):
+                    if len(members) > 1 and (bit + number) % 2:
+                        wires[index]["raw" if on else "inference"] = True
+            for (name, on), members in groups.items():
+                # The family's activations cycle through the operations,
+                # from a seeded one other than the first (a clone): a
+                # family of two activations sees two operations, one
+                # that is no clone.
+                start = 1 + derive_seed(seed, "via", task, name) % (
+                    len(ACTIVATION_OPS) - 1)
+                made = [index for index in members
+                        if on and not wires[index].get("raw")]
+                for number, index in enumerate(made):
+                    wires[index]["via"] = ACTIVATION_OPS[
+                        (start + number) % len(ACTIVATION_OPS)]
+            copied = [index for index, wire in enumerate(wires)
+                      if wire.get("mode_of") in position
+                      and not wire["id"].startswith(TWIN)]
+            copied += [index for index in range(len(wires) - 2, -1, -1)
+                       if wires[index].get("lead")]
+            for index in copied:
+                wire = wires[index]
+                partner = wires[index + 1] if wire.get("lead") \
+                    else wires[position[wire["mode_of"]]]
+                for key in ("inference", "raw", "via"):
+                    wire.pop(key, None)
+                    if key in partner:
+                        wire[key] = partner[key]
+                if index + 1 < len(wires) and wires[index + 1].get("again"):
+                    wire.pop("inference", None)
+            chains: list[list[int]] = []
+            for index, wire in enumerate(wires):
+                if wire.get("again"):
+                    if not chains or chains[-1][-1] != index - 1:
+                        chains.append([])
+                    chains[-1].append(index)
+            for members in chains:
+                start = wires[members[0] - 1]["id"]
+                bit = derive_seed(seed, "grads", task, start) & 1
+                for number, index in enumerate(members):
+                    if len(members) > 1 and (bit + number) % 2:
+                        wires[index]["grads"] = True
+            for wire in wires:
+                key = (task, wire["id"])
+                self.info[key] = replace(
+                    self.info[key], inference=bool(wire.get("inference")),
+                    raw=bool(wire.get("raw")), via=wire.get("via"),
+                    grads=bool(wire.get("grads")))
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

@@ -54,7 +54,12 @@ def cases_phrase(cases: Iterable[tuple[str, str]]) -> str:
     """'hidden case 'a' (sizes)' or '3 cases (hidden case 'a' (sizes),
     'b', 'c')': how many, and which (the first one in full; the others by
     their :meth:`grader.plan.Case.brief`, already quoted)."""
-    unique = list(dict.fromkeys(tuple(case) for case in cases))
+    # One entry per case, the first in full: a case met in several states
+    # (grader.plan.Case.state) is named once, with the first one's.
+    first: dict[str, tuple[str, str]] = {}
+    for name, full in cases:
+        first.setdefault(name, (name, full))
+    unique = list(first.values())
     if len(unique) == 1:
         return unique[0][1]
     names = [unique[0][1]] + [name for name, _ in unique[1:]]

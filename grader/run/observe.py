@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
-from grader.plan import Case, ProbeInfo
+from grader.plan import Case, ProbeInfo, state_words
 from grader.run.sandbox import JobResult
 from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, ChannelError,
                          Value, decode_value)
@@ -240,6 +240,9 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
                   foreign_bytes=job.foreign_bytes,
                   forged_frames=job.forged_frames,
                   scratch_full=job.scratch_full)
+    # Each probe's case says the state the probe ran in, when it is not
+    # the default, so that every failure worded with it says it too.
+    plan = [_stated(info) for info in plan]
     by_id: dict[str, dict] = {}
     started: str | None = None
     compiled: list[str] = []
@@ -324,9 +327,21 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
     return run
 
 
-#: How a twin's mode is said (ProbeInfo.grad -> words).
+#: How a twin's mode is said (ProbeInfo.grad -> words; the finer state:
+#: grader.plan.state_words).
 MODE_WORDS = {True: "with autograd on (as in training)",
               False: "under torch.no_grad()"}
+
+
+def _stated(info: ProbeInfo) -> ProbeInfo:
+    """``info`` with its case's ``state`` set to the words of the state
+    the probe ran in, unless it ran in the default one."""
+    words = state_words(info, default="")
+    if info.case is None or not words:
+        return info
+    return replace(info, case=replace(info.case, state=words))
+
+
 #: Tolerances of "the same answer" in both modes (float32 round-off).
 TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-6
 
@@ -365,15 +380,15 @@ def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
     if not twin.ok:
         said = (f"it raised {twin.problem}" if twin.error
                 else str(twin.problem))
-        return f"{MODE_WORDS[bool(twin.info.grad)]}, {said}"
+        return f"{state_words(twin.info)}, {said}"
     on, off = ((twin, original) if twin.info.grad else (original, twin))
     differs = value_difference(on.value, off.value)
     if differs is None and on.describe != off.describe:
         differs = "its description (children, parameters, buffers) differs"
     if differs is None:
         return None
-    return (f"it answered differently {MODE_WORDS[True]} than "
-            f"{MODE_WORDS[False]}, on the same input, weights and random "
+    return (f"it answered differently {state_words(on.info)} than "
+            f"{state_words(off.info)}, on the same input, weights and random "
             f"seed ({differs})")
 
 

@@ -3994,7 +3994,15 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     t_requires_grad, t_floating = (TensorBase.requires_grad_,
                                    TensorBase.is_floating_point)
     t_set_data = TensorBase.__dict__["data"].__set__
+    t_set_grad = TensorBase.__dict__["grad"].__set__
+    t_mul, t_sub, t_neg, t_to = (TensorBase.mul, TensorBase.sub,
+                                 TensorBase.neg, TensorBase.to)
+    t_dtype = TensorBase.__dict__["dtype"].__get__
+    t_ones_like = torch.ones_like
+    float64 = torch.float64
     no_torch_function = torch._C.DisableTorchFunction
+    # Entered when made (on the thread that makes it), left by __exit__.
+    inference_mode = torch._C._InferenceMode
     grad_enabled = torch._C._set_grad_enabled
     # The CPU generator alone: torch.manual_seed also queues a seeding of
     # every accelerator, each with a formatted stack of the call (a fifth
@@ -4022,7 +4030,18 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         with no_torch_function():
             grad_enabled(flag)
 
-    def activation(data):
+    def cast(leaf):
+        # A copy even of a float64 leaf (its grad_fn a ToCopyBackward0).
+        return t_to(t_to(leaf, float64, copy=True), t_dtype(leaf))
+
+    # The value-preserving operations an activation is made by (the
+    # probe's ``via``, grader.plan.ACTIVATION_OPS): its grad_fn does not
+    # tell the grader's activations from a network's.
+    made_by = {"clone": t_clone, "mul": lambda leaf: t_mul(leaf, 1.0),
+               "sub": lambda leaf: t_sub(leaf, 0.0), "cast": cast,
+               "neg": lambda leaf: t_neg(t_neg(leaf))}
+
+    def activation(data, via):
         # An argument as a training step hands it over: a tensor with a
         # grad_fn, made from a leaf that requires grad (a floating one;
         # token ids stay as they are), both fresh copies of the plan's.
@@ -4035,10 +4054,22 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             t_requires_grad(leaf, True)
             grad_enabled(True)
             try:
-                made = t_clone(leaf)
+                made = via(leaf)
             finally:
                 grad_enabled(False)
         return made
+
+    def fill_grads(obj, filled):
+        # An ``again`` probe's parameters as a training loop leaves them
+        # after loss.backward() (``.grad`` set, ``filled``) or after
+        # zero_grad() (None); set by the grader's thread, past any
+        # property of a subclass.
+        if not is_module(obj):
+            return
+        for _, p in parameters_of(obj):
+            with no_torch_function():
+                usable = filled and t_floating(p)
+                t_set_grad(p, t_ones_like(p) if usable else None)
 
     def set_mode(obj, mode):
         # Train or eval mode through the object's own ``train`` (an
@@ -4282,6 +4313,12 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # whole probe: building, loading, the mode, training, the call
         # (grader.plan.Plan.assign_modes).
         grad = b_bool(probe.get("grad", False))
+        # The finer state (grader.plan.Plan.assign_states): with autograd
+        # off, torch.inference_mode() for the call; with it on, plain
+        # inputs or activations made by the probe's operation.
+        inference = not grad and b_bool(probe.get("inference", False))
+        raw = grad and b_bool(probe.get("raw", False))
+        via = made_by.get(b_str(probe.get("via") or "clone"), t_clone)
         call(set_grad_enabled, grad)
         phase["stage"] = "build"
         # The aliases among the state's names and the parameter each
@@ -4297,6 +4334,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             set_mode(obj, probe.get("train", False))
         if probe.get("substitutes"):
             substitute(obj, probe["substitutes"], b_str(probe["target"]))
+        if probe.get("again"):
+            fill_grads(obj, b_bool(probe.get("grads", False)))
         phase["stage"] = "call"
         result = {}
         aliases, named_state = loading
@@ -4331,9 +4370,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                                    for name, value in (copies + extra)[:256]}
         if called is None:
             return result
-        fresh = activation if grad else t_clone
-        args = [fresh(a) if is_tensor(a) else a
-                for a in called.get("args", [])]
+        args = [(activation(a, via) if grad and not raw else t_clone(a))
+                if is_tensor(a) else a for a in called.get("args", [])]
         kwargs = b_dict(called.get("kwargs", {}))
         method = called.get("method")
         if method is not None:
@@ -4350,11 +4388,17 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         phase["reads"] = {}
         phase["made"] = {}
         phase["calls"] = phase["returns"] = 0
+        # Entered on the submission's thread, for the call alone: what
+        # the object was built and loaded with stays a normal tensor.
+        held = [call(inference_mode, True)] if inference else []
         phase["tracing"] = True
         try:
             value = call(obj, *args, **kwargs)
         finally:
             phase["tracing"] = False
+            if held:
+                call(held[0].__exit__, None, None, None)
+                call(b_list.clear, held)
         phase["clear_made"]()
         result["trace"] = {"records": phase["records"],
                            "left_out": phase["left_out"],

@@ -25,9 +25,12 @@ code right only under ``torch.no_grad()`` (it branches on
 ``torch.is_grad_enabled()``, ``x.requires_grad``, ``x.grad_fn``), right
 only in one family's situation with autograd on (judged by its twin), or
 right only with autograd on; its honest controls build a mask under
-``torch.no_grad()``, in a ``@torch.no_grad()`` helper, or detach it. The
-``basics`` and ``training`` folders hold one such file each of
-``attention_basics`` and ``transformer_block`` (``modes_*``).
+``torch.no_grad()``, in a ``@torch.no_grad()`` helper, or detach it; and
+(issue 24, R-c) code right except under ``torch.inference_mode()``, on an
+activation made otherwise than by a clone, or once the weights have a
+``.grad``. The ``basics`` and ``training`` folders hold such files of
+``attention_basics`` and ``transformer_block`` (``modes_*``; in basics,
+one wrong on a plain input with autograd on).
 Red team 10 (R2, R4): code right on a module's first call only (a
 dropout mask or a causal mask kept, a call counter), dropout skipped or
 the mask dropped when causal and dropout act together in training, and
@@ -110,8 +113,10 @@ PLAIN_LEAK = ("forward(x) returns another att than forward(x, "
               "return_attention=True)")
 OTHER_SCORES = ("hide the future but do not match the reference")
 #: The words of a probe whose twin answered otherwise (grader.run.observe).
-TWIN = ("it answered differently with autograd on (as in training) than "
-        "under torch.no_grad(), on the same input, weights and random seed")
+#: The twin's words (the states each side ran in follow the seed: autograd
+#: on with an activation or a plain input, off under torch.no_grad() or
+#: torch.inference_mode()).
+TWIN = "it answered differently with autograd on"
 SAME_MODULE = ("two calls of the same module under different random seeds "
                "drop exactly the same probabilities")
 NOT_A_DISTRIBUTION = ("In eval mode (model.eval()) the probabilities of a "
@@ -261,6 +266,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
             ("task4.dropout", "task5.values")),
         # ... and its control: CausalAttention never drops (task 4's
         # point); the wrapper is not charged for the same mistake.
+        # Issue 24, R-c: SelfAttention_v2 unscaled on a plain input with
+        # autograd on (a first layer fed the data in a training loop).
+        "modes_v2_raw_unscaled": (
+            (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
+            ("no_scaling",), "with autograd on and an input that requires "
+            "no grad (as for a first layer in training)", ("task3.values",)),
         "honest_causal_nodrop": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), "ok",
             ("task5.values",)),
@@ -292,9 +303,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "requires_grad_no_mask": (
             NO_CAUSAL, ("mask_ignored",),
             "are not 0 above the diagonal: tokens attend to the future"),
+        # (the rate named follows the seed: a plain input with autograd
+        # on has no grad_fn either, so its family's activation tells)
         "grad_fn_no_dropout": (
-            NO_DROPOUT, (), "With dropout=0.5 in train mode nothing "
-            "changes", ("task2.output",)),
+            NO_DROPOUT, (), "in train mode nothing changes",
+            ("task2.output",)),
         # ... wrong in one situation only (causal in train mode, one
         # probe): its twin in the other mode tells.
         "causal_train_grad_leak": (NO_CAUSAL, (), TWIN),
@@ -302,6 +315,20 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "no_grad_wrong_mix": (
             (1, 3, 0, 0, 1, 3, 0, 0, 0, 0), (), TWIN,
             ("task2.causal", "task2.output")),
+        # Issue 24, R-c: the states no probe was in: SelfAttention
+        # unscaled under torch.inference_mode(), or on an activation whose
+        # grad_fn is no CloneBackward0; the causal mask skipped once the
+        # weights have a .grad (the same module called again).
+        "inference_unscaled": (
+            (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
+            "under torch.inference_mode() does not match the reference",
+            ("task1.forward",)),
+        "grad_fn_name_unscaled": (
+            (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
+            "with autograd on (as in training)", ("task1.forward",)),
+        "grad_set_no_mask": (
+            NO_CAUSAL, (), "with the parameters' .grad set (as after "
+            "loss.backward())"),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),

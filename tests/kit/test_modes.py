@@ -10,6 +10,7 @@ never ran. The real files are graded in tests/kit/test_effects.py
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,7 +18,8 @@ import torch
 from grader.constants import DEFAULT_SEED
 from grader.engine import build_plan
 from grader.locate.source import SourceFile
-from grader.plan import TWIN, Plan, family, probe
+from grader.judge.checking import cases_phrase
+from grader.plan import TWIN, Case, Plan, family, probe, state_words
 from grader.rubric import load_assignment
 from grader.run.observe import observe
 from grader.run.sandbox import JobResult
@@ -198,3 +200,108 @@ def test_a_twin_that_raised_or_never_ran_fails_closed() -> None:
     both = _folded({"alone:a": X, TWIN + "alone:a": X},
                    raised=("alone:a",))
     assert both["alone:a"].problem.startswith("ValueError")
+
+
+# --------------------------------------------------------------------------
+# The finer states (issue 24, R-c): inference_mode, raw inputs, the
+# activation's operation, .grad set
+
+
+def _states(plan: Plan, task: str) -> dict[str, tuple]:
+    return {w["id"]: (w["grad"], bool(w.get("inference")),
+                      bool(w.get("raw")), w.get("via"),
+                      bool(w.get("grads"))) for w in plan.probes[task]}
+
+
+def test_every_family_meets_its_finer_states() -> None:
+    for assignment_id in ASSIGNMENTS:
+        assignment = load_assignment(KIT / "grader" / "assignments"
+                                     / assignment_id)
+        for seed in (DEFAULT_SEED, 1, 2):
+            plan = build_plan(assignment, seed)
+            for task, wires in plan.probes.items():
+                position = {w["id"]: i for i, w in enumerate(wires)}
+                seen: dict[tuple[str, bool], list[tuple]] = {}
+                for index, wire in enumerate(wires):
+                    state = _states(plan, task)[wire["id"]]
+                    info = plan.info[(task, wire["id"])]
+                    assert (info.grad, info.inference, info.raw, info.via,
+                            info.grads) == state
+                    following = wires[index + 1] if index + 1 < len(
+                        wires) else {}
+                    # Never inference before an again probe, never with
+                    # autograd on; raw and via only with it on.
+                    if following.get("again") or wire["grad"]:
+                        assert not wire.get("inference"), wire["id"]
+                    if not wire["grad"]:
+                        assert "raw" not in wire and "via" not in wire
+                    elif wire.get("call") is not None:
+                        assert wire.get("raw") or wire.get("via")
+                    assert not wire.get("grads") or wire.get("again")
+                    if wire.get("lead") and following:
+                        for key in ("raw", "via"):
+                            assert wire.get(key) == following.get(key)
+                    partner = wire.get("mode_of")
+                    if partner in position and not wire["id"].startswith(
+                            TWIN):
+                        for key in ("raw", "via"):
+                            assert wire.get(key) == \
+                                wires[position[partner]].get(key)
+                    if wire.get("call") is None or wire.get("lead") or (
+                            partner in position
+                            and not wire["id"].startswith(TWIN)) or (
+                            not wire["grad"] and following.get("again")):
+                        continue
+                    name = family(wire["id"].removeprefix(TWIN))
+                    seen.setdefault((name, wire["grad"]), []).append(
+                        (bool(wire.get("inference")), bool(wire.get("raw")),
+                         wire.get("via")))
+                for (name, on), states in seen.items():
+                    if len(states) < 2:
+                        continue
+                    key = 1 if on else 0
+                    assert {s[key] for s in states} == {True, False}, (
+                        assignment_id, task, name, on)
+                    if on:
+                        made = [s[2] for s in states if s[2]]
+                        assert made and set(made) != {"clone"}
+                # Every chain of two or more again probes: one with .grad
+                # set, one without.
+                chain: list[bool] = []
+                for wire in wires + [{}]:
+                    if wire.get("again"):
+                        chain.append(bool(wire.get("grads")))
+                        continue
+                    if len(chain) >= 2:
+                        assert set(chain) == {True, False}, (task, chain)
+                    chain = []
+
+
+def test_the_state_is_said() -> None:
+    plan = Plan()
+    case = Case(name="h", public=False, sizes={"n": 2}, x=X, weights={})
+    plan.add("t", probe("values:a", "M", case=case))
+    plan.add("t", probe("values:b", "M", case=case))
+    plan.add("t", probe("values:c", "M", case=case))
+    plan.add("t", probe("values:d", "M", case=case))
+    plan.assign_modes(DEFAULT_SEED)
+    plan.assign_states(DEFAULT_SEED)
+    run = observe("t", SourceFile(text="x = 1\n", path=Path("s.py")),
+                  plan.of_task("t"), _job({i: X for i in (
+                      "values:a", "values:b", "values:c", "values:d")}))
+    said = {result.info.case.describe() for result in run.results.values()}
+    assert said == {
+        "hidden case 'h' (n=2)",
+        "hidden case 'h' (n=2) under torch.inference_mode()",
+        "hidden case 'h' (n=2) with autograd on (as in training)",
+        "hidden case 'h' (n=2) with autograd on and an input that "
+        "requires no grad (as for a first layer in training)"}
+    info = plan.info[("t", "values:a")]
+    assert state_words(replace(info, grad=False, inference=False,
+                               grads=True)) == (
+        "under torch.no_grad() and with the parameters' .grad set (as "
+        "after loss.backward())")
+    assert cases_phrase([("'h'", "hidden case 'h' (n=2) under x"),
+                         ("'h'", "hidden case 'h' (n=2)"),
+                         ("'g'", "hidden case 'g'")]) == (
+        "2 cases (hidden case 'h' (n=2) under x, 'g')")
