@@ -135,8 +135,11 @@ def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
         words = ("with autograd on and an input that requires no grad "
                  "(as for a first layer in training)" if info.raw
                  else "with autograd on (as in training)")
-    elif info.inference:
-        words = "under torch.inference_mode()"
+    elif info.inference or info.raw:
+        words = ("under torch.inference_mode()" if info.inference
+                 else "under torch.no_grad()")
+        if info.raw:
+            words += " with an input that requires grad"
     else:
         words = default if not info.grads else "under torch.no_grad()"
     if info.grads:
@@ -329,9 +332,12 @@ class Plan:
 
         Within a task's family, its probes with autograd off alternate,
         from a bit derived one-way from the seed, between
-        ``torch.no_grad()`` and ``torch.inference_mode()`` (``inference``),
-        and those with it on between an activation and a plain input
-        that requires no grad (``raw``); twins count in their original's
+        a plain input under ``torch.no_grad()`` and, from a seeded
+        order, ``torch.inference_mode()`` (``inference``) with an input
+        that requires grad (``raw``: the input's ``requires_grad`` does
+        not follow the mode) together, then each alone; and those
+        with it on between an activation and a plain input that requires
+        no grad (``raw`` again); twins count in their original's
         family; a family with one probe of a mode keeps it in the old
         state (``torch.no_grad()``, an activation), which every family
         of the mode therefore still meets. A probe that an ``again``
@@ -365,10 +371,26 @@ class Plan:
             for (name, on), members in groups.items():
                 # A family with one probe of a mode keeps it in the state
                 # it always had (an activation, torch.no_grad()).
-                bit = derive_seed(seed, "state", task, name, on) & 1
+                bit = derive_seed(seed, "state", task, name, on)
+                if len(members) < 2:
+                    continue
+                if on:
+                    for number, index in enumerate(members):
+                        if (bit + number) % 2:
+                            wires[index]["raw"] = True
+                    continue
+                # Autograd off: a plain input under torch.no_grad(), and
+                # one that deviates in both ways (torch.inference_mode()
+                # and an input that requires grad, ``raw``: its
+                # requires_grad does not follow the mode), in a seeded
+                # order, so that every family of two meets each way off
+                # the plain state; then each way alone.
+                cycle = [(), ("inference", "raw"), ("inference",), ("raw",)]
+                if bit & 1:
+                    cycle = [cycle[1], cycle[0], cycle[3], cycle[2]]
                 for number, index in enumerate(members):
-                    if len(members) > 1 and (bit + number) % 2:
-                        wires[index]["raw" if on else "inference"] = True
+                    for key in cycle[number % 4]:
+                        wires[index][key] = True
             for (name, on), members in groups.items():
                 # The family's activations cycle through the operations,
                 # from a seeded one other than the first (a clone): a

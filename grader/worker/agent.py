@@ -4059,6 +4059,15 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 grad_enabled(False)
         return made
 
+    def needing_grad(data):
+        # A fresh leaf that requires grad (a floating one; token ids stay
+        # as they are), handed over with autograd off.
+        with no_torch_function():
+            leaf = t_clone(data)
+            if t_floating(leaf):
+                t_requires_grad(leaf, True)
+        return leaf
+
     def fill_grads(obj, filled):
         # An ``again`` probe's parameters as a training loop leaves them
         # after loss.backward() (``.grad`` set, ``filled``) or after
@@ -4317,7 +4326,10 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # off, torch.inference_mode() for the call; with it on, plain
         # inputs or activations made by the probe's operation.
         inference = not grad and b_bool(probe.get("inference", False))
-        raw = grad and b_bool(probe.get("raw", False))
+        # ``raw``: the input's requires_grad does not follow the mode (a
+        # plain tensor with autograd on, a leaf that requires grad with
+        # it off).
+        raw = b_bool(probe.get("raw", False))
         via = made_by.get(b_str(probe.get("via") or "clone"), t_clone)
         call(set_grad_enabled, grad)
         phase["stage"] = "build"
@@ -4370,7 +4382,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                                    for name, value in (copies + extra)[:256]}
         if called is None:
             return result
-        args = [(activation(a, via) if grad and not raw else t_clone(a))
+        args = [((activation(a, via) if not raw else t_clone(a)) if grad
+                 else (needing_grad(a) if raw else t_clone(a)))
                 if is_tensor(a) else a for a in called.get("args", [])]
         kwargs = b_dict(called.get("kwargs", {}))
         method = called.get("method")

@@ -321,7 +321,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # weights have a .grad (the same module called again).
         "inference_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
-            "under torch.inference_mode() does not match the reference",
+            "under torch.inference_mode() with an input that requires grad "
+            "does not match the reference",
             ("task1.forward",)),
         "grad_fn_name_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),

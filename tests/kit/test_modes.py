@@ -234,7 +234,8 @@ def test_every_family_meets_its_finer_states() -> None:
                     if following.get("again") or wire["grad"]:
                         assert not wire.get("inference"), wire["id"]
                     if not wire["grad"]:
-                        assert "raw" not in wire and "via" not in wire
+                        # Off: raw is an input that requires grad.
+                        assert "via" not in wire
                     elif wire.get("call") is not None:
                         assert wire.get("raw") or wire.get("via")
                     assert not wire.get("grads") or wire.get("again")
@@ -259,9 +260,9 @@ def test_every_family_meets_its_finer_states() -> None:
                 for (name, on), states in seen.items():
                     if len(states) < 2:
                         continue
-                    key = 1 if on else 0
-                    assert {s[key] for s in states} == {True, False}, (
-                        assignment_id, task, name, on)
+                    for key in ((1,) if on else (0, 1)):
+                        assert {s[key] for s in states} == {True, False}, (
+                            assignment_id, task, name, on)
                     if on:
                         made = [s[2] for s in states if s[2]]
                         assert made and set(made) != {"clone"}
@@ -292,7 +293,8 @@ def test_the_state_is_said() -> None:
     said = {result.info.case.describe() for result in run.results.values()}
     assert said == {
         "hidden case 'h' (n=2)",
-        "hidden case 'h' (n=2) under torch.inference_mode()",
+        "hidden case 'h' (n=2) under torch.inference_mode() with an "
+        "input that requires grad",
         "hidden case 'h' (n=2) with autograd on (as in training)",
         "hidden case 'h' (n=2) with autograd on and an input that "
         "requires no grad (as for a first layer in training)"}
@@ -301,6 +303,9 @@ def test_the_state_is_said() -> None:
                                grads=True)) == (
         "under torch.no_grad() and with the parameters' .grad set (as "
         "after loss.backward())")
+    assert state_words(replace(info, grad=False, inference=False,
+                               raw=True)) == (
+        "under torch.no_grad() with an input that requires grad")
     assert cases_phrase([("'h'", "hidden case 'h' (n=2) under x"),
                          ("'h'", "hidden case 'h' (n=2)"),
                          ("'g'", "hidden case 'g'")]) == (
