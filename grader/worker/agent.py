@@ -1168,6 +1168,7 @@ def _life(job: dict, result_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import functools
     import types
 
     import grader.wire as wire
@@ -1177,7 +1178,7 @@ def _life(job: dict, result_fd: int) -> None:
     # Tensors of the plan, decoded now (ordinary code, before the
     # submission runs); the sealed runtime only clones them, so a tensor
     # that many probes carry (a case's weights) is decoded once.
-    decode = _plan_decoder(decode_tensor)
+    decode = functools.partial(_decode_once, {}, decode_tensor)
     probes = job["probes"]
     for probe in probes:
         for holder, key in ((probe.get("init") or {}, "args"),
@@ -1248,31 +1249,27 @@ def _life(job: dict, result_fd: int) -> None:
     run()
 
 
-def _plan_decoder(decode_tensor: Callable[[dict], Any]
-                  ) -> Callable[[dict], Any]:
-    """``decode(data)``: :func:`grader.wire.decode_tensor`, once per
-    distinct encoded tensor of the job (a case's weights and inputs come
-    with each of its probes: task 2 of the homework sends 582 tensors,
-    158 of them distinct). The probes then share the decoded tensor,
-    which the runtime never hands out: it clones a plan tensor before any
-    code of the submission's sees it (the state it loads, the arguments
-    it passes, the batches of a fit) or copies it into a module of its
-    own (a substitute). Set-up, before the seal."""
-    decoded: dict = {}
-
-    def decode(data: dict) -> Any:
-        try:
-            key = tuple((name, tuple(value) if type(value) is list
-                         else value) for name, value in sorted(data.items()))
-            hash(key)
-        except TypeError:  # a field that is no plain value: not shared
-            return decode_tensor(data)
-        found = decoded.get(key)
-        if found is None:
-            found = decoded[key] = decode_tensor(data)
-        return found
-
-    return decode
+def _decode_once(decoded: dict, decode_tensor: Callable[[dict], Any],
+                 data: dict) -> Any:
+    """:func:`grader.wire.decode_tensor` of ``data``, once per distinct
+    encoded tensor of a job (``decoded`` holds those decoded so far): a
+    case's weights and inputs come with each of its probes (task 2 of the
+    homework sends 582 tensors, 158 of them distinct). The probes then
+    share the decoded tensor, which the runtime never hands out: it
+    clones a plan tensor before any code of the submission's sees it
+    (the state it loads, the arguments it passes, the batches of a fit)
+    or copies it into a module of its own (a substitute). Set-up, before
+    the seal."""
+    try:
+        key = tuple((name, tuple(value) if type(value) is list else value)
+                    for name, value in sorted(data.items()))
+        hash(key)
+    except TypeError:  # a field that is no plain value: not shared
+        return decode_tensor(data)
+    found = decoded.get(key)
+    if found is None:
+        found = decoded[key] = decode_tensor(data)
+    return found
 
 
 def _linear_module(torch: Any, weight: Any, bias: Any) -> Any:
