@@ -516,6 +516,14 @@ def _warm_up() -> None:
     # (docs/threat-model.md, principle 1, "Torch's lazy state is built
     # before the seal"), so it is built here, once.
     torch.vmap(torch.exp)(exps)
+    # The interpreter's extension folder, which every worker's audit hook
+    # reads (grader.worker.agent._interpreter_natives): sysconfig imports
+    # its build data at the first question (a module, a file read and a
+    # dict of a thousand entries, in each worker); asked here, workers
+    # find the answer cached, and the same modules loaded.
+    import sysconfig
+
+    sysconfig.get_config_var("DESTSHARED")
 
 
 def _warm_plotting() -> None:

@@ -1168,6 +1168,7 @@ def _life(job: dict, result_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import functools
     import types
 
     import grader.wire as wire
@@ -1175,24 +1176,27 @@ def _life(job: dict, result_fd: int) -> None:
     from grader.wire import decode_tensor
 
     # Tensors of the plan, decoded now (ordinary code, before the
-    # submission runs); the sealed runtime only clones them.
+    # submission runs); the sealed runtime only clones them, so a tensor
+    # that many probes carry (a case's weights) is decoded once.
+    decode = functools.partial(_decode_once, {}, decode_tensor)
     probes = job["probes"]
     for probe in probes:
         for holder, key in ((probe.get("init") or {}, "args"),
                             (probe.get("call") or {}, "args")):
             if key in holder:
-                holder[key] = [decode_tensor(a) if isinstance(a, dict)
+                holder[key] = [decode(a) if isinstance(a, dict)
                                else a for a in holder[key]]
         if probe.get("state"):
-            probe["state"] = {k: decode_tensor(v)
+            probe["state"] = {k: decode(v)
                               for k, v in probe["state"].items()}
         if probe.get("fit"):
-            probe["fit"]["batches"] = [decode_tensor(b) for b in
+            probe["fit"]["batches"] = [decode(b) for b in
                                        probe["fit"].get("batches", [])]
         if probe.get("substitutes"):
             probe["substitutes"] = {
-                path: _linear_module(torch, *map(decode_tensor, pair))
+                path: _linear_module(torch, *map(decode, pair))
                 for path, pair in probe["substitutes"].items()}
+    del decode
     functions, classes = prepare(job.get("forbidden", {}))
     # Ids of code objects stand for them only while they live: the agent's
     # are kept alive (this module's namespace is emptied before the
@@ -1243,6 +1247,29 @@ def _life(job: dict, result_fd: int) -> None:
     # none of it. Cheap: the fork server froze what it had loaded.
     collect()
     run()
+
+
+def _decode_once(decoded: dict, decode_tensor: Callable[[dict], Any],
+                 data: dict) -> Any:
+    """:func:`grader.wire.decode_tensor` of ``data``, once per distinct
+    encoded tensor of a job (``decoded`` holds those decoded so far): a
+    case's weights and inputs come with each of its probes (task 2 of the
+    homework sends 582 tensors, 158 of them distinct). The probes then
+    share the decoded tensor, which the runtime never hands out: it
+    clones a plan tensor before any code of the submission's sees it
+    (the state it loads, the arguments it passes, the batches of a fit)
+    or copies it into a module of its own (a substitute). Set-up, before
+    the seal."""
+    try:
+        key = tuple((name, tuple(value) if type(value) is list else value)
+                    for name, value in sorted(data.items()))
+        hash(key)
+    except TypeError:  # a field that is no plain value: not shared
+        return decode_tensor(data)
+    found = decoded.get(key)
+    if found is None:
+        found = decoded[key] = decode_tensor(data)
+    return found
 
 
 def _linear_module(torch: Any, weight: Any, bias: Any) -> Any:

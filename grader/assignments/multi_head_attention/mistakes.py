@@ -32,19 +32,50 @@ from grader.assignments import attention
 from grader.assignments.multi_head_attention import reference
 
 
+# What depends on a case alone, computed once per case and process (a
+# submission's checks ask for the same case's float64 copy and heads tens
+# of times): id(case) -> (case, value); the case is kept, so that its id
+# stays its own. Nothing here writes into a tensor it is given or gets.
+_FLOAT64: dict[int, tuple[Case, tuple]] = {}
+_HEADS: dict[tuple[int, bool, bool], tuple[Case, dict]] = {}
+_KEPT = 256  # entries at most (a process that grades many plans)
+
+
+def _remembered(table: dict, key: object, case: Case,
+                make: Callable[[], object]) -> object:
+    """``make()``, once per ``key`` of ``table`` (while ``case`` lives)."""
+    found = table.get(key)
+    if found is None or found[0] is not case:
+        if len(table) >= _KEPT:
+            table.clear()
+        found = table[key] = (case, make())
+    return found[1]
+
+
+def _float64(case: Case) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``case.float64()``, computed once per case (see _FLOAT64)."""
+    x, weights = _remembered(_FLOAT64, id(case), case, case.float64)
+    return x, dict(weights)
+
+
 def _heads(case: Case, merge_transpose: bool = True,
            split_transpose: bool = True) -> dict[str, torch.Tensor]:
-    """q, k, v as [batch * heads, seq, head_size] (optionally mis-split)."""
-    x, weights = case.float64()
-    bs, seq = x.shape[:2]
-    heads = case.sizes["num_heads"]
-    out = {}
-    for name in "qkv":
-        t = reference.project(x, weights, name)
-        if split_transpose:
-            t = attention.split_heads(t, heads)
-        out[name] = t.reshape(bs * heads, seq, -1)
-    return out
+    """q, k, v as [batch * heads, seq, head_size] (optionally mis-split);
+    computed once per case and layout (see _HEADS)."""
+    def make() -> dict[str, torch.Tensor]:
+        x, weights = _float64(case)
+        bs, seq = x.shape[:2]
+        heads = case.sizes["num_heads"]
+        out = {}
+        for name in "qkv":
+            t = reference.project(x, weights, name)
+            if split_transpose:
+                t = attention.split_heads(t, heads)
+            out[name] = t.reshape(bs * heads, seq, -1)
+        return out
+
+    return dict(_remembered(_HEADS, (id(case), merge_transpose,
+                                     split_transpose), case, make))
 
 
 def probs_variant(case: Case, *, scale: float | None = None,
@@ -68,7 +99,7 @@ def output_variant(case: Case, *, probs: torch.Tensor | None = None,
                    merge_transpose: bool = True,
                    mix: bool = True) -> torch.Tensor:
     """Multi-head output from ``probs`` with a mistake in values/merge."""
-    x, weights = case.float64()
+    x, weights = _float64(case)
     bs, seq = x.shape[:2]
     heads = case.sizes["num_heads"]
     if probs is None:
@@ -106,7 +137,7 @@ def scale_in_other_steps(case: Case, student: torch.Tensor
 def self_attention_variant(case: Case, *, scale: float | None = None,
                            softmax_dim: int = -1) -> torch.Tensor:
     """SelfAttention's output with a scale or softmax-dimension mistake."""
-    x, weights = case.float64()
+    x, weights = _float64(case)
     q, k, v = (reference.project(x, weights, n) for n in "qkv")
     divisor = q.shape[-1] ** 0.5 if scale is None else scale
     probs = torch.softmax(attention.kernel_scores(q, k, divisor),
@@ -244,7 +275,7 @@ def full_width_scale(case: Case, student: torch.Tensor) -> float | None:
     """The scale constant of probabilities whose blocks are single-head
     attention over the full ``hidden`` width (:func:`full_width_blocks`):
     the first block's fit, or None."""
-    x, weights = case.float64()
+    x, weights = _float64(case)
     q, k = (reference.project(x, weights, n) for n in "qk")
     scores = attention.kernel_scores(q, k)
     seq = scores.shape[-1]
@@ -307,7 +338,7 @@ def full_width_blocks(case: Case, student: torch.Tensor,
     attention of one sequence over the full ``hidden`` width (the
     projections not split into heads), with any scale (``over_queries``:
     with the softmax over the queries, both transposed)."""
-    x, weights = case.float64()
+    x, weights = _float64(case)
     q, k = (reference.project(x, weights, n) for n in "qk")
     scores = attention.kernel_scores(q, k)    # [batch, seq, seq]
     if over_queries:
@@ -342,7 +373,7 @@ def moved_values(case: Case, student: torch.Tensor, mixed: bool = True,
     move, and the output rebuilt from the reference's values so moved
     must equal the student's (at the rubric's tolerance).
     """
-    _, weights = case.float64()
+    _, weights = _float64(case)
     merged = merged_heads(case, split_transpose)
     if tuple(student.shape) != tuple(merged.shape):
         return False
