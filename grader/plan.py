@@ -11,7 +11,7 @@ the trusted process, what the checks need to judge the answer.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +23,11 @@ from grader.wire import encode_tensor
 #: it, and :func:`grader.run.observe.observe` folds the twin into the probe
 #: it repeats.
 TWIN = "~twin:"
+
+#: ``twin_input(task, info, seed) -> TwinInput | None``: another input for
+#: the twin of probe ``info`` and the trusted answers (a plug-in's
+#: ``twin_input``, :meth:`Plan.assign_modes`).
+TwinMaker = Callable[[str, "ProbeInfo", int], "TwinInput | None"]
 
 
 def family(probe_id: str) -> str:
@@ -84,6 +89,29 @@ class Case:
 
 
 @dataclass(frozen=True)
+class TwinInput:
+    """Another input for a probe's twin, with the trusted answers
+    (:meth:`Plan.assign_modes`, made by a plug-in's ``twin_input``).
+
+    ``x`` replaces the probe's first call argument (same shape and dtype,
+    fresh values: an answer remembered from the probe's own input does
+    not fit it). ``expected`` is the trusted answer to ``x`` and
+    ``reference`` the trusted answer to the probe's own input: a tensor,
+    or a tuple whose items are tensors or None (an item not judged).
+    The twin fails its probe when one of the two calls matches its
+    trusted answer (at ``rtol``, ``atol``) and the other does not: the
+    code is right in one autograd mode only. Code wrong alike in both
+    modes is judged by the checks alone, as before.
+    """
+
+    x: torch.Tensor
+    expected: Any
+    reference: Any
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
 class ProbeInfo:
     """What a probe asked for, kept by the trusted process."""
 
@@ -102,6 +130,11 @@ class ProbeInfo:
     # and, for a twin, the id of the probe it repeats in the other mode.
     grad: bool | None = None
     twin_of: str | None = None
+    # The probe's branch within its family (declared by the plug-in: a
+    # dropout rate, a flag), which sees both modes too; and, for a twin
+    # on another input, that input and the trusted answers.
+    branch: str = ""
+    other: TwinInput | None = None
     # The probe calls again the object the previous probe built.
     again: bool = False
 
@@ -112,14 +145,17 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
           describe: bool = False, trace: str | None = None,
           train: bool = False, seed: int = 0,
           sizes: dict[str, int] | None = None,
-          params: Mapping[str, Any] | None = None, again: bool = False
-          ) -> tuple[dict, ProbeInfo]:
+          params: Mapping[str, Any] | None = None, again: bool = False,
+          branch: str = "") -> tuple[dict, ProbeInfo]:
     """A probe's wire form and its trusted description. ``params`` is the
     plug-in's own record of the probe (kept by the trusted process only,
     as :attr:`ProbeInfo.params`). ``again``: build nothing, but call again
     the object the task's previous probe built (same ``target`` and
     ``init``, :meth:`Plan.add` checks), its ``state`` loaded and its mode
-    set anew: code right only on an object's first call fails there."""
+    set anew: code right only on an object's first call fails there.
+    ``branch``: the probe's branch within its family (a dropout rate, a
+    flag the code may branch on): :meth:`Plan.assign_modes` judges each
+    branch in both autograd modes."""
     wire: dict[str, Any] = {"id": probe_id, "target": target, "init": init,
                             "train": train, "seed": seed,
                             "describe": describe}
@@ -138,7 +174,7 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
     info = ProbeInfo(id=probe_id, task="", target=target, case=case,
                      kwargs=dict(kwargs or {}), train=train, sizes=sizes,
                      trace=trace, params=dict(params or {}),
-                     again=again)
+                     again=again, branch=str(branch))
     return wire, info
 
 
@@ -212,45 +248,58 @@ class Plan:
             if wire["id"] == probe_id:
                 wire["mode_of"] = partner
 
-    def assign_modes(self, seed: int) -> None:
+    def assign_modes(self, seed: int,
+                     twin_input: TwinMaker | None = None) -> None:
         """Give every probe an autograd mode (wire key ``grad``), so that
-        each family of probes is judged in both (docs/threat-model.md,
-        "Right only in the state the grader probes").
+        each family of probes, and each branch of one, is judged in both
+        (docs/threat-model.md, "Right only in the state the grader
+        probes").
 
         Within a task's family (:func:`family`), the probes that call the
-        object alternate between autograd on and off, starting from a bit
-        derived one-way from the seed; the probes that only build (and
-        describe) alternate likewise. A lead (wire key ``lead``: it only
-        prepares the random state of the probe after it) takes the mode
-        of the probe it leads and is no family of its own; so does a
-        probe whose wire key ``mode_of`` names an earlier probe of the
-        task (a pair the checks compare, e.g. one input with equal
-        scores and the same with random ones): it takes that probe's
-        mode, so that the pair differs in its input alone. A family with
-        one calling probe (paired or not; none trained by a ``fit``)
-        gets a twin: the same probe in the other mode, id ``TWIN + id``,
-        appended at the end of the task's probes (after a copy of its
-        lead, when it is led), built fresh (``again`` dropped)."""
+        object are grouped by their branch (:attr:`ProbeInfo.branch`, a
+        rate or a flag the plug-in declared; one group when it declared
+        none), and each group alternates between autograd on and off,
+        starting from a bit derived one-way from the seed; the probes
+        that only build (and describe) alternate likewise. A lead (wire
+        key ``lead``: it only prepares the random state of the probe
+        after it) takes the mode of the probe it leads and is no family
+        of its own; so does a probe whose wire key ``mode_of`` names an
+        earlier probe of the task (a pair the checks compare, e.g. one
+        input with equal scores and the same with random ones): it takes
+        that probe's mode, so that the pair differs in its input alone.
+        A group with one calling probe (paired or not; none trained by a
+        ``fit``) gets a twin: the probe in the other mode, id ``TWIN +
+        id``, appended at the end of the task's probes (after a copy of
+        its lead, when it is led), built fresh (``again`` dropped). The
+        twin runs on another input when ``twin_input(task, info, seed)``
+        (the plug-in's, :class:`TwinInput`) gives one, else on the same.
+        """
         for task, wires in self.probes.items():
             modes: list[bool] = [False] * len(wires)
-            # Per family: the probes that call, those that only build, and
-            # those that call in the mode of another (``mode_of``).
-            families: dict[str, tuple[list[int], list[int], list[int]]] = {}
+            # Per family and branch: the probes that call, those that only
+            # build, and those that call in the mode of another.
+            groups: dict[tuple[str, str],
+                         tuple[list[int], list[int], list[int]]] = {}
             position = {wire["id"]: index
                         for index, wire in enumerate(wires)}
             for index, wire in enumerate(wires):
                 if wire.get("lead"):
                     continue
-                calling, building, paired = families.setdefault(
-                    family(wire["id"]), ([], [], []))
-                if wire.get("call") is None:
-                    building.append(index)
+                calling = wire.get("call") is not None
+                branch = (self.info[(task, wire["id"])].branch if calling
+                          else "")
+                members = groups.setdefault(
+                    (family(wire["id"]), branch), ([], [], []))
+                if not calling:
+                    members[1].append(index)
                 else:
-                    (paired if wire.get("mode_of") in position
-                     else calling).append(index)
+                    members[2 if wire.get("mode_of") in position
+                            else 0].append(index)
             twins: list[int] = []
-            for name, (calling, building, paired) in families.items():
-                bit = derive_seed(seed, "autograd", task, name) & 1
+            for (name, branch), (calling, building, paired) in \
+                    groups.items():
+                labels = (name, branch) if branch else (name,)
+                bit = derive_seed(seed, "autograd", task, *labels) & 1
                 for members in (calling, building):
                     for number, index in enumerate(members):
                         modes[index] = bool((bit + number) % 2)
@@ -273,14 +322,29 @@ class Plan:
                 key = (task, wires[index]["id"])
                 self.info[key] = replace(self.info[key], grad=mode)
             for index, mode in added:
-                original = wires[index]
-                twin = {**original, "id": TWIN + original["id"],
-                        "grad": mode}
-                twin.pop("again", None)
-                wires.append(twin)
-                self.info[(task, twin["id"])] = replace(
-                    self.info[(task, original["id"])], id=twin["id"],
-                    grad=mode, twin_of=original["id"], again=False)
+                self._twin(task, wires[index], mode, seed, twin_input)
+
+    def _twin(self, task: str, original: dict, mode: bool, seed: int,
+              twin_input: TwinMaker | None) -> None:
+        """Append the twin of ``original`` in ``mode`` (see
+        :meth:`assign_modes`), on the plug-in's other input if it gives
+        one (never for a lead: it prepares a random state, its input is
+        not judged)."""
+        info = self.info[(task, original["id"])]
+        other = None
+        if twin_input is not None and not original.get("lead") \
+                and original.get("call") is not None:
+            other = twin_input(task, info, seed)
+        twin = {**original, "id": TWIN + original["id"], "grad": mode}
+        twin.pop("again", None)
+        if other is not None:
+            call = dict(twin["call"])
+            call["args"] = [encode_tensor(other.x)] + list(call["args"][1:])
+            twin["call"] = call
+        self.probes[task].append(twin)
+        self.info[(task, twin["id"])] = replace(
+            info, id=twin["id"], grad=mode, twin_of=original["id"],
+            again=False, other=other)
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

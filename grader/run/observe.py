@@ -11,10 +11,11 @@ import re
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
-from grader.plan import Case, ProbeInfo
+from grader.plan import Case, ProbeInfo, TwinInput
 from grader.run.sandbox import JobResult
 from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, ChannelError,
                          Value, decode_value)
@@ -361,11 +362,16 @@ def fold_twins(run: TaskRun) -> None:
 
 def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
     """Why a probe that ran does not count, given its twin; None when the
-    twin ran and answered the same."""
+    twin ran and answered the same (on the same input), or, on another
+    input (:class:`grader.plan.TwinInput`), matched its trusted answer
+    exactly when the probe matched its own."""
     if not twin.ok:
         said = (f"it raised {twin.problem}" if twin.error
                 else str(twin.problem))
         return f"{MODE_WORDS[bool(twin.info.grad)]}, {said}"
+    other = twin.info.other
+    if other is not None:
+        return _other_input_problem(original, twin, other)
     on, off = ((twin, original) if twin.info.grad else (original, twin))
     differs = value_difference(on.value, off.value)
     if differs is None and on.describe != off.describe:
@@ -375,6 +381,61 @@ def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
     return (f"it answered differently {MODE_WORDS[True]} than "
             f"{MODE_WORDS[False]}, on the same input, weights and random "
             f"seed ({differs})")
+
+
+def _other_input_problem(original: ProbeResult, twin: ProbeResult,
+                         other: TwinInput) -> str | None:
+    """A twin on another input: the code must match the trusted answer in
+    both modes or in neither (code wrong alike in both modes is the
+    checks' to judge); an answer remembered from the probe's own input
+    does not fit the other one."""
+    mine = expected_difference(original.value, other.reference,
+                               other.rtol, other.atol)
+    theirs = expected_difference(twin.value, other.expected, other.rtol,
+                                 other.atol)
+    if (mine is None) == (theirs is None):
+        return None
+    right, wrong = ((original, twin) if mine is None else (twin, original))
+    found = theirs if mine is None else mine
+    where = ("another input of the same sizes" if wrong is twin
+             else "its own input")
+    return (f"it matches the reference {MODE_WORDS[bool(right.info.grad)]}"
+            f" but not {MODE_WORDS[bool(wrong.info.grad)]} (on {where}, "
+            f"with the same weights: {found})")
+
+
+def expected_difference(value: Value | None, expected: Any, rtol: float,
+                        atol: float, where: str = "the value"
+                        ) -> str | None:
+    """Where ``value`` differs from a trusted answer (a tensor, or a tuple
+    of tensors and None, an item not judged), in words; None when it
+    matches (allclose at ``rtol``, ``atol``; a tuple or a list of as many
+    items, item by item)."""
+    import torch
+
+    if expected is None:
+        return None
+    if value is None:
+        return f"{where} is missing"
+    if isinstance(expected, tuple):
+        if value.kind not in ("tuple", "list") or \
+                len(value.items) != len(expected):
+            return f"{where} is {value.describe()}"
+        for index, (item, want) in enumerate(zip(value.items, expected)):
+            found = expected_difference(item, want, rtol, atol,
+                                        f"item {index}")
+            if found is not None:
+                return found
+        return None
+    if value.kind != "tensor" or value.tensor is None \
+            or tuple(value.shape) != tuple(expected.shape):
+        return f"{where} is {value.describe()}"
+    got = value.tensor.double()
+    want = expected.double()
+    if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    gap = (got - want).abs().nan_to_num(nan=float("inf")).max().item()
+    return f"{where} differs from it by {gap:.3g}"
 
 
 def value_difference(on: Value | None, off: Value | None,
