@@ -23,6 +23,8 @@ from grader.wire import encode_tensor
 #: it, and :func:`grader.run.observe.observe` folds the twin into the probe
 #: it repeats.
 TWIN = "~twin:"
+#: ... of a twin in its probe's own mode, on a fresh input (TwinInput).
+TWIN_SAME = "~twin=:"
 
 #: ``twin_input(task, info, seed) -> TwinInput | None``: another input for
 #: the twin of probe ``info`` and the trusted answers (a plug-in's
@@ -90,22 +92,26 @@ class Case:
 
 @dataclass(frozen=True)
 class TwinInput:
-    """Another input for a probe's twin, with the trusted answers
+    """Fresh inputs for a probe's twins, with the trusted answers
     (:meth:`Plan.assign_modes`, made by a plug-in's ``twin_input``).
 
-    ``x`` replaces the probe's first call argument (same shape and dtype,
-    fresh values: an answer remembered from the probe's own input does
-    not fit it). ``expected`` is the trusted answer to ``x`` and
-    ``reference`` the trusted answer to the probe's own input: a tensor,
-    or a tuple whose items are tensors or None (an item not judged).
-    The twin fails its probe when one of the two calls matches its
-    trusted answer (at ``rtol``, ``atol``) and the other does not: the
+    ``inputs`` are two inputs of the shape and dtype of the probe's first
+    call argument, with fresh values (seeded): the first for a twin in
+    the other autograd mode, the second for a twin in the probe's own
+    mode. The probe's own input may have been seen before, by an earlier
+    probe on the same case, in either mode; these have not, so an answer
+    remembered by input (or by sample) fits neither, and each mode meets
+    an input it never saw. ``expected`` holds the trusted answer to
+    each, and ``reference`` the trusted answer to the probe's own input:
+    a tensor, or a tuple whose items are tensors or None (an item not
+    judged). The probe fails when a call in one mode matches its trusted
+    answer (at ``rtol``, ``atol``) and a call in the other does not: the
     code is right in one autograd mode only. Code wrong alike in both
-    modes is judged by the checks alone, as before.
+    modes is the checks' to judge, as before.
     """
 
-    x: torch.Tensor
-    expected: Any
+    inputs: tuple[torch.Tensor, torch.Tensor]
+    expected: tuple[Any, Any]
     reference: Any
     rtol: float
     atol: float
@@ -132,9 +138,11 @@ class ProbeInfo:
     twin_of: str | None = None
     # The probe's branch within its family (declared by the plug-in: a
     # dropout rate, a flag), which sees both modes too; and, for a twin
-    # on another input, that input and the trusted answers.
+    # on fresh inputs, those inputs and the trusted answers, and which
+    # of the inputs it runs on.
     branch: str = ""
     other: TwinInput | None = None
+    other_index: int = 0
     # The probe calls again the object the previous probe built.
     again: bool = False
 
@@ -270,9 +278,13 @@ class Plan:
         A group with one calling probe (paired or not; none trained by a
         ``fit``) gets a twin: the probe in the other mode, id ``TWIN +
         id``, appended at the end of the task's probes (after a copy of
-        its lead, when it is led), built fresh (``again`` dropped). The
-        twin runs on another input when ``twin_input(task, info, seed)``
-        (the plug-in's, :class:`TwinInput`) gives one, else on the same.
+        its lead, when it is led), built fresh (``again`` dropped). When
+        ``twin_input(task, info, seed)`` (the plug-in's,
+        :class:`TwinInput`) gives fresh inputs, the twin runs on the first,
+        and a second twin, id ``TWIN_SAME + id``, in the probe's own mode,
+        on the second (after every twin in the other mode): each mode then
+        meets an input no probe has shown it. Otherwise the one twin
+        repeats the probe's input.
         """
         for task, wires in self.probes.items():
             modes: list[bool] = [False] * len(wires)
@@ -312,39 +324,58 @@ class Plan:
             for index in range(len(wires) - 1, -1, -1):
                 if wires[index].get("lead") and index + 1 < len(wires):
                     modes[index] = modes[index + 1]
-            added: list[tuple[int, bool]] = []
+            added: list[int] = []
             for index in sorted(twins):
                 if index > 0 and wires[index - 1].get("lead"):
-                    added.append((index - 1, not modes[index]))
-                added.append((index, not modes[index]))
+                    added.append(index - 1)
+                added.append(index)
             for index, mode in enumerate(modes):
                 wires[index]["grad"] = mode
                 key = (task, wires[index]["id"])
                 self.info[key] = replace(self.info[key], grad=mode)
-            for index, mode in added:
-                self._twin(task, wires[index], mode, seed, twin_input)
+            fresh = {}
+            for index in added:
+                if not wires[index].get("lead"):
+                    fresh[index] = self._fresh(task, wires[index], seed,
+                                               twin_input)
+            for number, prefix in enumerate((TWIN, TWIN_SAME)):
+                for index in added:
+                    # A lead's copy goes with the twin it leads.
+                    other = fresh.get(index + 1 if wires[index].get("lead")
+                                      else index)
+                    if number and other is None:
+                        continue
+                    self._twin(task, wires[index], prefix,
+                               modes[index] if number else not modes[index],
+                               None if wires[index].get("lead") else other,
+                               number)
 
-    def _twin(self, task: str, original: dict, mode: bool, seed: int,
-              twin_input: TwinMaker | None) -> None:
-        """Append the twin of ``original`` in ``mode`` (see
-        :meth:`assign_modes`), on the plug-in's other input if it gives
-        one (never for a lead: it prepares a random state, its input is
-        not judged)."""
+    def _fresh(self, task: str, original: dict, seed: int,
+               twin_input: TwinMaker | None) -> TwinInput | None:
+        """The plug-in's fresh inputs for the twins of ``original`` (None:
+        its one twin repeats its input)."""
+        if twin_input is None or original.get("call") is None \
+                or not original["call"].get("args"):
+            return None
+        return twin_input(task, self.info[(task, original["id"])], seed)
+
+    def _twin(self, task: str, original: dict, prefix: str, mode: bool,
+              other: TwinInput | None, number: int) -> None:
+        """Append a twin of ``original`` in ``mode``, id ``prefix + id``
+        (see :meth:`assign_modes`), on ``other.inputs[number]`` if given,
+        else on the original's input."""
         info = self.info[(task, original["id"])]
-        other = None
-        if twin_input is not None and not original.get("lead") \
-                and original.get("call") is not None:
-            other = twin_input(task, info, seed)
-        twin = {**original, "id": TWIN + original["id"], "grad": mode}
+        twin = {**original, "id": prefix + original["id"], "grad": mode}
         twin.pop("again", None)
         if other is not None:
             call = dict(twin["call"])
-            call["args"] = [encode_tensor(other.x)] + list(call["args"][1:])
+            call["args"] = ([encode_tensor(other.inputs[number])]
+                            + list(call["args"][1:]))
             twin["call"] = call
         self.probes[task].append(twin)
         self.info[(task, twin["id"])] = replace(
             info, id=twin["id"], grad=mode, twin_of=original["id"],
-            again=False, other=other)
+            again=False, other=other, other_index=number)
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

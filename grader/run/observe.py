@@ -15,7 +15,7 @@ from typing import Any
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
-from grader.plan import Case, ProbeInfo, TwinInput
+from grader.plan import Case, ProbeInfo
 from grader.run.sandbox import JobResult
 from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, ChannelError,
                          Value, decode_value)
@@ -333,45 +333,61 @@ TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-6
 
 
 def fold_twins(run: TaskRun) -> None:
-    """Fold each twin (a probe repeated in the other autograd mode,
-    :meth:`grader.plan.Plan.assign_modes`) into the probe it repeats, and
-    remove it from ``run.results``: no check ever sees a twin. The code
-    that ran in either counts (``ran``, ``foreign``); a probe that ran
-    takes the twin's problem when the twin did not run to the end (it
-    raised, it never ran, its time ran out: the other mode was never
-    seen, so it fails closed), and a problem of its own when the twin
-    answered otherwise (another value, or another description)."""
+    """Fold each probe's twins (the probe in the other autograd mode, on
+    its input or on a fresh one, and in its own mode on another fresh
+    one: :meth:`grader.plan.Plan.assign_modes`) into the probe, and
+    remove them from ``run.results``: no check ever sees a twin. The code
+    that ran in any counts (``ran``, ``foreign``); a probe that ran takes
+    a twin's problem when the twin did not run to the end (it raised, it
+    never ran, its time ran out: that mode was never seen, so it fails
+    closed), and a problem of its own when the twin answered otherwise
+    (another value or description on the same input; on fresh inputs,
+    the trusted answer matched in one mode and missed in the other)."""
+    twins: dict[str, list[ProbeResult]] = {}
     for probe_id in [p for p, r in run.results.items()
                      if r.info.twin_of is not None]:
         twin = run.results.pop(probe_id)
-        original = run.results.get(str(twin.info.twin_of))
+        twins.setdefault(str(twin.info.twin_of), []).append(twin)
+    for original_id, found in twins.items():
+        original = run.results.get(original_id)
         if original is None:
             continue
-        merged = replace(
-            original,
-            ran=original.ran + tuple(r for r in twin.ran
-                                     if r not in original.ran),
-            foreign=original.foreign + tuple(
-                f for f in twin.foreign if f not in original.foreign))
+        merged = original
+        for twin in found:
+            merged = replace(
+                merged,
+                ran=merged.ran + tuple(r for r in twin.ran
+                                       if r not in merged.ran),
+                foreign=merged.foreign + tuple(
+                    f for f in twin.foreign if f not in merged.foreign))
         if merged.ok:
-            problem = _twin_problem(original, twin)
+            problem = _twins_problem(original, found)
             if problem is not None:
                 merged = replace(merged, problem=problem)
-        run.results[original.info.id] = merged
+        run.results[original_id] = merged
+
+
+def _twins_problem(original: ProbeResult, twins: list[ProbeResult]
+                   ) -> str | None:
+    """Why a probe that ran does not count, given its twins; None when
+    every twin ran and the answers agree."""
+    for twin in twins:
+        if not twin.ok:
+            said = (f"it raised {twin.problem}" if twin.error
+                    else str(twin.problem))
+            return f"{MODE_WORDS[bool(twin.info.grad)]}, {said}"
+    fresh = [twin for twin in twins if twin.info.other is not None]
+    if fresh:
+        return _fresh_inputs_problem(original, fresh)
+    for twin in twins:
+        problem = _twin_problem(original, twin)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
-    """Why a probe that ran does not count, given its twin; None when the
-    twin ran and answered the same (on the same input), or, on another
-    input (:class:`grader.plan.TwinInput`), matched its trusted answer
-    exactly when the probe matched its own."""
-    if not twin.ok:
-        said = (f"it raised {twin.problem}" if twin.error
-                else str(twin.problem))
-        return f"{MODE_WORDS[bool(twin.info.grad)]}, {said}"
-    other = twin.info.other
-    if other is not None:
-        return _other_input_problem(original, twin, other)
+    """A twin on the probe's own input: the same answer in both modes."""
     on, off = ((twin, original) if twin.info.grad else (original, twin))
     differs = value_difference(on.value, off.value)
     if differs is None and on.describe != off.describe:
@@ -383,25 +399,34 @@ def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
             f"seed ({differs})")
 
 
-def _other_input_problem(original: ProbeResult, twin: ProbeResult,
-                         other: TwinInput) -> str | None:
-    """A twin on another input: the code must match the trusted answer in
+def _fresh_inputs_problem(original: ProbeResult,
+                          twins: list[ProbeResult]) -> str | None:
+    """Twins on fresh inputs: the code must match the trusted answers in
     both modes or in neither (code wrong alike in both modes is the
-    checks' to judge); an answer remembered from the probe's own input
-    does not fit the other one."""
-    mine = expected_difference(original.value, other.reference,
-                               other.rtol, other.atol)
-    theirs = expected_difference(twin.value, other.expected, other.rtol,
-                                 other.atol)
-    if (mine is None) == (theirs is None):
-        return None
-    right, wrong = ((original, twin) if mine is None else (twin, original))
-    found = theirs if mine is None else mine
-    where = ("another input of the same sizes" if wrong is twin
-             else "its own input")
-    return (f"it matches the reference {MODE_WORDS[bool(right.info.grad)]}"
-            f" but not {MODE_WORDS[bool(wrong.info.grad)]} (on {where}, "
-            f"with the same weights: {found})")
+    checks' to judge). An answer remembered from an input seen before
+    does not fit a fresh one, so a mode right only on what it has seen
+    misses there."""
+    other = twins[0].info.other
+    assert other is not None
+    calls = [(original, "its own input",
+              expected_difference(original.value, other.reference,
+                                  other.rtol, other.atol))]
+    for twin in twins:
+        calls.append((twin, "a fresh input of the same sizes",
+                      expected_difference(
+                          twin.value, other.expected[twin.info.other_index],
+                          other.rtol, other.atol)))
+    for good, _, missed in calls:
+        if missed is not None:
+            continue
+        for bad, where, found in calls:
+            if found is not None and \
+                    bool(good.info.grad) != bool(bad.info.grad):
+                return (f"it matches the reference "
+                        f"{MODE_WORDS[bool(good.info.grad)]} but not "
+                        f"{MODE_WORDS[bool(bad.info.grad)]} (on {where}, "
+                        f"with the same weights: {found})")
+    return None
 
 
 def expected_difference(value: Value | None, expected: Any, rtol: float,

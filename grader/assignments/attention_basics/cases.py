@@ -654,25 +654,30 @@ ANSWERS = {
 
 
 def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
-    """Another input for the twin of a probe (grader.plan.TwinInput): N(0,
+    """Fresh inputs for the twins of a probe (grader.plan.TwinInput): N(0,
     1) values of the probe's input's shape, from a stream derived one-way
-    from the seed, with the reference's outputs for it and for the
-    probe's own input, on the case's weights (a ``seeded:`` probe's
-    module draws the public case's). None for a probe with random dropout
-    in training (its twin repeats its input and seed: no reference gives
-    its values), a trace, and a QKVMultiheadAttention call without the
-    causal mask (its twin repeats its input)."""
+    from the seed, with the reference's outputs for them and for the
+    probe's own input, on the case's weights. None (the twin repeats the
+    probe's input) for a probe with random dropout in training (no
+    reference gives its values), a trace, a QKVMultiheadAttention call
+    without the causal mask, and a ``seeded:`` probe (it judges the
+    construction after a manual_seed; its forward is the ``values:``
+    probes' forward, judged in both modes on distinct inputs)."""
     case = info.case
     if case is None or info.trace or info.target not in ANSWERS or (
             info.train and info.params.get("dropout")) or (
             info.target == "QKVMultiheadAttention"
-            and not info.params.get("causal")):
+            and not info.params.get("causal")) or \
+            info.id.startswith("seeded:"):
         return None
     generator = torch.Generator().manual_seed(
         derive_seed(seed, "attention_basics", "twin", task, info.id))
-    x = torch.randn(tuple(case.x.shape), generator=generator)
+    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
+              torch.randn(tuple(case.x.shape), generator=generator))
     weights = {name: value.double() for name, value in case.weights.items()}
     answer = ANSWERS[info.target]
-    return TwinInput(x=x, expected=answer(x.double(), weights, case.sizes),
-                     reference=answer(case.x.double(), weights, case.sizes),
-                     rtol=RTOL, atol=ATOL)
+    return TwinInput(
+        inputs=inputs, expected=tuple(
+            answer(x.double(), weights, case.sizes) for x in inputs),
+        reference=answer(case.x.double(), weights, case.sizes), rtol=RTOL,
+        atol=ATOL)

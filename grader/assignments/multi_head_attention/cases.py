@@ -480,9 +480,9 @@ def trace_inputs(seed: int, index: int, sizes: dict[str, int]
 
 
 def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
-    """Another input for the twin of a probe (grader.plan.TwinInput): N(0,
+    """Fresh inputs for the twins of a probe (grader.plan.TwinInput): N(0,
     1) values of the probe's input's shape, from a stream derived one-way
-    from the seed, with the reference's answers to it and to the probe's
+    from the seed, with the reference's answers to them and to the probe's
     own input (att; probs are not judged, their layout is the checks').
     None for a probe with random dropout in training (its twin repeats
     its input and seed: no reference gives its values) and for a trace."""
@@ -492,7 +492,8 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
         return None
     generator = torch.Generator().manual_seed(
         derive_seed(seed, "multi_head_attention", "twin", task, info.id))
-    x = torch.randn(tuple(case.x.shape), generator=generator)
+    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
+              torch.randn(tuple(case.x.shape), generator=generator))
     weights = {name: value.double() for name, value in case.weights.items()}
 
     def answer(inputs: torch.Tensor) -> object:
@@ -503,5 +504,6 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
                                       bool(info.params.get("causal")))
         return (att, None) if info.kwargs.get("return_attention") else att
 
-    return TwinInput(x=x, expected=answer(x), reference=answer(case.x),
-                     rtol=RTOL, atol=ATOL)
+    return TwinInput(inputs=inputs,
+                     expected=(answer(inputs[0]), answer(inputs[1])),
+                     reference=answer(case.x), rtol=RTOL, atol=ATOL)

@@ -581,10 +581,10 @@ def trace_inputs(seed: int, index: int, sizes: dict[str, int]
 
 
 def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
-    """Another input for the twin of a probe (grader.plan.TwinInput): for a
+    """Fresh inputs for the twins of a probe (grader.plan.TwinInput): for a
     TransformerEncoderLayer's forward without random dropout, N(0, 1)
     values of the probe's input's shape (from a stream derived one-way
-    from the seed) with the reference layer's outputs for it and for the
+    from the seed) with the reference layer's outputs for them and for the
     probe's own input. None otherwise (the model's probes: token ids,
     substitute layers, methods; dropout in training; traces): the twin
     then repeats the probe's input."""
@@ -595,7 +595,8 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
         return None
     generator = torch.Generator().manual_seed(
         derive_seed(seed, LABEL, "twin", task, info.id))
-    x = torch.randn(tuple(case.x.shape), generator=generator)
+    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
+              torch.randn(tuple(case.x.shape), generator=generator))
     weights = {name: value.double() for name, value in case.weights.items()}
 
     def answer(inputs: torch.Tensor) -> torch.Tensor:
@@ -603,5 +604,6 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
                              case.sizes["num_heads"],
                              bool(info.params.get("causal")))
 
-    return TwinInput(x=x, expected=answer(x), reference=answer(case.x),
-                     rtol=RTOL, atol=ATOL)
+    return TwinInput(inputs=inputs,
+                     expected=(answer(inputs[0]), answer(inputs[1])),
+                     reference=answer(case.x), rtol=RTOL, atol=ATOL)

