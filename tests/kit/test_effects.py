@@ -27,7 +27,11 @@ only in one family's situation with autograd on (judged by its twin), or
 right only with autograd on; its honest controls build a mask under
 ``torch.no_grad()``, in a ``@torch.no_grad()`` helper, or detach it. The
 ``basics`` and ``training`` folders hold one such file each of
-``attention_basics`` and ``transformer_block`` (``modes_*``).
+``attention_basics`` and ``transformer_block`` (``modes_*``). Issue 24
+(R-a, R-b): code that remembers the right mode's answers (by the input's
+bytes, per sequence, by shape) and repeats them in the wrong mode, judged
+by twins on fresh inputs; and code wrong at one dropout rate in one mode
+only, judged by each rate's branch in both modes.
 Red team 10 (R2, R4): code right on a module's first call only (a
 dropout mask or a causal mask kept, a call counter), dropout skipped or
 the mask dropped when causal and dropout act together in training, and
@@ -112,6 +116,12 @@ OTHER_SCORES = ("hide the future but do not match the reference")
 #: The words of a probe whose twin answered otherwise (grader.run.observe).
 TWIN = ("it answered differently with autograd on (as in training) than "
         "under torch.no_grad(), on the same input, weights and random seed")
+#: ... and of one whose twins on fresh inputs (issue 24, R-a) matched the
+#: reference in one mode only.
+FRESH_ON = ("it matches the reference with autograd on (as in training) "
+            "but not under torch.no_grad()")
+FRESH_OFF = ("it matches the reference under torch.no_grad() but not with "
+             "autograd on (as in training)")
 SAME_MODULE = ("two calls of the same module under different random seeds "
                "drop exactly the same probabilities")
 NOT_A_DISTRIBUTION = ("In eval mode (model.eval()) the probabilities of a "
@@ -278,6 +288,16 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0), (),
             "in training mode (model.train(), the same module called again "
             "after its eval-mode call)", ("task7.mask",)),
+        # Issue 24: wrong at one rate (0.5, eval mode) under no_grad only
+        # (R-b: each rate a branch in both modes); the mask skipped in
+        # training with autograd on, answers kept by shape (R-a: twins on
+        # fresh inputs).
+        "modes_rate_eval_no_grad": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), FRESH_ON,
+            ("task4.dropout",)),
+        "modes_mask_train_by_shape": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0), (), FRESH_OFF,
+            ("task7.mask",)),
         "train_no_super": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("dropout_in_eval",), "dropout must act only in training",
@@ -302,6 +322,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "no_grad_wrong_mix": (
             (1, 3, 0, 0, 1, 3, 0, 0, 0, 0), (), TWIN,
             ("task2.causal", "task2.output")),
+        # Issue 24, R-a: answers remembered by the input's bytes, or per
+        # sequence, from the right mode (twins on fresh inputs); R-b:
+        # wrong at one rate (0.2, eval mode) under no_grad only.
+        "memo_bytes_att_only": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
+        "memo_sample_causal_train": (NO_CAUSAL, (), FRESH_OFF),
+        "rate_eval_no_grad": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),
