@@ -54,12 +54,13 @@ class Plugin:
     values shipped to students in ``transformer_lm/`` (optional: an
     assignment may ship none); ``public_files`` names them (declared, so
     that the grader knows what the release ships without rendering them:
-    :attr:`package_files`). ``twin_input`` (optional) gives a twin
-    another input and the trusted answers to it and to the probe's own
-    (:class:`grader.plan.TwinInput`, :meth:`grader.plan.Plan.assign_modes`;
-    None for a probe it cannot judge so: the twin then repeats the
-    probe's input). The rubric, the checks, the stub and the
-    forbidden APIs are data in the plug-in's folder: ``rubric.toml``
+    :attr:`package_files`). ``twin_input`` (optional) gives a probe's
+    twins fresh inputs and the trusted answers to them and to the
+    probe's own input (:class:`grader.plan.TwinInput`,
+    :meth:`grader.plan.Plan.assign_modes`; None for a probe it cannot
+    judge so: its twin then repeats its input). The rubric, the checks,
+    the stub and the forbidden APIs are data in the plug-in's folder:
+    ``rubric.toml``
     (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``,
     and the audit catalog of known mistakes and correct variants,
     ``audit.toml`` (:mod:`grader.catalog`; optional for grading, and left
