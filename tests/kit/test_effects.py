@@ -266,8 +266,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "modes_v2_grad_unscaled": (
             (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("no_scaling",), TWIN, ("task3.values",)),
+        # (task 4's dropout probes on fresh inputs, the wrapper's seeded:
+        # probe on its own).
         "modes_causal_grad_fn": (
-            (1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (), TWIN,
+            (1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            {"task4.dropout": FRESH_OFF, "task5.values": TWIN},
             ("task4.dropout", "task5.values")),
         # ... and its control: CausalAttention never drops (task 4's
         # point); the wrapper is not charged for the same mistake.
