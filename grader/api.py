@@ -16,7 +16,8 @@ from grader.judge.checking import (ATOL, RTOL, CheckFailed, close, explained,
                                    share_outside, tensor_of)
 from grader.judge.fitting import fit_log_scale
 from grader.output.figures import MapFigure
-from grader.plan import Case, Plan, ProbeInfo, derive_seed, probe
+from grader.plan import (Case, Plan, ProbeInfo, TwinInput, derive_seed,
+                         probe)
 from grader.plugin import Plugin
 from grader.run.observe import TaskRun
 from grader.wire import encode_tensor
@@ -27,7 +28,7 @@ __all__ = [
     # its audit catalog, read from audit.toml (grader.catalog)
     "Catalog", "Edit", "Mutant", "Variant",
     # its plan: cases and the probes each worker runs (grader.plan)
-    "Case", "Plan", "ProbeInfo", "derive_seed", "probe",
+    "Case", "Plan", "ProbeInfo", "TwinInput", "derive_seed", "probe",
     # what the sandbox observed (grader.run.observe)
     "TaskRun",
     # checks: comparisons and failures in words (grader.judge.checking)

@@ -86,14 +86,15 @@ def build_plan(assignment: Assignment, seed: int,
     function of its arguments: a batch builds it once)."""
     # Shapes are traced at the rubric's sizes and at secret ones drawn
     # from the seed (docs/threat-model.md, principle 6).
-    plan: Plan = plugin.of(assignment).build_plan(
+    own = plugin.of(assignment)
+    plan: Plan = own.build_plan(
         seed, public_only, all_size_sets(assignment.size_sets, seed,
                                          assignment.id))
     if public_only:
         plan.public_only()
     # Every family of probes in both autograd modes (docs/threat-model.md,
     # "Right only in the state the grader probes").
-    plan.assign_modes(seed)
+    plan.assign_modes(seed, own.twin_input)
     plan.assign_states(seed)
     plan.origin = (assignment.id, seed, public_only)
     return plan

@@ -11,7 +11,7 @@ the trusted process, what the checks need to judge the answer.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +28,13 @@ TWIN = "~twin:"
 #: (CloneBackward0, MulBackward0, SubBackward0, ToCopyBackward0,
 #: NegBackward0), none a view (a view of a leaf refuses in-place edits).
 ACTIVATION_OPS = ("clone", "mul", "sub", "cast", "neg")
+#: ... of a twin in its probe's own mode, on a fresh input (TwinInput).
+TWIN_SAME = "~twin=:"
+
+#: ``twin_input(task, info, seed) -> TwinInput | None``: another input for
+#: the twin of probe ``info`` and the trusted answers (a plug-in's
+#: ``twin_input``, :meth:`Plan.assign_modes`).
+TwinMaker = Callable[[str, "ProbeInfo", int], "TwinInput | None"]
 
 
 def family(probe_id: str) -> str:
@@ -95,6 +102,33 @@ class Case:
 
 
 @dataclass(frozen=True)
+class TwinInput:
+    """Fresh inputs for a probe's twins, with the trusted answers
+    (:meth:`Plan.assign_modes`, made by a plug-in's ``twin_input``).
+
+    ``inputs`` are two inputs of the shape and dtype of the probe's first
+    call argument, with fresh values (seeded): the first for a twin in
+    the other autograd mode, the second for a twin in the probe's own
+    mode. The probe's own input may have been seen before, by an earlier
+    probe on the same case, in either mode; these have not, so an answer
+    remembered by input (or by sample) fits neither, and each mode meets
+    an input it never saw. ``expected`` holds the trusted answer to
+    each, and ``reference`` the trusted answer to the probe's own input:
+    a tensor, or a tuple whose items are tensors or None (an item not
+    judged). The probe fails when a call in one mode matches its trusted
+    answer (at ``rtol``, ``atol``) and a call in the other does not: the
+    code is right in one autograd mode only. Code wrong alike in both
+    modes is the checks' to judge, as before.
+    """
+
+    inputs: tuple[torch.Tensor, torch.Tensor]
+    expected: tuple[Any, Any]
+    reference: Any
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
 class ProbeInfo:
     """What a probe asked for, kept by the trusted process."""
 
@@ -121,6 +155,13 @@ class ProbeInfo:
     raw: bool = False
     via: str | None = None
     grads: bool = False
+    # The probe's branch within its family (declared by the plug-in: a
+    # dropout rate, a flag), which sees both modes too; and, for a twin
+    # on fresh inputs, those inputs and the trusted answers, and which
+    # of the inputs it runs on.
+    branch: str = ""
+    other: TwinInput | None = None
+    other_index: int = 0
     # The probe calls again the object the previous probe built.
     again: bool = False
 
@@ -154,14 +195,17 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
           describe: bool = False, trace: str | None = None,
           train: bool = False, seed: int = 0,
           sizes: dict[str, int] | None = None,
-          params: Mapping[str, Any] | None = None, again: bool = False
-          ) -> tuple[dict, ProbeInfo]:
+          params: Mapping[str, Any] | None = None, again: bool = False,
+          branch: str = "") -> tuple[dict, ProbeInfo]:
     """A probe's wire form and its trusted description. ``params`` is the
     plug-in's own record of the probe (kept by the trusted process only,
     as :attr:`ProbeInfo.params`). ``again``: build nothing, but call again
     the object the task's previous probe built (same ``target`` and
     ``init``, :meth:`Plan.add` checks), its ``state`` loaded and its mode
-    set anew: code right only on an object's first call fails there."""
+    set anew: code right only on an object's first call fails there.
+    ``branch``: the probe's branch within its family (a dropout rate, a
+    flag the code may branch on): :meth:`Plan.assign_modes` judges each
+    branch in both autograd modes."""
     wire: dict[str, Any] = {"id": probe_id, "target": target, "init": init,
                             "train": train, "seed": seed,
                             "describe": describe}
@@ -180,7 +224,7 @@ def probe(probe_id: str, target: str, *, case: Case | None = None,
     info = ProbeInfo(id=probe_id, task="", target=target, case=case,
                      kwargs=dict(kwargs or {}), train=train, sizes=sizes,
                      trace=trace, params=dict(params or {}),
-                     again=again)
+                     again=again, branch=str(branch))
     return wire, info
 
 
@@ -254,45 +298,62 @@ class Plan:
             if wire["id"] == probe_id:
                 wire["mode_of"] = partner
 
-    def assign_modes(self, seed: int) -> None:
+    def assign_modes(self, seed: int,
+                     twin_input: TwinMaker | None = None) -> None:
         """Give every probe an autograd mode (wire key ``grad``), so that
-        each family of probes is judged in both (docs/threat-model.md,
-        "Right only in the state the grader probes").
+        each family of probes, and each branch of one, is judged in both
+        (docs/threat-model.md, "Right only in the state the grader
+        probes").
 
         Within a task's family (:func:`family`), the probes that call the
-        object alternate between autograd on and off, starting from a bit
-        derived one-way from the seed; the probes that only build (and
-        describe) alternate likewise. A lead (wire key ``lead``: it only
-        prepares the random state of the probe after it) takes the mode
-        of the probe it leads and is no family of its own; so does a
-        probe whose wire key ``mode_of`` names an earlier probe of the
-        task (a pair the checks compare, e.g. one input with equal
-        scores and the same with random ones): it takes that probe's
-        mode, so that the pair differs in its input alone. A family with
-        one calling probe (paired or not; none trained by a ``fit``)
-        gets a twin: the same probe in the other mode, id ``TWIN + id``,
-        appended at the end of the task's probes (after a copy of its
-        lead, when it is led), built fresh (``again`` dropped)."""
+        object are grouped by their branch (:attr:`ProbeInfo.branch`, a
+        rate or a flag the plug-in declared; one group when it declared
+        none), and each group alternates between autograd on and off,
+        starting from a bit derived one-way from the seed; the probes
+        that only build (and describe) alternate likewise. A lead (wire
+        key ``lead``: it only prepares the random state of the probe
+        after it) takes the mode of the probe it leads and is no family
+        of its own; so does a probe whose wire key ``mode_of`` names an
+        earlier probe of the task (a pair the checks compare, e.g. one
+        input with equal scores and the same with random ones): it takes
+        that probe's mode, so that the pair differs in its input alone.
+        A group with one calling probe (paired or not; none trained by a
+        ``fit``) gets a twin: the probe in the other mode, id ``TWIN +
+        id``, appended at the end of the task's probes (after a copy of
+        its lead, when it is led), built fresh (``again`` dropped). When
+        ``twin_input(task, info, seed)`` (the plug-in's,
+        :class:`TwinInput`) gives fresh inputs, the twin runs on the first,
+        and a second twin, id ``TWIN_SAME + id``, in the probe's own mode,
+        on the second (after every twin in the other mode): each mode then
+        meets an input no probe has shown it. Otherwise the one twin
+        repeats the probe's input.
+        """
         for task, wires in self.probes.items():
             modes: list[bool] = [False] * len(wires)
-            # Per family: the probes that call, those that only build, and
-            # those that call in the mode of another (``mode_of``).
-            families: dict[str, tuple[list[int], list[int], list[int]]] = {}
+            # Per family and branch: the probes that call, those that only
+            # build, and those that call in the mode of another.
+            groups: dict[tuple[str, str],
+                         tuple[list[int], list[int], list[int]]] = {}
             position = {wire["id"]: index
                         for index, wire in enumerate(wires)}
             for index, wire in enumerate(wires):
                 if wire.get("lead"):
                     continue
-                calling, building, paired = families.setdefault(
-                    family(wire["id"]), ([], [], []))
-                if wire.get("call") is None:
-                    building.append(index)
+                calling = wire.get("call") is not None
+                branch = (self.info[(task, wire["id"])].branch if calling
+                          else "")
+                members = groups.setdefault(
+                    (family(wire["id"]), branch), ([], [], []))
+                if not calling:
+                    members[1].append(index)
                 else:
-                    (paired if wire.get("mode_of") in position
-                     else calling).append(index)
+                    members[2 if wire.get("mode_of") in position
+                            else 0].append(index)
             twins: list[int] = []
-            for name, (calling, building, paired) in families.items():
-                bit = derive_seed(seed, "autograd", task, name) & 1
+            for (name, branch), (calling, building, paired) in \
+                    groups.items():
+                labels = (name, branch) if branch else (name,)
+                bit = derive_seed(seed, "autograd", task, *labels) & 1
                 for members in (calling, building):
                     for number, index in enumerate(members):
                         modes[index] = bool((bit + number) % 2)
@@ -305,24 +366,58 @@ class Plan:
             for index in range(len(wires) - 1, -1, -1):
                 if wires[index].get("lead") and index + 1 < len(wires):
                     modes[index] = modes[index + 1]
-            added: list[tuple[int, bool]] = []
+            added: list[int] = []
             for index in sorted(twins):
                 if index > 0 and wires[index - 1].get("lead"):
-                    added.append((index - 1, not modes[index]))
-                added.append((index, not modes[index]))
+                    added.append(index - 1)
+                added.append(index)
             for index, mode in enumerate(modes):
                 wires[index]["grad"] = mode
                 key = (task, wires[index]["id"])
                 self.info[key] = replace(self.info[key], grad=mode)
-            for index, mode in added:
-                original = wires[index]
-                twin = {**original, "id": TWIN + original["id"],
-                        "grad": mode}
-                twin.pop("again", None)
-                wires.append(twin)
-                self.info[(task, twin["id"])] = replace(
-                    self.info[(task, original["id"])], id=twin["id"],
-                    grad=mode, twin_of=original["id"], again=False)
+            fresh = {}
+            for index in added:
+                if not wires[index].get("lead"):
+                    fresh[index] = self._fresh(task, wires[index], seed,
+                                               twin_input)
+            for number, prefix in enumerate((TWIN, TWIN_SAME)):
+                for index in added:
+                    # A lead's copy goes with the twin it leads.
+                    other = fresh.get(index + 1 if wires[index].get("lead")
+                                      else index)
+                    if number and other is None:
+                        continue
+                    self._twin(task, wires[index], prefix,
+                               modes[index] if number else not modes[index],
+                               None if wires[index].get("lead") else other,
+                               number)
+
+    def _fresh(self, task: str, original: dict, seed: int,
+               twin_input: TwinMaker | None) -> TwinInput | None:
+        """The plug-in's fresh inputs for the twins of ``original`` (None:
+        its one twin repeats its input)."""
+        if twin_input is None or original.get("call") is None \
+                or not original["call"].get("args"):
+            return None
+        return twin_input(task, self.info[(task, original["id"])], seed)
+
+    def _twin(self, task: str, original: dict, prefix: str, mode: bool,
+              other: TwinInput | None, number: int) -> None:
+        """Append a twin of ``original`` in ``mode``, id ``prefix + id``
+        (see :meth:`assign_modes`), on ``other.inputs[number]`` if given,
+        else on the original's input."""
+        info = self.info[(task, original["id"])]
+        twin = {**original, "id": prefix + original["id"], "grad": mode}
+        twin.pop("again", None)
+        if other is not None:
+            call = dict(twin["call"])
+            call["args"] = ([encode_tensor(other.inputs[number])]
+                            + list(call["args"][1:]))
+            twin["call"] = call
+        self.probes[task].append(twin)
+        self.info[(task, twin["id"])] = replace(
+            info, id=twin["id"], grad=mode, twin_of=original["id"],
+            again=False, other=other, other_index=number)
 
     def assign_states(self, seed: int) -> None:
         """Give every calling probe, once it has its autograd mode

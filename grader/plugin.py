@@ -32,6 +32,8 @@ ID_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
 PlanBuilder = Callable[[int, bool, tuple[dict[str, int], ...]], Any]
 #: ``figures(failed item ids, runs by task id) -> [figure records]``.
 FigureMaker = Callable[[set[str], dict[str, Any]], list]
+#: ``twin_input(task, probe info, seed) -> grader.plan.TwinInput | None``.
+TwinInputMaker = Callable[[str, Any, int], Any]
 #: ``public_values() -> {file name in transformer_lm/: text}``.
 PublicValues = Callable[[], dict[str, str]]
 #: Files of the student package (``transformer_lm/``) that every
@@ -52,8 +54,13 @@ class Plugin:
     values shipped to students in ``transformer_lm/`` (optional: an
     assignment may ship none); ``public_files`` names them (declared, so
     that the grader knows what the release ships without rendering them:
-    :attr:`package_files`). The rubric, the checks, the stub and the
-    forbidden APIs are data in the plug-in's folder: ``rubric.toml``
+    :attr:`package_files`). ``twin_input`` (optional) gives a probe's
+    twins fresh inputs and the trusted answers to them and to the
+    probe's own input (:class:`grader.plan.TwinInput`,
+    :meth:`grader.plan.Plan.assign_modes`; None for a probe it cannot
+    judge so: its twin then repeats its input). The rubric, the checks,
+    the stub and the forbidden APIs are data in the plug-in's folder:
+    ``rubric.toml``
     (with its ``[forbidden]`` table), ``checks/test_*.py``, ``stub.py``,
     and the audit catalog of known mistakes and correct variants,
     ``audit.toml`` (:mod:`grader.catalog`; optional for grading, and left
@@ -68,6 +75,7 @@ class Plugin:
     figures: FigureMaker | None = None
     public_values: PublicValues | None = None
     public_files: tuple[str, ...] = ()
+    twin_input: TwinInputMaker | None = None
     #: The plug-in's folder; :func:`load` sets it from the package.
     folder: Path = field(default=Path(), compare=False)
 
@@ -128,6 +136,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "mistakes": ("module", False),
     "figures": ("callable", True),
     "public_values": ("callable", True),
+    "twin_input": ("callable", True),
 }
 
 

@@ -11,6 +11,7 @@ import re
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
@@ -327,12 +328,6 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
     return run
 
 
-#: How a twin's mode is said (ProbeInfo.grad -> words; the finer state:
-#: grader.plan.state_words).
-MODE_WORDS = {True: "with autograd on (as in training)",
-              False: "under torch.no_grad()"}
-
-
 def _stated(info: ProbeInfo) -> ProbeInfo:
     """``info`` with its case's ``state`` set to the words of the state
     the probe ran in, unless it ran in the default one."""
@@ -347,40 +342,61 @@ TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-6
 
 
 def fold_twins(run: TaskRun) -> None:
-    """Fold each twin (a probe repeated in the other autograd mode,
-    :meth:`grader.plan.Plan.assign_modes`) into the probe it repeats, and
-    remove it from ``run.results``: no check ever sees a twin. The code
-    that ran in either counts (``ran``, ``foreign``); a probe that ran
-    takes the twin's problem when the twin did not run to the end (it
-    raised, it never ran, its time ran out: the other mode was never
-    seen, so it fails closed), and a problem of its own when the twin
-    answered otherwise (another value, or another description)."""
+    """Fold each probe's twins (the probe in the other autograd mode, on
+    its input or on a fresh one, and in its own mode on another fresh
+    one: :meth:`grader.plan.Plan.assign_modes`) into the probe, and
+    remove them from ``run.results``: no check ever sees a twin. The code
+    that ran in any counts (``ran``, ``foreign``); a probe that ran takes
+    a twin's problem when the twin did not run to the end (it raised, it
+    never ran, its time ran out: that mode was never seen, so it fails
+    closed), and a problem of its own when the twin answered otherwise
+    (another value or description on the same input; on fresh inputs,
+    the trusted answer matched in one mode and missed in the other)."""
+    twins: dict[str, list[ProbeResult]] = {}
     for probe_id in [p for p, r in run.results.items()
                      if r.info.twin_of is not None]:
         twin = run.results.pop(probe_id)
-        original = run.results.get(str(twin.info.twin_of))
+        twins.setdefault(str(twin.info.twin_of), []).append(twin)
+    for original_id, found in twins.items():
+        original = run.results.get(original_id)
         if original is None:
             continue
-        merged = replace(
-            original,
-            ran=original.ran + tuple(r for r in twin.ran
-                                     if r not in original.ran),
-            foreign=original.foreign + tuple(
-                f for f in twin.foreign if f not in original.foreign))
+        merged = original
+        for twin in found:
+            merged = replace(
+                merged,
+                ran=merged.ran + tuple(r for r in twin.ran
+                                       if r not in merged.ran),
+                foreign=merged.foreign + tuple(
+                    f for f in twin.foreign if f not in merged.foreign))
         if merged.ok:
-            problem = _twin_problem(original, twin)
+            problem = _twins_problem(original, found)
             if problem is not None:
                 merged = replace(merged, problem=problem)
-        run.results[original.info.id] = merged
+        run.results[original_id] = merged
+
+
+def _twins_problem(original: ProbeResult, twins: list[ProbeResult]
+                   ) -> str | None:
+    """Why a probe that ran does not count, given its twins; None when
+    every twin ran and the answers agree."""
+    for twin in twins:
+        if not twin.ok:
+            said = (f"it raised {twin.problem}" if twin.error
+                    else str(twin.problem))
+            return f"{state_words(twin.info)}, {said}"
+    fresh = [twin for twin in twins if twin.info.other is not None]
+    if fresh:
+        return _fresh_inputs_problem(original, fresh)
+    for twin in twins:
+        problem = _twin_problem(original, twin)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
-    """Why a probe that ran does not count, given its twin; None when the
-    twin ran and answered the same."""
-    if not twin.ok:
-        said = (f"it raised {twin.problem}" if twin.error
-                else str(twin.problem))
-        return f"{state_words(twin.info)}, {said}"
+    """A twin on the probe's own input: the same answer in both modes."""
     on, off = ((twin, original) if twin.info.grad else (original, twin))
     differs = value_difference(on.value, off.value)
     if differs is None and on.describe != off.describe:
@@ -390,6 +406,70 @@ def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
     return (f"it answered differently {state_words(on.info)} than "
             f"{state_words(off.info)}, on the same input, weights and random "
             f"seed ({differs})")
+
+
+def _fresh_inputs_problem(original: ProbeResult,
+                          twins: list[ProbeResult]) -> str | None:
+    """Twins on fresh inputs: the code must match the trusted answers in
+    both modes or in neither (code wrong alike in both modes is the
+    checks' to judge). An answer remembered from an input seen before
+    does not fit a fresh one, so a mode right only on what it has seen
+    misses there."""
+    other = twins[0].info.other
+    assert other is not None
+    calls = [(original, "its own input",
+              expected_difference(original.value, other.reference,
+                                  other.rtol, other.atol))]
+    for twin in twins:
+        calls.append((twin, "a fresh input of the same sizes",
+                      expected_difference(
+                          twin.value, other.expected[twin.info.other_index],
+                          other.rtol, other.atol)))
+    for good, _, missed in calls:
+        if missed is not None:
+            continue
+        for bad, where, found in calls:
+            if found is not None and \
+                    bool(good.info.grad) != bool(bad.info.grad):
+                return (f"it matches the reference "
+                        f"{state_words(good.info)} but not "
+                        f"{state_words(bad.info)} (on {where}, "
+                        f"with the same weights: {found})")
+    return None
+
+
+def expected_difference(value: Value | None, expected: Any, rtol: float,
+                        atol: float, where: str = "the value"
+                        ) -> str | None:
+    """Where ``value`` differs from a trusted answer (a tensor, or a tuple
+    of tensors and None, an item not judged), in words; None when it
+    matches (allclose at ``rtol``, ``atol``; a tuple or a list of as many
+    items, item by item)."""
+    import torch
+
+    if expected is None:
+        return None
+    if value is None:
+        return f"{where} is missing"
+    if isinstance(expected, tuple):
+        if value.kind not in ("tuple", "list") or \
+                len(value.items) != len(expected):
+            return f"{where} is {value.describe()}"
+        for index, (item, want) in enumerate(zip(value.items, expected)):
+            found = expected_difference(item, want, rtol, atol,
+                                        f"item {index}")
+            if found is not None:
+                return found
+        return None
+    if value.kind != "tensor" or value.tensor is None \
+            or tuple(value.shape) != tuple(expected.shape):
+        return f"{where} is {value.describe()}"
+    got = value.tensor.double()
+    want = expected.double()
+    if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    gap = (got - want).abs().nan_to_num(nan=float("inf")).max().item()
+    return f"{where} differs from it by {gap:.3g}"
 
 
 def value_difference(on: Value | None, off: Value | None,

@@ -30,7 +30,11 @@ right only with autograd on; its honest controls build a mask under
 activation made otherwise than by a clone, or once the weights have a
 ``.grad``. The ``basics`` and ``training`` folders hold such files of
 ``attention_basics`` and ``transformer_block`` (``modes_*``; in basics,
-one wrong on a plain input with autograd on).
+one wrong on a plain input with autograd on). Issue 24 (R-a, R-b): code
+that remembers the right mode's answers (by the input's bytes, per
+sequence, by shape) and repeats them in the wrong mode, judged by twins
+on fresh inputs; and code wrong at one dropout rate in one mode only,
+judged by each rate's branch in both modes.
 Red team 10 (R2, R4): code right on a module's first call only (a
 dropout mask or a causal mask kept, a call counter), dropout skipped or
 the mask dropped when causal and dropout act together in training, and
@@ -117,6 +121,12 @@ OTHER_SCORES = ("hide the future but do not match the reference")
 #: on with an activation or a plain input, off under torch.no_grad() or
 #: torch.inference_mode()).
 TWIN = "it answered differently with autograd on"
+#: ... and of one whose twins on fresh inputs (issue 24, R-a) matched the
+#: reference in one mode only.
+FRESH_ON = "it matches the reference with autograd on"
+FRESH_OFF = "it matches the reference under torch."
+#: ... either of the two (the words both kinds of twin share).
+EITHER_MODE = "autograd on"
 SAME_MODULE = ("two calls of the same module under different random seeds "
                "drop exactly the same probabilities")
 NOT_A_DISTRIBUTION = ("In eval mode (model.eval()) the probabilities of a "
@@ -261,8 +271,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "modes_v2_grad_unscaled": (
             (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("no_scaling",), TWIN, ("task3.values",)),
+        # (task 4's dropout probes on fresh inputs, the wrapper's seeded:
+        # probe on its own).
         "modes_causal_grad_fn": (
-            (1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (), TWIN,
+            (1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            {"task4.dropout": FRESH_OFF, "task5.values": TWIN},
             ("task4.dropout", "task5.values")),
         # ... and its control: CausalAttention never drops (task 4's
         # point); the wrapper is not charged for the same mistake.
@@ -289,6 +302,16 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0), (),
             "in training mode (model.train(), the same module called again "
             "after its eval-mode call)", ("task7.mask",)),
+        # Issue 24: wrong at one rate (0.5, eval mode) under no_grad only
+        # (R-b: each rate a branch in both modes); the mask skipped in
+        # training with autograd on, answers kept by shape (R-a: twins on
+        # fresh inputs).
+        "modes_rate_eval_no_grad": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), FRESH_ON,
+            ("task4.dropout",)),
+        "modes_mask_train_by_shape": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0), (), FRESH_OFF,
+            ("task7.mask",)),
         "train_no_super": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("dropout_in_eval",), "dropout must act only in training",
@@ -298,7 +321,7 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # Red team 10, R1: right only under torch.no_grad(), by three
         # tests of the mode; each family sees both modes.
         "grad_enabled_unscaled": (
-            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (), TWIN,
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (), EITHER_MODE,
             ("task2.causal", "task2.output")),
         "requires_grad_no_mask": (
             NO_CAUSAL, ("mask_ignored",),
@@ -310,10 +333,10 @@ CORPUS: dict[str, dict[str, tuple]] = {
             ("task2.output",)),
         # ... wrong in one situation only (causal in train mode, one
         # probe): its twin in the other mode tells.
-        "causal_train_grad_leak": (NO_CAUSAL, (), TWIN),
+        "causal_train_grad_leak": (NO_CAUSAL, (), FRESH_OFF),
         # ... and the other direction: right only with autograd on.
         "no_grad_wrong_mix": (
-            (1, 3, 0, 0, 1, 3, 0, 0, 0, 0), (), TWIN,
+            (1, 3, 0, 0, 1, 3, 0, 0, 0, 0), (), EITHER_MODE,
             ("task2.causal", "task2.output")),
         # Issue 24, R-c: the states no probe was in: SelfAttention
         # unscaled under torch.inference_mode(), or on an activation whose
@@ -330,6 +353,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "grad_set_no_mask": (
             NO_CAUSAL, (), "with the parameters' .grad set (as after "
             "loss.backward())"),
+        # Issue 24, R-a: answers remembered by the input's bytes, or per
+        # sequence, from the right mode (twins on fresh inputs); R-b:
+        # wrong at one rate (0.2, eval mode) under no_grad only.
+        "memo_bytes_att_only": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
+        "memo_sample_causal_train": (NO_CAUSAL, (), FRESH_OFF),
+        "rate_eval_no_grad": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),

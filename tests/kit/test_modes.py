@@ -19,11 +19,12 @@ from grader.constants import DEFAULT_SEED
 from grader.engine import build_plan
 from grader.locate.source import SourceFile
 from grader.judge.checking import cases_phrase
-from grader.plan import TWIN, Case, Plan, family, probe, state_words
+from grader.plan import (TWIN, TWIN_SAME, Case, Plan, ProbeInfo, TwinInput,
+                         family, probe, state_words)
 from grader.rubric import load_assignment
 from grader.run.observe import observe
 from grader.run.sandbox import JobResult
-from grader.wire import encode_value
+from grader.wire import encode_tensor, encode_value
 
 KIT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = ("multi_head_attention", "attention_basics",
@@ -104,21 +105,151 @@ def test_every_family_of_the_assignments_sees_both_modes() -> None:
         plan = build_plan(assignment, DEFAULT_SEED)
         for task, wires in plan.probes.items():
             families: dict[str, set[bool]] = {}
+            branches: dict[tuple[str, str], set[bool]] = {}
             for wire in wires:
                 assert isinstance(wire["grad"], bool), wire["id"]
                 if wire.get("call") is None or wire.get("lead"):
                     continue
-                name = family(wire["id"].removeprefix(TWIN))
+                probe_id = wire["id"].removeprefix(TWIN).removeprefix(
+                    TWIN_SAME)
+                name = family(probe_id)
                 families.setdefault(name, set()).add(wire["grad"])
+                branch = plan.info[(task, probe_id)].branch
+                branches.setdefault((name, branch), set()).add(wire["grad"])
             for name, modes in families.items():
                 trained = all(w.get("fit") for w in wires
                               if family(w["id"]) == name)
                 assert modes == {True, False} or trained, (
                     assignment_id, task, name)
+            # Every branch the plug-in declared (a rate, a flag) too.
+            for (name, branch), modes in branches.items():
+                assert modes == {True, False} or not branch, (
+                    assignment_id, task, name, branch)
         again = build_plan(assignment, DEFAULT_SEED)
         assert again.probes == plan.probes
         assert build_plan(assignment, DEFAULT_SEED + 1).probes != \
             plan.probes
+
+
+def test_each_declared_branch_sees_both_modes() -> None:
+    """Branches (issue 24, R-b): a family's probes alternate within each
+    branch; a branch of one probe gets its own twin."""
+    for seed in range(6):
+        plan = Plan()
+        for probe_id, branch in (("rate:0.5", "0.5"), ("rate:0.2", "0.2"),
+                                 ("train:0.5:0", "0.5"),
+                                 ("train:0.5:1", "0.5"),
+                                 ("train:0.2:0", "0.2"),
+                                 ("train:0.2:1", "0.2")):
+            plan.add("t", probe(probe_id, "M", x=X, branch=branch))
+        plan.assign_modes(seed)
+        modes = _modes(plan)
+        assert modes["train:0.5:0"] != modes["train:0.5:1"]
+        assert modes["train:0.2:0"] != modes["train:0.2:1"]
+        for rate in ("0.5", "0.2"):
+            assert modes[TWIN + f"rate:{rate}"] is not modes[f"rate:{rate}"]
+        assert len(modes) == 8
+
+
+def _fresh(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
+    """A twin_input for the tests: X + 1 and X + 2, answers doubled."""
+    if info.id.startswith("repeat"):
+        return None
+    inputs = (X + 1, X + 2)
+    return TwinInput(inputs=inputs, expected=(inputs[0] * 2, inputs[1] * 2),
+                     reference=X * 2, rtol=1e-5, atol=1e-6)
+
+
+def test_twins_on_fresh_inputs_one_per_mode() -> None:
+    """With a plug-in's fresh inputs (issue 24, R-a), a probe alone gets
+    a twin in the other mode on the first and one in its own mode on the
+    second; a led probe's lead is copied before each; a probe the
+    plug-in gives none keeps one twin on its own input."""
+    plan = Plan()
+    plan.add("t", probe("prime:seeded", "M", x=X))
+    plan.probes["t"][-1]["lead"] = True
+    plan.add("t", probe("seeded", "M", x=X))
+    plan.add("t", probe("alone", "M", x=X))
+    plan.add("t", probe("repeat", "M", x=X))
+    plan.assign_modes(DEFAULT_SEED, _fresh)
+    modes = _modes(plan)
+    assert list(modes)[4:] == [
+        TWIN + "prime:seeded", TWIN + "seeded", TWIN + "alone",
+        TWIN + "repeat", TWIN_SAME + "prime:seeded", TWIN_SAME + "seeded",
+        TWIN_SAME + "alone"]
+    wires = {wire["id"]: wire for wire in plan.probes["t"]}
+    for name in ("seeded", "alone"):
+        assert modes[TWIN + name] is not modes[name]
+        assert modes[TWIN_SAME + name] is modes[name]
+        assert wires[TWIN + name]["call"]["args"] == [encode_tensor(X + 1)]
+        assert wires[TWIN_SAME + name]["call"]["args"] == [
+            encode_tensor(X + 2)]
+        assert plan.info[("t", TWIN_SAME + name)].other_index == 1
+    assert wires[TWIN + "repeat"]["call"] == wires["repeat"]["call"]
+    assert plan.info[("t", TWIN + "repeat")].other is None
+    # A lead's copies take the mode of the twin each leads, and keep
+    # their own call (they prepare a random state).
+    assert modes[TWIN + "prime:seeded"] is modes[TWIN + "seeded"]
+    assert modes[TWIN_SAME + "prime:seeded"] is modes["seeded"]
+    assert wires[TWIN_SAME + "prime:seeded"]["call"] == \
+        wires["prime:seeded"]["call"]
+
+
+def _fresh_folded(values: dict[str, object]) -> dict:
+    plan = Plan()
+    plan.add("t", probe("alone", "M", x=X))
+    plan.assign_modes(DEFAULT_SEED, _fresh)
+    run = observe("t", SourceFile(text="x = 1\n", path=Path("s.py")),
+                  plan.of_task("t"), _job(values))
+    return run.results
+
+
+def test_fresh_inputs_judge_agreement_with_the_reference() -> None:
+    """Right in both modes, or wrong alike in both (the checks' to
+    judge): the probe stands. Right in one mode only, on its own input
+    or on a fresh one (an answer remembered by input does not fit it):
+    the probe fails, naming the mode and the input."""
+    right = {"alone": X * 2, TWIN + "alone": (X + 1) * 2,
+             TWIN_SAME + "alone": (X + 2) * 2}
+    assert _fresh_folded(right)["alone"].ok
+    wrong = {"alone": X * 3, TWIN + "alone": (X + 1) * 3,
+             TWIN_SAME + "alone": (X + 2) * 3}
+    assert _fresh_folded(wrong)["alone"].ok
+    mode = Plan()
+    mode.add("t", probe("alone", "M", x=X))
+    mode.assign_modes(DEFAULT_SEED, _fresh)
+    own = "with autograd on (as in training)" if \
+        mode.info[("t", "alone")].grad else "under torch.no_grad()"
+    other = ("under torch.no_grad()" if own.startswith("with")
+             else "with autograd on (as in training)")
+    # The probe's input remembered: its twin in the other mode repeats
+    # the remembered answer on a fresh input.
+    remembered = {**right, TWIN + "alone": X * 2}
+    results = _fresh_folded(remembered)
+    assert list(results) == ["alone"]
+    assert results["alone"].problem == (
+        f"it matches the reference {own} but not {other} (on a fresh "
+        f"input of the same sizes, with the same weights: the value "
+        f"differs from it by 2)")
+    # Wrong in the probe's own mode, right in the other: the fresh input
+    # in its own mode shows it even when its own input was remembered.
+    own_wrong = {**right, TWIN_SAME + "alone": X * 2}
+    assert _fresh_folded(own_wrong)["alone"].problem.startswith(
+        f"it matches the reference {other} but not {own} (on a fresh")
+    raised = _folded_fresh_raised()
+    assert "it raised ValueError" in raised
+
+
+def _folded_fresh_raised() -> str:
+    plan = Plan()
+    plan.add("t", probe("alone", "M", x=X))
+    plan.assign_modes(DEFAULT_SEED, _fresh)
+    run = observe("t", SourceFile(text="x = 1\n", path=Path("s.py")),
+                  plan.of_task("t"), _job(
+                      {"alone": X * 2, TWIN + "alone": (X + 1) * 2,
+                       TWIN_SAME + "alone": None},
+                      raised=(TWIN_SAME + "alone",)))
+    return str(run.results["alone"].problem)
 
 
 # --------------------------------------------------------------------------

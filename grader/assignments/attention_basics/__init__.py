@@ -15,4 +15,4 @@ from grader.assignments.attention_basics import (cases, figures, mistakes,
 
 PLUGIN = Plugin(id="attention_basics", build_plan=cases.build,
                 reference=reference, mistakes=mistakes,
-                figures=figures.figures)
+                figures=figures.figures, twin_input=cases.twin_input)

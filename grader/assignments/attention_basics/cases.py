@@ -84,7 +84,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from grader.api import Case, Plan, derive_seed, encode_tensor, probe
+from grader.api import (ATOL, RTOL, Case, Plan, ProbeInfo, TwinInput,
+                        derive_seed, encode_tensor, probe)
 from grader.assignments.attention_basics import reference
 
 HIDDEN_CASES = 3
@@ -172,7 +173,7 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
          causal: bool = False, dropout: float = 0.0,
          sizes: dict[str, int] | None = None, target: str | None = None,
          no_arguments: bool = False, lead: bool = False,
-         again: bool = False) -> None:
+         again: bool = False, branch: str = "") -> None:
     """Add one probe of ``task`` (on ``target``, default the task's).
 
     The case's weights are loaded by parameter name (``load``); ``extra``
@@ -180,13 +181,14 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
     (and describes); ``no_arguments`` calls the object with no argument;
     ``lead``: the probe only prepares the random state of the next one
     (wire key ``lead``, grader.plan.Plan.assign_modes).
-    ``again`` calls the object the previous probe built (same init).
+    ``again`` calls the object the previous probe built (same init);
+    ``branch``: the probe's branch in its family (grader.plan.probe).
     """
     wire, info = probe(probe_id, target or TARGETS[task], case=case,
                        init=init, x=x, describe=describe, trace=trace,
                        train=train, seed=seed, sizes=sizes,
                        params={"causal": causal, "dropout": dropout},
-                       again=again)
+                       again=again, branch=branch)
     wire.pop("state", None)
     if case is not None and load and init is not None:
         wire["state"] = {name: encode_tensor(tensor)
@@ -509,7 +511,9 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
              init=init_of(task, case.sizes, dropout=p, qkv_bias=False),
              train=draw is not None, dropout=p, again=draw is not None,
              seed=derive_seed(seed, "attention_basics", "dropout", task,
-                              p, draw))
+                              p, draw),
+             # Each rate is a branch of its own, judged in both modes.
+             branch=f"{p:g}")
 
 
 def _wrapper_dropout(plan: Plan, seed: int) -> None:
@@ -630,3 +634,50 @@ def build(seed: int, public_only: bool,
     for task in ("task4", "task6", "task7"):
         _traces(plan, task, size_sets, seed)
     return plan
+
+
+#: The reference of each target, on float64 (x, weights, sizes).
+ANSWERS = {
+    "simple_self_attention":
+        lambda x, w, s: reference.simple_self_attention(x),
+    "SelfAttention_v1": lambda x, w, s: reference.self_attention_v1(x, w),
+    "SelfAttention_v2": lambda x, w, s: reference.self_attention_v2(x, w),
+    "CausalAttention": lambda x, w, s: reference.causal_attention(x, w),
+    "MultiHeadAttentionWrapper":
+        lambda x, w, s: reference.wrapper(x, w, s["num_heads"]),
+    "MultiHeadAttention":
+        lambda x, w, s: reference.multi_head_attention(x, w, s["num_heads"]),
+    "QKVMultiheadAttention": lambda x, w, s: reference.qkv_attention(
+        x, w, s["num_heads"], reference.causal_additive_mask(
+            x.shape[-2], torch.float64)),
+}
+
+
+def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
+    """Fresh inputs for the twins of a probe (grader.plan.TwinInput): N(0,
+    1) values of the probe's input's shape, from a stream derived one-way
+    from the seed, with the reference's outputs for them and for the
+    probe's own input, on the case's weights. None (the twin repeats the
+    probe's input) for a probe with random dropout in training (no
+    reference gives its values), a trace, a QKVMultiheadAttention call
+    without the causal mask, and a ``seeded:`` probe (it judges the
+    construction after a manual_seed; its forward is the ``values:``
+    probes' forward, judged in both modes on distinct inputs)."""
+    case = info.case
+    if case is None or info.trace or info.target not in ANSWERS or (
+            info.train and info.params.get("dropout")) or (
+            info.target == "QKVMultiheadAttention"
+            and not info.params.get("causal")) or \
+            info.id.startswith("seeded:"):
+        return None
+    generator = torch.Generator().manual_seed(
+        derive_seed(seed, "attention_basics", "twin", task, info.id))
+    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
+              torch.randn(tuple(case.x.shape), generator=generator))
+    weights = {name: value.double() for name, value in case.weights.items()}
+    answer = ANSWERS[info.target]
+    return TwinInput(
+        inputs=inputs, expected=tuple(
+            answer(x.double(), weights, case.sizes) for x in inputs),
+        reference=answer(case.x.double(), weights, case.sizes), rtol=RTOL,
+        atol=ATOL)

@@ -24,4 +24,5 @@ def public_values() -> dict[str, str]:
 PLUGIN = Plugin(id="multi_head_attention", build_plan=cases.build,
                 reference=reference, mistakes=mistakes,
                 figures=figures.figures, public_values=public_values,
-                public_files=("test_values.py",))
+                public_files=("test_values.py",),
+                twin_input=cases.twin_input)

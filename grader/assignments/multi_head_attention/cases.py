@@ -55,7 +55,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from grader.api import Case, Plan, derive_seed, probe
+from grader.api import (ATOL, RTOL, Case, Plan, ProbeInfo, TwinInput,
+                        derive_seed, probe)
+from grader.assignments.multi_head_attention import reference
 
 LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
@@ -292,13 +294,13 @@ def _task1_init(case: Case) -> dict:
 
 
 def _attention(plan: Plan, probe_id: str, case: Case, causal: bool = False,
-               again: bool = False) -> None:
+               again: bool = False, branch: str = "") -> None:
     """forward(x, return_attention=True) in eval mode (``again``: on the
-    object the previous probe built)."""
+    object the previous probe built; ``branch``: grader.plan.probe's)."""
     plan.add("task2", probe(
         probe_id, "MultiHeadSelfAttention", case=case, layers=LAYERS_2,
         init=_mha_init(case, causal), kwargs={"return_attention": True},
-        params={"causal": causal}, again=again))
+        params={"causal": causal}, again=again, branch=branch))
 
 
 def _sizes(plan: Plan, found: list[tuple[Case, str]]) -> None:
@@ -317,13 +319,13 @@ def _sizes(plan: Plan, found: list[tuple[Case, str]]) -> None:
             chained = [(c, k) for c, k in group if k in CHAINED]
             for index, (case, key) in enumerate(chained):
                 _attention(plan, f"size:{base}:{key}:{kind}", case, causal,
-                           again=index > 0)
+                           again=index > 0, branch=kind)
         for case, key in group:
             if key not in CHAINED:
                 for causal in (False, True):
                     kind = "causal" if causal else "probs"
                     _attention(plan, f"size:{base}:{key}:{kind}", case,
-                               causal)
+                               causal, branch=kind)
 
 
 def build(seed: int, public_only: bool,
@@ -398,7 +400,9 @@ def build(seed: int, public_only: bool,
                 kwargs={"return_attention": True}, train=draw is not None,
                 seed=derive_seed(seed, "multi_head_attention", "dropout",
                                  p, draw),
-                params={"dropout": p}, again=draw is not None))
+                params={"dropout": p}, again=draw is not None,
+                # Each rate is a branch of its own, judged in both modes.
+                branch=f"{p:g}"))
     # Causal and dropout together, in training (red team 10, R4): the
     # future stays hidden and the past is dropped at rate p.
     p = DROPOUT_RATES[0]
@@ -473,3 +477,33 @@ def trace_inputs(seed: int, index: int, sizes: dict[str, int]
         derive_seed(seed, "trace", index))
     return [("", torch.zeros(shape)),
             (":random", torch.randn(shape, generator=generator))]
+
+
+def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
+    """Fresh inputs for the twins of a probe (grader.plan.TwinInput): N(0,
+    1) values of the probe's input's shape, from a stream derived one-way
+    from the seed, with the reference's answers to them and to the probe's
+    own input (att; probs are not judged, their layout is the checks').
+    None for a probe with random dropout in training (its twin repeats
+    its input and seed: no reference gives its values) and for a trace."""
+    case = info.case
+    if case is None or info.trace or (info.train
+                                      and info.params.get("dropout")):
+        return None
+    generator = torch.Generator().manual_seed(
+        derive_seed(seed, "multi_head_attention", "twin", task, info.id))
+    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
+              torch.randn(tuple(case.x.shape), generator=generator))
+    weights = {name: value.double() for name, value in case.weights.items()}
+
+    def answer(inputs: torch.Tensor) -> object:
+        if info.target == "SelfAttention":
+            return reference.self_attention(inputs.double(), weights)
+        att, _ = reference.multi_head(inputs.double(), weights,
+                                      case.sizes["num_heads"],
+                                      bool(info.params.get("causal")))
+        return (att, None) if info.kwargs.get("return_attention") else att
+
+    return TwinInput(inputs=inputs,
+                     expected=(answer(inputs[0]), answer(inputs[1])),
+                     reference=answer(case.x), rtol=RTOL, atol=ATOL)

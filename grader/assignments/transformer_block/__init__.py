@@ -13,4 +13,5 @@ from grader.api import Plugin
 from grader.assignments.transformer_block import cases, mistakes, reference
 
 PLUGIN = Plugin(id="transformer_block", build_plan=cases.build,
-                reference=reference, mistakes=mistakes)
+                reference=reference, mistakes=mistakes,
+                twin_input=cases.twin_input)

@@ -71,8 +71,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from grader.api import Case, Plan, ProbeInfo, derive_seed, encode_tensor, probe
+from grader.api import (ATOL, RTOL, Case, Plan, ProbeInfo, TwinInput,
+                        derive_seed, encode_tensor, probe)
 from grader.assignments.transformer_block.reference import (TIED,
+                                                            encoder_layer,
                                                             layer_shapes,
                                                             lm_shapes)
 
@@ -382,10 +384,14 @@ def build(seed: int, public_only: bool,
     for index in range(count):
         case = layer_case(rng, f"hidden-{index}")
         for causal in (False, True):
-            plan.add("task1", weighted(
+            # Each flag (and the eval-mode rate) is a branch of the
+            # forward: family, judged in both autograd modes.
+            wire, info = weighted(
                 f"forward:{case.name}:causal={causal}",
                 "TransformerEncoderLayer", case,
-                layer_init(case.sizes, causal), causal=causal))
+                layer_init(case.sizes, causal), causal=causal)
+            plan.add("task1", (wire, replace(
+                info, branch=f"causal={causal}")))
         if index == 0:
             # The same layer called again on a longer input (red team
             # 10, R2): a causal mask kept from the first call's length
@@ -396,11 +402,14 @@ def build(seed: int, public_only: bool,
                 "TransformerEncoderLayer", longer,
                 layer_init(longer.sizes, True), causal=True)
             wire["again"] = True
-            plan.add("task1", (wire, replace(info, again=True)))
-        plan.add("task1", weighted(
+            plan.add("task1", (wire, replace(info, again=True,
+                                             branch="causal=True")))
+        wire, info = weighted(
             f"forward:{case.name}:causal=True:dropout={EVAL_DROPOUT:g}",
             "TransformerEncoderLayer", case,
-            layer_init(case.sizes, True, EVAL_DROPOUT), causal=True))
+            layer_init(case.sizes, True, EVAL_DROPOUT), causal=True)
+        plan.add("task1", (wire, replace(
+            info, branch=f"causal=True:dropout={EVAL_DROPOUT:g}")))
         for position in future_positions(case.sizes["seq_len"]):
             plan.add("task1", weighted(
                 f"layer-future:{case.name}:{position}",
@@ -542,7 +551,8 @@ def add_dropout_probes(plan: Plan, seed: int) -> None:
                 wire["again"] = True
             plan.add("task1", (wire, replace(info, train=True, again=k > 0,
                                              params={**info.params,
-                                                     "kind": kind})))
+                                                     "kind": kind},
+                                             branch=kind)))
     plan.add("task1", probe(
         "init-dropout", "TransformerEncoderLayer", describe=True,
         init=layer_init(INIT_2[0], True, LM_DROPOUT)))
@@ -568,3 +578,32 @@ def trace_inputs(seed: int, index: int, sizes: dict[str, int]
     return [("", torch.zeros(shape + (sizes["hidden"],)), ids),
             (":random", torch.randn(shape + (sizes["hidden"],),
                                     generator=generator), ids.flip(-1))]
+
+
+def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
+    """Fresh inputs for the twins of a probe (grader.plan.TwinInput): for a
+    TransformerEncoderLayer's forward without random dropout, N(0, 1)
+    values of the probe's input's shape (from a stream derived one-way
+    from the seed) with the reference layer's outputs for them and for the
+    probe's own input. None otherwise (the model's probes: token ids,
+    substitute layers, methods; dropout in training; traces): the twin
+    then repeats the probe's input."""
+    case = info.case
+    if case is None or info.trace or info.target != \
+            "TransformerEncoderLayer" or (info.train
+                                          and info.params.get("dropout")):
+        return None
+    generator = torch.Generator().manual_seed(
+        derive_seed(seed, LABEL, "twin", task, info.id))
+    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
+              torch.randn(tuple(case.x.shape), generator=generator))
+    weights = {name: value.double() for name, value in case.weights.items()}
+
+    def answer(inputs: torch.Tensor) -> torch.Tensor:
+        return encoder_layer(inputs.double(), weights,
+                             case.sizes["num_heads"],
+                             bool(info.params.get("causal")))
+
+    return TwinInput(inputs=inputs,
+                     expected=(answer(inputs[0]), answer(inputs[1])),
+                     reference=answer(case.x), rtol=RTOL, atol=ATOL)
