@@ -453,14 +453,14 @@ class Plan:
             for index, wire in enumerate(wires):
                 if wire.get("lead") or wire.get("call") is None:
                     continue
-                if wire.get("mode_of") in position \
-                        and not wire["id"].startswith(TWIN):
+                twin_of = self.info[(task, wire["id"])].twin_of
+                if wire.get("mode_of") in position and twin_of is None:
                     continue
                 following = wires[index + 1] if index + 1 < len(wires) \
                     else {}
                 if not wire.get("grad") and following.get("again"):
                     continue
-                name = family(wire["id"].removeprefix(TWIN))
+                name = family(twin_of or wire["id"])
                 groups.setdefault((name, bool(wire.get("grad"))),
                                   []).append(index)
             for (name, on), members in groups.items():
@@ -500,7 +500,7 @@ class Plan:
                         (start + number) % len(ACTIVATION_OPS)]
             copied = [index for index, wire in enumerate(wires)
                       if wire.get("mode_of") in position
-                      and not wire["id"].startswith(TWIN)]
+                      and self.info[(task, wire["id"])].twin_of is None]
             copied += [index for index in range(len(wires) - 2, -1, -1)
                        if wires[index].get("lead")]
             for index in copied:

@@ -374,17 +374,16 @@ def test_every_family_meets_its_finer_states() -> None:
                         for key in ("raw", "via"):
                             assert wire.get(key) == following.get(key)
                     partner = wire.get("mode_of")
-                    if partner in position and not wire["id"].startswith(
-                            TWIN):
+                    twin_of = info.twin_of
+                    if partner in position and twin_of is None:
                         for key in ("raw", "via"):
                             assert wire.get(key) == \
                                 wires[position[partner]].get(key)
                     if wire.get("call") is None or wire.get("lead") or (
-                            partner in position
-                            and not wire["id"].startswith(TWIN)) or (
+                            partner in position and twin_of is None) or (
                             not wire["grad"] and following.get("again")):
                         continue
-                    name = family(wire["id"].removeprefix(TWIN))
+                    name = family(twin_of or wire["id"])
                     seen.setdefault((name, wire["grad"]), []).append(
                         (bool(wire.get("inference")), bool(wire.get("raw")),
                          wire.get("via")))
