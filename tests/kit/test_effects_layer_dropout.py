@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.api import share_bounds
+from grader.assignments.attention import mask_dependence
 from grader.assignments.transformer_block import cases, dropout_effects
 from grader.routes.rows import read_csv
 from grader.wire import check_frame
@@ -73,6 +74,14 @@ TABLE = {
     # called again on a longer input (``forward:hidden-0-longer``).
     "mask_first_call": (NO_FORWARD, "task1.forward",
                         "on a longer input, the same layer called again"),
+    # Red team 11, B01: the rate applied is 0.5 whatever the rate given
+    # (the train-mode probes' rate is drawn from the seed); B07: one
+    # [seq_len, hidden] mask shared by every sequence of the batch.
+    "rt11_rate_hardcoded_half": (NO_FORWARD, "task1.forward", NO_MASK),
+    "rt11_mask_shared_over_batch": (
+        NO_FORWARD, "task1.forward",
+        "blocks of the attention sublayer's output (two heads or two "
+        "sequences) drop exactly the same entries"),
     "honest_f_dropout": (FULL, "task1.forward", ""),
     # One mistake, one point: the rate is task1.layers' alone.
     "honest_rate_ignored": ((0, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0),
@@ -158,17 +167,23 @@ def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
     """The reference layer in train mode (nn.Dropout) on every
     train-dropout case: every row is read back, and the mask read
     rebuilds the output it was read from (norm of low + mask * (high -
-    low)); its share of drops is within the bounds the check uses."""
+    low)); its share of drops is within the bounds the check uses, and
+    each sublayer's masks pass the independence tests (sequences as
+    blocks, red team 11, B07)."""
     layer_class = _solution_layer_class()
     plan = cases.build(seed, False, ())
     kept_all = []
+    by_kind: dict[str, list[torch.Tensor]] = {}
+    judged_by_kind: dict[str, torch.Tensor] = {}
     for wire in plan.probes["task1"]:
         if not wire["id"].startswith("train-dropout:"):
             continue
         info = plan.info[("task1", wire["id"])]
         case, s = info.case, info.case.sizes
+        rate = info.params["dropout"]
+        assert rate == cases.train_dropout(seed)
         layer = layer_class(s["hidden"], s["num_heads"], s["fcn_hidden"],
-                            dropout=cases.TRAIN_DROPOUT, causal=True)
+                            dropout=rate, causal=True)
         layer.load_state_dict(case.weights)
         layer.train()
         torch.manual_seed(wire["seed"] % 2 ** 31)
@@ -179,7 +194,7 @@ def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
         u = ((out.double() - w["norm2.bias"]) / w["norm2.weight"]).reshape(
             -1, s["hidden"])
         low, high = dropout_effects.candidates(case, info.params["kind"],
-                                               cases.TRAIN_DROPOUT)
+                                               rate)
         kept = torch.stack([dropout_effects.read_row(u[r], low[r], high[r])
                             for r in range(u.shape[0])])
         rebuilt = F.layer_norm(torch.where(kept, high, low),
@@ -192,6 +207,15 @@ def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
         assert torch.allclose(rebuilt.float(), out.reshape(rebuilt.shape),
                               rtol=1e-4, atol=1e-5)
         kept_all.append(kept)
+        shape = (s["batch_size"], s["seq_len"], s["hidden"])
+        judged = ((high - low).abs() > 1e-4).reshape(shape)
+        judged_by_kind[info.params["kind"]] = judged
+        by_kind.setdefault(info.params["kind"], []).append(
+            (~kept).reshape(shape))
+    for kind, masks in by_kind.items():
+        assert mask_dependence(judged_by_kind[kind], masks, rate,
+                               dropout_effects.mask_words(kind, "")) is None
     kept = torch.cat([k.flatten() for k in kept_all])
-    low_share, high_share = share_bounds(cases.TRAIN_DROPOUT, kept.numel())
+    low_share, high_share = share_bounds(cases.train_dropout(seed),
+                                         kept.numel())
     assert low_share <= 1 - kept.double().mean() <= high_share

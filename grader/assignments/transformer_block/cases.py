@@ -24,10 +24,10 @@ Probes of task 1 (TransformerEncoderLayer):
   that keeps ``causal=True`` causal (however wrong its values) from one
   that does not (docs/transformer_block.md, "Isolation");
 * ``train-dropout:<kind>:<k>``: the causal layer built with dropout
-  ``TRAIN_DROPOUT``, in train mode, under two torch seeds, on a case in
-  which one sublayer's dropout alone acts (:func:`sublayer_case`), so
-  that its dropout mask can be read back from the output; described
-  (the rate of its ``self.dropout``);
+  :func:`train_dropout` (drawn from the seed), in train mode, under two
+  torch seeds, on a case in which one sublayer's dropout alone acts
+  (:func:`sublayer_case`), so that its dropout mask can be read back
+  from the output; described (the rate of its ``self.dropout``);
 * ``init-dropout``: the causal layer built with dropout ``LM_DROPOUT``,
   described (every dropout rate, at any depth);
 * ``trace:...``: forward under the rubric's size sets (shape comments).
@@ -99,14 +99,20 @@ TRAIN_BATCH = {"d2": 32, "d0": 8}
 TRAIN_BOUND = 0.8
 #: The dropout rate of the eval-mode probes that must ignore it.
 EVAL_DROPOUT = 0.3
-#: The dropout rate of the train-mode probes of the layer's own dropout
-#: (1 / (1 - p) = 2 exactly), how many torch seeds each runs under, and
-#: the rate of the model whose every dropout rate is read.
-TRAIN_DROPOUT = 0.5
+#: Where the rate of the train-mode probes of the layer's own dropout is
+#: drawn from the grading seed (:func:`train_dropout`, two decimals: a
+#: rate applied in place of the one given, 0.5 say, fails; red team 11,
+#: B01), how many torch seeds each runs under, and the rate of the model
+#: whose every dropout rate is read (and of its eval-mode logits probes).
+TRAIN_DROPOUT = (0.2, 0.4)
 TRAIN_SEEDS = 2
 LM_DROPOUT = 0.2
 RANGES_1 = {"batch_size": (2, 5), "seq_len": (3, 9), "num_heads": (2, 4),
             "head_size": (2, 6), "fcn_hidden": (5, 24)}
+#: The train-dropout case's sizes: blocks (sequences) of at least 7 x 10
+#: entries, so that two sequences of an honest dropout's draw share a
+#: mask with probability (p^2 + (1 - p)^2)^70 <= 2e-12 at p >= 0.2.
+RANGES_DROP = {**RANGES_1, "seq_len": (7, 9), "head_size": (5, 6)}
 RANGES_2 = {**RANGES_1, "vocab_size": (7, 23)}
 INIT_1 = ({"hidden": 12, "num_heads": 3, "fcn_hidden": 20, "dropout": 0.25},
           {"hidden": 10, "num_heads": 2, "fcn_hidden": 7, "dropout": 0.1})
@@ -151,10 +157,21 @@ def all_distinct(sizes: dict[str, int]) -> bool:
     return len(set(values)) == len(values)
 
 
-def draw_sizes(rng: np.random.Generator, lm: bool) -> dict[str, int]:
+def train_dropout(seed: int) -> float:
+    """The rate of the train-mode dropout probes under ``seed``: drawn in
+    TRAIN_DROPOUT, two decimals."""
+    low, high = TRAIN_DROPOUT
+    return round(float(_rng(seed, "task1", "train-dropout", "rate").uniform(
+        low, high)), 2)
+
+
+def draw_sizes(rng: np.random.Generator, lm: bool,
+               ranges: dict[str, tuple[int, int]] | None = None
+               ) -> dict[str, int]:
     """Sizes that differ from each other (and max_seq_len > seq_len, so
-    code that uses one for the other fails)."""
-    ranges = RANGES_2 if lm else RANGES_1
+    code that uses one for the other fails), in ``ranges`` (RANGES_2 or
+    RANGES_1 when None)."""
+    ranges = ranges or (RANGES_2 if lm else RANGES_1)
     while True:
         sizes = {key: int(rng.integers(low, high + 1))
                  for key, (low, high) in ranges.items()}
@@ -166,9 +183,10 @@ def draw_sizes(rng: np.random.Generator, lm: bool) -> dict[str, int]:
             return sizes
 
 
-def layer_case(rng: np.random.Generator, name: str) -> Case:
+def layer_case(rng: np.random.Generator, name: str,
+               ranges: dict[str, tuple[int, int]] | None = None) -> Case:
     """A hidden case of task 1: x ~ N(0, 1) and a layer's weights."""
-    sizes = draw_sizes(rng, lm=False)
+    sizes = draw_sizes(rng, lm=False, ranges=ranges)
     x = torch.from_numpy(rng.standard_normal(
         (sizes["batch_size"], sizes["seq_len"], sizes["hidden"])
     ).astype(np.float32))
@@ -518,7 +536,7 @@ SUBLAYER_WORDS = {
 def add_dropout_probes(plan: Plan, seed: int) -> None:
     """The probes of dropout in train mode (docs/transformer_block.md,
     "Dropout in train mode"): ``train-dropout:<kind>:<k>``, the causal
-    layer built with dropout ``TRAIN_DROPOUT`` on each sublayer case
+    layer built with dropout :func:`train_dropout` on each sublayer case
     (:func:`sublayer_case`) under ``TRAIN_SEEDS`` torch seeds (task1);
     ``init-dropout:d2``, a two-layer model built with dropout
     ``LM_DROPOUT``, described (task2: every rate, at any depth; a
@@ -526,10 +544,11 @@ def add_dropout_probes(plan: Plan, seed: int) -> None:
     ``init-dropout``, the causal layer built at its sizes and rate,
     described (what the model's layers are compared with)."""
     rng = _rng(seed, "task1", "train-dropout")
-    base = layer_case(rng, "train-dropout")
+    base = layer_case(rng, "train-dropout", RANGES_DROP)
+    rate = train_dropout(seed)
     for kind in SUBLAYER_WORDS:
         case = sublayer_case(base, kind, rng)
-        init = layer_init(case.sizes, True, TRAIN_DROPOUT)
+        init = layer_init(case.sizes, True, rate)
         for k in range(TRAIN_SEEDS):
             wire, info = weighted(
                 f"train-dropout:{kind}:{k}", "TransformerEncoderLayer",
