@@ -5,7 +5,12 @@
 ``TransformerEncoderLayer`` right in eval mode whose own dropout never
 drops, or drops the wrong thing in train mode (task1.forward), and a
 ``TransformerLM`` whose layers do not get its dropout rate, at any depth
-(task2.layers). The folder is graded once, by one real ``batch``, and
+(task2.layers); red team 11: a layer that applies a rate of its own
+(the train-mode rate is drawn from the seed) or one mask for every
+sequence (task1.forward), a model that drops in eval mode with
+``F.dropout`` (task2.logits, its eval-mode probe built with dropout) and
+a loss that sums in train mode (task2.loss, its train-mode probe at
+dropout 0). The folder is graded once, by one real ``batch``, and
 every row is checked item by item, with the words of the judged item's
 message; the controls (``nn.functional.dropout(out, self.dropout.p,
 self.training)``; a layer that ignores its rate, charged once) keep what
@@ -39,6 +44,8 @@ ITEMS = ("task1.layers", "task1.forward", "task1.pep8", "task1.shapes",
 FULL = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NO_FORWARD = (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NO_LM_RATE = (1, 3, 0, 0, 0, 2, 1, 1, 1, 0, 0)
+NO_LOGITS = (1, 3, 0, 0, 1, 0, 1, 1, 1, 0, 0)
+NO_LOSS = (1, 3, 0, 0, 1, 2, 1, 0, 1, 0, 0)
 NEVER = "never drops the"
 NO_MASK = "for any dropout mask"
 ZEROS = "exact zeros"
@@ -82,6 +89,13 @@ TABLE = {
         NO_FORWARD, "task1.forward",
         "blocks of the attention sublayer's output (two heads or two "
         "sequences) drop exactly the same entries"),
+    # Red team 11, B02: the model's F.dropout (training=True by default)
+    # drops in eval mode; B09: the loss sums in train mode only.
+    "rt11_lm_f_dropout_in_eval": (
+        NO_LOGITS, "task2.logits",
+        "with the model built with dropout=0.2 and run in eval mode"),
+    "rt11_loss_sum_in_train": (
+        NO_LOSS, "task2.loss", "in train mode (model.train(), dropout=0)"),
     "honest_f_dropout": (FULL, "task1.forward", ""),
     # One mistake, one point: the rate is task1.layers' alone.
     "honest_rate_ignored": ((0, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0),

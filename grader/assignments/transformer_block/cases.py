@@ -42,6 +42,10 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``future:<depth>:<case>:<i>``: the same input with every token after
   position i replaced (the causality item compares positions 0..i);
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
+* ``logits:<depth>:hidden-0:dropout=<p>``, ``loss-train:<depth>:hidden-0``:
+  the first case's forward in eval mode on the model built with dropout
+  ``LM_DROPOUT``, and its loss in train mode at dropout 0
+  (:func:`add_mode_probes`);
 * ``prefix:d2:<case>``: ``forward(input_ids[:, :-1])`` on the same
   weights, so that a loss computed from the logits of the text without
   its last token (the other honest reading) is recognised behind a
@@ -447,6 +451,8 @@ def build(seed: int, public_only: bool,
             plan.add("task2", weighted(f"loss:{depth}:{case.name}",
                                        "TransformerLM", case, init,
                                        method="loss"))
+            if index == 0:
+                add_mode_probes(plan, depth, case)
             if depth == "d2":
                 plan.add("task2", weighted(
                     f"prefix:d2:{case.name}", "TransformerLM",
@@ -495,6 +501,35 @@ def build(seed: int, public_only: bool,
                     wire["call"]["method"] = "loss"
                 plan.add("task2", (wire, info))
     return plan
+
+
+def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
+    """The first model case at ``depth`` in the other mode (red team 11):
+    ``logits:<depth>:<case>:dropout=<LM_DROPOUT>``, forward in eval mode
+    on the model built with dropout LM_DROPOUT (dropout is off in eval
+    mode: the logits are the reference's; ``F.dropout``'s default
+    ``training=True`` fails, B02), and ``loss-train:<depth>:<case>``,
+    loss in train mode at dropout 0 (the mean cross-entropy of the
+    model's own logits, as in eval mode: a loss that sums in training
+    fails, B09)."""
+    init = lm_init(case.sizes)
+    init["kwargs"]["dropout"] = LM_DROPOUT
+    plan.add("task2", weighted(
+        f"logits:{depth}:{case.name}:dropout={LM_DROPOUT:g}",
+        "TransformerLM", replace(
+            case, shown=case.name, variant=(
+                f"with the model built with dropout={LM_DROPOUT:g} and run "
+                f"in eval mode (model.eval(): dropout must be off; use "
+                f"nn.Dropout modules, which follow train()/eval(), not "
+                f"F.dropout, whose training=True is the default)")),
+        init))
+    wire, info = weighted(f"loss-train:{depth}:{case.name}", "TransformerLM",
+                          replace(case, shown=case.name,
+                                  variant="in train mode (model.train(), "
+                                          "dropout=0)"),
+                          lm_init(case.sizes), method="loss")
+    wire["train"] = True
+    plan.add("task2", (wire, replace(info, train=True)))
 
 
 def sublayer_case(case: Case, kind: str, rng: np.random.Generator) -> Case:

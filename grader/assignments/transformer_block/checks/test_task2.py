@@ -300,12 +300,16 @@ def test_logits_ignore_the_future(task2: TaskRun, depth: str,
 def test_loss_is_next_token_cross_entropy(task2: TaskRun,
                                           depth: str) -> None:
     """loss(ids) = cross-entropy of the model's own logits at 0..n-2
-    against the tokens at 1..n-1."""
-    probes = task2.probe_ids(f"loss:{depth}:")
+    against the tokens at 1..n-1, the mean over them, in eval mode and in
+    train mode at dropout 0 (``loss-train:``, judged against the same
+    eval-mode logits: red team 11, B09)."""
+    probes = (task2.probe_ids(f"loss:{depth}:")
+              + task2.probe_ids(f"loss-train:{depth}:"))
     require_ran(task2, probes, "TransformerLM.loss")
     for probe_id in probes:
         name = probe_id.rsplit(":", 1)[1]
-        case, logits = logits_of(task2, f"logits:{depth}:{name}")
+        _, logits = logits_of(task2, f"logits:{depth}:{name}")
+        case = mistakes.loaded_case(task2, probe_id)
         value = tensor_of(task2.result(probe_id).value,
                           "TransformerLM.loss's value", (), "a scalar []",
                           case)
