@@ -42,9 +42,9 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``future:<depth>:<case>:<i>``: the same input with every token after
   position i replaced (the causality item compares positions 0..i);
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
-* ``logits:<depth>:hidden-0:dropout=<p>``, ``loss-train:<depth>:hidden-0``:
+* ``logits:<depth>:hidden-0:dropout=<p>``, ``loss-train:d0:hidden-0``:
   the first case's forward in eval mode on the model built with dropout
-  ``LM_DROPOUT``, and its loss in train mode at dropout 0
+  ``LM_DROPOUT``, and at depth 0 its loss in train mode at dropout 0
   (:func:`add_mode_probes`);
 * ``prefix:d2:<case>``: ``forward(input_ids[:, :-1])`` on the same
   weights, so that a loss computed from the logits of the text without
@@ -508,10 +508,11 @@ def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
     ``logits:<depth>:<case>:dropout=<LM_DROPOUT>``, forward in eval mode
     on the model built with dropout LM_DROPOUT (dropout is off in eval
     mode: the logits are the reference's; ``F.dropout``'s default
-    ``training=True`` fails, B02), and ``loss-train:<depth>:<case>``,
-    loss in train mode at dropout 0 (the mean cross-entropy of the
-    model's own logits, as in eval mode: a loss that sums in training
-    fails, B09)."""
+    ``training=True`` fails, B02), and, at depth 0 alone (no layer of
+    the student's, whose own dropout in train mode is task 1's),
+    ``loss-train:d0:<case>``, loss in train mode at dropout 0 (the mean
+    cross-entropy of the model's own logits, as in eval mode: a loss that
+    sums in training fails, B09)."""
     init = lm_init(case.sizes)
     init["kwargs"]["dropout"] = LM_DROPOUT
     plan.add("task2", weighted(
@@ -523,6 +524,8 @@ def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
                 f"nn.Dropout modules, which follow train()/eval(), not "
                 f"F.dropout, whose training=True is the default)")),
         init))
+    if depth != "d0":
+        return
     wire, info = weighted(f"loss-train:{depth}:{case.name}", "TransformerLM",
                           replace(case, shown=case.name,
                                   variant="in train mode (model.train(), "
