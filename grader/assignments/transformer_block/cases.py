@@ -431,6 +431,7 @@ def build(seed: int, public_only: bool,
                 layer_init(case.sizes, True), causal=True))
 
     # Task 2: TransformerLM, at both depths.
+    firsts: dict[str, Case] = {}
     for depth, layers in DEPTHS.items():
         for index, sizes in enumerate(INIT_2):
             plan.add("task2", probe(
@@ -452,7 +453,7 @@ def build(seed: int, public_only: bool,
                                        "TransformerLM", case, init,
                                        method="loss"))
             if index == 0:
-                add_mode_probes(plan, depth, case)
+                firsts[depth] = case
             if depth == "d2":
                 plan.add("task2", weighted(
                     f"prefix:d2:{case.name}", "TransformerLM",
@@ -481,6 +482,10 @@ def build(seed: int, public_only: bool,
         # Judged against before:<depth>: in its autograd mode
         # (grader.plan.Plan.same_mode).
         plan.same_mode("task2", f"trained:{depth}", f"before:{depth}")
+    # After every other probe of their families, whose autograd modes
+    # (alternating in plan order) they leave as they were.
+    for depth, case in firsts.items():
+        add_mode_probes(plan, depth, case)
 
     add_dropout_probes(plan, seed)
 
