@@ -198,10 +198,13 @@ def whole_lines(judged: torch.Tensor, masks: list[torch.Tensor], dim: int
     return dropped, int(considered.sum()) * len(masks), least
 
 
-def position_kinds(seq: int) -> dict[str, torch.Tensor]:
-    """Kinds of positions of a [seq, seq] block a mask could spare."""
-    eye = torch.eye(seq, dtype=torch.bool)
-    line = torch.zeros(seq, seq, dtype=torch.bool)
+def position_kinds(seq: int, cols: int | None = None
+                   ) -> dict[str, torch.Tensor]:
+    """Kinds of positions of a [seq, seq] block (or [seq, cols]: a
+    sublayer's output, positions by features) a mask could spare."""
+    cols = seq if cols is None else cols
+    eye = torch.eye(seq, cols, dtype=torch.bool)
+    line = torch.zeros(seq, cols, dtype=torch.bool)
     kinds = {"on the diagonal": eye,
              "above the diagonal": torch.ones_like(eye).triu(1),
              "below the diagonal": torch.ones_like(eye).tril(-1)}
@@ -220,13 +223,16 @@ class MaskWords:
     """How a plug-in's messages name dropout masks: ``prefix`` (a format
     string of ``p``, "With dropout={p:g} in train mode"), the ``blocks``
     ("[seq_len, seq_len] blocks of probs"), what a line is ``of``
-    ("of probs"), the ``weights`` ("probabilities") and the ``advice``."""
+    ("of probs"), the ``weights`` ("probabilities"), the ``advice`` and
+    the ``lines``, a block's rows and columns ("query rows", "key
+    columns")."""
 
     prefix: str
     blocks: str
     of: str
     weights: str
     advice: str
+    lines: tuple[str, str] = ("query rows", "key columns")
 
 
 def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
@@ -239,7 +245,7 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
     than p says. Whole lines are tested first: masks of whole rows also
     make blocks coincide (a block of few rows has few masks)."""
     said = words.prefix.format(p=p)
-    for dim, what in ((-1, "query rows"), (-2, "key columns")):
+    for dim, what in zip((-1, -2), words.lines):
         dropped, lines, least = whole_lines(judged, masks, dim)
         if dropped and unlikely(lines, p ** least, dropped, True):
             return (f"{said} {dropped} of {lines} whole {what} {words.of} "
@@ -250,7 +256,7 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
         return (f"{said} two {words.blocks} (two heads or two sequences) "
                 f"drop exactly the same {words.weights}: {words.advice}, "
                 f"not one mask shared by the heads or the batch.")
-    for where, kind in position_kinds(judged.shape[-1]).items():
+    for where, kind in position_kinds(*judged.shape[-2:]).items():
         at = judged & kind
         dropped = sum(int((mask & at).sum()) for mask in masks)
         n = int(at.sum()) * len(masks)

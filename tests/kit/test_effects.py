@@ -110,6 +110,11 @@ NOT_TRAINED = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, 0)
 #: ... and keeps its made-up weights in a dict of tensors with no shape
 #: comment: the container rule (principle 6) charges task2.shapes too.
 NOT_TRAINED_DICT = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, -1)
+#: ... and whose loss in train mode (red team 11's train-mode loss probe,
+#: at dropout 0) is not the cross-entropy of the model it was given: it
+#: steps the weights first, or raises under torch.no_grad() (task2.loss);
+#: the statements that run there are judged by task2.shapes too.
+NOT_TRAINED_LOSS = (1, 3, 0, 0, 1, 2, 1, 0, 0, 0, -1)
 NO_CAUSAL = (1, 3, 0, 0, 1, 3, 0, 2, 0, 0)
 CAUSAL_LEAK = ("the returned probs hide the future, but att is not those "
                "probs times the values")
@@ -371,11 +376,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), ("missing_residual",),
             "does not match the reference", ("task1.forward",)),
         "train_inner_optimizer": (
-            NOT_TRAINED, (), WROTE),
+            NOT_TRAINED_LOSS, (), WROTE),
         "train_stats_data": (
-            NOT_TRAINED_DICT, (), WROTE),
+            NOT_TRAINED_LOSS, (), WROTE),
         "train_hook_replaces": (
-            NOT_TRAINED_DICT, (), REPLACED),
+            NOT_TRAINED_LOSS, (), REPLACED),
         "train_finalizer_writes": (
             NOT_TRAINED_DICT, (), WROTE),
         "train_read_time_write": (

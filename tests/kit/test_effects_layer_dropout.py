@@ -5,7 +5,12 @@
 ``TransformerEncoderLayer`` right in eval mode whose own dropout never
 drops, or drops the wrong thing in train mode (task1.forward), and a
 ``TransformerLM`` whose layers do not get its dropout rate, at any depth
-(task2.layers). The folder is graded once, by one real ``batch``, and
+(task2.layers); red team 11: a layer that applies a rate of its own
+(the train-mode rate is drawn from the seed) or one mask for every
+sequence (task1.forward), a model that drops in eval mode with
+``F.dropout`` (task2.logits, its eval-mode probe built with dropout) and
+a loss that sums in train mode (task2.loss, its train-mode probe at
+dropout 0). The folder is graded once, by one real ``batch``, and
 every row is checked item by item, with the words of the judged item's
 message; the controls (``nn.functional.dropout(out, self.dropout.p,
 self.training)``; a layer that ignores its rate, charged once) keep what
@@ -25,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.api import share_bounds
+from grader.assignments.attention import mask_dependence
 from grader.assignments.transformer_block import cases, dropout_effects
 from grader.routes.rows import read_csv
 from grader.wire import check_frame
@@ -38,6 +44,8 @@ ITEMS = ("task1.layers", "task1.forward", "task1.pep8", "task1.shapes",
 FULL = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NO_FORWARD = (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NO_LM_RATE = (1, 3, 0, 0, 0, 2, 1, 1, 1, 0, 0)
+NO_LOGITS = (1, 3, 0, 0, 1, 0, 1, 1, 1, 0, 0)
+NO_LOSS = (1, 3, 0, 0, 1, 2, 1, 0, 1, 0, 0)
 NEVER = "never drops the"
 NO_MASK = "for any dropout mask"
 ZEROS = "exact zeros"
@@ -73,6 +81,21 @@ TABLE = {
     # called again on a longer input (``forward:hidden-0-longer``).
     "mask_first_call": (NO_FORWARD, "task1.forward",
                         "on a longer input, the same layer called again"),
+    # Red team 11, B01: the rate applied is 0.5 whatever the rate given
+    # (the train-mode probes' rate is drawn from the seed); B07: one
+    # [seq_len, hidden] mask shared by every sequence of the batch.
+    "rt11_rate_hardcoded_half": (NO_FORWARD, "task1.forward", NO_MASK),
+    "rt11_mask_shared_over_batch": (
+        NO_FORWARD, "task1.forward",
+        "blocks of the attention sublayer's output (two heads or two "
+        "sequences) drop exactly the same entries"),
+    # Red team 11, B02: the model's F.dropout (training=True by default)
+    # drops in eval mode; B09: the loss sums in train mode only.
+    "rt11_lm_f_dropout_in_eval": (
+        NO_LOGITS, "task2.logits",
+        "with the model built with dropout=0.2 and run in eval mode"),
+    "rt11_loss_sum_in_train": (
+        NO_LOSS, "task2.loss", "in train mode (model.train(), dropout=0)"),
     "honest_f_dropout": (FULL, "task1.forward", ""),
     # One mistake, one point: the rate is task1.layers' alone.
     "honest_rate_ignored": ((0, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0),
@@ -158,17 +181,23 @@ def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
     """The reference layer in train mode (nn.Dropout) on every
     train-dropout case: every row is read back, and the mask read
     rebuilds the output it was read from (norm of low + mask * (high -
-    low)); its share of drops is within the bounds the check uses."""
+    low)); its share of drops is within the bounds the check uses, and
+    each sublayer's masks pass the independence tests (sequences as
+    blocks, red team 11, B07)."""
     layer_class = _solution_layer_class()
     plan = cases.build(seed, False, ())
     kept_all = []
+    by_kind: dict[str, list[torch.Tensor]] = {}
+    judged_by_kind: dict[str, torch.Tensor] = {}
     for wire in plan.probes["task1"]:
         if not wire["id"].startswith("train-dropout:"):
             continue
         info = plan.info[("task1", wire["id"])]
         case, s = info.case, info.case.sizes
+        rate = info.params["dropout"]
+        assert rate == cases.train_dropout(seed)
         layer = layer_class(s["hidden"], s["num_heads"], s["fcn_hidden"],
-                            dropout=cases.TRAIN_DROPOUT, causal=True)
+                            dropout=rate, causal=True)
         layer.load_state_dict(case.weights)
         layer.train()
         torch.manual_seed(wire["seed"] % 2 ** 31)
@@ -179,7 +208,7 @@ def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
         u = ((out.double() - w["norm2.bias"]) / w["norm2.weight"]).reshape(
             -1, s["hidden"])
         low, high = dropout_effects.candidates(case, info.params["kind"],
-                                               cases.TRAIN_DROPOUT)
+                                               rate)
         kept = torch.stack([dropout_effects.read_row(u[r], low[r], high[r])
                             for r in range(u.shape[0])])
         rebuilt = F.layer_norm(torch.where(kept, high, low),
@@ -192,6 +221,15 @@ def test_an_honest_dropout_is_read_back_exactly(seed: int) -> None:
         assert torch.allclose(rebuilt.float(), out.reshape(rebuilt.shape),
                               rtol=1e-4, atol=1e-5)
         kept_all.append(kept)
+        shape = (s["batch_size"], s["seq_len"], s["hidden"])
+        judged = ((high - low).abs() > 1e-4).reshape(shape)
+        judged_by_kind[info.params["kind"]] = judged
+        by_kind.setdefault(info.params["kind"], []).append(
+            (~kept).reshape(shape))
+    for kind, masks in by_kind.items():
+        assert mask_dependence(judged_by_kind[kind], masks, rate,
+                               dropout_effects.mask_words(kind, "")) is None
     kept = torch.cat([k.flatten() for k in kept_all])
-    low_share, high_share = share_bounds(cases.TRAIN_DROPOUT, kept.numel())
+    low_share, high_share = share_bounds(cases.train_dropout(seed),
+                                         kept.numel())
     assert low_share <= 1 - kept.double().mean() <= high_share

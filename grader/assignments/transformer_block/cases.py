@@ -24,10 +24,10 @@ Probes of task 1 (TransformerEncoderLayer):
   that keeps ``causal=True`` causal (however wrong its values) from one
   that does not (docs/transformer_block.md, "Isolation");
 * ``train-dropout:<kind>:<k>``: the causal layer built with dropout
-  ``TRAIN_DROPOUT``, in train mode, under two torch seeds, on a case in
-  which one sublayer's dropout alone acts (:func:`sublayer_case`), so
-  that its dropout mask can be read back from the output; described
-  (the rate of its ``self.dropout``);
+  :func:`train_dropout` (drawn from the seed), in train mode, under two
+  torch seeds, on a case in which one sublayer's dropout alone acts
+  (:func:`sublayer_case`), so that its dropout mask can be read back
+  from the output; described (the rate of its ``self.dropout``);
 * ``init-dropout``: the causal layer built with dropout ``LM_DROPOUT``,
   described (every dropout rate, at any depth);
 * ``trace:...``: forward under the rubric's size sets (shape comments).
@@ -42,6 +42,10 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``future:<depth>:<case>:<i>``: the same input with every token after
   position i replaced (the causality item compares positions 0..i);
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
+* ``logits:<depth>:hidden-0:dropout=<p>``, ``loss-train:d0:hidden-0``:
+  the first case's forward in eval mode on the model built with dropout
+  ``LM_DROPOUT``, and at depth 0 its loss in train mode at dropout 0
+  (:func:`add_mode_probes`);
 * ``prefix:d2:<case>``: ``forward(input_ids[:, :-1])`` on the same
   weights, so that a loss computed from the logits of the text without
   its last token (the other honest reading) is recognised behind a
@@ -101,14 +105,20 @@ TRAIN_BATCH = {"d2": 32, "d0": 8}
 TRAIN_BOUND = 0.8
 #: The dropout rate of the eval-mode probes that must ignore it.
 EVAL_DROPOUT = 0.3
-#: The dropout rate of the train-mode probes of the layer's own dropout
-#: (1 / (1 - p) = 2 exactly), how many torch seeds each runs under, and
-#: the rate of the model whose every dropout rate is read.
-TRAIN_DROPOUT = 0.5
+#: Where the rate of the train-mode probes of the layer's own dropout is
+#: drawn from the grading seed (:func:`train_dropout`, two decimals: a
+#: rate applied in place of the one given, 0.5 say, fails; red team 11,
+#: B01), how many torch seeds each runs under, and the rate of the model
+#: whose every dropout rate is read (and of its eval-mode logits probes).
+TRAIN_DROPOUT = (0.2, 0.4)
 TRAIN_SEEDS = 2
 LM_DROPOUT = 0.2
 RANGES_1 = {"batch_size": (2, 5), "seq_len": (3, 9), "num_heads": (2, 4),
             "head_size": (2, 6), "fcn_hidden": (5, 24)}
+#: The train-dropout case's sizes: blocks (sequences) of at least 7 x 10
+#: entries, so that two sequences of an honest dropout's draw share a
+#: mask with probability (p^2 + (1 - p)^2)^70 <= 2e-12 at p >= 0.2.
+RANGES_DROP = {**RANGES_1, "seq_len": (7, 9), "head_size": (5, 6)}
 RANGES_2 = {**RANGES_1, "vocab_size": (7, 23)}
 INIT_1 = ({"hidden": 12, "num_heads": 3, "fcn_hidden": 20, "dropout": 0.25},
           {"hidden": 10, "num_heads": 2, "fcn_hidden": 7, "dropout": 0.1})
@@ -153,10 +163,21 @@ def all_distinct(sizes: dict[str, int]) -> bool:
     return len(set(values)) == len(values)
 
 
-def draw_sizes(rng: np.random.Generator, lm: bool) -> dict[str, int]:
+def train_dropout(seed: int) -> float:
+    """The rate of the train-mode dropout probes under ``seed``: drawn in
+    TRAIN_DROPOUT, two decimals."""
+    low, high = TRAIN_DROPOUT
+    return round(float(_rng(seed, "task1", "train-dropout", "rate").uniform(
+        low, high)), 2)
+
+
+def draw_sizes(rng: np.random.Generator, lm: bool,
+               ranges: dict[str, tuple[int, int]] | None = None
+               ) -> dict[str, int]:
     """Sizes that differ from each other (and max_seq_len > seq_len, so
-    code that uses one for the other fails)."""
-    ranges = RANGES_2 if lm else RANGES_1
+    code that uses one for the other fails), in ``ranges`` (RANGES_2 or
+    RANGES_1 when None)."""
+    ranges = ranges or (RANGES_2 if lm else RANGES_1)
     while True:
         sizes = {key: int(rng.integers(low, high + 1))
                  for key, (low, high) in ranges.items()}
@@ -168,9 +189,10 @@ def draw_sizes(rng: np.random.Generator, lm: bool) -> dict[str, int]:
             return sizes
 
 
-def layer_case(rng: np.random.Generator, name: str) -> Case:
+def layer_case(rng: np.random.Generator, name: str,
+               ranges: dict[str, tuple[int, int]] | None = None) -> Case:
     """A hidden case of task 1: x ~ N(0, 1) and a layer's weights."""
-    sizes = draw_sizes(rng, lm=False)
+    sizes = draw_sizes(rng, lm=False, ranges=ranges)
     x = torch.from_numpy(rng.standard_normal(
         (sizes["batch_size"], sizes["seq_len"], sizes["hidden"])
     ).astype(np.float32))
@@ -418,6 +440,7 @@ def build(seed: int, public_only: bool,
                 layer_init(case.sizes, True), causal=True))
 
     # Task 2: TransformerLM, at both depths.
+    firsts: dict[str, Case] = {}
     for depth, layers in DEPTHS.items():
         for index, sizes in enumerate(INIT_2):
             plan.add("task2", probe(
@@ -438,6 +461,8 @@ def build(seed: int, public_only: bool,
             plan.add("task2", weighted(f"loss:{depth}:{case.name}",
                                        "TransformerLM", case, init,
                                        method="loss"))
+            if index == 0:
+                firsts[depth] = case
             if depth == "d2":
                 plan.add("task2", weighted(
                     f"prefix:d2:{case.name}", "TransformerLM",
@@ -466,6 +491,10 @@ def build(seed: int, public_only: bool,
         # Judged against before:<depth>: in its autograd mode
         # (grader.plan.Plan.same_mode).
         plan.same_mode("task2", f"trained:{depth}", f"before:{depth}")
+    # After every other probe of their families, whose autograd modes
+    # (alternating in plan order) they leave as they were.
+    for depth, case in firsts.items():
+        add_mode_probes(plan, depth, case)
 
     add_dropout_probes(plan, seed)
 
@@ -486,6 +515,38 @@ def build(seed: int, public_only: bool,
                     wire["call"]["method"] = "loss"
                 plan.add("task2", (wire, info))
     return plan
+
+
+def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
+    """The first model case at ``depth`` in the other mode (red team 11):
+    ``logits:<depth>:<case>:dropout=<LM_DROPOUT>``, forward in eval mode
+    on the model built with dropout LM_DROPOUT (dropout is off in eval
+    mode: the logits are the reference's; ``F.dropout``'s default
+    ``training=True`` fails, B02), and, at depth 0 alone (no layer of
+    the student's, whose own dropout in train mode is task 1's),
+    ``loss-train:d0:<case>``, loss in train mode at dropout 0 (the mean
+    cross-entropy of the model's own logits, as in eval mode: a loss that
+    sums in training fails, B09)."""
+    init = lm_init(case.sizes)
+    init["kwargs"]["dropout"] = LM_DROPOUT
+    plan.add("task2", weighted(
+        f"logits:{depth}:{case.name}:dropout={LM_DROPOUT:g}",
+        "TransformerLM", replace(
+            case, shown=case.name, variant=(
+                f"with the model built with dropout={LM_DROPOUT:g} and run "
+                f"in eval mode (model.eval(): dropout must be off; use "
+                f"nn.Dropout modules, which follow train()/eval(), not "
+                f"F.dropout, whose training=True is the default)")),
+        init))
+    if depth != "d0":
+        return
+    wire, info = weighted(f"loss-train:{depth}:{case.name}", "TransformerLM",
+                          replace(case, shown=case.name,
+                                  variant="in train mode (model.train(), "
+                                          "dropout=0)"),
+                          lm_init(case.sizes), method="loss")
+    wire["train"] = True
+    plan.add("task2", (wire, replace(info, train=True)))
 
 
 def sublayer_case(case: Case, kind: str, rng: np.random.Generator) -> Case:
@@ -527,7 +588,7 @@ SUBLAYER_WORDS = {
 def add_dropout_probes(plan: Plan, seed: int) -> None:
     """The probes of dropout in train mode (docs/transformer_block.md,
     "Dropout in train mode"): ``train-dropout:<kind>:<k>``, the causal
-    layer built with dropout ``TRAIN_DROPOUT`` on each sublayer case
+    layer built with dropout :func:`train_dropout` on each sublayer case
     (:func:`sublayer_case`) under ``TRAIN_SEEDS`` torch seeds (task1);
     ``init-dropout:d2``, a two-layer model built with dropout
     ``LM_DROPOUT``, described (task2: every rate, at any depth; a
@@ -535,10 +596,11 @@ def add_dropout_probes(plan: Plan, seed: int) -> None:
     ``init-dropout``, the causal layer built at its sizes and rate,
     described (what the model's layers are compared with)."""
     rng = _rng(seed, "task1", "train-dropout")
-    base = layer_case(rng, "train-dropout")
+    base = layer_case(rng, "train-dropout", RANGES_DROP)
+    rate = train_dropout(seed)
     for kind in SUBLAYER_WORDS:
         case = sublayer_case(base, kind, rng)
-        init = layer_init(case.sizes, True, TRAIN_DROPOUT)
+        init = layer_init(case.sizes, True, rate)
         for k in range(TRAIN_SEEDS):
             wire, info = weighted(
                 f"train-dropout:{kind}:{k}", "TransformerEncoderLayer",

@@ -23,10 +23,10 @@ import torch.nn.functional as F
 
 from grader.api import (Case, TaskRun, close, fail, require_ran,
                         share_bounds, tensor_of)
+from grader.assignments.attention import MaskWords, mask_dependence
 from grader.assignments.transformer_block import reference
 from grader.assignments.transformer_block.cases import (INIT_2, LM_DROPOUT,
-                                                        SUBLAYER_WORDS,
-                                                        TRAIN_DROPOUT)
+                                                        SUBLAYER_WORDS)
 
 CALL = "TransformerEncoderLayer.forward"
 OUT = "[batch_size, seq_len, hidden]"
@@ -79,16 +79,23 @@ def read_row(u: torch.Tensor, low: torch.Tensor, high: torch.Tensor
     return None
 
 
+def given_rate(task1: TaskRun, probe_id: str) -> float:
+    """The rate a train-dropout probe built its layer with (drawn from
+    the grading seed: ``cases.train_dropout``)."""
+    return float(task1.result(probe_id).info.params["dropout"])
+
+
 def own_rate(task1: TaskRun, probe_id: str) -> float:
     """The rate of the layer's own ``self.dropout`` in a train-dropout
-    probe (its describe), or TRAIN_DROPOUT when it reports none: a layer
+    probe (its describe), or the rate given when it reports none: a layer
     that keeps another rate than the one given has lost task1.layers for
     it, and is judged here with the rate it has (one mistake, one
     point)."""
     describe = task1.result(probe_id).describe or {}
     child = (describe.get("children") or {}).get("dropout") or {}
     rate = child.get("p")
-    return float(rate) if isinstance(rate, (int, float)) else TRAIN_DROPOUT
+    return (float(rate) if isinstance(rate, (int, float))
+            else given_rate(task1, probe_id))
 
 
 def masks_of(task1: TaskRun, probe_id: str, rate: float) -> torch.Tensor:
@@ -100,8 +107,8 @@ def masks_of(task1: TaskRun, probe_id: str, rate: float) -> torch.Tensor:
     s = case.sizes
     out = tensor_of(task1.result(probe_id).value, f"{CALL}'s output",
                     (s["batch_size"], s["seq_len"], s["hidden"]), OUT, case)
-    where = (f"in train mode, built with dropout={TRAIN_DROPOUT:g}, on "
-             f"{case.describe()}")
+    where = (f"in train mode, built with dropout="
+             f"{given_rate(task1, probe_id):g}, on {case.describe()}")
     if not bool(torch.isfinite(out).all()):
         fail(f"{CALL}'s output {where} is not finite.")
     zeros = int((out == 0).sum())
@@ -138,7 +145,10 @@ def check_train_dropout(task1: TaskRun) -> None:
     """task1.forward in train mode: on each sublayer case, under both
     seeds, the output is the post-norm layer with that sublayer's output
     dropped by some mask; the masks drop a share of entries within the
-    bounds of a correct dropout at p and differ between the seeds."""
+    bounds of a correct dropout at p, differ between the seeds and, at
+    the rate given, look element-wise independent with the sequences as
+    blocks (``mask_dependence``: no mask shared by the batch, no whole
+    positions or features dropped together, no kind of entry spared)."""
     probes = task1.probe_ids("train-dropout:")
     require_ran(task1, probes, CALL)
     for kind in SUBLAYER_WORDS:
@@ -154,8 +164,9 @@ def check_train_dropout(task1: TaskRun) -> None:
         count = kept.numel()
         dropped = count - int(kept.sum())
         low, high = share_bounds(rate, count)
-        built = (f"in train mode, built with dropout={TRAIN_DROPOUT:g}, on "
-                 f"{case.describe()} under {len(masks)} seeds")
+        built = (f"in train mode, built with dropout="
+                 f"{given_rate(task1, mine[0]):g}, on {case.describe()} "
+                 f"under {len(masks)} seeds")
         if dropped == 0:
             fail(f"{CALL} never drops {SUBLAYER[kind]} {built}: the output "
                  f"is the eval-mode one. Apply self.dropout (an nn.Dropout, "
@@ -172,6 +183,42 @@ def check_train_dropout(task1: TaskRun) -> None:
                  f"{SUBLAYER[kind]} under two torch seeds {built}: "
                  f"dropout must draw a new mask at every call. Use "
                  f"self.dropout: {FORMULA}.")
+        if rate != given_rate(task1, mine[0]):
+            continue  # the shared-block bound holds at the drawn rates
+        problem = mask_dependence(*sequence_blocks(task1, kind, mine, masks,
+                                                   rate),
+                                  rate, mask_words(kind, built))
+        if problem:
+            fail(problem)
+
+
+def mask_words(kind: str, built: str) -> MaskWords:
+    """How the independence tests name the masks of a ``kind`` case."""
+    return MaskWords(
+        prefix=f"In {CALL} {built}:".replace("{", "{{").replace(
+            "}", "}}"),
+        blocks=f"[seq_len, hidden] blocks of {SUBLAYER[kind]}",
+        of=f"of {SUBLAYER[kind]}", weights="entries",
+        advice=(f"dropout must drop each entry on its own, in every "
+                f"sequence anew: {FORMULA}"),
+        lines=("positions (all their features)",
+               "features (at all positions of a sequence)"))
+
+
+def sequence_blocks(task1: TaskRun, kind: str, probe_ids: list[str],
+                    masks: list[torch.Tensor], rate: float
+                    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(judged, dropped) for the independence tests (red team 11, B07):
+    each seed's dropped entries as [batch_size, seq_len, hidden] (the
+    sequences are the blocks), judged where dropping the entry changes
+    what the norm sees (``high`` and ``low`` apart: the sublayer's output
+    is not 0 there, so the entry was read back)."""
+    case = task1.result(probe_ids[0]).info.case
+    s = case.sizes
+    shape = (s["batch_size"], s["seq_len"], s["hidden"])
+    low, high = candidates(case, kind, rate)
+    judged = ((high - low).abs() > 1e-4).reshape(shape)
+    return judged, [(~kept).reshape(shape) for kept in masks]
 
 
 def rates(info: dict, what: str) -> dict[str, float]:

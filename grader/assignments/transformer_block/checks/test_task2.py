@@ -300,12 +300,19 @@ def test_logits_ignore_the_future(task2: TaskRun, depth: str,
 def test_loss_is_next_token_cross_entropy(task2: TaskRun,
                                           depth: str) -> None:
     """loss(ids) = cross-entropy of the model's own logits at 0..n-2
-    against the tokens at 1..n-1."""
-    probes = task2.probe_ids(f"loss:{depth}:")
-    require_ran(task2, probes, "TransformerLM.loss")
-    for probe_id in probes:
+    against the tokens at 1..n-1, the mean over them, in eval mode and,
+    at depth 0 whatever the layer (no layer of the student's runs there),
+    in train mode at dropout 0 (``loss-train:d0:``, judged against the
+    same eval-mode logits: red team 11, B09)."""
+    probes = [(probe_id, depth) for probe_id in
+              task2.probe_ids(f"loss:{depth}:")] + [
+        (probe_id, "d0") for probe_id in task2.probe_ids("loss-train:d0:")]
+    require_ran(task2, [probe_id for probe_id, _ in probes],
+                "TransformerLM.loss")
+    for probe_id, at in probes:
         name = probe_id.rsplit(":", 1)[1]
-        case, logits = logits_of(task2, f"logits:{depth}:{name}")
+        _, logits = logits_of(task2, f"logits:{at}:{name}")
+        case = mistakes.loaded_case(task2, probe_id)
         value = tensor_of(task2.result(probe_id).value,
                           "TransformerLM.loss's value", (), "a scalar []",
                           case)
@@ -318,7 +325,7 @@ def test_loss_is_next_token_cross_entropy(task2: TaskRun,
             fail(f"TransformerLM.loss on {case.describe()} is "
                  f"{float(value):.6g}; the next-token cross-entropy of "
                  f"the model's own logits is {float(expected):.6g}"
-                 f"{depth_words(depth)}.", *ids)
+                 f"{depth_words(depth) if at == depth else ''}.", *ids)
     if depth == "d0":
         loss_runs_the_layers(task2)
 
