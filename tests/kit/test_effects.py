@@ -173,6 +173,10 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # dropout on in eval mode.
         "train_override_keeps_dropout": (NO_DROPOUT, (), NOT_A_DISTRIBUTION),
         "train_override_no_super": (NO_DROPOUT, (), NOT_A_DISTRIBUTION),
+        # Red team 11 (m03): no dropout below the old fixed rate 0.2; the
+        # second rate is drawn from the seed below 0.2.
+        "rate_none_below_0_2": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -281,6 +285,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_no_super": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("dropout_in_eval",), "dropout must act only in training",
+            ("task4.dropout",)),
+        # Red team 11 (a02): CausalAttention built with dropout=0 drops
+        # in training (the same module after its eval-mode call).
+        "drop_at_rate_zero": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            "In training mode the output of a model with dropout=0 differs",
             ("task4.dropout",)),
     },
     "modes": {

@@ -56,8 +56,10 @@ Probes, per task (ids are prefixes the checks select on):
   additive padding mask [batch_size, 1, 1, num_tokens] (sequence b hides
   its last 1 + b % (num_tokens - 1) keys), so that the mask's values, not
   only its presence, are judged;
-* ``dropout-off``, ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``:
-  dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
+* ``dropout-off``, ``dropout-zero:0``, ``dropout-eval:<p>``,
+  ``dropout-train:<p>:<draw>``: dropout 0 in eval and (the same module)
+  in training, and each rate p (0.5, and one of ``SEEDED_RATES`` drawn
+  from the grading seed) in eval and in
   training under ``DROPOUT_DRAWS`` random seeds (a rate's three probes
   call one module, ``again``), on a case with d_out
   (head_dim) larger than num_tokens, so the attention weights can be
@@ -89,8 +91,14 @@ from grader.assignments.attention_basics import reference
 
 HIDDEN_CASES = 3
 # Dropout is judged at two rates, each under two random seeds: the masks
-# must differ between seeds and the share of zeros must follow p.
-DROPOUT_RATES = (0.5, 0.2)
+# must differ between seeds and the share of zeros must follow p. The
+# first rate is the rubric's 0.5; the second is drawn from the grading
+# seed among SEEDED_RATES (red team 11: with a fixed 0.2, code that
+# dropped nothing below 0.2 kept the point); the old fixed 0.2 is left
+# out, and above about 0.23 the rubric's 30-70% range at p = 0.5 would
+# no longer tell the two rates apart.
+FIXED_RATE = 0.5
+SEEDED_RATES = tuple(round(0.01 * i, 2) for i in range(5, 20))
 # The wrapper's heads are judged at one rate: their output must move.
 WRAPPER_DROPOUT = 0.5
 DROPOUT_DRAWS = 2
@@ -493,12 +501,21 @@ def _seeded(plan: Plan, task: str, case: Case, name: str = "",
     _add(plan, task, probe_id, case=case, init=init, load=False)
 
 
+def dropout_rates(seed: int) -> tuple[float, float]:
+    """The two dropout rates judged: FIXED_RATE, then one of
+    SEEDED_RATES drawn from a stream derived one-way from the seed."""
+    rng = _rng(seed, "dropout", "rate")
+    return FIXED_RATE, SEEDED_RATES[int(rng.integers(len(SEEDED_RATES)))]
+
+
 def _dropout(plan: Plan, task: str, seed: int) -> None:
-    """Dropout 0 in eval; each rate in eval and in training under
-    DROPOUT_DRAWS seeds derived from the grading seed."""
+    """Dropout 0 in eval, and in training on the same module
+    (``dropout-zero:0``: a module built with dropout 0 never drops); each
+    rate in eval and in training under DROPOUT_DRAWS seeds derived from
+    the grading seed."""
     case = dropout_case(seed, task)
-    runs = [("dropout-off", 0.0, None)]
-    for p in DROPOUT_RATES:
+    runs = [("dropout-off", 0.0, None), ("dropout-zero:0", 0.0, 0)]
+    for p in dropout_rates(seed):
         runs += [(f"dropout-eval:{p:g}", p, None)]
         runs += [(f"dropout-train:{p:g}:{draw}", p, draw)
                  for draw in range(DROPOUT_DRAWS)]

@@ -27,7 +27,8 @@ Probes of task 2 (ids are prefixes the checks select on):
 * ``causal-train:<case>``: causal in train mode at p = 0 (the mask acts
   in training too);
 * ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``: a hidden case large
-  enough to measure a dropout rate, for two rates p and two random seeds
+  enough to measure a dropout rate, for two rates p (0.5, and one of
+  ``SEEDED_RATES`` drawn from the grading seed) and two random seeds
   per rate; ``dropout-off`` and ``dropout-zero:<draw>``: the same case at
   p = 0 in eval and in train mode (the output dropout must leave alone).
   Per rate, the three probes call one object (``again``), so a mask
@@ -61,8 +62,14 @@ LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
 HIDDEN_CASES = 3
 # Dropout is judged at two rates, each under two random seeds: the masks
-# must differ between seeds and the share of zeros must follow p.
-DROPOUT_RATES = (0.5, 0.2)
+# must differ between seeds and the share of zeros must follow p. The
+# first rate is the rubric's 0.5; the second is drawn from the grading
+# seed among SEEDED_RATES (red team 11, m03: with a fixed 0.2, code that
+# dropped nothing below 0.2 kept the point). They stop below 0.2 (the old
+# fixed rate, left out): above about 0.23 the rubric's 30-70% range at
+# p = 0.5 no longer tells the two rates apart.
+FIXED_RATE = 0.5
+SEEDED_RATES = tuple(round(0.01 * i, 2) for i in range(5, 20))
 DROPOUT_DRAWS = 2
 # SelfAttention(input_size, hidden) built for task1.init.
 INIT_SIZES = {"init": (7, 9), "init:other-sizes": (11, 6)}
@@ -270,6 +277,13 @@ def size_cases(seed: int, task: str) -> list[tuple[Case, str]]:
     return found
 
 
+def dropout_rates(seed: int) -> tuple[float, float]:
+    """The two dropout rates judged: FIXED_RATE, then one of
+    SEEDED_RATES drawn from a stream derived one-way from the seed."""
+    rng = _rng(seed, "dropout", "rate")
+    return FIXED_RATE, SEEDED_RATES[int(rng.integers(len(SEEDED_RATES)))]
+
+
 def dropout_probe(p: float, draw: int | None) -> str:
     """The id of the dropout probe at rate ``p`` (0: ``dropout-off`` in
     eval mode, ``dropout-zero:<draw>`` in train mode), in eval mode
@@ -389,7 +403,7 @@ def build(seed: int, public_only: bool,
                      f"causal-train:{first.name}"):
         plan.same_mode("task2", probe_id, f"causal:{first.name}")
     drop = dropout_case(seed)
-    for p in (0.0,) + DROPOUT_RATES:
+    for p in (0.0,) + dropout_rates(seed):
         for draw in (None,) + tuple(range(DROPOUT_DRAWS)):
             probe_id = dropout_probe(p, draw)
             plan.add("task2", probe(
@@ -401,7 +415,7 @@ def build(seed: int, public_only: bool,
                 params={"dropout": p}, again=draw is not None))
     # Causal and dropout together, in training (red team 10, R4): the
     # future stays hidden and the past is dropped at rate p.
-    p = DROPOUT_RATES[0]
+    p = FIXED_RATE
     plan.add("task2", probe(
         f"causal-dropout-train:{p:g}",
         "MultiHeadSelfAttention", case=drop, layers=LAYERS_2,
@@ -410,7 +424,7 @@ def build(seed: int, public_only: bool,
         seed=derive_seed(seed, "multi_head_attention", "dropout", "causal",
                          p), params={"dropout": p, "causal": True}))
     # forward(x) under the seed of dropout-train:<p>:0: the same draws.
-    p = DROPOUT_RATES[0]
+    p = FIXED_RATE
     plan.add("task2", probe(
         f"att-only-{dropout_probe(p, 0)}", "MultiHeadSelfAttention",
         case=drop, layers=LAYERS_2, init=_mha_init(drop, dropout=p),
