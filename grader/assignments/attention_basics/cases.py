@@ -36,6 +36,9 @@ Probes, per task (ids are prefixes the checks select on):
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
   something instead of raising;
+* ``values:long`` (tasks 4 and 6, hidden): two sequences of 40 to 80
+  tokens drawn from the seed, the other sizes small: a mask wrong only
+  past some length fails there;
 * ``longer:<case>-longer`` (tasks 4 and 6): the first hidden case's
   module called again (``again``) right after its ``values:`` probe, on
   an input as long as its context: a mask kept from the first call is
@@ -141,6 +144,10 @@ SEEDED: dict[str, tuple[int, dict[str, int]]] = {
 }
 # The context length of the public "long" probes: longer than the input.
 LONG_CONTEXT = 10
+# The long hidden case of tasks 4 and 6 (red team 11: no probe was longer
+# than 13 tokens, so a mask wrong only past 16 tokens kept the point):
+# [low, high] tokens.
+LONG_TOKENS = (40, 80)
 
 
 def has_bias(case: Case) -> bool:
@@ -408,6 +415,32 @@ def wrapper_dropout_case(seed: int) -> Case:
                 random_weights(rng, "task5", sizes, False))
 
 
+def long_case(seed: int, task: str) -> Case:
+    """Two sequences of 40 to 80 tokens (drawn from the seed), the other
+    sizes small and distinct, the context a little longer."""
+    rng = _rng(seed, "long", task)
+
+    def draw(low: int, high: int) -> int:
+        return int(rng.integers(low, high + 1))
+
+    while True:
+        tokens = draw(*LONG_TOKENS)
+        s = {"batch_size": 2, "num_tokens": tokens,
+             "context_length": tokens + draw(1, 4), "d_in": draw(3, 6)}
+        if task == "task4":
+            s["d_out"] = draw(4, 7)
+            extra = []
+        else:
+            s["num_heads"] = 3
+            s["head_dim"] = draw(4, 5)
+            s["d_out"] = 3 * s["head_dim"]
+            extra = [s["batch_size"] * s["num_heads"]]
+        if _distinct(list(s.values()) + extra):
+            break
+    return Case("long", False, s, random_input(rng, task, s),
+                random_weights(rng, task, s, False))
+
+
 def longer_case(seed: int, task: str, case: Case) -> Case:
     """The same weights and module sizes on a new input as long as the
     context (``num_tokens = context_length``, longer than the case's):
@@ -636,6 +669,9 @@ def build(seed: int, public_only: bool,
             # autograd mode (grader.plan.Plan.same_mode), as head:.
             plan.same_mode(task, f"equal:{case.name}{EQUAL}",
                            f"values:{case.name}")
+    if not public_only:
+        for task in ("task4", "task6"):   # one long input (red team 11)
+            _values(plan, task, long_case(seed, task))
     square = square_case(seed)
     _add(plan, "task4", "square:square", case=square,
          init=init_of("task4", square.sizes, qkv_bias=False))

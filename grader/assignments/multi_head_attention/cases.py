@@ -16,6 +16,11 @@ Probes of task 2 (ids are prefixes the checks select on):
 
 * ``probs:<case>``, ``causal:<case>``: ``forward(x, return_attention=True)``
   without and with ``causal=True``;
+* ``probs:long``, ``causal:long``, ``causal:one-token`` (hidden): one
+  sequence (batch_size 1) of 40 to 80 tokens drawn from the seed, the
+  other sizes small, without and with the mask, and one token with the
+  mask: a mask wrong only past some length, or a ``.squeeze()`` that
+  drops the batch, fails there;
 * ``causal:<case>-equal-scores``: causal, with zero query weights and bias,
   so every score is 0: a mask built from the score values shows there;
 * ``zero-qk:<case>``: zero query and key weights (uniform probabilities),
@@ -86,6 +91,12 @@ RANGES = {"batch_size": (2, 6), "seq_len": (3, 10), "input_size": (3, 13),
           "hidden": (3, 13), "num_heads": (2, 6), "head_size": (2, 7)}
 DROPOUT_RANGES = {**RANGES, "batch_size": (4, 6), "seq_len": (10, 14),
                   "num_heads": (2, 5), "head_size": (2, 6)}
+# The long case (red team 11, m04: no probe was longer than 14 tokens, so
+# a mask wrong only past 16 tokens kept the point): one sequence
+# (batch_size 1: red team 11, m06, a .squeeze() that drops the batch) of
+# 40 to 80 tokens, with small other sizes.
+LONG_RANGES = {"seq_len": (40, 80), "input_size": (3, 6), "num_heads": (2, 3),
+               "head_size": (2, 4)}
 
 
 def _stored_case(name: str, values: type, layers: tuple[str, ...]) -> Case:
@@ -240,6 +251,30 @@ def dropout_case(seed: int) -> Case:
         rng, True, DROPOUT_RANGES), LAYERS_2)
 
 
+def edge_cases(seed: int) -> tuple[Case, Case]:
+    """The long case (one sequence of 40 to 80 tokens, the other sizes
+    small and distinct, drawn from the seed) and the one-token case (the
+    same sizes, one sequence of one token)."""
+    rng = _rng(seed, "edge")
+
+    def draw(key: str) -> int:
+        low, high = LONG_RANGES[key]
+        return int(rng.integers(low, high + 1))
+
+    while True:
+        heads = draw("num_heads")
+        sizes = {"batch_size": 1, "seq_len": draw("seq_len"),
+                 "input_size": draw("input_size"), "num_heads": heads,
+                 "hidden": heads * draw("head_size")}
+        values = list(with_head_size(sizes).values())[1:]
+        if len(set(values)) == len(values) and sizes["hidden"] not in \
+                public_values("task2")["hidden"]:
+            break
+    return (random_case(rng, "long", sizes, LAYERS_2),
+            random_case(rng, "one-token", {**sizes, "seq_len": 1},
+                        LAYERS_2))
+
+
 def vary(task: str, sizes: dict[str, int], key: str) -> dict[str, int]:
     """``sizes`` with only ``key`` changed, to the smallest larger value
     that no public case uses and that no other size equals (changing
@@ -383,6 +418,13 @@ def build(seed: int, public_only: bool,
         # mode (grader.plan.Plan.same_mode), as the pairs below.
         plan.same_mode("task2", f"causal:{equal.name}",
                        f"causal:{case.name}")
+    if not public_only:
+        # One long sequence, without and with the mask, and one token
+        # with the mask (red team 11, m04 and m06).
+        long, one = edge_cases(seed)
+        _attention(plan, f"probs:{long.name}", long)
+        _attention(plan, f"causal:{long.name}", long, causal=True)
+        _attention(plan, f"causal:{one.name}", one, causal=True)
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
