@@ -177,6 +177,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # second rate is drawn from the seed below 0.2.
         "rate_none_below_0_2": (
             NO_DROPOUT, (), "in train mode nothing changes"),
+        # Red team 11 (m06): att.squeeze() drops the batch of one
+        # sequence (the long case); its shape comment is wrong there too.
+        "values_squeeze_batch_one": (
+            (1, 3, 0, 0, 1, 3, 1, 1, 0, -1), (),
+            "has shape [64, 6]; expected [1, 64, 6]"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -212,6 +217,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "honest_mask_cache_by_length": (FULL_ATTENTION, (), "ok"),
         "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),
         "causal_branch_uniform": (NO_CAUSAL, (), OTHER_SCORES),
+        # Red team 11 (m04): a mask one step off past 16 tokens (the
+        # long case).
+        "mask_wrong_past_16": (
+            NO_CAUSAL, ("mask_sees_next",),
+            "on hidden case 'long' (batch_size=1, seq_len="),
     },
     "basics": {
         # Red team 8, U4, and variants: a mask read from the scores.
