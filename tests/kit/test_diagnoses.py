@@ -368,7 +368,7 @@ def test_one_failure_one_sentence(graded) -> None:
     warm_up = graded("attention_basics/broken_forward_raises",
                      assignment="attention_basics").item("task6.values")
     assert warm_up.message.count('RuntimeError: "unfinished"') == 1
-    assert " on 4 cases (the public test values 'lecture' (" in (
+    assert " on 5 cases (the public test values 'lecture' (" in (
         warm_up.message)
 
 
