@@ -138,6 +138,9 @@ def merge_heads(t: torch.Tensor) -> torch.Tensor:
 
 #: The false-failure budget of one binomial test of independence.
 ALPHA = 1e-11
+# The largest chance that two blocks of a correct dropout share a mask at
+# which the shared-block test is judged (shared_blocks).
+SHARED_CHANCE = 1e-10
 
 
 def binomial_tail(n: int, q: float, k: int, upper: bool) -> float:
@@ -161,11 +164,16 @@ def unlikely(n: int, q: float, k: int, upper: bool) -> bool:
     return binomial_tail(n, q, k, upper) <= ALPHA
 
 
-def shared_blocks(judged: torch.Tensor, mask: torch.Tensor) -> bool:
+def shared_blocks(judged: torch.Tensor, mask: torch.Tensor,
+                  p: float = 0.5) -> bool:
     """True when two [seq, seq] blocks of one draw that are judged at the
     same positions (the most common pattern: every position without a
     mask, j <= i with a causal one) drop exactly the same weights
-    there."""
+    there. Not judged (False) at a rate ``p`` where two blocks of a
+    correct dropout share a mask by chance with probability above
+    SHARED_CHANCE (a union bound over the pairs of blocks): at a low rate
+    most weights are kept, and small blocks can coincide; the rate 0.5
+    judges it always."""
     patterns = [row.tobytes() for row in judged.flatten(1).numpy()]
     if len(patterns) < 2:
         return False
@@ -173,6 +181,10 @@ def shared_blocks(judged: torch.Tensor, mask: torch.Tensor) -> bool:
     same = torch.tensor([row == common for row in patterns])
     pattern = judged.flatten(1)[same][0]
     if int(same.sum()) < 2 or not pattern.any():
+        return False
+    count, size = int(same.sum()), int(pattern.sum())
+    chance = count * (count - 1) / 2 * (p * p + (1 - p) ** 2) ** size
+    if chance > SHARED_CHANCE:
         return False
     blocks = mask.flatten(1)[same][:, pattern].numpy()
     return len({row.tobytes() for row in blocks}) < len(blocks)
@@ -252,7 +264,7 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
                     f"are dropped together (chance would drop about "
                     f"{lines * p ** least:.2g}): {words.advice}, not whole "
                     f"{what} at once.")
-    if any(shared_blocks(judged, mask) for mask in masks):
+    if any(shared_blocks(judged, mask, p) for mask in masks):
         return (f"{said} two {words.blocks} (two heads or two sequences) "
                 f"drop exactly the same {words.weights}: {words.advice}, "
                 f"not one mask shared by the heads or the batch.")

@@ -368,7 +368,7 @@ def test_one_failure_one_sentence(graded) -> None:
     warm_up = graded("attention_basics/broken_forward_raises",
                      assignment="attention_basics").item("task6.values")
     assert warm_up.message.count('RuntimeError: "unfinished"') == 1
-    assert " on 4 cases (the public test values 'lecture' (" in (
+    assert " on 5 cases (the public test values 'lecture' (" in (
         warm_up.message)
 
 
@@ -429,7 +429,8 @@ def test_dropout_messages_name_the_rule(graded) -> None:
     assert "different random seeds drop exactly the same" in said(
         "dropout_self_seeded")
     assert "multiplied by 2 = 1 / (1 - 0.5)" in said("dropout_fixed_rate")
-    assert "dropout=0.2" in said("dropout_keep_rate")
+    assert f"dropout={cases.dropout_rates(SEED)[1]:g}" in said(
+        "dropout_keep_rate")
     assert "must follow p" in said("dropout_keep_rate")
     # No rescale: the words name it, and no diagnosis says "misplaced"
     # (the mask is on the probabilities; the contract has no id for it).
@@ -521,22 +522,41 @@ def test_dropout_cases_are_as_large_as_promised() -> None:
             "multi_head_attention"]
 
 
+#: Every rate dropout can be judged at: 0.5 and each seeded rate (the
+#: two plug-ins draw from the same ones).
+RATES = (cases.FIXED_RATE, *cases.SEEDED_RATES)
+
+
+def test_the_plug_ins_judge_the_same_rates() -> None:
+    """Both attention plug-ins judge 0.5 and one seeded rate of the same
+    list; the seeded rate depends on the seed."""
+    assert (basics_cases.FIXED_RATE, basics_cases.SEEDED_RATES) == (
+        cases.FIXED_RATE, cases.SEEDED_RATES)
+    drawn = {cases.dropout_rates(seed) for seed in range(40)}
+    assert {rates[0] for rates in drawn} == {cases.FIXED_RATE}
+    assert len({rates[1] for rates in drawn}) > 5
+    assert {rates[1] for rates in drawn} <= set(cases.SEEDED_RATES)
+
+
 @pytest.mark.parametrize("assignment", ["multi_head_attention",
                                         "attention_basics"])
-@pytest.mark.parametrize("p", cases.DROPOUT_RATES)
+@pytest.mark.parametrize("p", RATES)
 def test_share_bounds_never_fail_a_correct_dropout(assignment: str,
                                                    p: float) -> None:
     """With the fewest values ever judged, a correct dropout's share of
     zeros falls outside the bounds with probability below 1e-9 (the exact
-    binomial tail), and a dropout at the other rate (or keeping with
-    probability p) falls inside them with probability below 1e-9."""
+    binomial tail), and a dropout at the other rate judged with it (0.5
+    with any seeded rate), or keeping with probability p, falls inside
+    them with probability below 1e-9."""
     n = _smallest_dropout_counts()[assignment]
     rubric = {0.5: (0.3, 0.7)}.get(p)
     low, high = share_bounds(p, n, at_least=rubric)
     assert _binomial_outside(n, p, low, high) < 1e-9
     if rubric:
         assert (low, high) == rubric
-    for wrong in {*cases.DROPOUT_RATES, 1 - p} - {p}:
+    others = cases.SEEDED_RATES if p == cases.FIXED_RATE \
+        else (cases.FIXED_RATE,)
+    for wrong in {*others, 1 - p} - {p}:
         inside = 1 - _binomial_outside(n, wrong, low, high)
         assert inside < 1e-9, (p, wrong, low, high)
 
@@ -572,18 +592,32 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     for seq in ranges["seq_len"]:
         blocks = max(ranges["batch_size"]) * max(ranges["num_heads"])
         pairs = blocks * (blocks - 1) / 2
-        shared = sum(cases.DROPOUT_DRAWS * pairs
-                     * (p * p + (1 - p) ** 2) ** (seq * seq)
-                     for p in cases.DROPOUT_RATES)
-        worst = max(worst, shared)
-    tests = len(cases.DROPOUT_RATES) * (2 + kinds)
+        for second in cases.SEEDED_RATES:   # 0.5 and one seeded rate
+            shared = sum(_shared_chance(pairs, seq * seq, p)
+                         for p in (cases.FIXED_RATE, second))
+            worst = max(worst, shared)
+    tests = 2 * (2 + kinds)
     assert worst + tests * alpha < 1e-9
+    # The shared-block test is judged at 0.5 always.
+    assert _shared_chance(pairs, 100, cases.FIXED_RATE) < \
+        attention.SHARED_CHANCE
     seq = min(ranges["seq_len"])
     blocks = min(ranges["batch_size"]) * min(ranges["num_heads"])
-    for p in cases.DROPOUT_RATES:
-        lines = blocks * seq * cases.DROPOUT_DRAWS
-        assert attention.unlikely(lines, p ** seq, int(p * lines), True)
-        assert attention.unlikely(lines, p, 0, False)
+    # The attacks are caught at 0.5 (judged first).
+    p = cases.FIXED_RATE
+    lines = blocks * seq * cases.DROPOUT_DRAWS
+    assert attention.unlikely(lines, p ** seq, int(p * lines), True)
+    assert attention.unlikely(lines, p, 0, False)
+
+
+def _shared_chance(pairs: float, size: int, p: float) -> float:
+    """The chance that the shared-block test fails a correct dropout at
+    rate p over DROPOUT_DRAWS draws: two of ``pairs`` blocks of ``size``
+    judged weights share a mask, where the test is judged (a chance above
+    attention.SHARED_CHANCE per draw is never judged)."""
+    chance = pairs * (p * p + (1 - p) ** 2) ** size
+    return cases.DROPOUT_DRAWS * (
+        chance if chance <= attention.SHARED_CHANCE else 0.0)
 
 
 def test_warm_up_independence_tests_on_causal_blocks() -> None:
@@ -603,11 +637,12 @@ def test_warm_up_independence_tests_on_causal_blocks() -> None:
         blocks = s["batch_size"] * heads
         pairs = blocks * (blocks - 1) / 2
         judged = tokens * (tokens + 1) // 2
-        shared = sum(basics_cases.DROPOUT_DRAWS * pairs
-                     * (p * p + (1 - p) ** 2) ** judged
-                     for p in basics_cases.DROPOUT_RATES)
-        tests = len(basics_cases.DROPOUT_RATES) * (2 + kinds)
+        shared = max(sum(_shared_chance(pairs, judged, p)
+                         for p in (basics_cases.FIXED_RATE, second))
+                     for second in basics_cases.SEEDED_RATES)
+        tests = 2 * (2 + kinds)
         assert shared + tests * attention.ALPHA < 1e-9, task
+        assert _shared_chance(pairs, judged, basics_cases.FIXED_RATE) > 0
     s = basics_cases.dropout_case(0, "task6").sizes
     shape = (s["batch_size"], s["num_heads"], s["num_tokens"],
              s["num_tokens"])
@@ -623,7 +658,9 @@ def test_warm_up_independence_tests_on_causal_blocks() -> None:
             -1, *shape[-2:]) for _ in range(basics_cases.DROPOUT_DRAWS)]
         return attention.mask_dependence(judged, masks, p, MASK_WORDS)
 
-    for p in basics_cases.DROPOUT_RATES:
+    for p in RATES:
+        assert check(lambda q: draw(shape, q), p) is None
+    for p in (basics_cases.FIXED_RATE,):   # judged first: catches them
         for _ in range(5):
             assert check(lambda q: draw(shape, q), p) is None
         attacks = {

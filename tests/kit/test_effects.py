@@ -151,9 +151,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "drop_noise_helper": (
             NO_DROPOUT, ("dropout_misplaced",),
             "att is not the returned (dropped) probs times the values"),
+        # Probs flipped past 10 tokens: the long case (red team 11) shows
+        # them wrong, so task2.scores and task2.causal go too.
         "drop_flipped_layout": (
-            NO_DROPOUT, ("dropout_misplaced",),
-            "the effect of dropout on att cannot be judged"),
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (),
+            "is not the returned probs times the values (with mix): "
+            "because task2.scores failed"),
         "dropout_row_mask": (
             NO_DROPOUT, (), "whole query rows of probs are dropped"),
         "dropout_head_mask": (
@@ -193,6 +196,15 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # dropout on in eval mode.
         "train_override_keeps_dropout": (NO_DROPOUT, (), NOT_A_DISTRIBUTION),
         "train_override_no_super": (NO_DROPOUT, (), NOT_A_DISTRIBUTION),
+        # Red team 11 (m03): no dropout below the old fixed rate 0.2; the
+        # second rate is drawn from the seed below 0.2.
+        "rate_none_below_0_2": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
+        # Red team 11 (m06): att.squeeze() drops the batch of one
+        # sequence (the long case); its shape comment is wrong there too.
+        "values_squeeze_batch_one": (
+            (1, 3, 0, 0, 1, 3, 1, 1, 0, -1), (),
+            "has shape [64, 6]; expected [1, 64, 6]"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -228,6 +240,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "honest_mask_cache_by_length": (FULL_ATTENTION, (), "ok"),
         "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),
         "causal_branch_uniform": (NO_CAUSAL, (), OTHER_SCORES),
+        # Red team 11 (m04): a mask one step off past 16 tokens (the
+        # long case).
+        "mask_wrong_past_16": (
+            NO_CAUSAL, ("mask_sees_next",),
+            "on hidden case 'long' (batch_size=1, seq_len="),
     },
     "basics": {
         # Red team 8, U4, and variants: a mask read from the scores.
@@ -320,6 +337,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_no_super": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("dropout_in_eval",), "dropout must act only in training",
+            ("task4.dropout",)),
+        # Red team 11 (a02): CausalAttention built with dropout=0 drops
+        # in training (the same module after its eval-mode call).
+        "drop_at_rate_zero": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            "In training mode the output of a model with dropout=0 differs",
             ("task4.dropout",)),
     },
     "modes": {

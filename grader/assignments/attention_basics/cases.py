@@ -36,6 +36,9 @@ Probes, per task (ids are prefixes the checks select on):
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
   something instead of raising;
+* ``values:long`` (tasks 4 and 6, hidden): two sequences of 40 to 80
+  tokens drawn from the seed, the other sizes small: a mask wrong only
+  past some length fails there;
 * ``longer:<case>-longer`` (tasks 4 and 6): the first hidden case's
   module called again (``again``) right after its ``values:`` probe, on
   an input as long as its context: a mask kept from the first call is
@@ -56,8 +59,10 @@ Probes, per task (ids are prefixes the checks select on):
   additive padding mask [batch_size, 1, 1, num_tokens] (sequence b hides
   its last 1 + b % (num_tokens - 1) keys), so that the mask's values, not
   only its presence, are judged;
-* ``dropout-off``, ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``:
-  dropout 0 in eval, and each rate p of ``DROPOUT_RATES`` in eval and in
+* ``dropout-off``, ``dropout-zero:0``, ``dropout-eval:<p>``,
+  ``dropout-train:<p>:<draw>``: dropout 0 in eval and (the same module)
+  in training, and each rate p (0.5, and one of ``SEEDED_RATES`` drawn
+  from the grading seed) in eval and in
   training under ``DROPOUT_DRAWS`` random seeds (a rate's three probes
   call one module, ``again``), on a case with d_out
   (head_dim) larger than num_tokens, so the attention weights can be
@@ -90,8 +95,14 @@ from grader.assignments.attention_basics import reference
 
 HIDDEN_CASES = 3
 # Dropout is judged at two rates, each under two random seeds: the masks
-# must differ between seeds and the share of zeros must follow p.
-DROPOUT_RATES = (0.5, 0.2)
+# must differ between seeds and the share of zeros must follow p. The
+# first rate is the rubric's 0.5; the second is drawn from the grading
+# seed among SEEDED_RATES (red team 11: with a fixed 0.2, code that
+# dropped nothing below 0.2 kept the point); the old fixed 0.2 is left
+# out, and above about 0.23 the rubric's 30-70% range at p = 0.5 would
+# no longer tell the two rates apart.
+FIXED_RATE = 0.5
+SEEDED_RATES = tuple(round(0.01 * i, 2) for i in range(5, 20))
 # The wrapper's heads are judged at one rate: their output must move.
 WRAPPER_DROPOUT = 0.5
 DROPOUT_DRAWS = 2
@@ -134,6 +145,10 @@ SEEDED: dict[str, tuple[int, dict[str, int]]] = {
 }
 # The context length of the public "long" probes: longer than the input.
 LONG_CONTEXT = 10
+# The long hidden case of tasks 4 and 6 (red team 11: no probe was longer
+# than 13 tokens, so a mask wrong only past 16 tokens kept the point):
+# [low, high] tokens.
+LONG_TOKENS = (40, 80)
 
 
 def has_bias(case: Case) -> bool:
@@ -402,6 +417,32 @@ def wrapper_dropout_case(seed: int) -> Case:
                 random_weights(rng, "task5", sizes, False))
 
 
+def long_case(seed: int, task: str) -> Case:
+    """Two sequences of 40 to 80 tokens (drawn from the seed), the other
+    sizes small and distinct, the context a little longer."""
+    rng = _rng(seed, "long", task)
+
+    def draw(low: int, high: int) -> int:
+        return int(rng.integers(low, high + 1))
+
+    while True:
+        tokens = draw(*LONG_TOKENS)
+        s = {"batch_size": 2, "num_tokens": tokens,
+             "context_length": tokens + draw(1, 4), "d_in": draw(3, 6)}
+        if task == "task4":
+            s["d_out"] = draw(4, 7)
+            extra = []
+        else:
+            s["num_heads"] = 3
+            s["head_dim"] = draw(4, 5)
+            s["d_out"] = 3 * s["head_dim"]
+            extra = [s["batch_size"] * s["num_heads"]]
+        if _distinct(list(s.values()) + extra):
+            break
+    return Case("long", False, s, random_input(rng, task, s),
+                random_weights(rng, task, s, False))
+
+
 def longer_case(seed: int, task: str, case: Case) -> Case:
     """The same weights and module sizes on a new input as long as the
     context (``num_tokens = context_length``, longer than the case's):
@@ -495,12 +536,21 @@ def _seeded(plan: Plan, task: str, case: Case, name: str = "",
     _add(plan, task, probe_id, case=case, init=init, load=False)
 
 
+def dropout_rates(seed: int) -> tuple[float, float]:
+    """The two dropout rates judged: FIXED_RATE, then one of
+    SEEDED_RATES drawn from a stream derived one-way from the seed."""
+    rng = _rng(seed, "dropout", "rate")
+    return FIXED_RATE, SEEDED_RATES[int(rng.integers(len(SEEDED_RATES)))]
+
+
 def _dropout(plan: Plan, task: str, seed: int) -> None:
-    """Dropout 0 in eval; each rate in eval and in training under
-    DROPOUT_DRAWS seeds derived from the grading seed."""
+    """Dropout 0 in eval, and in training on the same module
+    (``dropout-zero:0``: a module built with dropout 0 never drops); each
+    rate in eval and in training under DROPOUT_DRAWS seeds derived from
+    the grading seed."""
     case = dropout_case(seed, task)
-    runs = [("dropout-off", 0.0, None)]
-    for p in DROPOUT_RATES:
+    runs = [("dropout-off", 0.0, None), ("dropout-zero:0", 0.0, 0)]
+    for p in dropout_rates(seed):
         runs += [(f"dropout-eval:{p:g}", p, None)]
         runs += [(f"dropout-train:{p:g}:{draw}", p, draw)
                  for draw in range(DROPOUT_DRAWS)]
@@ -623,6 +673,9 @@ def build(seed: int, public_only: bool,
             # autograd mode (grader.plan.Plan.same_mode), as head:.
             plan.same_mode(task, f"equal:{case.name}{EQUAL}",
                            f"values:{case.name}")
+    if not public_only:
+        for task in ("task4", "task6"):   # one long input (red team 11)
+            _values(plan, task, long_case(seed, task))
     square = square_case(seed)
     _add(plan, "task4", "square:square", case=square,
          init=init_of("task4", square.sizes, qkv_bias=False))

@@ -17,8 +17,7 @@ from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
                         max_error, require_ran, share_outside, tensor_of)
 from grader.assignments.attention import MaskWords, mask_dependence
 from grader.assignments.attention_basics import mistakes
-from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS,
-                                                       DROPOUT_RATES, EQUAL,
+from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS, EQUAL,
                                                        LONG_CONTEXT, SEEDED,
                                                        TARGETS, has_bias,
                                                        init_of)
@@ -383,7 +382,8 @@ def dropout(run: TaskRun) -> None:
 
     On the ``dropout`` case the attention weights are read back from the
     output (:func:`mistakes.recover_weights`): in eval mode dropout
-    changes nothing; in training, at each rate p of ``DROPOUT_RATES``,
+    changes nothing, nor does training at dropout 0 (``dropout-zero:``);
+    in training, at each rate p (0.5 and a rate drawn from the seed),
     each weight a_ij (j <= i) becomes 0 or a_ij / (1 - p), the output is
     still those weights times the value vectors, calls under different
     seeds drop different weights, and the share of zeros lies within the
@@ -407,9 +407,17 @@ def dropout(run: TaskRun) -> None:
         fail("Dropout could not be judged: with dropout=0 the output is not "
              "a mix of the value vectors (attention weights times values "
              "computed with W_value).")
+    for probe_id in run.probe_ids("dropout-zero:"):
+        _, trained = output(run, probe_id)
+        if not mistakes.same(trained, off):
+            fail(f"In training mode the output of a model with dropout=0 "
+                 f"differs from its output in eval mode "
+                 f"({max_error(trained, off)}): a module built with "
+                 f"dropout=0 must never drop. Use nn.Dropout(dropout), "
+                 f"the rate passed to __init__.")
     n = base.shape[-1]
     judged = torch.ones(n, n, dtype=torch.bool).tril() & rows[..., None]
-    for p in DROPOUT_RATES:
+    for p in dropout_rates(run):
         masks = _dropped(run, p, off, values, rows, base, judged, merge)
         if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
             fail(f"In training mode (dropout={p:g}) two calls of the "
@@ -447,6 +455,14 @@ MASK_WORDS = MaskWords(
     of="of the attention weights", weights="attention weights",
     advice="dropout must drop each attention weight on its own: apply "
            "self.dropout (an nn.Dropout) to attn_weights")
+
+
+def dropout_rates(run: TaskRun) -> list[float]:
+    """The rates p > 0 dropout is judged at, in the plan's order (0.5,
+    then a rate drawn from the grading seed): those of the
+    ``dropout-eval:<p>`` probes."""
+    return [run.result(probe_id).info.params["dropout"]
+            for probe_id in run.probe_ids("dropout-eval:")]
 
 
 def _blocks(mask: torch.Tensor, n: int) -> torch.Tensor:

@@ -16,6 +16,10 @@ Probes of task 2 (ids are prefixes the checks select on):
 
 * ``probs:<case>``, ``causal:<case>``: ``forward(x, return_attention=True)``
   without and with ``causal=True``;
+* ``probs:long``, ``causal:long`` (hidden): one sequence (batch_size
+  1) of 40 to 80 tokens drawn from the seed, the other sizes small,
+  without and with the mask: a mask wrong only past some length, or a
+  ``.squeeze()`` that drops the batch, fails there;
 * ``causal:<case>-equal-scores``: causal, with zero query weights and bias,
   so every score is 0: a mask built from the score values shows there;
 * ``zero-qk:<case>``: zero query and key weights (uniform probabilities),
@@ -27,7 +31,8 @@ Probes of task 2 (ids are prefixes the checks select on):
 * ``causal-train:<case>``: causal in train mode at p = 0 (the mask acts
   in training too);
 * ``dropout-eval:<p>``, ``dropout-train:<p>:<draw>``: a hidden case large
-  enough to measure a dropout rate, for two rates p and two random seeds
+  enough to measure a dropout rate, for two rates p (0.5, and one of
+  ``SEEDED_RATES`` drawn from the grading seed) and two random seeds
   per rate; ``dropout-off`` and ``dropout-zero:<draw>``: the same case at
   p = 0 in eval and in train mode (the output dropout must leave alone).
   Per rate, the three probes call one object (``again``), so a mask
@@ -63,8 +68,14 @@ LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
 HIDDEN_CASES = 3
 # Dropout is judged at two rates, each under two random seeds: the masks
-# must differ between seeds and the share of zeros must follow p.
-DROPOUT_RATES = (0.5, 0.2)
+# must differ between seeds and the share of zeros must follow p. The
+# first rate is the rubric's 0.5; the second is drawn from the grading
+# seed among SEEDED_RATES (red team 11, m03: with a fixed 0.2, code that
+# dropped nothing below 0.2 kept the point). They stop below 0.2 (the old
+# fixed rate, left out): above about 0.23 the rubric's 30-70% range at
+# p = 0.5 no longer tells the two rates apart.
+FIXED_RATE = 0.5
+SEEDED_RATES = tuple(round(0.01 * i, 2) for i in range(5, 20))
 DROPOUT_DRAWS = 2
 # SelfAttention(input_size, hidden) built for task1.init.
 INIT_SIZES = {"init": (7, 9), "init:other-sizes": (11, 6)}
@@ -81,6 +92,12 @@ RANGES = {"batch_size": (2, 6), "seq_len": (3, 10), "input_size": (3, 13),
           "hidden": (3, 13), "num_heads": (2, 6), "head_size": (2, 7)}
 DROPOUT_RANGES = {**RANGES, "batch_size": (4, 6), "seq_len": (10, 14),
                   "num_heads": (2, 5), "head_size": (2, 6)}
+# The long case (red team 11, m04: no probe was longer than 14 tokens, so
+# a mask wrong only past 16 tokens kept the point): one sequence
+# (batch_size 1: red team 11, m06, a .squeeze() that drops the batch) of
+# 40 to 80 tokens, with small other sizes.
+LONG_RANGES = {"seq_len": (40, 80), "input_size": (3, 6), "num_heads": (2, 3),
+               "head_size": (2, 4)}
 
 
 def _stored_case(name: str, values: type, layers: tuple[str, ...]) -> Case:
@@ -235,6 +252,27 @@ def dropout_case(seed: int) -> Case:
         rng, True, DROPOUT_RANGES), LAYERS_2)
 
 
+def long_case(seed: int) -> Case:
+    """The long case: one sequence of 40 to 80 tokens, the other sizes
+    small and distinct, drawn from the seed."""
+    rng = _rng(seed, "edge")
+
+    def draw(key: str) -> int:
+        low, high = LONG_RANGES[key]
+        return int(rng.integers(low, high + 1))
+
+    while True:
+        heads = draw("num_heads")
+        sizes = {"batch_size": 1, "seq_len": draw("seq_len"),
+                 "input_size": draw("input_size"), "num_heads": heads,
+                 "hidden": heads * draw("head_size")}
+        values = list(with_head_size(sizes).values())[1:]
+        if len(set(values)) == len(values) and sizes["hidden"] not in \
+                public_values("task2")["hidden"]:
+            break
+    return random_case(rng, "long", sizes, LAYERS_2)
+
+
 def vary(task: str, sizes: dict[str, int], key: str) -> dict[str, int]:
     """``sizes`` with only ``key`` changed, to the smallest larger value
     that no public case uses and that no other size equals (changing
@@ -270,6 +308,13 @@ def size_cases(seed: int, task: str) -> list[tuple[Case, str]]:
             found.append((random_case(rng, f"{public.name}-{key}", sizes,
                                       layers), key))
     return found
+
+
+def dropout_rates(seed: int) -> tuple[float, float]:
+    """The two dropout rates judged: FIXED_RATE, then one of
+    SEEDED_RATES drawn from a stream derived one-way from the seed."""
+    rng = _rng(seed, "dropout", "rate")
+    return FIXED_RATE, SEEDED_RATES[int(rng.integers(len(SEEDED_RATES)))]
 
 
 def dropout_probe(p: float, draw: int | None) -> str:
@@ -371,6 +416,14 @@ def build(seed: int, public_only: bool,
         # mode (grader.plan.Plan.same_mode), as the pairs below.
         plan.same_mode("task2", f"causal:{equal.name}",
                        f"causal:{case.name}")
+    if not public_only:
+        # One long sequence, without and with the mask (red team 11, m04
+        # and m06). One token (seq_len 1) is left out: there every mask
+        # mistake and softmax_dim give the same probs, so its diagnoses
+        # would add names the other cases rule out.
+        long = long_case(seed)
+        _attention(plan, f"probs:{long.name}", long)
+        _attention(plan, f"causal:{long.name}", long, causal=True)
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
@@ -391,7 +444,7 @@ def build(seed: int, public_only: bool,
                      f"causal-train:{first.name}"):
         plan.same_mode("task2", probe_id, f"causal:{first.name}")
     drop = dropout_case(seed)
-    for p in (0.0,) + DROPOUT_RATES:
+    for p in (0.0,) + dropout_rates(seed):
         for draw in (None,) + tuple(range(DROPOUT_DRAWS)):
             probe_id = dropout_probe(p, draw)
             plan.add("task2", probe(
@@ -405,7 +458,7 @@ def build(seed: int, public_only: bool,
                 branch=f"{p:g}"))
     # Causal and dropout together, in training (red team 10, R4): the
     # future stays hidden and the past is dropped at rate p.
-    p = DROPOUT_RATES[0]
+    p = FIXED_RATE
     plan.add("task2", probe(
         f"causal-dropout-train:{p:g}",
         "MultiHeadSelfAttention", case=drop, layers=LAYERS_2,
@@ -414,7 +467,7 @@ def build(seed: int, public_only: bool,
         seed=derive_seed(seed, "multi_head_attention", "dropout", "causal",
                          p), params={"dropout": p, "causal": True}))
     # forward(x) under the seed of dropout-train:<p>:0: the same draws.
-    p = DROPOUT_RATES[0]
+    p = FIXED_RATE
     plan.add("task2", probe(
         f"att-only-{dropout_probe(p, 0)}", "MultiHeadSelfAttention",
         case=drop, layers=LAYERS_2, init=_mha_init(drop, dropout=p),

@@ -28,8 +28,7 @@ from grader.api import (ATOL, RTOL, Case, CheckFailed, TaskRun, close,
                         tensor_of)
 from grader.assignments.multi_head_attention import mistakes, reference
 from grader.assignments.multi_head_attention.cases import (CHAINED,
-                                                           DROPOUT_DRAWS,
-                                                           DROPOUT_RATES)
+                                                           DROPOUT_DRAWS)
 from grader.assignments.attention import MaskWords, mask_dependence
 
 OUT = "[batch_size, seq_len, hidden]"
@@ -906,6 +905,14 @@ def any_layout(task2: TaskRun, probe_id: str
     return case, usable, probs.tensor
 
 
+def dropout_rates(task2: TaskRun) -> list[float]:
+    """The rates p > 0 dropout is judged at, in the plan's order (0.5,
+    then a rate drawn from the grading seed): those of the
+    ``dropout-eval:<p>`` probes."""
+    return [task2.result(probe_id).info.params["dropout"]
+            for probe_id in task2.probe_ids("dropout-eval:")]
+
+
 def dropout_at(task2: TaskRun, p: float) -> tuple[list[torch.Tensor], int]:
     """Judge dropout at rate ``p``: eval mode leaves a distribution; in
     train mode every probability is 0 or its eval value / (1 - p). Returns
@@ -1104,7 +1111,8 @@ def causal_dropout(task2: TaskRun) -> None:
 @pytest.mark.item("task2.output", part="dropout")
 def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     """Dropout on the probabilities, as randomness that reaches the
-    output: at p = 0.5 and 0.2, each prob is 0 or eval / (1 - p); two
+    output: at p = 0.5 and at a rate drawn from the grading seed, each
+    prob is 0 or eval / (1 - p); two
     seeds drop different probabilities; the share of zeros follows p;
     each probability is dropped on its own (no mask shared by two blocks,
     no whole rows or columns dropped more often than chance allows, no
@@ -1116,7 +1124,7 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     with explained(hardcoded(task2, "probs", lambda:
                              public_dropout_misplaced(task2))):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
-        for p in DROPOUT_RATES:
+        for p in dropout_rates(task2):
             masks, _ = dropout_at(task2, p)
             if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
                 fail(f"With dropout={p:g} in train mode, two calls of the "
@@ -1303,7 +1311,7 @@ def dropout_reaches_output(task2: TaskRun) -> None:
              f"the effect of dropout on att cannot be judged. Return the "
              f"probs whose dropout weights the values.",
              "dropout_misplaced")
-    for p in DROPOUT_RATES:
+    for p in dropout_rates(task2):
         _, evaluated, _ = dropout_att(task2, f"dropout-eval:{p:g}")
         drawn = []
         for draw in range(DROPOUT_DRAWS):
