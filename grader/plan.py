@@ -339,16 +339,16 @@ class Plan:
             for index, wire in enumerate(wires):
                 if wire.get("lead"):
                     continue
-                calling = wire.get("call") is not None
-                branch = (self.info[(task, wire["id"])].branch if calling
+                calls = wire.get("call") is not None
+                branch = (self.info[(task, wire["id"])].branch if calls
                           else "")
-                members = groups.setdefault(
+                slots = groups.setdefault(
                     (family(wire["id"]), branch), ([], [], []))
-                if not calling:
-                    members[1].append(index)
+                if not calls:
+                    slots[1].append(index)
                 else:
-                    members[2 if wire.get("mode_of") in position
-                            else 0].append(index)
+                    slots[2 if wire.get("mode_of") in position
+                          else 0].append(index)
             twins: list[int] = []
             for (name, branch), (calling, building, paired) in \
                     groups.items():
@@ -526,9 +526,9 @@ class Plan:
                     if len(members) > 1 and (bit + number) % 2:
                         wires[index]["grads"] = True
             for wire in wires:
-                key = (task, wire["id"])
-                self.info[key] = replace(
-                    self.info[key], inference=bool(wire.get("inference")),
+                known = (task, wire["id"])
+                self.info[known] = replace(
+                    self.info[known], inference=bool(wire.get("inference")),
                     raw=bool(wire.get("raw")), via=wire.get("via"),
                     grads=bool(wire.get("grads")))
 

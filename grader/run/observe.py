@@ -462,7 +462,7 @@ def expected_difference(value: Value | None, expected: Any, rtol: float,
                 return found
         return None
     if value.kind != "tensor" or value.tensor is None \
-            or tuple(value.shape) != tuple(expected.shape):
+            or tuple(value.shape or ()) != tuple(expected.shape):
         return f"{where} is {value.describe()}"
     got = value.tensor.double()
     want = expected.double()
