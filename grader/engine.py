@@ -94,7 +94,9 @@ def build_plan(assignment: Assignment, seed: int,
         plan.public_only()
     # Every family of probes in both autograd modes (docs/threat-model.md,
     # "Right only in the state the grader probes").
-    plan.assign_modes(seed, own.twin_input)
+    # A public-only grade judges the public values alone: its twins
+    # repeat their probe's input (no fresh inputs, which are not public).
+    plan.assign_modes(seed, None if public_only else own.twin_input)
     plan.assign_states(seed)
     plan.origin = (assignment.id, seed, public_only)
     return plan
