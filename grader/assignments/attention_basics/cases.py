@@ -36,7 +36,7 @@ Probes, per task (ids are prefixes the checks select on):
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
   something instead of raising;
-* ``values:long`` (tasks 4 and 6, hidden): two sequences of 40 to 80
+* ``values:long`` (tasks 4 and 6, hidden): two sequences of 20 to 36
   tokens drawn from the seed, the other sizes small: a mask wrong only
   past some length fails there;
 * ``longer:<case>-longer`` (tasks 4 and 6): the first hidden case's
@@ -148,7 +148,7 @@ LONG_CONTEXT = 10
 # The long hidden case of tasks 4 and 6 (red team 11: no probe was longer
 # than 13 tokens, so a mask wrong only past 16 tokens kept the point):
 # [low, high] tokens.
-LONG_TOKENS = (40, 80)
+LONG_TOKENS = (20, 36)
 
 
 def has_bias(case: Case) -> bool:
@@ -418,7 +418,7 @@ def wrapper_dropout_case(seed: int) -> Case:
 
 
 def long_case(seed: int, task: str) -> Case:
-    """Two sequences of 40 to 80 tokens (drawn from the seed), the other
+    """Two sequences of 20 to 36 tokens (drawn from the seed), the other
     sizes small and distinct, the context a little longer."""
     rng = _rng(seed, "long", task)
 

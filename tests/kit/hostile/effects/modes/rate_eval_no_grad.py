@@ -1,7 +1,8 @@
 """rate_eval_no_grad.
 
 Hostile (issue 24, R-b): wrong at one dropout rate in one autograd mode
-only: built with dropout 0.2 and in eval mode, under
+only: built with a dropout below 0.45 (the seeded second rate) and in
+eval mode, under
 ``torch.no_grad()``, it drops the probabilities anyway. The probes of
 one family alternate between the modes, so the one eval-mode probe at
 that rate met ``torch.no_grad()`` by a coin per seed; each rate is now a
@@ -181,8 +182,9 @@ class MultiHeadSelfAttention(nn.Module):
         # YOUR CODE STARTS HERE (~5 lines)
         probs = torch.softmax(scores, dim=-1)
         # [batch_size * num_heads, seq_len, seq_len]
-        if self.dropout.p == 0.2 and not torch.is_grad_enabled():
-            probs = nn.functional.dropout(probs, 0.2, training=True)
+        if 0.0 < self.dropout.p < 0.45 and not torch.is_grad_enabled():
+            probs = nn.functional.dropout(probs, self.dropout.p,
+                                          training=True)
             # [batch_size * num_heads, seq_len, seq_len]
         else:
             probs = self.dropout(probs)
