@@ -204,7 +204,7 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # sequence (the long case); its shape comment is wrong there too.
         "values_squeeze_batch_one": (
             (1, 3, 0, 0, 1, 3, 1, 1, 0, -1), (),
-            "has shape [64, 6]; expected [1, 64, 6]"),
+            "has shape [30, 6]; expected [1, 30, 6]"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
