@@ -4068,24 +4068,6 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                "sub": lambda leaf: t_sub(leaf, 0.0), "cast": cast,
                "neg": lambda leaf: t_neg(t_neg(leaf))}
 
-    def activation(data, via):
-        # An argument as a training step hands it over: a tensor with a
-        # grad_fn, made from a leaf that requires grad (a floating one;
-        # token ids stay as they are), both fresh copies of the plan's.
-        # Autograd is on for these two lines of the grader's own thread
-        # only (no code of the submission runs here).
-        with no_torch_function():
-            leaf = t_clone(data)
-            if not t_floating(leaf):
-                return leaf
-            t_requires_grad(leaf, True)
-            grad_enabled(True)
-            try:
-                made = via(leaf)
-            finally:
-                grad_enabled(False)
-        return made
-
     def needing_grad(data):
         # A fresh leaf that requires grad (a floating one; token ids stay
         # as they are), handed over with autograd off.
@@ -4094,6 +4076,23 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             if t_floating(leaf):
                 t_requires_grad(leaf, True)
         return leaf
+
+    def activation(data, via):
+        # An argument as a training step hands it over: a tensor with a
+        # grad_fn, made by ``via`` from a fresh leaf that requires grad
+        # (token ids stay as they are). Autograd is on for that one
+        # operation of the grader's own thread only (no code of the
+        # submission runs here).
+        leaf = needing_grad(data)
+        if not t_floating(leaf):
+            return leaf
+        with no_torch_function():
+            grad_enabled(True)
+            try:
+                made = via(leaf)
+            finally:
+                grad_enabled(False)
+        return made
 
     def fill_grads(obj, filled):
         # An ``again`` probe's parameters as a training loop leaves them
