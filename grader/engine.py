@@ -96,8 +96,9 @@ def build_plan(assignment: Assignment, seed: int,
     # "Right only in the state the grader probes").
     # A public-only grade judges the public values alone: its twins
     # repeat their probe's input (no fresh inputs, which are not public).
-    plan.assign_modes(seed, None if public_only else own.twin_input)
-    plan.assign_states(seed)
+    twin_input = None if public_only else own.twin_input
+    plan.assign_modes(seed, twin_input)
+    plan.assign_states(seed, twin_input)
     plan.origin = (assignment.id, seed, public_only)
     return plan
 

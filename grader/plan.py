@@ -30,6 +30,10 @@ TWIN = "~twin:"
 ACTIVATION_OPS = ("clone", "mul", "sub", "cast", "neg")
 #: ... of a twin in its probe's own mode, on a fresh input (TwinInput).
 TWIN_SAME = "~twin=:"
+#: ... of a twin that gives a family's one probe of a mode the other finer
+#: state of that mode (:meth:`Plan.assign_states`), on a third fresh input
+#: when the plug-in gives one (TwinInput), else on the probe's own.
+TWIN_STATE = "~twin~:"
 
 #: ``twin_input(task, info, seed) -> TwinInput | None``: another input for
 #: the twin of probe ``info`` and the trusted answers (a plug-in's
@@ -106,26 +110,36 @@ class TwinInput:
     """Fresh inputs for a probe's twins, with the trusted answers
     (:meth:`Plan.assign_modes`, made by a plug-in's ``twin_input``).
 
-    ``inputs`` are two inputs of the shape and dtype of the probe's first
-    call argument, with fresh values (seeded): the first for a twin in
-    the other autograd mode, the second for a twin in the probe's own
-    mode. The probe's own input may have been seen before, by an earlier
-    probe on the same case, in either mode; these have not, so an answer
-    remembered by input (or by sample) fits neither, and each mode meets
-    an input it never saw. ``expected`` holds the trusted answer to
-    each, and ``reference`` the trusted answer to the probe's own input:
-    a tensor, or a tuple whose items are tensors or None (an item not
-    judged). The probe fails when a call in one mode matches its trusted
-    answer (at ``rtol``, ``atol``) and a call in the other does not: the
-    code is right in one autograd mode only. Code wrong alike in both
-    modes is the checks' to judge, as before.
+    ``inputs`` are two or three inputs of the shape and dtype of the
+    probe's first call argument, with fresh values (seeded): the first
+    for a twin in the other autograd mode, the second for a twin in the
+    probe's own mode, the third for a state twin (``TWIN_STATE``,
+    :meth:`Plan.assign_states`; without a third, it repeats its probe's
+    input). The probe's own input may have been seen before, by an
+    earlier probe on the same case, in either mode; these have not, so
+    an answer remembered by input (or by sample) fits none, and each
+    state meets an input it never saw. ``expected`` holds the trusted
+    answer to each, and ``reference`` the trusted answer to the probe's
+    own input: a tensor, or a tuple whose items are tensors or None (an
+    item not judged). The probe fails when a call in one state matches
+    its trusted answer (at ``rtol``, ``atol``) and a call in another
+    does not: the code is right in one state only. Code wrong alike in
+    every state is the checks' to judge, as before.
+
+    ``judge`` (a random answer no reference gives, such as dropout in
+    training): instead of ``expected`` and ``reference``,
+    ``judge(value, index)`` says in words what property the answer to
+    input ``index`` lacks (-1: the probe's own input), or None when it
+    has it; a call in one state with the property and one in another
+    without fail the probe alike.
     """
 
-    inputs: tuple[torch.Tensor, torch.Tensor]
-    expected: tuple[Any, Any]
+    inputs: tuple[torch.Tensor, ...]
+    expected: tuple[Any, ...]
     reference: Any
     rtol: float
     atol: float
+    judge: Callable[[Any, int], "str | None"] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +201,15 @@ def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
         words += (" and with the parameters' .grad set (as after "
                   "loss.backward())")
     return words
+
+
+def state_key(info: ProbeInfo) -> tuple[bool, bool, bool, str, bool]:
+    """The state a probe ran in, as a key: two probes whose keys differ
+    ran in different states (:meth:`Plan.assign_modes`,
+    :meth:`Plan.assign_states`)."""
+    return (bool(info.grad), bool(info.inference), bool(info.raw),
+            str(info.via or "") if info.grad and not info.raw else "",
+            bool(info.grads))
 
 
 def probe(probe_id: str, target: str, *, case: Case | None = None,
@@ -419,7 +442,8 @@ class Plan:
             info, id=twin["id"], grad=mode, twin_of=original["id"],
             again=False, other=other, other_index=number)
 
-    def assign_states(self, seed: int) -> None:
+    def assign_states(self, seed: int,
+                      twin_input: TwinMaker | None = None) -> None:
         """Give every calling probe, once it has its autograd mode
         (:meth:`assign_modes`), a finer state (wire keys ``inference``,
         ``raw``, ``via``, ``grads``; docs/threat-model.md, "Right only in
@@ -433,42 +457,38 @@ class Plan:
         not follow the mode) together, then each alone; and those
         with it on between an activation and a plain input that requires
         no grad (``raw`` again); twins count in their original's
-        family; a family with one probe of a mode keeps it in the old
-        state (``torch.no_grad()``, an activation), which every family
-        of the mode therefore still meets. A probe that an ``again``
-        probe follows stays under ``torch.no_grad()``: what its call
-        leaves in the object (a cached mask) would be an inference
-        tensor, which the next call may not use with autograd on. A
-        family's activations are made by the operations of
-        :data:`ACTIVATION_OPS` in turn, from a seeded one that is no
-        clone (``via``). A lead and a probe called in the mode of another
-        (``mode_of``, not a twin) take that probe's state. The ``again``
-        probes of each chain of two or more alternate, from a seeded
-        bit, between parameters whose ``.grad`` a backward pass filled
-        and parameters without (``grads``); a chain of one keeps none."""
+        family. A family with one probe of a mode (a trace aside) gets a
+        *state twin* of that probe in that mode (id ``TWIN_STATE`` + the
+        original's id, after a copy of its lead when it is led), on the
+        third fresh input of ``twin_input`` (the plug-in's,
+        :class:`TwinInput`) when it gives one, else on the probe's own
+        input: so every family meets, in each mode it runs in, the plain
+        state and the state off it in every way at once. The probe off
+        the plain state in every way (``inference`` and ``raw`` with
+        autograd off, ``raw`` with it on) also has its parameters'
+        ``.grad`` set (``grads``), unless it is an ``again`` probe or
+        trains (``fit``). A probe that an ``again`` probe follows stays
+        under ``torch.no_grad()``: what its call leaves in the object (a
+        cached mask) would be an inference tensor, which the next call
+        may not use with autograd on. A family's activations are made by
+        the operations of :data:`ACTIVATION_OPS` in turn, from a seeded
+        one that is no clone (``via``). A lead and a probe called in the
+        mode of another (``mode_of``, not a twin) take that probe's
+        state (a training probe no ``.grad``). The ``again`` probes of
+        each chain of two or more alternate, from a seeded bit, between
+        parameters whose ``.grad`` a backward pass filled and parameters
+        without (``grads``); a chain of one keeps none."""
         for task, wires in self.probes.items():
+            groups = self._state_groups(task, wires)
+            for (name, on), members in groups.items():
+                if len(members) == 1 and \
+                        not self.info[(task, wires[members[0]]["id"])].trace:
+                    members.append(self._state_twin(task, members[0], seed,
+                                                    twin_input))
             position = {wire["id"]: index
                         for index, wire in enumerate(wires)}
-            groups: dict[tuple[str, bool], list[int]] = {}
-            for index, wire in enumerate(wires):
-                if wire.get("lead") or wire.get("call") is None:
-                    continue
-                twin_of = self.info[(task, wire["id"])].twin_of
-                if wire.get("mode_of") in position and twin_of is None:
-                    continue
-                following = wires[index + 1] if index + 1 < len(wires) \
-                    else {}
-                if not wire.get("grad") and following.get("again"):
-                    continue
-                name = family(twin_of or wire["id"])
-                groups.setdefault((name, bool(wire.get("grad"))),
-                                  []).append(index)
             for (name, on), members in groups.items():
-                # A family with one probe of a mode keeps it in the state
-                # it always had (an activation, torch.no_grad()).
                 bit = derive_seed(seed, "state", task, name, on)
-                if len(members) < 2:
-                    continue
                 if on:
                     for number, index in enumerate(members):
                         if (bit + number) % 2:
@@ -478,14 +498,22 @@ class Plan:
                 # one that deviates in both ways (torch.inference_mode()
                 # and an input that requires grad, ``raw``: its
                 # requires_grad does not follow the mode), in a seeded
-                # order, so that every family of two meets each way off
-                # the plain state; then each way alone.
+                # order, so that every family meets each way off the
+                # plain state; then each way alone.
                 cycle = [(), ("inference", "raw"), ("inference",), ("raw",)]
                 if bit & 1:
                     cycle = [cycle[1], cycle[0], cycle[3], cycle[2]]
                 for number, index in enumerate(members):
                     for key in cycle[number % 4]:
                         wires[index][key] = True
+            for (name, on), members in groups.items():
+                # Off the plain state in every way: .grad set too.
+                for index in members:
+                    wire = wires[index]
+                    if wire.get("raw") and (on or wire.get("inference")) \
+                            and not wire.get("again") \
+                            and not wire.get("fit"):
+                        wire["grads"] = True
             for (name, on), members in groups.items():
                 # The family's activations cycle through the operations,
                 # from a seeded one other than the first (a clone): a
@@ -507,12 +535,14 @@ class Plan:
                 wire = wires[index]
                 partner = wires[index + 1] if wire.get("lead") \
                     else wires[position[wire["mode_of"]]]
-                for key in ("inference", "raw", "via"):
+                for key in ("inference", "raw", "via", "grads"):
                     wire.pop(key, None)
                     if key in partner:
                         wire[key] = partner[key]
                 if index + 1 < len(wires) and wires[index + 1].get("again"):
                     wire.pop("inference", None)
+                if wire.get("again") or wire.get("fit"):
+                    wire.pop("grads", None)
             chains: list[list[int]] = []
             for index, wire in enumerate(wires):
                 if wire.get("again"):
@@ -520,8 +550,8 @@ class Plan:
                         chains.append([])
                     chains[-1].append(index)
             for members in chains:
-                start = wires[members[0] - 1]["id"]
-                bit = derive_seed(seed, "grads", task, start) & 1
+                start_id = wires[members[0] - 1]["id"]
+                bit = derive_seed(seed, "grads", task, start_id) & 1
                 for number, index in enumerate(members):
                     if len(members) > 1 and (bit + number) % 2:
                         wires[index]["grads"] = True
@@ -531,6 +561,72 @@ class Plan:
                     self.info[known], inference=bool(wire.get("inference")),
                     raw=bool(wire.get("raw")), via=wire.get("via"),
                     grads=bool(wire.get("grads")))
+
+    def _state_groups(self, task: str, wires: list[dict]
+                      ) -> dict[tuple[str, bool], list[int]]:
+        """A task's calling probes by family (a twin in its original's)
+        and autograd mode, as :meth:`assign_states` gives them states:
+        leads and probes called in the mode of another (not twins) take
+        their partner's; a probe with autograd off that an ``again``
+        probe follows stays in the plain state."""
+        position = {wire["id"] for wire in wires}
+        groups: dict[tuple[str, bool], list[int]] = {}
+        for index, wire in enumerate(wires):
+            if wire.get("lead") or wire.get("call") is None:
+                continue
+            twin_of = self.info[(task, wire["id"])].twin_of
+            if wire.get("mode_of") in position and twin_of is None:
+                continue
+            following = wires[index + 1] if index + 1 < len(wires) else {}
+            if not wire.get("grad") and following.get("again"):
+                continue
+            name = family(twin_of or wire["id"])
+            groups.setdefault((name, bool(wire.get("grad"))),
+                              []).append(index)
+        return groups
+
+    def _state_twin(self, task: str, index: int, seed: int,
+                    twin_input: TwinMaker | None) -> int:
+        """Append a state twin of ``wires[index]`` (see
+        :meth:`assign_states`), after a copy of its lead when it is led;
+        return the twin's index."""
+        wires = self.probes[task]
+        member = wires[index]
+        info = self.info[(task, member["id"])]
+        original_id = info.twin_of or member["id"]
+        original = self.info[(task, original_id)]
+        other = info.other
+        if other is None and twin_input is not None \
+                and member.get("call", {}).get("args"):
+            other = twin_input(task, original, seed)
+        fresh = other if other is not None and len(other.inputs) > 2 \
+            else None
+        if index > 0 and wires[index - 1].get("lead"):
+            lead = wires[index - 1]
+            lead_info = self.info[(task, lead["id"])]
+            lead_id = lead_info.twin_of or lead["id"]
+            copy = {**lead, "id": TWIN_STATE + lead_id}
+            wires.append(copy)
+            self.info[(task, copy["id"])] = replace(
+                lead_info, id=copy["id"], twin_of=lead_id)
+        twin = {**member, "id": TWIN_STATE + original_id}
+        twin.pop("again", None)
+        call = dict(twin["call"])
+        if fresh is not None:
+            call["args"] = ([encode_tensor(fresh.inputs[2])]
+                            + list(call["args"][1:]))
+        elif info.other is not None:
+            # The member runs on a fresh input of its own; without a
+            # third, the state twin repeats the original's input.
+            given = next(wire for wire in wires
+                         if wire["id"] == original_id)["call"]["args"]
+            call["args"] = list(given[:1]) + list(call["args"][1:])
+        twin["call"] = call
+        wires.append(twin)
+        self.info[(task, twin["id"])] = replace(
+            info, id=twin["id"], twin_of=original_id, again=False,
+            other=fresh, other_index=2)
+        return len(wires) - 1
 
     def of_task(self, task: str) -> list[ProbeInfo]:
         """The trusted descriptions of one task's probes, in order."""

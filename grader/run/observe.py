@@ -15,7 +15,7 @@ from typing import Any
 
 from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
-from grader.plan import Case, ProbeInfo, state_words
+from grader.plan import Case, ProbeInfo, state_key, state_words
 from grader.run.sandbox import JobResult
 from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, ChannelError,
                          Value, decode_value)
@@ -387,11 +387,14 @@ def _twins_problem(original: ProbeResult, twins: list[ProbeResult]
             return f"{state_words(twin.info)}, {said}"
     fresh = [twin for twin in twins if twin.info.other is not None]
     if fresh:
-        return _fresh_inputs_problem(original, fresh)
-    for twin in twins:
-        problem = _twin_problem(original, twin)
+        problem = _fresh_inputs_problem(original, fresh)
         if problem is not None:
             return problem
+    for twin in twins:
+        if twin.info.other is None:
+            problem = _twin_problem(original, twin)
+            if problem is not None:
+                return problem
     return None
 
 
@@ -410,29 +413,36 @@ def _twin_problem(original: ProbeResult, twin: ProbeResult) -> str | None:
 
 def _fresh_inputs_problem(original: ProbeResult,
                           twins: list[ProbeResult]) -> str | None:
-    """Twins on fresh inputs: the code must match the trusted answers in
-    both modes or in neither (code wrong alike in both modes is the
+    """Twins on fresh inputs: the code must match the trusted answers (or
+    have the plug-in's property, ``TwinInput.judge``) in every state the
+    calls ran in or in none (code wrong alike in every state is the
     checks' to judge). An answer remembered from an input seen before
-    does not fit a fresh one, so a mode right only on what it has seen
+    does not fit a fresh one, so a state right only on what it has seen
     misses there."""
-    other = twins[0].info.other
-    assert other is not None
-    calls = [(original, "its own input",
-              expected_difference(original.value, other.reference,
-                                  other.rtol, other.atol))]
+    first = twins[0].info.other
+    assert first is not None
+
+    def missed(result: ProbeResult, index: int) -> str | None:
+        other = result.info.other or first
+        if other.judge is not None:
+            return other.judge(result.value, index)
+        want = other.reference if index < 0 else other.expected[index]
+        return expected_difference(result.value, want, other.rtol,
+                                   other.atol)
+
+    calls = [(original, "its own input", missed(original, -1))]
     for twin in twins:
         calls.append((twin, "a fresh input of the same sizes",
-                      expected_difference(
-                          twin.value, other.expected[twin.info.other_index],
-                          other.rtol, other.atol)))
-    for good, _, missed in calls:
-        if missed is not None:
+                      missed(twin, twin.info.other_index)))
+    what = "has the property asked" if first.judge is not None \
+        else "matches the reference"
+    for good, _, miss in calls:
+        if miss is not None:
             continue
         for bad, where, found in calls:
             if found is not None and \
-                    bool(good.info.grad) != bool(bad.info.grad):
-                return (f"it matches the reference "
-                        f"{state_words(good.info)} but not "
+                    state_key(good.info) != state_key(bad.info):
+                return (f"it {what} {state_words(good.info)} but not "
                         f"{state_words(bad.info)} (on {where}, "
                         f"with the same weights: {found})")
     return None

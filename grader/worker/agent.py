@@ -4095,10 +4095,10 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         return made
 
     def fill_grads(obj, filled):
-        # An ``again`` probe's parameters as a training loop leaves them
-        # after loss.backward() (``.grad`` set, ``filled``) or after
-        # zero_grad() (None); set by the grader's thread, past any
-        # property of a subclass.
+        # A probe's parameters as a training loop leaves them after
+        # loss.backward() (``.grad`` set, ``filled``) or, for an ``again``
+        # probe, after zero_grad() (None); set by the grader's thread,
+        # past any property of a subclass.
         if not is_module(obj):
             return
         for _, p in parameters_of(obj):
@@ -4372,7 +4372,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             set_mode(obj, probe.get("train", False))
         if probe.get("substitutes"):
             substitute(obj, probe["substitutes"], b_str(probe["target"]))
-        if probe.get("again"):
+        if probe.get("again") or probe.get("grads"):
             fill_grads(obj, b_bool(probe.get("grads", False)))
         phase["stage"] = "call"
         result = {}

@@ -725,8 +725,8 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
         return None
     generator = torch.Generator().manual_seed(
         derive_seed(seed, "attention_basics", "twin", task, info.id))
-    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
-              torch.randn(tuple(case.x.shape), generator=generator))
+    inputs = tuple(torch.randn(tuple(case.x.shape), generator=generator)
+                   for _ in range(3))
     weights = {name: value.double() for name, value in case.weights.items()}
     answer = ANSWERS[info.target]
     return TwinInput(

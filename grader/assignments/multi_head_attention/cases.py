@@ -57,11 +57,14 @@ hash of the grading seed, so nothing a submission sees reveals the seed.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 
 from grader.api import (ATOL, RTOL, Case, Plan, ProbeInfo, TwinInput,
-                        derive_seed, probe)
+                        derive_seed, probe, share_outside)
 from grader.assignments.multi_head_attention import reference
 
 LAYERS_1 = ("q", "k", "v")
@@ -539,17 +542,30 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
     1) values of the probe's input's shape, from a stream derived one-way
     from the seed, with the reference's answers to them and to the probe's
     own input (att; probs are not judged, their layout is the checks').
-    None for a probe with random dropout in training (its twin repeats
-    its input and seed: no reference gives its values) and for a trace."""
+    A probe with random dropout in training that returns the probs is
+    judged by the dropout's properties instead (:func:`dropout_judge`:
+    no reference gives its values, and masks differ by platform). None
+    for a trace and for forward(x) with random dropout in training (its
+    twin repeats its input and seed)."""
     case = info.case
-    if case is None or info.trace or (info.train
-                                      and info.params.get("dropout")):
+    dropout = float(info.params.get("dropout") or 0.0)
+    random = info.train and dropout > 0
+    if case is None or info.trace or (
+            random and (info.target != "MultiHeadSelfAttention"
+                        or not info.kwargs.get("return_attention"))):
         return None
     generator = torch.Generator().manual_seed(
         derive_seed(seed, "multi_head_attention", "twin", task, info.id))
-    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
-              torch.randn(tuple(case.x.shape), generator=generator))
+    inputs = tuple(torch.randn(tuple(case.x.shape), generator=generator)
+                   for _ in range(3))
     weights = {name: value.double() for name, value in case.weights.items()}
+    if random:
+        return TwinInput(inputs=inputs, expected=(None,) * len(inputs),
+                         reference=None, rtol=RTOL, atol=ATOL,
+                         judge=dropout_judge(
+                             (case.x,) + inputs, weights,
+                             case.sizes["num_heads"],
+                             bool(info.params.get("causal")), dropout))
 
     def answer(inputs: torch.Tensor) -> object:
         if info.target == "SelfAttention":
@@ -560,5 +576,57 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
         return (att, None) if info.kwargs.get("return_attention") else att
 
     return TwinInput(inputs=inputs,
-                     expected=(answer(inputs[0]), answer(inputs[1])),
+                     expected=tuple(answer(x) for x in inputs),
                      reference=answer(case.x), rtol=RTOL, atol=ATOL)
+
+
+def dropout_judge(inputs: tuple[torch.Tensor, ...],
+                  weights: dict[str, torch.Tensor], num_heads: int,
+                  causal: bool, p: float
+                  ) -> Callable[[Any, int], str | None]:
+    """The properties of ``forward(x, return_attention=True)`` with
+    dropout ``p`` in training, on ``inputs[index + 1]`` (index -1: the
+    probe's own input, ``inputs[0]``): probs of the contract's shape,
+    each 0 or the reference's eval probability / (1 - p) (so the future
+    stays 0 under the mask), a share of zeros a Bernoulli(p) mask gives
+    (:func:`grader.api.share_outside`), and att the reference's value
+    step applied to those probs (the dropout reaches the output). Words
+    for the first property missing, or None."""
+    def judge(value: Any, index: int) -> str | None:
+        x = inputs[index + 1].double()
+        want_att, want_probs = reference.multi_head(x, weights, num_heads,
+                                                    causal)
+        if value is None or value.kind not in ("tuple", "list") \
+                or len(value.items) != 2:
+            return "it returns no (att, probs) pair"
+        att, probs = (item.tensor if item.kind == "tensor" else None
+                      for item in value.items)
+        if att is None or probs is None \
+                or tuple(probs.shape) != tuple(want_probs.shape) \
+                or tuple(att.shape) != tuple(want_att.shape):
+            return "its att or probs do not have the contract's shapes"
+        probs = probs.double()
+        kept = torch.isclose(probs, want_probs / (1 - p), rtol=RTOL,
+                             atol=ATOL)
+        zero = probs.abs() <= ATOL
+        if not bool((kept | zero).all()):
+            return (f"a probability is neither 0 nor its eval value / "
+                    f"(1 - {p:g})")
+        live = want_probs > ATOL
+        outside = share_outside(p, zero[live])
+        if outside is not None:
+            return (f"{outside[0]:.0%} of the probabilities are dropped, "
+                    f"outside {outside[1]:.0%} to {outside[2]:.0%}")
+        batch, seq, hidden = want_att.shape
+        size = hidden // num_heads
+        v = (reference.project(x, weights, "v")
+             .view(batch, seq, num_heads, size).transpose(1, 2)
+             .reshape(batch * num_heads, seq, size))
+        merged = ((probs @ v).view(batch, num_heads, seq, size)
+                  .transpose(1, 2).reshape(batch, seq, hidden))
+        step = reference.project(merged, weights, "mix")
+        if not torch.allclose(att.double(), step, rtol=RTOL, atol=ATOL):
+            return "att is not its dropped probs times the values"
+        return None
+
+    return judge

@@ -657,8 +657,8 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
         return None
     generator = torch.Generator().manual_seed(
         derive_seed(seed, LABEL, "twin", task, info.id))
-    inputs = (torch.randn(tuple(case.x.shape), generator=generator),
-              torch.randn(tuple(case.x.shape), generator=generator))
+    inputs = tuple(torch.randn(tuple(case.x.shape), generator=generator)
+                   for _ in range(3))
     weights = {name: value.double() for name, value in case.weights.items()}
 
     def answer(inputs: torch.Tensor) -> torch.Tensor:
@@ -667,5 +667,5 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
                              bool(info.params.get("causal")))
 
     return TwinInput(inputs=inputs,
-                     expected=(answer(inputs[0]), answer(inputs[1])),
+                     expected=tuple(answer(x) for x in inputs),
                      reference=answer(case.x), rtol=RTOL, atol=ATOL)
