@@ -110,8 +110,8 @@ def test_every_family_of_the_assignments_sees_both_modes() -> None:
                 assert isinstance(wire["grad"], bool), wire["id"]
                 if wire.get("call") is None or wire.get("lead"):
                     continue
-                probe_id = wire["id"].removeprefix(TWIN).removeprefix(
-                    TWIN_SAME)
+                probe_id = plan.info[(task, wire["id"])].twin_of \
+                    or wire["id"]
                 name = family(probe_id)
                 families.setdefault(name, set()).add(wire["grad"])
                 branch = plan.info[(task, probe_id)].branch
@@ -344,6 +344,11 @@ def _states(plan: Plan, task: str) -> dict[str, tuple]:
                       bool(w.get("grads"))) for w in plan.probes[task]}
 
 
+def partner_of(wire: dict, position: dict, info: ProbeInfo) -> bool:
+    """Whether ``wire`` takes its state from a partner (mode_of)."""
+    return wire.get("mode_of") in position and info.twin_of is None
+
+
 def test_every_family_meets_its_finer_states() -> None:
     for assignment_id in ASSIGNMENTS:
         assignment = load_assignment(KIT / "grader" / "assignments"
@@ -369,7 +374,13 @@ def test_every_family_meets_its_finer_states() -> None:
                         assert "via" not in wire
                     elif wire.get("call") is not None:
                         assert wire.get("raw") or wire.get("via")
-                    assert not wire.get("grads") or wire.get("again")
+                    # .grad set: an again probe's (its chain), or the
+                    # probe off the plain state in every way.
+                    assert not wire.get("grads") or wire.get("again") or (
+                        wire.get("raw") and (wire["grad"]
+                                             or wire.get("inference"))
+                        and not wire.get("fit")) or wire.get("lead") or (
+                        partner_of(wire, position, info)), wire["id"]
                     if wire.get("lead") and following:
                         for key in ("raw", "via"):
                             assert wire.get(key) == following.get(key)
@@ -386,10 +397,21 @@ def test_every_family_meets_its_finer_states() -> None:
                     name = family(twin_of or wire["id"])
                     seen.setdefault((name, wire["grad"]), []).append(
                         (bool(wire.get("inference")), bool(wire.get("raw")),
-                         wire.get("via")))
+                         wire.get("via"), bool(wire.get("grads")),
+                         bool(info.trace), bool(wire.get("again"))))
                 for (name, on), states in seen.items():
+                    # Every family (traces aside) meets, in each mode it
+                    # runs in, the plain state and the state off it in
+                    # every way, .grad set there unless an again probe
+                    # (issue 24, red team 11: m01, a07, b04).
                     if len(states) < 2:
+                        assert states[0][4], (assignment_id, task, name, on)
                         continue
+                    plain = (False, False) if not on else (None, False)
+                    assert any(s[1] == plain[1] and (on or not s[0])
+                               for s in states), (task, name, on)
+                    assert any(s[1] and (on or s[0]) and (s[3] or s[5])
+                               for s in states), (task, name, on)
                     for key in ((1,) if on else (0, 1)):
                         assert {s[key] for s in states} == {True, False}, (
                             assignment_id, task, name, on)
@@ -424,10 +446,12 @@ def test_the_state_is_said() -> None:
     assert said == {
         "hidden case 'h' (n=2)",
         "hidden case 'h' (n=2) under torch.inference_mode() with an "
-        "input that requires grad",
+        "input that requires grad and with the parameters' .grad set (as "
+        "after loss.backward())",
         "hidden case 'h' (n=2) with autograd on (as in training)",
         "hidden case 'h' (n=2) with autograd on and an input that "
-        "requires no grad (as for a first layer in training)"}
+        "requires no grad (as for a first layer in training) and with the "
+        "parameters' .grad set (as after loss.backward())"}
     info = plan.info[("t", "values:a")]
     assert state_words(replace(info, grad=False, inference=False,
                                grads=True)) == (
