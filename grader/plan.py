@@ -31,8 +31,10 @@ ACTIVATION_OPS = ("clone", "mul", "sub", "cast", "neg")
 #: ... of a twin in its probe's own mode, on a fresh input (TwinInput).
 TWIN_SAME = "~twin=:"
 #: ... of a twin that gives a family's one probe of a mode the other finer
-#: state of that mode (:meth:`Plan.assign_states`), on a third fresh input
-#: when the plug-in gives one (TwinInput), else on the probe's own.
+#: state of that mode (:meth:`Plan.assign_states`; then ``2:`` with
+#: autograd off, ``3:`` with it on, and the original's id), on the third
+#: or fourth fresh input when the plug-in gives them (TwinInput), else on
+#: the probe's own.
 TWIN_STATE = "~twin~:"
 
 #: ``twin_input(task, info, seed) -> TwinInput | None``: another input for
@@ -110,13 +112,14 @@ class TwinInput:
     """Fresh inputs for a probe's twins, with the trusted answers
     (:meth:`Plan.assign_modes`, made by a plug-in's ``twin_input``).
 
-    ``inputs`` are two or three inputs of the shape and dtype of the
+    ``inputs`` are two or four inputs of the shape and dtype of the
     probe's first call argument, with fresh values (seeded): the first
     for a twin in the other autograd mode, the second for a twin in the
-    probe's own mode, the third for a state twin (``TWIN_STATE``,
-    :meth:`Plan.assign_states`; without a third, it repeats its probe's
-    input). The probe's own input may have been seen before, by an
-    earlier probe on the same case, in either mode; these have not, so
+    probe's own mode, the third and fourth for state twins with autograd
+    off and on (``TWIN_STATE``, :meth:`Plan.assign_states`; without
+    them, a state twin repeats its probe's input). The probe's own
+    input may have been seen before, by an earlier probe on the same
+    case, in either mode; these have not, so
     an answer remembered by input (or by sample) fits none, and each
     state meets an input it never saw. ``expected`` holds the trusted
     answer to each, and ``reference`` the trusted answer to the probe's
@@ -458,12 +461,13 @@ class Plan:
         with it on between an activation and a plain input that requires
         no grad (``raw`` again); twins count in their original's
         family. A family with one probe of a mode (a trace aside) gets a
-        *state twin* of that probe in that mode (id ``TWIN_STATE`` + the
-        original's id, after a copy of its lead when it is led), on the
-        third fresh input of ``twin_input`` (the plug-in's,
-        :class:`TwinInput`) when it gives one, else on the probe's own
-        input: so every family meets, in each mode it runs in, the plain
-        state and the state off it in every way at once. The probe off
+        *state twin* of that probe in that mode (id ``TWIN_STATE``, 2 or
+        3, the original's id; after a copy of its lead when it is led),
+        on the third (autograd off) or fourth (on) fresh input of
+        ``twin_input`` (the plug-in's, :class:`TwinInput`) when it gives
+        one, else on the probe's own input: so every family meets, in
+        each mode it runs in, the plain state and the state off it in
+        every way at once. The probe off
         the plain state in every way (``inference`` and ``raw`` with
         autograd off, ``raw`` with it on) also has its parameters'
         ``.grad`` set (``grads``), unless it is an ``again`` probe or
@@ -599,25 +603,30 @@ class Plan:
         if other is None and twin_input is not None \
                 and member.get("call", {}).get("args"):
             other = twin_input(task, original, seed)
-        fresh = other if other is not None and len(other.inputs) > 2 \
-            else None
+        # A state twin with autograd off runs on the third fresh input,
+        # one with it on on the fourth: an original with one probe of
+        # each mode (a probe called in the mode of another, whose twins
+        # are its family's only members) gets one of each.
+        number = 3 if member.get("grad") else 2
+        fresh = other if other is not None \
+            and len(other.inputs) > number else None
         if index > 0 and wires[index - 1].get("lead"):
             lead = wires[index - 1]
             lead_info = self.info[(task, lead["id"])]
             lead_id = lead_info.twin_of or lead["id"]
-            copy = {**lead, "id": TWIN_STATE + lead_id}
+            copy = {**lead, "id": f"{TWIN_STATE}{number}:{lead_id}"}
             wires.append(copy)
             self.info[(task, copy["id"])] = replace(
                 lead_info, id=copy["id"], twin_of=lead_id)
-        twin = {**member, "id": TWIN_STATE + original_id}
+        twin = {**member, "id": f"{TWIN_STATE}{number}:{original_id}"}
         twin.pop("again", None)
         call = dict(twin["call"])
         if fresh is not None:
-            call["args"] = ([encode_tensor(fresh.inputs[2])]
+            call["args"] = ([encode_tensor(fresh.inputs[number])]
                             + list(call["args"][1:]))
         elif info.other is not None:
             # The member runs on a fresh input of its own; without a
-            # third, the state twin repeats the original's input.
+            # fresh input for it, the state twin repeats the original's input.
             given = next(wire for wire in wires
                          if wire["id"] == original_id)["call"]["args"]
             call["args"] = list(given[:1]) + list(call["args"][1:])
@@ -625,7 +634,7 @@ class Plan:
         wires.append(twin)
         self.info[(task, twin["id"])] = replace(
             info, id=twin["id"], twin_of=original_id, again=False,
-            other=fresh, other_index=2)
+            other=fresh, other_index=number)
         return len(wires) - 1
 
     def of_task(self, task: str) -> list[ProbeInfo]:

@@ -726,7 +726,7 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
     generator = torch.Generator().manual_seed(
         derive_seed(seed, "attention_basics", "twin", task, info.id))
     inputs = tuple(torch.randn(tuple(case.x.shape), generator=generator)
-                   for _ in range(3))
+                   for _ in range(4))
     weights = {name: value.double() for name, value in case.weights.items()}
     answer = ANSWERS[info.target]
     return TwinInput(
