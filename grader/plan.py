@@ -134,7 +134,8 @@ class TwinInput:
     ``judge(value, index)`` says in words what property the answer to
     input ``index`` lacks (-1: the probe's own input), or None when it
     has it; a call in one state with the property and one in another
-    without fail the probe alike.
+    without fail the probe alike; ``asked`` says what such an answer
+    does.
     """
 
     inputs: tuple[torch.Tensor, ...]
@@ -143,6 +144,9 @@ class TwinInput:
     rtol: float
     atol: float
     judge: Callable[[Any, int], "str | None"] | None = None
+    # What an answer that passes ``judge`` does, in words for a report
+    # ("it {asked} with autograd on but not ...").
+    asked: str = "matches the reference"
 
 
 @dataclass(frozen=True)

@@ -434,8 +434,7 @@ def _fresh_inputs_problem(original: ProbeResult,
     for twin in twins:
         calls.append((twin, "a fresh input of the same sizes",
                       missed(twin, twin.info.other_index)))
-    what = "has the property asked" if first.judge is not None \
-        else "matches the reference"
+    what = first.asked
     for good, _, miss in calls:
         if miss is not None:
             continue

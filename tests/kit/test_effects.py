@@ -307,6 +307,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("no_scaling",), "with autograd on and an input that requires "
             "no grad (as for a first layer in training)", ("task3.values",)),
+        # Issue 24, red team 11 (a07), a variant: task 6's mask ignored
+        # for an input that requires grad with autograd off (every
+        # family meets that state: state twins).
+        "modes_requires_grad_no_grad_mask": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0),
+            ("mask_not_sliced",), "under torch.inference_mode() with an "
+            "input that requires grad", ("task6.values",)),
         "honest_causal_nodrop": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), "ok",
             ("task5.values",)),
@@ -387,6 +394,18 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "memo_bytes_att_only": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
         "memo_sample_causal_train": (NO_CAUSAL, (), FRESH_OFF),
         "rate_eval_no_grad": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
+        # Issue 24, red team 11 (m12, m01), variants: the mask dropped
+        # with dropout in training under autograd, answers remembered by
+        # a digest of the input (twins of random dropout on fresh inputs,
+        # judged by the dropout's properties); the mask skipped under
+        # torch.inference_mode() in forward(x) alone (a family with one
+        # probe of a mode: its state twin).
+        "memo_digest_causal_dropout": (
+            NO_DROPOUT, (), "drops its probabilities as dropout does",
+            ("task2.output",)),
+        "inference_plain_call_no_mask": (
+            NO_CAUSAL, (), "under torch.inference_mode() with an input "
+            "that requires grad"),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),
@@ -398,6 +417,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "modes_layer_grad_no_residual": (
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), ("missing_residual",),
             "does not match the reference", ("task1.forward",)),
+        # Issue 24, red team 11 (b04), a variant: the position
+        # embeddings skipped once a parameter has a .grad (task 2's
+        # probes off the plain state in every way have .grad set).
+        "modes_lm_grad_set_no_positions": (
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0, 0), ("no_position_embeddings",),
+            "with the parameters' .grad set (as after loss.backward())",
+            ("task2.logits",)),
         "train_inner_optimizer": (
             NOT_TRAINED_LOSS, (), WROTE),
         "train_stats_data": (

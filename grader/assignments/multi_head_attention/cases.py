@@ -562,6 +562,9 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
     if random:
         return TwinInput(inputs=inputs, expected=(None,) * len(inputs),
                          reference=None, rtol=RTOL, atol=ATOL,
+                         asked="drops its probabilities as dropout does "
+                         "(each 0 or scaled by 1 / (1 - p), att their "
+                         "weighted values)",
                          judge=dropout_judge(
                              (case.x,) + inputs, weights,
                              case.sizes["num_heads"],
