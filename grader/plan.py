@@ -464,7 +464,8 @@ class Plan:
         not follow the mode) together, then each alone; and those
         with it on between an activation and a plain input that requires
         no grad (``raw`` again); twins count in their original's
-        family. A family with one probe of a mode (a trace aside) gets a
+        family. A family with one probe of a mode (a trace or a probe
+        that trains aside) gets a
         *state twin* of that probe in that mode (id ``TWIN_STATE``, 2 or
         3, the original's id; after a copy of its lead when it is led),
         on the third (autograd off) or fourth (on) fresh input of
@@ -489,8 +490,9 @@ class Plan:
         for task, wires in self.probes.items():
             groups = self._state_groups(task, wires)
             for (name, on), members in groups.items():
-                if len(members) == 1 and \
-                        not self.info[(task, wires[members[0]]["id"])].trace:
+                alone = wires[members[0]]
+                if len(members) == 1 and not alone.get("fit") \
+                        and not self.info[(task, alone["id"])].trace:
                     members.append(self._state_twin(task, members[0], seed,
                                                     twin_input))
             position = {wire["id"]: index

@@ -19,8 +19,8 @@ from grader.constants import DEFAULT_SEED
 from grader.engine import build_plan
 from grader.locate.source import SourceFile
 from grader.judge.checking import cases_phrase
-from grader.plan import (TWIN, TWIN_SAME, Case, Plan, ProbeInfo, TwinInput,
-                         family, probe, state_words)
+from grader.plan import (TWIN, TWIN_SAME, TWIN_STATE, Case, Plan, ProbeInfo,
+                         TwinInput, family, probe, state_words)
 from grader.rubric import load_assignment
 from grader.run.observe import observe
 from grader.run.sandbox import JobResult
@@ -193,6 +193,107 @@ def test_twins_on_fresh_inputs_one_per_mode() -> None:
     assert modes[TWIN_SAME + "prime:seeded"] is modes["seeded"]
     assert wires[TWIN_SAME + "prime:seeded"]["call"] == \
         wires["prime:seeded"]["call"]
+
+
+def _four(task: str, info: ProbeInfo, seed: int) -> TwinInput:
+    """A twin_input with the state twins' inputs: X + 1 .. X + 4."""
+    inputs = (X + 1, X + 2, X + 3, X + 4)
+    return TwinInput(inputs=inputs, expected=tuple(x * 2 for x in inputs),
+                     reference=X * 2, rtol=1e-5, atol=1e-6)
+
+
+def _state_plan(twin_input=_four) -> Plan:
+    plan = Plan()
+    plan.add("t", probe("alone", "M", x=X))
+    plan.add("t", probe("pair:a", "M", x=X))
+    plan.add("t", probe("pair:b", "M", x=X))
+    plan.assign_modes(DEFAULT_SEED, twin_input)
+    plan.assign_states(DEFAULT_SEED, twin_input)
+    return plan
+
+
+def test_state_twins_give_every_family_both_states() -> None:
+    """Red team 11 (m01, a07, b04): a family with one probe of a mode
+    gets a state twin in that mode, on the third (off) or fourth (on)
+    fresh input, so each mode meets the plain state and the state off it
+    in every way, .grad set there."""
+    for twin_input in (_four, None):
+        plan = _state_plan(twin_input)
+        wires = {wire["id"]: wire for wire in plan.probes["t"]}
+        groups: dict[tuple[str, bool], list[dict]] = {}
+        for wire in wires.values():
+            info = plan.info[("t", wire["id"])]
+            groups.setdefault((family(info.twin_of or wire["id"]),
+                               wire["grad"]), []).append(wire)
+        assert set(groups) == {("alone", True), ("alone", False),
+                               ("pair", True), ("pair", False)}
+        for (name, on), members in groups.items():
+            assert len(members) == 2, (name, on)
+            off_plain = [m for m in members if not m.get("raw")
+                         and not m.get("inference")]
+            deviant = [m for m in members if m.get("raw")
+                       and (on or m.get("inference"))]
+            assert len(off_plain) == len(deviant) == 1, (name, on)
+            assert deviant[0].get("grads") and not off_plain[0].get("grads")
+        for number, on in ((2, False), (3, True)):
+            for name in ("alone", "pair:a", "pair:b"):
+                twin = wires.get(f"{TWIN_STATE}{number}:{name}")
+                if twin is None:
+                    continue
+                assert twin["grad"] is on
+                info = plan.info[("t", twin["id"])]
+                assert info.twin_of == name
+                if twin_input is None:
+                    assert info.other is None
+                    assert twin["call"] == wires[name]["call"]
+                else:
+                    assert info.other_index == number
+                    assert twin["call"]["args"] == [
+                        encode_tensor(X + 1 + number)]
+
+
+def test_state_twins_judge_states_within_a_mode() -> None:
+    """A state twin in the probe's own mode that misses on its fresh
+    input, while the probe matches: the probe fails, naming both
+    states; a property judge (random dropout) says what it asks."""
+    plan = _state_plan()
+    ids = [wire["id"] for wire in plan.probes["t"]]
+    values = {}
+    for probe_id in ids:
+        info = plan.info[("t", probe_id)]
+        x = X if info.other is None else info.other.inputs[
+            info.other_index]
+        values[probe_id] = x * 2
+    run = observe("t", SourceFile(text="x = 1\n", path=Path("s.py")),
+                  plan.of_task("t"), _job(values))
+    assert all(result.ok for result in run.results.values())
+    twin = next(i for i in ids if i.startswith(TWIN_STATE)
+                and plan.info[("t", i)].twin_of == "pair:a")
+    info = plan.info[("t", twin)]
+    run = observe("t", SourceFile(text="x = 1\n", path=Path("s.py")),
+                  plan.of_task("t"), _job({**values, twin: X * 2}))
+    problem = str(run.results["pair:a"].problem)
+    assert f"but not {state_words(info)}" in problem \
+        or f"{state_words(info)} but not" in problem, problem
+    assert "on a fresh input of the same sizes" in problem
+
+    def judge(value: object, index: int) -> str | None:
+        return None if index < 2 else "it is not random"
+
+    judged = Plan()
+    judged.add("t", probe("alone", "M", x=X))
+
+    def with_judge(task: str, info: ProbeInfo, seed: int) -> TwinInput:
+        return replace(_four(task, info, seed), judge=judge,
+                       asked="drops as asked")
+
+    judged.assign_modes(DEFAULT_SEED, with_judge)
+    judged.assign_states(DEFAULT_SEED, with_judge)
+    run = observe("t", SourceFile(text="x = 1\n", path=Path("s.py")),
+                  judged.of_task("t"), _job(
+                      {wire["id"]: X for wire in judged.probes["t"]}))
+    assert "it drops as asked" in str(run.results["alone"].problem)
+    assert "it is not random" in str(run.results["alone"].problem)
 
 
 def _fresh_folded(values: dict[str, object]) -> dict:
