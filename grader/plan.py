@@ -467,7 +467,9 @@ class Plan:
         family. A family with one probe of a mode (a trace or a probe
         that trains aside) gets a
         *state twin* of that probe in that mode (id ``TWIN_STATE``, 2 or
-        3, the original's id; after a copy of its lead when it is led),
+        3, the original's id; after copies of its lead when it is led
+        and, for an ``again`` probe, of its chain from the probe that
+        built the object, so the twin calls it as often),
         on the third (autograd off) or fourth (on) fresh input of
         ``twin_input`` (the plug-in's, :class:`TwinInput`) when it gives
         one, else on the probe's own input: so every family meets, in
@@ -475,9 +477,10 @@ class Plan:
         every way at once. The probe off
         the plain state in every way (``inference`` and ``raw`` with
         autograd off, ``raw`` with it on) also has its parameters'
-        ``.grad`` set (``grads``), unless it is an ``again`` probe or
-        trains (``fit``). A probe that an ``again`` probe follows stays
-        under ``torch.no_grad()``: what its call leaves in the object (a
+        ``.grad`` set (``grads``), unless it trains (``fit``) or is an
+        ``again`` probe of the plug-in's (its chain alternates, below).
+        A probe that an ``again`` probe follows stays under
+        ``torch.no_grad()``: what its call leaves in the object (a
         cached mask) would be an inference tensor, which the next call
         may not use with autograd on. A family's activations are made by
         the operations of :data:`ACTIVATION_OPS` in turn, from a seeded
@@ -520,8 +523,9 @@ class Plan:
                 # Off the plain state in every way: .grad set too.
                 for index in members:
                     wire = wires[index]
+                    state_twin = wire["id"].startswith(TWIN_STATE)
                     if wire.get("raw") and (on or wire.get("inference")) \
-                            and not wire.get("again") \
+                            and (state_twin or not wire.get("again")) \
                             and not wire.get("fit"):
                         wire["grads"] = True
             for (name, on), members in groups.items():
@@ -555,7 +559,9 @@ class Plan:
                     wire.pop("grads", None)
             chains: list[list[int]] = []
             for index, wire in enumerate(wires):
-                if wire.get("again"):
+                # (A state twin's chain takes its states from the twin.)
+                if wire.get("again") \
+                        and not wire["id"].startswith(TWIN_STATE):
                     if not chains or chains[-1][-1] != index - 1:
                         chains.append([])
                     chains[-1].append(index)
@@ -598,8 +604,13 @@ class Plan:
     def _state_twin(self, task: str, index: int, seed: int,
                     twin_input: TwinMaker | None) -> int:
         """Append a state twin of ``wires[index]`` (see
-        :meth:`assign_states`), after a copy of its lead when it is led;
-        return the twin's index."""
+        :meth:`assign_states`), after copies of what prepares it: its
+        lead when it is led; when it is an ``again`` probe, its chain from
+        the probe that built the object (and that one's lead), so the
+        twin calls its object as often as the probe did (a module that
+        draws from a generator of its own answers alike). The copies are
+        leads: they take the twin's mode and state. Return the twin's
+        index."""
         wires = self.probes[task]
         member = wires[index]
         info = self.info[(task, member["id"])]
@@ -616,31 +627,43 @@ class Plan:
         number = 3 if member.get("grad") else 2
         fresh = other if other is not None \
             and len(other.inputs) > number else None
-        if index > 0 and wires[index - 1].get("lead"):
-            lead = wires[index - 1]
+        start = index
+        while member.get("again") and start > 0 \
+                and wires[start].get("again"):
+            start -= 1
+        prefix = list(range(start, index))
+        if start > 0 and wires[start - 1].get("lead"):
+            prefix.insert(0, start - 1)
+        for place, earlier in enumerate(prefix):
+            lead = wires[earlier]
             lead_info = self.info[(task, lead["id"])]
             lead_id = lead_info.twin_of or lead["id"]
-            copy = {**lead, "id": f"{TWIN_STATE}{number}:{lead_id}"}
+            copy = {**lead, "id": f"{TWIN_STATE}{number}:{original_id}"
+                                  f"<{place}", "lead": True,
+                    "grad": bool(member.get("grad"))}
             wires.append(copy)
             self.info[(task, copy["id"])] = replace(
-                lead_info, id=copy["id"], twin_of=lead_id)
+                lead_info, id=copy["id"], twin_of=lead_id,
+                grad=bool(member.get("grad")))
         twin = {**member, "id": f"{TWIN_STATE}{number}:{original_id}"}
-        twin.pop("again", None)
+        if not prefix or not member.get("again"):
+            twin.pop("again", None)
         call = dict(twin["call"])
         if fresh is not None:
             call["args"] = ([encode_tensor(fresh.inputs[number])]
                             + list(call["args"][1:]))
         elif info.other is not None:
             # The member runs on a fresh input of its own; without a
-            # fresh input for it, the state twin repeats the original's input.
+            # fresh input for it, the state twin repeats the original's.
             given = next(wire for wire in wires
                          if wire["id"] == original_id)["call"]["args"]
             call["args"] = list(given[:1]) + list(call["args"][1:])
         twin["call"] = call
         wires.append(twin)
         self.info[(task, twin["id"])] = replace(
-            info, id=twin["id"], twin_of=original_id, again=False,
-            other=fresh, other_index=number)
+            info, id=twin["id"], twin_of=original_id,
+            again=bool(twin.get("again")), other=fresh,
+            other_index=number)
         return len(wires) - 1
 
     def of_task(self, task: str) -> list[ProbeInfo]:
