@@ -596,6 +596,12 @@ def dropout_judge(inputs: tuple[torch.Tensor, ...],
     step applied to those probs (the dropout reaches the output). Words
     for the first property missing, or None."""
     def judge(value: Any, index: int) -> str | None:
+        try:
+            return properties(value, index)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            return f"its answer cannot be read ({type(exc).__name__})"
+
+    def properties(value: Any, index: int) -> str | None:
         x = inputs[index + 1].double()
         want_att, want_probs = reference.multi_head(x, weights, num_heads,
                                                     causal)
