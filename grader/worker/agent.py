@@ -368,7 +368,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                 shape_of: Callable, read_chain: Callable, expand: Callable,
                 counters: dict, read: Callable | None = None,
                 hold: tuple | None = None,
-                settle: Callable | None = None
+                settle: Callable | None = None,
+                plain: Callable | None = None
                 ) -> Callable[[], Callable]:
     """Return a factory of local trace functions, one per traced frame.
 
@@ -395,6 +396,11 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     (``marker``, ``{"call": index, "input": shape}``); until it returns,
     every execution recorded (in it and in what it calls, up to the next
     declared call) ends with that marker (``counters["bound"]``).
+    ``plain`` (:func:`plain_reader`): a completed unit whose watched values
+    are all plain tensors named by the frame's locals is read here, in the
+    trace function, with C calls only (the frame's locals are still
+    refreshed through ``read``, traced); any other unit is read through
+    ``read`` as described above. Both readings record the same shapes.
 
     The closures look up no global name (the sandbox agent empties this
     module's namespace before a submission runs).
@@ -409,11 +415,61 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
     max_reads = MAX_READS
     spent = counters.get("scanned") or [0]
 
-    def plain(function, *args):
+    def direct(function, *args):
         return function(*args)
 
-    traced = read if read is not None else plain
+    traced = read if read is not None else direct
     gc_on, gc_off = hold if hold is not None else (None, None)
+    import itertools
+    import operator
+
+    b_dict, b_type, b_all, b_map = dict, type, all, map
+    b_repeat, b_is = itertools.repeat, operator.is_
+    missing = object()
+
+    def locals_of(frame):
+        return frame.f_locals
+
+    def given(statement, values):
+        return values
+
+    def quick(frame, state):
+        """Read the completed unit here, untraced, when every value it
+        watches is a plain tensor (``plain``) named by the frame's locals,
+        a dict whose keys are all exact strings (so looking a name up runs
+        no key's ``__eq__``); True when it did (its records are made, as
+        ``finish`` would make them), False (nothing recorded, nothing
+        changed) when ``finish`` must read it traced. The locals are
+        refreshed traced (refreshing may drop the last reference to an
+        object: its finalizer is the submission's code)."""
+        pending = state["pending"]
+        if pending is None:
+            return True
+        local_values = traced(locals_of, frame)
+        if b_type(local_values) is not b_dict or not b_all(
+                b_map(b_is, b_map(b_type, local_values), b_repeat(b_str))):
+            return False
+        found = []
+        for statement in units[pending]:
+            kind = statement["kind"]
+            if kind == "return" or kind == span_kind:
+                continue
+            values = []
+            for chain in statement["watch"]:
+                if b_len(chain) != 1 or b_type(chain[0]) is not b_str:
+                    return False
+                value = local_values.get(chain[0], missing)
+                if value is missing:
+                    return False
+                shape = plain(value)
+                if shape is None:
+                    return False
+                values.append(shape)
+            found.append((statement, values))
+        state["pending"] = None
+        for statement, values in found:
+            budgeted(statement, given, values)
+        return True
 
     def value_record(chain, local_values, global_values, slot):
         try:
@@ -502,7 +558,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                     state["raising"] = False
                     unit = line_unit.get(frame.f_lineno)
                     if unit != state["pending"]:
-                        traced(finish, frame)
+                        if plain is None or not quick(frame, state):
+                            traced(finish, frame)
                         if settle is not None:
                             settle(frame, "statement")
                         state["pending"] = unit
@@ -2462,6 +2519,42 @@ def value_readers(torch: Any, spent: list | None = None
     return is_tensor, shape_of, instance_dict, read_chain, expand
 
 
+def plain_reader(torch: Any) -> Callable[[Any], list | None]:
+    """Return ``plain(value)``: the shape of a plain tensor, read with C
+    calls only, or None when ``value`` is not one.
+
+    A plain tensor is an object whose class is exactly ``torch.Tensor``
+    or ``torch.nn.Parameter`` (compared by identity: no metaclass's
+    ``__eq__``), without torch's Python dispatch key (no
+    ``__torch_dispatch__`` of anyone's serves it), whose sizes torch's
+    own ``size`` gives, with torch's functions set aside (no torch
+    function mode is called): no Python code runs. For such a tensor the
+    shape is what :func:`value_readers`' ``size_of`` reads; anything else
+    (a subclass, a nested tensor, a container) is None and read there,
+    traced (:func:`line_tracer`)."""
+    tensor_type, parameter_type = torch.Tensor, torch.nn.Parameter
+    t_size = torch._C.TensorBase.size
+    no_torch_function = torch._C.DisableTorchFunction
+    dispatch_keys, python_key = (torch._C._dispatch_keys,
+                                 torch._C.DispatchKey.Python)
+    b_type, b_list, b_map, b_int = type, list, map, int
+    b_Exception = Exception
+
+    def plain(value):
+        kind = b_type(value)
+        if kind is not tensor_type and kind is not parameter_type:
+            return None
+        with no_torch_function():
+            try:
+                if dispatch_keys(value).has(python_key):
+                    return None
+                return b_list(b_map(b_int, t_size(value)))
+            except b_Exception:
+                return None
+
+    return plain
+
+
 def shape_tracer(units: list, line_unit: dict, phase: dict,
                  classify: Callable, synthetic: dict, readers: tuple,
                  note: Callable | None = None,
@@ -2469,7 +2562,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  operations: tuple | None = None,
                  stand_ins: dict | None = None,
                  reads: tuple | None = None,
-                 calls: dict | None = None) -> Callable:
+                 calls: dict | None = None,
+                 plain: Callable | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -2502,7 +2596,9 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     ``calls`` maps the code keys ``(first line, name)`` of the declared
     methods (a task's ``inputs``) to their index: a traced call of one
     marks what runs inside it with the shape of its first argument after
-    ``self``, read when the call starts (:func:`line_tracer`)."""
+    ``self``, read when the call starts (:func:`line_tracer`).
+
+    ``plain`` (:func:`plain_reader`) is handed to :func:`line_tracer`."""
     b_len, b_str, b_id, b_type = len, str, id, type
     b_isinstance = isinstance
     max_executions, max_foreign = MAX_EXECUTIONS, MAX_FOREIGN
@@ -2642,7 +2738,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     local_tracer = line_tracer(units, line_unit, record, held,
                                read_chain, expand, phase, read,
                                (gc_on, hold) if gc_on is not None else None,
-                               settle=settle)
+                               settle=settle, plain=plain)
 
     def note_recorder(find, frame, code):
         """Report a stand-in for tensors that ``find`` sees at ``frame``."""
@@ -5298,7 +5394,7 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
 #: integrity test walks each one's code for global look-ups).
 FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              code_kinds, audit_hook, value_readers, shape_tracer,
-             error_describer, module_describer, probe_runner,
+             error_describer, module_describer, probe_runner, plain_reader,
              coverage_keeper, patch_watch, quick_init, inert_call,
              inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
@@ -5401,7 +5497,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
         note, torch._C.TensorBase,
         (judge, in_force, handler.__code__), stand_ins, reads,
         {(int(first), str(name)): int(index)
-         for first, name, index in job.get("calls", [])})
+         for first, name, index in job.get("calls", [])},
+        plain_reader(torch))
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
