@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -54,6 +55,7 @@ class Dispatching(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_plain_reader_reads_plain_tensors_only_and_runs_no_python() -> None:
     plain = agent.plain_reader(torch)
     nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
