@@ -449,6 +449,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_detached_embeddings": (
             NOT_TRAINED, (), "The token embeddings and the position "
             "embeddings never changed during training"),
+        # Red team 12 (b03): a loss from detached logits has the
+        # cross-entropy's value (task2.loss stands, docs/rubric-decisions.md)
+        # and no gradient (task2.training is lost, every group named).
+        "train_loss_detached_logits": (
+            NOT_TRAINED, (), "the parameters of layers[0] and the parameters "
+            "of out_proj never changed during training with loss"),
         # ... and a loss whose gradient reaches every group (so each
         # moves) while only out_proj learns: the depth-1 corpus needs the
         # layer (the next token follows from the token and its position).
