@@ -58,6 +58,7 @@ hash of the grading seed, so nothing a submission sees reveals the seed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ import torch
 
 from grader.api import (ATOL, RTOL, Case, Plan, ProbeInfo, TwinInput,
                         derive_seed, probe, share_outside)
-from grader.assignments.multi_head_attention import reference
+from grader.assignments.multi_head_attention import mistakes, reference
 
 LAYERS_1 = ("q", "k", "v")
 LAYERS_2 = ("q", "k", "v", "mix")
@@ -566,9 +567,8 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
                          "(each 0 or scaled by 1 / (1 - p), att their "
                          "weighted values)",
                          judge=dropout_judge(
-                             (case.x,) + inputs, weights,
-                             case.sizes["num_heads"],
-                             bool(info.params.get("causal")), dropout))
+                             case, inputs, bool(info.params.get("causal")),
+                             dropout))
 
     def answer(inputs: torch.Tensor) -> object:
         if info.target == "SelfAttention":
@@ -583,18 +583,20 @@ def twin_input(task: str, info: ProbeInfo, seed: int) -> TwinInput | None:
                      reference=answer(case.x), rtol=RTOL, atol=ATOL)
 
 
-def dropout_judge(inputs: tuple[torch.Tensor, ...],
-                  weights: dict[str, torch.Tensor], num_heads: int,
+def dropout_judge(case: Case, inputs: tuple[torch.Tensor, ...],
                   causal: bool, p: float
                   ) -> Callable[[Any, int], str | None]:
     """The properties of ``forward(x, return_attention=True)`` with
-    dropout ``p`` in training, on ``inputs[index + 1]`` (index -1: the
-    probe's own input, ``inputs[0]``): probs of the contract's shape,
-    each 0 or the reference's eval probability / (1 - p) (so the future
-    stays 0 under the mask), a share of zeros a Bernoulli(p) mask gives
+    dropout ``p`` in training, on ``case`` with ``inputs[index]`` for its
+    input (index -1: the case's own): probs of the contract's shape, each
+    0 or the reference's eval probability / (1 - p) (so the future stays
+    0 under the mask), a share of zeros a Bernoulli(p) mask gives
     (:func:`grader.api.share_outside`), and att the reference's value
-    step applied to those probs (the dropout reaches the output). Words
-    for the first property missing, or None."""
+    step applied to those probs (:func:`mistakes.output_variant`: the
+    dropout reaches the output). Words for the first property missing,
+    or None."""
+    cases = (case,) + tuple(replace(case, x=x) for x in inputs)
+
     def judge(value: Any, index: int) -> str | None:
         try:
             return properties(value, index)
@@ -602,9 +604,10 @@ def dropout_judge(inputs: tuple[torch.Tensor, ...],
             return f"its answer cannot be read ({type(exc).__name__})"
 
     def properties(value: Any, index: int) -> str | None:
-        x = inputs[index + 1].double()
-        want_att, want_probs = reference.multi_head(x, weights, num_heads,
-                                                    causal)
+        graded = cases[index + 1]
+        x, weights = graded.float64()
+        want_att, want_probs = reference.multi_head(
+            x, weights, graded.sizes["num_heads"], causal)
         if value is None or value.kind not in ("tuple", "list") \
                 or len(value.items) != 2:
             return "it returns no (att, probs) pair"
@@ -626,14 +629,7 @@ def dropout_judge(inputs: tuple[torch.Tensor, ...],
         if outside is not None:
             return (f"{outside[0]:.0%} of the probabilities are dropped, "
                     f"outside {outside[1]:.0%} to {outside[2]:.0%}")
-        batch, seq, hidden = want_att.shape
-        size = hidden // num_heads
-        v = (reference.project(x, weights, "v")
-             .view(batch, seq, num_heads, size).transpose(1, 2)
-             .reshape(batch * num_heads, seq, size))
-        merged = ((probs @ v).view(batch, num_heads, seq, size)
-                  .transpose(1, 2).reshape(batch, seq, hidden))
-        step = reference.project(merged, weights, "mix")
+        step = mistakes.output_variant(graded, probs=probs)
         if not torch.allclose(att.double(), step, rtol=RTOL, atol=ATOL):
             return "att is not its dropped probs times the values"
         return None
