@@ -585,13 +585,13 @@ class Plan:
         leads and probes called in the mode of another (not twins) take
         their partner's; a probe with autograd off that an ``again``
         probe follows stays in the plain state."""
-        position = {wire["id"] for wire in wires}
+        ids = {wire["id"] for wire in wires}
         groups: dict[tuple[str, bool], list[int]] = {}
         for index, wire in enumerate(wires):
             if wire.get("lead") or wire.get("call") is None:
                 continue
             twin_of = self.info[(task, wire["id"])].twin_of
-            if wire.get("mode_of") in position and twin_of is None:
+            if wire.get("mode_of") in ids and twin_of is None:
                 continue
             following = wires[index + 1] if index + 1 < len(wires) else {}
             if not wire.get("grad") and following.get("again"):
