@@ -41,9 +41,9 @@ the mask dropped when causal and dropout act together in training, and
 a ``train()`` override that keeps dropout on in eval mode; with honest
 controls (a mask buffer at a maximal length, masks cached by length, a
 generator of the module's own drawing at every call).
-Each folder is
-graded once, by one real ``batch`` (a class of hostile files and one
-honest control), and every row is checked item by item, with its
+The folders of an
+assignment are graded once, together, by one real ``batch`` (a class of
+hostile files and honest controls), and every row is checked item by item, with its
 diagnoses and the words of its message. docs/threat-model.md
 ("Principle 5") gives the argument.
 
@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -527,21 +528,34 @@ ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
-    """Each folder graded by one batch: its rows by file, and where the
-    reports are."""
+    """Each folder's rows by file, and where the reports are: the folders
+    of one assignment (their items) are graded together, as one class, by
+    one batch (a batch's start-up, torch and the fork server, is paid once
+    an assignment, not once a folder; no two folders of an assignment
+    share a file name)."""
     out = tmp_path_factory.mktemp("effects")
     env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
     env["PYTHONPATH"] = str(KIT)
-    found = {}
+    classes: dict[tuple[str, ...], list[str]] = {}
     for folder in CORPUS:
-        csv = out / f"{folder}.csv"
+        classes.setdefault(ITEMS[folder], []).append(folder)
+    found = {}
+    for number, folders in enumerate(classes.values()):
+        students = out / f"class{number}"
+        students.mkdir()
+        for folder in folders:
+            for path in (EFFECTS / folder).glob("*.py"):
+                assert not (students / path.name).exists(), path.name
+                shutil.copy(path, students / path.name)
+        csv = out / f"class{number}.csv"
         run = subprocess.run(
-            [sys.executable, "-m", "grader", "batch", str(EFFECTS / folder),
+            [sys.executable, "-m", "grader", "batch", str(students),
              "--out", str(csv), "--jobs", "2"], cwd=KIT, env=env,
             capture_output=True, text=True, timeout=900)
         assert run.returncode == 0, run.stderr[-2000:]
         rows = {Path(row["student"]).stem: row for row in read_csv(csv)}
-        found[folder] = (rows, csv.with_name(csv.name + ".reports"))
+        for folder in folders:
+            found[folder] = (rows, csv.with_name(csv.name + ".reports"))
     return found
 
 
