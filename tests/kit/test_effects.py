@@ -453,6 +453,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # Red team 12 (b03): a loss from detached logits has the
         # cross-entropy's value (task2.loss stands, docs/rubric-decisions.md)
         # and no gradient (task2.training is lost, every group named).
+        # Red team 13 (b05): a loss that runs the model in eval mode
+        # gives one value under every torch seed in training, where the
+        # model's own logits differ (task2.loss).
+        "train_loss_in_eval_mode": (
+            (1, 3, 0, 0, 1, 2, 1, 0, 1, 0, 0), (),
+            "under every torch seed, although the model's own logits "
+            "there differ", ("task2.loss",)),
         "train_loss_detached_logits": (
             NOT_TRAINED, (), "the parameters of layers[0] and the parameters "
             "of out_proj never changed during training with loss"),

@@ -46,6 +46,10 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
   the first case's forward in eval mode on the model built with dropout
   ``LM_DROPOUT``, and at depth 0 its loss in train mode at dropout 0
   (:func:`add_mode_probes`);
+* ``drop-logits:d2:<case>:<k>``, ``drop-loss:d2:<case>:<k>``: the
+  first case's forward and loss in train mode on the model built with
+  dropout ``LM_DROPOUT``, under two torch seeds
+  (:func:`add_loss_dropout_probes`);
 * ``prefix:d2:<case>``: ``forward(input_ids[:, :-1])`` on the same
   weights, so that a loss computed from the logits of the text without
   its last token (the other honest reading) is recognised behind a
@@ -495,6 +499,7 @@ def build(seed: int, public_only: bool,
     # (alternating in plan order) they leave as they were.
     for depth, case in firsts.items():
         add_mode_probes(plan, depth, case)
+    add_loss_dropout_probes(plan, seed, firsts["d2"])
 
     add_dropout_probes(plan, seed)
 
@@ -547,6 +552,30 @@ def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
                           lm_init(case.sizes), method="loss")
     wire["train"] = True
     plan.add("task2", (wire, replace(info, train=True)))
+
+
+def add_loss_dropout_probes(plan: Plan, seed: int, case: Case) -> None:
+    """``drop-logits:d2:<case>:<k>`` and ``drop-loss:d2:<case>:<k>``: the
+    first case's forward and loss in train mode, on the two-layer model
+    built with dropout ``LM_DROPOUT``, each under ``TRAIN_SEEDS`` torch
+    seeds (red team 13, b05). Where the model's own logits there differ
+    from seed to seed (its layers' dropout acts: task 1's), so does a
+    loss computed from them; a loss that runs the model in eval mode
+    gives one value under every seed."""
+    init = lm_init(case.sizes)
+    init["kwargs"]["dropout"] = LM_DROPOUT
+    for k in range(TRAIN_SEEDS):
+        shown = replace(case, shown=case.name, variant=(
+            f"in train mode (model.train()) with the model built with "
+            f"dropout={LM_DROPOUT:g}, under torch seed {k + 1} of "
+            f"{TRAIN_SEEDS}"))
+        for kind, method in (("logits", None), ("loss", "loss")):
+            wire, info = weighted(
+                f"drop-{kind}:d2:{case.name}:{k}", "TransformerLM", shown,
+                init, method=method,
+                seed=derive_seed(seed, LABEL, "drop-loss", k))
+            wire["train"] = True
+            plan.add("task2", (wire, replace(info, train=True)))
 
 
 def sublayer_case(case: Case, kind: str, rng: np.random.Generator) -> Case:

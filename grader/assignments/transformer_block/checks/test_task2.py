@@ -328,6 +328,46 @@ def test_loss_is_next_token_cross_entropy(task2: TaskRun,
                  f"{depth_words(depth) if at == depth else ''}.", *ids)
     if depth == "d0":
         loss_runs_the_layers(task2)
+    else:
+        loss_follows_training(task2)
+
+
+def _drawn(task2: TaskRun, prefix: str) -> list[torch.Tensor]:
+    """The tensors the probes of ``prefix`` returned (all of them, or
+    none when one did not run or returned no tensor)."""
+    found = []
+    for probe_id in task2.probe_ids(prefix):
+        result = task2.result(probe_id)
+        value = result.value if result.ok else None
+        if value is None or value.kind != "tensor" or value.tensor is None:
+            return []
+        found.append(value.tensor.double())
+    return found
+
+
+def loss_follows_training(task2: TaskRun) -> None:
+    """In train mode with dropout, the model's own logits differ from
+    one torch seed to another; a loss computed from them does too (red
+    team 13, b05: a loss that switches the model to eval mode for its
+    logits gives one value under every seed, and trains without
+    dropout). Judged only where the model's forward is random there
+    (its layers' dropout is task 1's item) and the loss returned a
+    scalar each time (its value is judged above)."""
+    logits = _drawn(task2, "drop-logits:d2:")
+    losses = _drawn(task2, "drop-loss:d2:")
+    if len(logits) < 2 or len(losses) != len(logits) or any(
+            loss.dim() != 0 for loss in losses):
+        return
+    if all(torch.equal(logits[0], other) for other in logits[1:]):
+        return
+    if all(torch.equal(losses[0], other) for other in losses[1:]):
+        case = task2.case(task2.probe_ids("drop-loss:d2:")[0])
+        fail(f"TransformerLM.loss on {case.describe()} gives "
+             f"{float(losses[0]):.6g} under every torch seed, although "
+             f"the model's own logits there differ from seed to seed "
+             f"(dropout acts in training): the loss does not come from "
+             f"the model as it is. Compute it from self(input_ids) "
+             f"without changing the model's mode.")
 
 
 def own_losses(task2: TaskRun, name: str) -> list[torch.Tensor]:
