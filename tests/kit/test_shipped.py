@@ -242,14 +242,27 @@ def _offenders(functions: dict[str, object], assignment: str,
         extra = {"logits": answers[-1]} if answers else {}
         with tripped_kernels():
             for label, func in functions.items():
-                for kwargs in _calls(func, case, extra):
-                    try:
-                        value = func(**kwargs)
-                    except Exception:  # noqa: BLE001 - any failure: no answer
-                        continue
-                    if _solves(value, answers):
-                        found.add(label)
+                if _answers_any(func, case, extra, answers):
+                    found.add(label)
     return found
+
+
+def _answers_any(func, case, extra: dict, answers: list[torch.Tensor],
+                 depth: int = 2) -> bool:
+    """True when ``func``, called with any argument set :func:`_calls`
+    gives, returns a correct answer; or returns a function (a closure
+    such as a judge it builds) that does, up to ``depth`` levels."""
+    for kwargs in _calls(func, case, extra):
+        try:
+            value = func(**kwargs)
+        except Exception:  # noqa: BLE001 - any failure: no answer
+            continue
+        if _solves(value, answers):
+            return True
+        if depth and inspect.isfunction(value) and _answers_any(
+                value, case, extra, answers, depth - 1):
+            return True
+    return False
 
 
 def _functions(modules: dict[str, ModuleType]) -> dict[str, object]:
@@ -286,21 +299,32 @@ def _by_hand(x: torch.Tensor, weights: dict, num_heads: int,
     return torch.softmax(scores, dim=-1).flatten(0, 1)
 
 
+def _builds_by_hand(num_heads: int, causal: bool):
+    """A control: a function that returns the hand-written computation
+    as a closure (what the walk missed once: a judge built by a shipped
+    function, never called by name)."""
+    def judge(x: torch.Tensor, weights: dict) -> torch.Tensor:
+        return _by_hand(x, weights, num_heads, causal)
+    return judge
+
+
 @pytest.mark.parametrize("assignment", RELEASED)
 def test_no_shipped_function_computes_an_answer_without_a_kernel(
         assignment):
     """Every function and method of every shipped plug-in module is
     called on the grading's cases with every argument it can be given
     (each flag flipped, each scale tried), the forbidden kernels
-    tripped: none returns a task's correct answer. A function written by
-    hand is caught (the control)."""
+    tripped, and so is every function such a call returns (a closure it
+    builds): none returns a task's correct answer. A function written by
+    hand is caught, and so is one a function returns (the controls)."""
     modules = _modules(assignment)
     functions = _functions(modules)
     assert any(label.startswith("reference.") for label in functions)
     if assignment == "multi_head_attention":
         functions["control._by_hand"] = _by_hand
+        functions["control._builds_by_hand"] = _builds_by_hand
     found = _offenders(functions, assignment, modules)
-    assert found == ({"control._by_hand"}
+    assert found == ({"control._by_hand", "control._builds_by_hand"}
                      if assignment == "multi_head_attention" else set())
 
 
