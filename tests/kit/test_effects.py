@@ -292,7 +292,7 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # CausalAttention's mask only for an input without a grad_fn.
         "modes_v2_grad_unscaled": (
             (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
-            ("no_scaling",), TWIN, ("task3.values",)),
+            ("no_scaling",), EITHER_MODE, ("task3.values",)),
         # (task 4's dropout probes on fresh inputs, the wrapper's seeded:
         # probe on its own).
         "modes_causal_grad_fn": (
@@ -370,7 +370,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
             ("task7.mask",)),
         "mask_sticky": (
             (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, -0.5), (),
-            "a mask acts on its own call only", ("task7.values",)),
+            "the same module called again without a mask, right after a "
+            "call with one", ("task7.values",)),
     },
     "modes": {
         # Red team 13 (m05): forward is one call of a clean six-statement

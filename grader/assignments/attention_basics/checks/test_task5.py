@@ -109,6 +109,11 @@ def test_outputs_are_concatenated_on_the_last_dimension(
         mine = own_heads(task5, case)
         if mine is not None and mistakes.same(student, mine):
             continue
+        if result.info.train and (mine is None or not close(mine, want)):
+            # In training mode (dropout 0) the submission's own
+            # CausalAttention is not the reference either (it drops, or
+            # raises): task 4's point, not charged to the wrapper.
+            continue
         fail(f"The output of {what} on {case.describe()} is neither the "
              f"reference ({max_error(student, want)}) nor your "
              f"CausalAttention heads side by side, head 0 first.")
