@@ -495,10 +495,59 @@ def test_padding_mask_hides_some_keys_never_a_whole_row() -> None:
     ids = [wire["id"] for wire in plan.probes["task7"]]
     masked = {i.split(":", 1)[1] for i in ids if i.startswith("mask:")}
     assert masked
-    assert {i.split(":", 1)[1] for i in ids
-            if i.startswith("padding:")} == masked
+    padded = {i.split(":", 1)[1] for i in ids if i.startswith("padding:")}
+    assert {i.removesuffix(cases.PER_HEAD) for i in padded} == masked
     assert len([i for i in ids if i.startswith("blank-padding:")]) == len(
         masked)
+
+
+def test_per_head_masks_differ_between_heads() -> None:
+    """Red team 13 (a03): every other hidden task 7 case (which ones
+    follow the seed) gets a mask [batch_size, num_heads, num_tokens,
+    num_tokens] whose heads differ, never a whole row hidden; the public
+    case keeps the padding mask."""
+    for batch_size, heads, num_tokens in ((2, 2, 3), (3, 4, 6)):
+        mask = reference.per_head_additive_mask(batch_size, heads,
+                                                num_tokens)
+        assert mask.shape == (batch_size, heads, num_tokens, num_tokens)
+        assert bool(((mask == 0) | (mask == float("-inf"))).all())
+        assert bool((mask == 0).any(-1).all())
+        assert not torch.equal(mask, mask[:, :1].expand_as(mask))
+    for seed in (7, 2024):
+        plan = cases.build(seed, False, ASSIGNMENT.size_sets)
+        ids = [w["id"] for w in plan.probes["task7"]
+               if w["id"].startswith("padding:")]
+        per_head = [i for i in ids if i.endswith(cases.PER_HEAD)]
+        assert per_head and len(per_head) < len(ids) - 1, ids
+        assert "padding:lecture" in ids
+
+
+def test_chains_and_modes_of_red_team_13() -> None:
+    """Red team 13: task 7's last case called again without a mask right
+    after its padding: probe (a10); one hidden wrapper case, with its
+    head: probes, in training mode at dropout 0 (a02); a seeded: probe
+    per task under a seed derived from the grading seed (a01)."""
+    plan = cases.build(7, False, ASSIGNMENT.size_sets)
+    ids = [w["id"] for w in plan.probes["task7"]]
+    after = [i for i in ids if i.startswith("after-mask:")]
+    assert len(after) == 1
+    assert ids[ids.index(after[0]) - 1].startswith("padding:")
+    trained = [w for w in plan.probes["task5"] if w["train"]
+               and w["id"].startswith(("values:", "head:"))]
+    name = trained[0]["id"].split(":")[1]
+    assert name.startswith("hidden")
+    assert {w["id"] for w in trained} == {f"values:{name}"} | {
+        f"head:{name}:{h}" for h in range(len(trained) - 1)}
+    for task in list(cases.TARGETS)[1:]:
+        reseeded = [w for w in plan.probes[task]
+                    if w["id"].endswith(cases.RESEEDED)]
+        assert [w["id"] for w in reseeded] == [
+            f"prime:seeded:lecture{cases.RESEEDED}",
+            f"seeded:lecture{cases.RESEEDED}"]
+        assert reseeded[0]["seed"] != cases.SEEDED[task][0]
+    public = cases.build(7, True, ASSIGNMENT.size_sets)
+    assert not any(w["id"].endswith(cases.RESEEDED)
+                   for probes in public.probes.values() for w in probes)
 
 
 def test_every_seeded_probe_follows_its_prime() -> None:
@@ -511,7 +560,8 @@ def test_every_seeded_probe_follows_its_prime() -> None:
                 prime = probes[index - 1]
                 assert prime["id"] == f"prime:{wire['id']}"
                 assert prime["call"] == {"args": [], "kwargs": {}}
-                assert prime["seed"] == cases.SEEDED[task][0]
+                if not wire["id"].endswith(cases.RESEEDED):
+                    assert prime["seed"] == cases.SEEDED[task][0]
                 assert prime["init"] == wire["init"]
                 assert "state" not in wire
 

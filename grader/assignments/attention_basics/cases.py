@@ -30,12 +30,19 @@ Probes, per task (ids are prefixes the checks select on):
   runs, after the worker seeded torch) and the ``seeded:`` probe that
   follows constructs its module from exactly that random state, as
   ``torch.manual_seed(123); SelfAttention_v1(3, 2)`` does;
+  ``seeded:lecture-reseeded`` (hidden grades) is the same construction
+  after a torch seed derived from the grading seed, judged against the
+  weights the documented construction creates under it (red team 13:
+  weights from a private generator seeded 123 pass the lecture's seed);
 * ``values:<case>``: the case's weights loaded into the parameters (never
   into the buffers: the mask is the student's own), eval mode, dropout 0;
   ``exact:<case>`` is the same with ``context_length = num_tokens`` (an
   unsliced mask works there only), ``square:`` a case where batch_size =
   num_tokens = d_out, the only sizes where ``keys.T`` on a batch computes
-  something instead of raising;
+  something instead of raising; one hidden wrapper case (drawn from the
+  seed) runs its ``values:`` and ``head:`` probes in training mode, at
+  dropout 0 the eval-mode output (red team 13: heads reversed in
+  training);
 * ``values:long`` (tasks 4 and 6, hidden): two sequences of 20 to 36
   tokens drawn from the seed, the other sizes small: a mask wrong only
   past some length fails there;
@@ -58,7 +65,13 @@ Probes, per task (ids are prefixes the checks select on):
 * ``padding:<case>`` and ``blank-padding:<case>``: the same with an
   additive padding mask [batch_size, 1, 1, num_tokens] (sequence b hides
   its last 1 + b % (num_tokens - 1) keys), so that the mask's values, not
-  only its presence, are judged;
+  only its presence, are judged; on every other hidden case (which ones
+  follow the seed; ``<case>-per-head``) a mask of its own per sequence
+  and head, [batch_size, num_heads, num_tokens, num_tokens]
+  (:func:`padding_mask`; red team 13: code that kept head 0's mask);
+  ``after-mask:<case>``: the last case's module called again without a
+  mask right after its ``padding:`` call (``again``; red team 13: a mask
+  kept on the module for later calls);
 * ``dropout-off``, ``dropout-zero:0``, ``dropout-eval:<p>``,
   ``dropout-train:<p>:<draw>``: dropout 0 in eval and (the same module)
   in training, and each rate p (0.5, and one of ``SEEDED_RATES`` drawn
@@ -84,6 +97,7 @@ lecture's own seeds (123, 789) are public.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -113,6 +127,16 @@ DROPOUT_HEADS = 2
 PUBLIC = "lecture"
 # The name suffix of an equal-scores case (equal_scores).
 EQUAL = "-equal-scores"
+# The name suffix of a task 7 case whose padding: probes get a mask of its
+# own per sequence and head (per_head_case; red team 13, a03).
+PER_HEAD = "-per-head"
+# How a report names the case of an after-mask: probe (red team 13, a10).
+AFTER_MASK = ("(the same module called again without a mask, right after "
+              "a call with one)")
+# The name suffix of the seeded: probe built under a seed derived from the
+# grading seed (red team 13, a01: weights from a private generator seeded
+# like the lecture kept the lecture's numbers whatever the user's seed).
+RESEEDED = "-reseeded"
 
 # "Your journey starts with one step", embedded in 3 dimensions.
 INPUTS = torch.tensor(
@@ -484,6 +508,38 @@ def blank_case(case: Case) -> Case:
     return Case(f"{case.name}-blank", case.public, sizes, case.x, weights)
 
 
+def per_head_case(case: Case) -> Case:
+    """The same case, for the padding: probes with a mask of its own per
+    sequence and head (:func:`padding_mask`)."""
+    return Case(f"{case.name}{PER_HEAD}", case.public, dict(case.sizes),
+                case.x, case.weights, shown=case.shown or case.name)
+
+
+def padding_mask(case: Case, dtype: torch.dtype = torch.float32
+                 ) -> torch.Tensor:
+    """The mask of a case's padding: probe: [batch_size, num_heads,
+    num_tokens, num_tokens] for a per-head case (its blank one included,
+    with its one head), else [batch_size, 1, 1, num_tokens]."""
+    s = case.sizes
+    if PER_HEAD in case.name:
+        return reference.per_head_additive_mask(
+            s["batch_size"], s["num_heads"], s["num_tokens"], dtype)
+    return reference.padding_additive_mask(s["batch_size"], s["num_tokens"],
+                                           dtype)
+
+
+def reseeded_case(seed: int, task: str, case: Case) -> tuple[int, Case]:
+    """The public case's construction under a torch seed derived from the
+    grading seed: the seed, and the case with the weights the documented
+    construction creates under it."""
+    derived = derive_seed(seed, "attention_basics", "seeded", task)
+    weights = reference.documented_weights(
+        TARGETS[task], tuple(init_of(task, case.sizes)["args"]), derived)
+    return derived, Case(case.name, False, dict(case.sizes), case.x,
+                         weights, hidden=True, shown=case.shown or case.name,
+                         variant=f"built after torch.manual_seed({derived})")
+
+
 def head_case(case: Case, head: int) -> Case:
     """The wrapper's head ``head`` as a CausalAttention case."""
     prefix = f"heads.{head}."
@@ -522,10 +578,11 @@ def _structure(plan: Plan, task: str, case: Case) -> None:
 
 
 def _seeded(plan: Plan, task: str, case: Case, name: str = "",
-            context_length: int | None = None) -> None:
+            context_length: int | None = None,
+            seed: int | None = None) -> None:
     """The lecture's construction after its manual_seed (see the module
-    docstring for the prime: probe)."""
-    seed = SEEDED[task][0]
+    docstring for the prime: probe); ``seed``: after that one instead."""
+    seed = SEEDED[task][0] if seed is None else seed
     sizes = dict(case.sizes)
     if context_length is not None:
         sizes["context_length"] = context_length
@@ -615,6 +672,13 @@ def build(seed: int, public_only: bool,
     hidden = {task: [] for task in TARGETS} if public_only \
         else hidden_cases(seed)
     judged = {task: [public[task]] + hidden[task] for task in TARGETS}
+    # Drawn from the seed (red team 13): the wrapper case whose values:
+    # and head: probes run in training mode (dropout 0: the output is the
+    # eval-mode output, a02), and which hidden task 7 cases get a mask
+    # per sequence and head (every other one, a03).
+    choose = _rng(seed, "modes")
+    wrapper_train = 1 + int(choose.integers(HIDDEN_CASES))
+    per_head = int(choose.integers(2))
 
     # Task 1: simple_self_attention.
     for case in judged["task1"]:
@@ -627,8 +691,14 @@ def build(seed: int, public_only: bool,
         _seeded(plan, task, public[task])
         if task in ("task4", "task6"):
             _seeded(plan, task, public[task], "-long", LONG_CONTEXT)
+        if not public_only:
+            # The same construction under a seed derived from the grading
+            # seed (red team 13, a01).
+            derived, reseeded = reseeded_case(seed, task, public[task])
+            _seeded(plan, task, reseeded, RESEEDED, seed=derived)
         for index, case in enumerate(judged[task]):
-            _values(plan, task, case)
+            train = task == "task5" and index == wrapper_train
+            _values(plan, task, case, train=train)
             if task in ("task4", "task6") and index == 1:
                 # The first hidden case's module called again, on a longer
                 # input (red team 10, R2).
@@ -644,7 +714,7 @@ def build(seed: int, public_only: bool,
                              "task4", case.sizes,
                              qkv_bias=None if case.public
                              else has_bias(case)),
-                         target=TARGETS["task4"])
+                         target=TARGETS["task4"], train=train)
                     plan.same_mode(task, f"head:{case.name}:{head}",
                                    f"values:{case.name}")
             if task == "task7":
@@ -658,11 +728,20 @@ def build(seed: int, public_only: bool,
                     # R7): the mask acts there too.
                     _values(plan, task, blank_case(case), "mask-train",
                             (mask,), causal=True, train=True, again=True)
-                padding = reference.padding_additive_mask(
-                    case.sizes["batch_size"], case.sizes["num_tokens"])
-                _values(plan, task, case, "padding", (padding,))
-                _values(plan, task, blank_case(case), "blank-padding",
-                        (padding,))
+                padded = case
+                if not case.public and (index + per_head) % 2:
+                    padded = per_head_case(case)
+                _values(plan, task, padded, "padding",
+                        (padding_mask(padded),))
+                if index == len(judged[task]) - 1:
+                    # The same module called again without a mask (red
+                    # team 13, a10): the last call's mask must not act.
+                    called = replace(case, shown=case.shown or case.name,
+                                     variant=AFTER_MASK)
+                    _values(plan, task, called, "after-mask", again=True)
+                blank = blank_case(padded)
+                _values(plan, task, blank, "blank-padding",
+                        (padding_mask(blank),))
     # A causal mask depends on positions only (RUBRIC, "Readings settled
     # in use"): each judged case again with every score equal, after
     # every random-score probe.

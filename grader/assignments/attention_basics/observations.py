@@ -18,9 +18,10 @@ from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
 from grader.assignments.attention import MaskWords, mask_dependence
 from grader.assignments.attention_basics import mistakes
 from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS, EQUAL,
-                                                       LONG_CONTEXT, SEEDED,
-                                                       TARGETS, has_bias,
-                                                       init_of)
+                                                       LONG_CONTEXT, PER_HEAD,
+                                                       RESEEDED, SEEDED,
+                                                       TARGETS,
+                                                       has_bias, init_of)
 
 MEANINGS = {
     "task1": "[num_tokens, d_in]",
@@ -58,6 +59,10 @@ def name_of(run: TaskRun, probe_id: str) -> str:
         target += f" in eval mode (dropout={dropout:g})"
     if info.params.get("causal", False):
         target += " with a causal mask"
+    elif probe_id.split(":")[0].endswith("padding") and PER_HEAD in (
+            info.case.name if info.case else ""):
+        target += (" with a mask [batch_size, num_heads, num_tokens, "
+                   "num_tokens] (0/-inf, its own per sequence and head)")
     elif probe_id.split(":")[0].endswith("padding"):
         target += (" with a padding mask (0/-inf, hiding the last keys of"
                    " some sequences)")
@@ -261,12 +266,36 @@ def seeded(run: TaskRun, expected: Callable[[Case], torch.Tensor],
     ``alternative`` (the wrapper) is a second acceptable output. With
     ``diagnose``, ``init_order`` is also named behind another mistake: the
     loaded weights show a known mistake that the seeded output does not.
+    The ``-reseeded`` probe (red team 13, a01) is the same construction
+    after a torch seed derived from the grading seed: it must give the
+    numbers the documented construction gives there (weights drawn from
+    a generator of the module's own, seeded like the lecture, do not).
+    It is judged where the lecture's construction gives the reference's
+    numbers (an ``alternative`` output, or a failure, is judged there).
     """
     target = TARGETS[run.task]
     for probe_id in run.probe_ids("seeded:"):
         case = run.case(probe_id)
         built = (f"torch.manual_seed({SEEDED[run.task][0]}); "
                  f"{target}({_init_args(run, probe_id)})")
+        if probe_id.endswith(RESEEDED):
+            lecture = probe_id.removesuffix(RESEEDED)
+            first = optional_output(run, lecture)
+            if first is None or not close(first,
+                                          expected(run.case(lecture))):
+                continue
+            _, student = output(run, probe_id)
+            want = expected(case)
+            if not close(student, want):
+                fail(f"{target}({_init_args(run, probe_id)}) {case.variant}"
+                     f" does not give the numbers the documented "
+                     f"construction gives under that seed "
+                     f"({max_error(student, want)}), though it gives the "
+                     f"lecture's numbers after torch.manual_seed("
+                     f"{SEEDED[run.task][0]}): create the parameters from "
+                     f"torch's global random state (torch.rand, nn.Linear), "
+                     f"never from a generator of your own.")
+            continue
         base = probe_id.removesuffix("-long")
         if probe_id != base and not run.result(probe_id).ok \
                 and run.result(base).ok:

@@ -109,6 +109,30 @@ def padding_additive_mask(batch_size: int, num_tokens: int,
     return mask
 
 
+def per_head_additive_mask(batch_size: int, num_heads: int,
+                           num_tokens: int,
+                           dtype: torch.dtype = torch.float32
+                           ) -> torch.Tensor:
+    """An additive mask of its own for each sequence and head, [batch_size,
+    num_heads, num_tokens, num_tokens] (the widest shape the docstring
+    allows): head h of sequence b is causal when b + h is even, else it
+    hides the last 1 + (b + h) % (num_tokens - 1) keys of every query.
+    No row is all -inf, and with two heads or more, head 0's mask is not
+    every head's (code that keeps one head's mask, or one sequence's,
+    differs from the reference)."""
+    mask = torch.zeros(batch_size, num_heads, num_tokens, num_tokens,
+                       dtype=dtype)
+    causal = causal_additive_mask(num_tokens, dtype)
+    for b in range(batch_size):
+        for h in range(num_heads):
+            if (b + h) % 2 == 0:
+                mask[b, h] = causal
+            else:
+                hidden = 1 + (b + h) % max(num_tokens - 1, 1)
+                mask[b, h, :, num_tokens - hidden:] = float("-inf")
+    return mask
+
+
 def qkv_attention(x: torch.Tensor, weights: Weights, num_heads: int,
                   mask: torch.Tensor | None = None) -> torch.Tensor:
     """``QKVMultiheadAttention``: head h reads its q, k, v (head_dim each)

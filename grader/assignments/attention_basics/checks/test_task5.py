@@ -4,10 +4,11 @@ One point, when every check passes: ``heads`` is an nn.ModuleList of
 num_heads CausalAttention modules (seen through the parameter names; the
 mask buffer is task 4's) on every case's sizes; the output is the heads'
 outputs side by side on the last dimension, head 0 first, with the case's
-weights loaded; ``torch.manual_seed(123); MultiHeadAttentionWrapper(3,
-2, 6, 0.0, 2)`` on the lecture's batch gives the lecture's numbers; built
-with dropout 0.5 in training mode, its output moves (the heads got the
-rate).
+weights loaded (one hidden case, drawn from the seed, in training mode at
+dropout 0: the same output, red team 13); ``torch.manual_seed(123);
+MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)`` on the lecture's batch gives
+the lecture's numbers; built with dropout 0.5 in training mode, its output
+moves (the heads got the rate).
 
 The wrapper is judged on its own heads too: when the submission's
 CausalAttention is wrong, the wrapper passes if its output is that
@@ -107,6 +108,11 @@ def test_outputs_are_concatenated_on_the_last_dimension(
             continue
         mine = own_heads(task5, case)
         if mine is not None and mistakes.same(student, mine):
+            continue
+        if result.info.train and (mine is None or not close(mine, want)):
+            # In training mode (dropout 0) the submission's own
+            # CausalAttention is not the reference either (it drops, or
+            # raises): task 4's point, not charged to the wrapper.
             continue
         fail(f"The output of {what} on {case.describe()} is neither the "
              f"reference ({max_error(student, want)}) nor your "

@@ -6,10 +6,17 @@ output without a mask, with the case's weights loaded; and
 ``torch.manual_seed(123); QKVMultiheadAttention(3, 4, 2)`` on the
 lecture's batch (the layers created in the documented order).
 
+The module called again without a mask right after a call with one
+(``after-mask:``, red team 13, a10) matches the reference too: a mask
+acts on its own call only.
+
 task7.mask (1 point): with an additive causal mask, and with an additive
 padding mask [batch_size, 1, 1, num_tokens] (0/-inf, hiding the last keys
-of each sequence, never all), the output matches the reference: the mask's
-values are judged, not only its presence. When task7.values failed, the
+of each sequence, never all) or, on every other hidden case (which ones
+follow the seed), a mask of its own per sequence and head [batch_size,
+num_heads, num_tokens, num_tokens] (red team 13, a03: code that kept one
+head's mask), the output matches the reference: the mask's values are
+judged, not only its presence. When task7.values failed, the
 mask is judged on "blank" cases instead (one head, zero query and key
 weights, identity linear_layer: every score is 0, so token i must average
 the values of the keys the mask allows whatever the scale, split or merge).
@@ -17,13 +24,15 @@ the values of the keys the mask allows whatever the scale, split or merge).
 import pytest
 import torch
 
-from grader.api import Case, TaskRun, close, fail
+from grader.api import Case, TaskRun, close, fail, max_error
 from grader.assignments.attention_basics import mistakes, reference
+from grader.assignments.attention_basics.cases import PER_HEAD, padding_mask
 from grader.assignments.attention_basics.observations import (compare,
                                                               described,
                                                               expect_linear,
+                                                              name_of,
                                                               optional_output,
-                                                              seeded)
+                                                              output, seeded)
 
 TARGET = "QKVMultiheadAttention"
 
@@ -31,12 +40,12 @@ TARGET = "QKVMultiheadAttention"
 def expected(case: Case, masked: bool = False,
              padding: bool = False) -> torch.Tensor:
     """The reference output of a case, with the causal mask, the padding
-    mask (``padding``) or without a mask."""
+    mask (``padding``: per sequence and head on a per-head case) or
+    without a mask."""
     x, weights = case.float64()
     mask = None
     if padding:
-        mask = reference.padding_additive_mask(x.shape[0], x.shape[1],
-                                               torch.float64)
+        mask = padding_mask(case, torch.float64)
     elif masked:
         mask = reference.causal_additive_mask(x.shape[1], torch.float64)
     return reference.qkv_attention(x, weights, case.sizes["num_heads"],
@@ -90,7 +99,8 @@ def values_correct(task7: TaskRun) -> bool:
 def diagnose_mask(task7: TaskRun, case: Case, student: torch.Tensor
                   ) -> tuple[list[str], str]:
     """mask_ignored: the masked output is the unmasked one."""
-    unmasked = optional_output(task7, f"values:{case.name}")
+    unmasked = optional_output(task7, "values:"
+                               + case.name.replace(PER_HEAD, ""))
     if close(student, expected(case)) or (
             unmasked is not None and close(student, unmasked)):
         return ["mask_ignored"], ("The output is the same with and without "
@@ -128,6 +138,27 @@ def test_layers(task7: TaskRun) -> None:
 def test_forward_without_mask_matches_reference(task7: TaskRun) -> None:
     """Fused split per head, scaled attention, merge, linear_layer."""
     compare(task7, "values:", expected, diagnose)
+
+
+@pytest.mark.item("task7.values", part="values")
+def test_no_mask_after_a_masked_call(task7: TaskRun) -> None:
+    """forward(x) on the module just called with a mask (``after-mask:``,
+    red team 13, a10) matches the reference, where a fresh module's
+    forward(x) does (``values:``)."""
+    for probe_id in task7.probe_ids("after-mask:"):
+        name = probe_id.removeprefix("after-mask:")
+        case = task7.case(probe_id)
+        want = expected(case)
+        first = optional_output(task7, f"values:{name}")
+        if first is None or not close(first, want):
+            continue
+        _, student = output(task7, probe_id)
+        if not close(student, want):
+            fail(f"The output of {name_of(task7, probe_id)} on "
+                 f"{case.describe()} does not match the reference "
+                 f"({max_error(student, want)}), though a fresh module's "
+                 f"does: a mask acts on its own call only, never keep it "
+                 f"on the module.")
 
 
 @pytest.mark.item("task7.values", part="values")
