@@ -43,8 +43,8 @@ controls (a mask buffer at a maximal length, masks cached by length, a
 generator of the module's own drawing at every call).
 The folders of an
 assignment are graded once, together, by one real ``batch`` (a class of
-hostile files and honest controls), and every row is checked item by item, with its
-diagnoses and the words of its message. docs/threat-model.md
+hostile files and honest controls), and every row is checked item by
+item, with its diagnoses and the words of its message. docs/threat-model.md
 ("Principle 5") gives the argument.
 
 ``hostile/effects/depth0/`` attacks ``transformer_block``'s task 2
