@@ -41,9 +41,18 @@ def causal_depth(runs: dict[str, TaskRun], depth: str) -> str:
     task2 = runs["task2"]
     if depth == "d2" or not mistakes.layer_keeps_causal(runs["task1"]):
         return depth
-    probes = task2.probe_ids("future:d2:") + task2.probe_ids("logits:d2:")
+    probes = task2.probe_ids("future:d2:") + logits_ids(task2, "d2")
     return "d2" if probes and all(forward_ran(task2, probe_id)
                                   for probe_id in probes) else "d0"
+
+
+def logits_ids(task2: TaskRun, depth: str) -> list[str]:
+    """The forward probes of the model at ``depth``: ``logits:`` and,
+    last, the eval-mode model built with dropout (``logits-eval:``, a
+    family of its own so that each of its autograd modes meets both
+    states, red team 13: cases.add_mode_probes)."""
+    return (task2.probe_ids(f"logits:{depth}:")
+            + task2.probe_ids(f"logits-eval:{depth}:"))
 
 
 @pytest.fixture
@@ -113,7 +122,7 @@ def test_layers_follow_the_contract(task2: TaskRun, layers_depth: str,
 def test_logits_match_reference(task2: TaskRun, depth: str,
                                 runs: dict[str, TaskRun]) -> None:
     """Embeddings + position embeddings, causal layers, out_proj."""
-    probes = task2.probe_ids(f"logits:{depth}:")
+    probes = logits_ids(task2, depth)
     require_ran(task2, probes, "TransformerLM.forward")
     for probe_id in probes:
         case, student = logits_of(task2, probe_id)
@@ -274,7 +283,7 @@ def test_logits_ignore_the_future(task2: TaskRun, depth: str,
         "built with causal=True they are causal)")
     depth = causal_depth
     probes = task2.probe_ids(f"future:{depth}:")
-    require_ran(task2, probes + task2.probe_ids(f"logits:{depth}:"),
+    require_ran(task2, probes + logits_ids(task2, depth),
                 "TransformerLM.forward")
     reads_input = False
     for probe_id in probes:
@@ -402,7 +411,7 @@ def layer_ignores_weights(task2: TaskRun) -> bool:
 def forward_matches(task2: TaskRun, depth: str) -> bool:
     """True when TransformerLM.forward gives the reference's logits on
     every logits probe at ``depth`` (what task2.logits judges)."""
-    probes = task2.probe_ids(f"logits:{depth}:")
+    probes = logits_ids(task2, depth)
     return bool(probes) and all(matches_reference(task2, probe_id)
                                 for probe_id in probes)
 
