@@ -41,16 +41,18 @@ def causal_depth(runs: dict[str, TaskRun], depth: str) -> str:
     task2 = runs["task2"]
     if depth == "d2" or not mistakes.layer_keeps_causal(runs["task1"]):
         return depth
-    probes = task2.probe_ids("future:d2:") + logits_ids(task2, "d2")
+    probes = task2.probe_ids("future:d2:") + task2.probe_ids("logits:d2:")
     return "d2" if probes and all(forward_ran(task2, probe_id)
                                   for probe_id in probes) else "d0"
 
 
 def logits_ids(task2: TaskRun, depth: str) -> list[str]:
-    """The forward probes of the model at ``depth``: ``logits:`` and,
-    last, the eval-mode model built with dropout (``logits-eval:``, a
-    family of its own so that each of its autograd modes meets both
-    states, red team 13: cases.add_mode_probes)."""
+    """The forward probes of the model at ``depth`` that task2.logits
+    judges: ``logits:`` and, last, the eval-mode model built with
+    dropout (``logits-eval:``, a family of its own so that each of its
+    autograd modes meets both states, red team 13:
+    cases.add_mode_probes). The causality item reads ``logits:`` alone
+    (a dropout re-armed by ``eval()`` is task2.logits' mistake)."""
     return (task2.probe_ids(f"logits:{depth}:")
             + task2.probe_ids(f"logits-eval:{depth}:"))
 
@@ -283,7 +285,7 @@ def test_logits_ignore_the_future(task2: TaskRun, depth: str,
         "built with causal=True they are causal)")
     depth = causal_depth
     probes = task2.probe_ids(f"future:{depth}:")
-    require_ran(task2, probes + logits_ids(task2, depth),
+    require_ran(task2, probes + task2.probe_ids(f"logits:{depth}:"),
                 "TransformerLM.forward")
     reads_input = False
     for probe_id in probes:
