@@ -214,22 +214,22 @@ def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
     if info.grads:
         words += (" and with the parameters' .grad set (as after "
                   "loss.backward())")
-    return own_words(info) + words
+    return words + own_words(info)
 
 
 def own_words(info: ProbeInfo) -> str:
-    """The words :func:`state_words` begins with for a probe whose mode
+    """The words :func:`state_words` ends with for a probe whose mode
     was set by the object's own ``train()`` or ``eval()`` and that had a
     second object built beside it (:meth:`Plan.assign_states`); "" for
     any other probe."""
     if not info.own:
         return ""
-    words = ("in train mode set by model.train()" if info.train
-             else "in eval mode set by model.eval()")
+    words = (", in train mode set by model.train()" if info.train
+             else ", in eval mode set by model.eval()")
     if info.decoy is not None:
-        words += (f", with another {init_words(info.target, info.decoy)} "
-                  f"built after it")
-    return words + ", "
+        words += (f" and with another {init_words(info.target, info.decoy)}"
+                  f" built after it")
+    return words
 
 
 def init_words(target: str, init: Mapping[str, Any]) -> str:

@@ -443,7 +443,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
             ("task2.output",)),
         "class_rate_shared": (
             (1, 3, 0, 0, 1, 3, 0, 1, 0, 0), (),
-            {"task2.causal": "in train mode set by model.train(), " + DECOY,
+            {"task2.causal": "in train mode set by model.train() and "
+                             "with another MultiHeadSelfAttention(",
              "task2.output": "in train mode nothing changes"},
             ("task2.causal", "task2.output")),
         "class_causal_shared": (

@@ -605,7 +605,8 @@ def test_the_deviating_state_sets_the_mode_itself_beside_a_decoy() -> None:
                     if "causal" in kwargs:
                         assert wire["decoy"]["kwargs"].get("causal") \
                             is not kwargs["causal"], wire["id"]
-                    assert "built after it" in state_words(info)
-                    assert state_words(info).startswith(
-                        "in train mode set by model.train()" if info.train
-                        else "in eval mode set by model.eval()")
+                    assert state_words(info).endswith(" built after it")
+                    assert (", in train mode set by model.train() and with "
+                            "another " if info.train else
+                            ", in eval mode set by model.eval() and with "
+                            "another ") in state_words(info)
