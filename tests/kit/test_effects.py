@@ -404,8 +404,9 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "inference_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
             "under torch.inference_mode() with an input that requires grad "
-            "and with the parameters' .grad set (as after loss.backward()) "
-            "does not match the reference",
+            "and with the parameters' .grad set (as after loss.backward()), "
+            "in eval mode set by model.eval() and with another "
+            "SelfAttention(",
             ("task1.forward",)),
         "grad_fn_name_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),

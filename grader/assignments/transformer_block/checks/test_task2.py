@@ -123,20 +123,24 @@ def test_layers_follow_the_contract(task2: TaskRun, layers_depth: str,
 @pytest.mark.item("task2.logits")
 def test_logits_match_reference(task2: TaskRun, depth: str,
                                 runs: dict[str, TaskRun]) -> None:
-    """Embeddings + position embeddings, causal layers, out_proj."""
-    probes = logits_ids(task2, depth)
-    require_ran(task2, probes, "TransformerLM.forward")
-    for probe_id in probes:
-        case, student = logits_of(task2, probe_id)
-        _, w = case.float64()
-        s = case.sizes
-        expected = reference.lm_logits(case.x, w, s["num_heads"],
-                                       s["num_layers"])
-        if not close(student, expected):
-            fail(f"TransformerLM.forward's logits on {case.describe()} do "
-                 f"not match the reference ({max_error(student, expected)})"
-                 f"{depth_words(depth)}.",
-                 *mistakes.lm_diagnoses(case, student))
+    """Embeddings + position embeddings, causal layers, out_proj (the
+    ``logits:`` probes first, whose mistakes have diagnoses, then the
+    eval-mode model built with dropout, ``logits-eval:``)."""
+    for prefix in ("logits", "logits-eval"):
+        probes = task2.probe_ids(f"{prefix}:{depth}:")
+        require_ran(task2, probes, "TransformerLM.forward")
+        for probe_id in probes:
+            case, student = logits_of(task2, probe_id)
+            _, w = case.float64()
+            s = case.sizes
+            expected = reference.lm_logits(case.x, w, s["num_heads"],
+                                           s["num_layers"])
+            if not close(student, expected):
+                fail(f"TransformerLM.forward's logits on {case.describe()} "
+                     f"do not match the reference "
+                     f"({max_error(student, expected)})"
+                     f"{depth_words(depth)}.",
+                     *mistakes.lm_diagnoses(case, student))
     if depth == "d0":
         layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]),
                             substitutes_followed(task2))
