@@ -185,6 +185,13 @@ class ProbeInfo:
     other_index: int = 0
     # The probe calls again the object the previous probe built.
     again: bool = False
+    # Off the plain state in every way (Plan.assign_states, _assign_own):
+    # the mode set through the object's own ``eval()`` / ``train()``
+    # (wire key ``own``), and the init of a second object of the target
+    # built right after the probe's, alive until its call is done (wire
+    # key ``decoy``; None: none).
+    own: bool = False
+    decoy: dict | None = None
 
 
 def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
@@ -207,7 +214,34 @@ def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
     if info.grads:
         words += (" and with the parameters' .grad set (as after "
                   "loss.backward())")
+    return words + own_words(info)
+
+
+def own_words(info: ProbeInfo) -> str:
+    """The words :func:`state_words` ends with for a probe whose mode
+    was set by the object's own ``train()`` or ``eval()`` and that had a
+    second object built beside it (:meth:`Plan.assign_states`); "" for
+    any other probe."""
+    if not info.own:
+        return ""
+    words = (", in train mode set by model.train()" if info.train
+             else ", in eval mode set by model.eval()")
+    if info.decoy is not None:
+        words += (f" and with another {init_words(info.target, info.decoy)}"
+                  f" built after it")
     return words
+
+
+def init_words(target: str, init: Mapping[str, Any]) -> str:
+    """A constructor call in words: ``Target(3, 4, flag=True)`` (a
+    tensor argument as ``<tensor>``)."""
+    def shown(value: Any) -> str:
+        return "<tensor>" if isinstance(value, (torch.Tensor, Mapping)) \
+            else repr(value)
+    parts = [shown(value) for value in init.get("args") or []]
+    parts += [f"{key}={shown(value)}"
+              for key, value in (init.get("kwargs") or {}).items()]
+    return f"{target}({', '.join(parts)})"
 
 
 def state_key(info: ProbeInfo) -> tuple[bool, bool, bool, str, bool]:
@@ -577,6 +611,106 @@ class Plan:
                     self.info[known], inference=bool(wire.get("inference")),
                     raw=bool(wire.get("raw")), via=wire.get("via"),
                     grads=bool(wire.get("grads")))
+        self._assign_own(seed)
+
+    def _assign_own(self, seed: int) -> None:
+        """The rest of the state off the plain one in every way (issue
+        24, red team 13; docs/threat-model.md, "Right only in the state
+        the grader probes"): every probe that builds or calls an object
+        (an ``init``) and is off the plain state in every way (``raw``,
+        and ``inference`` or autograd on; a lead or a chain's probe so
+        too) sets its mode through the object's own methods, ``eval()``
+        or ``train()`` with no argument (wire key ``own``; the plain
+        state keeps ``train(mode)``), and, when the plan builds its
+        target with other inits too, has a second object of the target
+        built right after its own and before its state is loaded, alive
+        until its call is done (wire key ``decoy``: the init,
+        :meth:`_decoy`): a setting kept on the class, where the last
+        object built sets it for every object, then shows."""
+        inits: dict[str, list[dict]] = {}
+        for wires in self.probes.values():
+            for wire in wires:
+                init = wire.get("init")
+                if init is None:
+                    continue
+                known = inits.setdefault(str(wire["target"]), [])
+                if not any(_same(init, other) for other in known):
+                    known.append(init)
+        for task, wires in self.probes.items():
+            for wire in wires:
+                if wire.get("init") is None or wire.get("call") is None \
+                        or not wire.get("raw") \
+                        or not (wire.get("grad") or wire.get("inference")):
+                    continue
+                wire["own"] = True
+                decoy = self._decoy(wire, inits[str(wire["target"])],
+                                    derive_seed(seed, "decoy", task,
+                                                wire["id"]))
+                if decoy is not None:
+                    wire["decoy"] = decoy
+                known = (task, wire["id"])
+                self.info[known] = replace(self.info[known], own=True,
+                                           decoy=decoy)
+
+    @staticmethod
+    def _decoy(wire: dict, inits: list[dict], bit: int) -> dict | None:
+        """The init of ``wire``'s decoy (:meth:`_assign_own`): of the
+        plan's other inits of its target, one that differs from its own
+        where the plan varies least first (a flag, a rate: positions of
+        ``args`` and keys of ``kwargs`` ranked by how many values the
+        plan gives them, fewest first), then the most; ties broken by
+        ``bit`` (from the seed). None when the plan has no other."""
+        own = wire["init"]
+        others = [init for init in inits if not _same(init, own)]
+        if not others:
+            return None
+        missing = object()
+
+        def at(init: Mapping[str, Any], place: tuple[str, Any]) -> Any:
+            holder = init.get(place[0])
+            if isinstance(holder, Mapping):
+                return holder.get(place[1], missing)
+            if isinstance(holder, (list, tuple)):
+                return holder[place[1]] if place[1] < len(holder) \
+                    else missing
+            return holder if place[1] is None else missing
+
+        places: set[tuple[str, Any]] = set()
+        for init in [own] + others:
+            for key, holder in init.items():
+                if isinstance(holder, Mapping):
+                    places.update((str(key), name) for name in holder)
+                elif isinstance(holder, (list, tuple)):
+                    places.update((str(key), index)
+                                  for index in range(len(holder)))
+                else:
+                    places.add((str(key), None))
+
+        def values(place: tuple[str, Any]) -> int:
+            seen: list[Any] = []
+            for init in [own] + others:
+                value = at(init, place)
+                if not any(value is other or (
+                        value is not missing and other is not missing
+                        and _same(value, other)) for other in seen):
+                    seen.append(value)
+            return len(seen)
+
+        ranked = sorted(places, key=lambda place: (values(place),
+                                                   repr(place)))
+
+        def differs(init: Mapping[str, Any]) -> tuple[bool, ...]:
+            found = []
+            for place in ranked:
+                mine, theirs = at(own, place), at(init, place)
+                found.append(not (mine is theirs or (
+                    mine is not missing and theirs is not missing
+                    and _same(mine, theirs))))
+            return tuple(found)
+
+        best = max(differs(init) for init in others)
+        tied = [init for init in others if differs(init) == best]
+        return tied[bit % len(tied)]
 
     def _state_groups(self, task: str, wires: list[dict]
                       ) -> dict[tuple[str, bool], list[int]]:

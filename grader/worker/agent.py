@@ -1239,7 +1239,8 @@ def _life(job: dict, result_fd: int) -> None:
     probes = job["probes"]
     for probe in probes:
         for holder, key in ((probe.get("init") or {}, "args"),
-                            (probe.get("call") or {}, "args")):
+                            (probe.get("call") or {}, "args"),
+                            (probe.get("decoy") or {}, "args")):
             if key in holder:
                 holder[key] = [decode(a) if isinstance(a, dict)
                                else a for a in holder[key]]
@@ -4202,22 +4203,29 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 usable = filled and t_floating(p)
                 t_set_grad(p, t_ones_like(p) if usable else None)
 
-    def set_mode(obj, mode):
+    def set_mode(obj, mode, own=False):
         # Train or eval mode through the object's own ``train`` (an
         # override of it is the student's code, which real users call):
         # looked up on the object and run on the submission's thread; one
-        # that is not callable or raises fails the probe.
-        switch = call(b_getattr, obj, "train")
+        # that is not callable or raises fails the probe. ``own`` (the
+        # probe's wire key, grader.plan.Plan.assign_states): through its
+        # own ``eval()`` or ``train()`` with no argument instead, as
+        # model.eval() and model.train() are called; what it returns is
+        # not needed (the outputs tell what mode it entered).
+        name = ("train" if mode else "eval") if own else "train"
+        switch = call(b_getattr, obj, name)
         usable = b_callable(switch)
-        box = [switch, call(switch, b_bool(mode)) if usable else None]
+        box = [switch, (call(switch) if own else call(switch, b_bool(mode)))
+               if usable else None]
         # The method (a property may make one of its own) and what it
         # returned die on the submission's thread.
         switch = None
         call(b_list.clear, box)
         if not usable:
+            shown = "" if own else b_str(b_bool(mode))
             raise b_TypeError(
-                "the model's train attribute is not callable, so "
-                "model.train(" + b_str(b_bool(mode)) + ") cannot be called")
+                "the model's " + name + " attribute is not callable, so "
+                "model." + name + "(" + shown + ") cannot be called")
 
     def parameters_of(obj, remove_duplicate=True):
         return call(b_list, module_named_parameters(
@@ -4280,8 +4288,23 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     note("forbidden", "use", label)
                     raise b_RuntimeError(label + " is not allowed in this "
                                          "homework: write it yourself")
+        build_decoy(namespace, probe)
         load_state(obj, probe, loading)
         return obj
+
+    def build_decoy(namespace, probe):
+        # A probe's ``decoy`` (grader.plan.Plan.assign_states): a second
+        # object of its target, built with other arguments right after
+        # the probe's own (or before an ``again`` probe's call), kept
+        # until the probe is done; a setting the class keeps for every
+        # object then shows in the probe's answer.
+        spec = probe.get("decoy")
+        target = namespace.get(probe["target"])
+        if not spec or target is None:
+            return
+        args = [t_clone(a) if is_tensor(a) else a
+                for a in spec.get("args", [])]
+        phase["held"].append(call(target, *args, **spec.get("kwargs", {})))
 
     def load_state(obj, probe, loading):
         # The probe's weights into the object it calls (built now, or
@@ -4367,7 +4390,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                         "step: parameters may change only through the "
                         "gradient steps of the loss")
 
-    def fit(obj, spec, mode):
+    def fit(obj, spec, mode, own=False):
         # Adam steps (the usual betas and eps) on the object's own loss
         # method (a probe's "fit": method, lr, batches), in train mode with
         # gradients on, then ``mode``. What they achieved is judged by the
@@ -4376,7 +4399,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # than by these steps stops training with an error.
         if not is_module(obj):
             raise b_TypeError("the object to train is not an nn.Module")
-        set_mode(obj, True)
+        set_mode(obj, True, own)
         named = parameters_of(obj)
         params = [p for _, p in named]
         if not params:
@@ -4431,7 +4454,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             box, grads, g = [grads], None, None
             call(b_list.clear, box)
             copies = kept(params)
-        set_mode(obj, mode)
+        set_mode(obj, mode, own)
         only_stepped(obj, named, copies, method)
         # The worker's own copies: nothing the code does later (a method
         # it overrides runs when the module is read) changes what is sent;
@@ -4459,13 +4482,15 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # names, as loading found them.
         loading = [{}, []]
         if probe.get("again"):
+            build_decoy(namespace, probe)
             obj = again(probe, loading)
         else:
             obj = build(namespace, probe, loading)
             previous.append(obj)
         phase["held"].append(obj)
+        own = b_bool(probe.get("own", False))
         if is_module(obj):
-            set_mode(obj, probe.get("train", False))
+            set_mode(obj, probe.get("train", False), own)
         if probe.get("substitutes"):
             substitute(obj, probe["substitutes"], b_str(probe["target"]))
         if probe.get("again") or probe.get("grads"):
@@ -4484,7 +4509,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if probe.get("fit"):
             manual_seed(b_int(probe.get("seed", 0)))
             trained = fit(obj, probe["fit"],
-                          b_bool(probe.get("train", False)))
+                          b_bool(probe.get("train", False)), own)
             # Training left autograd off: the probe's mode again.
             call(set_grad_enabled, grad)
             # The trained weights, as training left them: the grader can

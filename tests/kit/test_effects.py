@@ -40,11 +40,16 @@ dropout mask or a causal mask kept, a call counter), dropout skipped or
 the mask dropped when causal and dropout act together in training, and
 a ``train()`` override that keeps dropout on in eval mode; with honest
 controls (a mask buffer at a maximal length, masks cached by length, a
-generator of the module's own drawing at every call).
-The folders of an
-assignment are graded once, together, by one real ``batch`` (a class of
-hostile files and honest controls), and every row is checked item by
-item, with its diagnoses and the words of its message. docs/threat-model.md
+generator of the module's own drawing at every call). Red team 13: an
+``eval()`` overridden to do nothing or to switch dropout back on (the
+probes off the plain state call the module's own ``eval()``), and a
+rate or a flag kept on the class (those probes build a second object of
+the class with other arguments first), in ``basics``, ``modes`` and
+``training``; with a correct ``eval()`` override as a control.
+The folders of an assignment are graded once, together, by one real
+``batch`` (a class of hostile files and honest controls), and every row
+is checked item by item, with its diagnoses and the words of its
+message. docs/threat-model.md
 ("Principle 5") gives the argument.
 
 ``hostile/effects/depth0/`` attacks ``transformer_block``'s task 2
@@ -138,6 +143,11 @@ SAME_MODULE = ("two calls of the same module under different random seeds "
 NOT_A_DISTRIBUTION = ("In eval mode (model.eval()) the probabilities of a "
                       "model with dropout=0.5 are not a distribution")
 WROTE = "changed during training with loss, not by a gradient step"
+#: The words of the state off the plain one in every way (red team 13):
+#: the mode set by the module's own eval(), and a second object of its
+#: class built after it with other arguments (a decoy).
+OWN_EVAL = "in eval mode set by model.eval()"
+DECOY = "built after it"
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
 #: the judged items when they are not the folder's JUDGED])}.
@@ -373,6 +383,20 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, -0.5), (),
             "the same module called again without a mask, right after a "
             "call with one", ("task7.values",)),
+        # Red team 13 (a07, a09): eval() overridden to do nothing, or to
+        # switch dropout back on after super().eval() (the probes off the
+        # plain state call eval() itself); (a06) the rate kept on the
+        # class, so the last module built sets it (those probes build a
+        # second module with other arguments first).
+        "own_eval_noop": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            OWN_EVAL, ("task4.dropout",)),
+        "own_eval_rearms": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0), (),
+            OWN_EVAL, ("task6.dropout",)),
+        "class_rate_shared": (
+            (1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (), DECOY,
+            ("task4.dropout", "task5.values")),
     },
     "modes": {
         # Red team 13 (m05): forward is one call of a clean six-statement
@@ -409,8 +433,9 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "inference_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
             "under torch.inference_mode() with an input that requires grad "
-            "and with the parameters' .grad set (as after loss.backward()) "
-            "does not match the reference",
+            "and with the parameters' .grad set (as after loss.backward()), "
+            "in eval mode set by model.eval() and with another "
+            "SelfAttention(",
             ("task1.forward",)),
         "grad_fn_name_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
@@ -438,6 +463,23 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "inference_plain_call_no_mask": (
             NO_CAUSAL, (), "under torch.inference_mode() with an input "
             "that requires grad"),
+        # Red team 13 (m01): eval() overridden to return self (the
+        # probes off the plain state call eval() itself); (m02, m03) the
+        # rate or the causal flag kept on the class (those probes build
+        # a second module with other arguments first); (h03) a correct
+        # eval() override, return self.train(False).
+        "own_eval_noop": (
+            NO_DROPOUT, (), "are not a distribution (rows must sum to 1)",
+            ("task2.output",)),
+        "class_rate_shared": (
+            (1, 3, 0, 0, 1, 3, 0, 1, 0, 0), (),
+            {"task2.causal": "in train mode set by model.train() and "
+                             "with another MultiHeadSelfAttention(",
+             "task2.output": "in train mode nothing changes"},
+            ("task2.causal", "task2.output")),
+        "class_causal_shared": (
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), ("mask_ignored",), DECOY),
+        "honest_eval_override": (FULL_ATTENTION, (), "ok"),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),
@@ -467,6 +509,20 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_read_time_write": (
             NOT_TRAINED_DICT, (), WROTE),
         "honest_no_grad_metric": (FULL_TRANSFORMER, (), "ok"),
+        # Red team 13 (b01, b02): eval() of the layer a no-op, the
+        # model's eval() switching every nn.Dropout back on (the probes
+        # off the plain state call eval() itself; the model's eval-mode
+        # dropout probe is a family of its own, logits-eval:); (b06) the
+        # layer's rate kept on the class (a second layer built first).
+        "own_layer_eval_noop": (
+            (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), OWN_EVAL,
+            ("task1.forward",)),
+        "own_lm_eval_rearms": (
+            (1, 3, 0, 0, 1, 0, 1, 1, 1, 0, 0), (), OWN_EVAL,
+            ("task2.logits",)),
+        "class_layer_rate_shared": (
+            (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), DECOY,
+            ("task1.forward",)),
         # Red team 7, U1: a loss whose gradient reaches only part of the
         # model (the rest never moves) does not train the model.
         "train_frozen_body": (

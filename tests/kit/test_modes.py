@@ -566,3 +566,47 @@ def test_the_state_is_said() -> None:
                          ("'h'", "hidden case 'h' (n=2)"),
                          ("'g'", "hidden case 'g'")]) == (
         "2 cases (hidden case 'h' (n=2) under x, 'g')")
+
+
+def test_the_deviating_state_sets_the_mode_itself_beside_a_decoy() -> None:
+    """Red team 13: the probes off the plain state in every way (and
+    they alone) set the mode through the module's own eval()/train()
+    (wire key ``own``) and build a second object of their target with
+    another of the plan's inits (``decoy``), which differs first where
+    the plan varies least: a flag. Every family of the assignments that
+    builds an object meets that state in each autograd mode it runs in
+    (its group of :meth:`Plan._state_groups`, a trace or a training
+    probe aside), and the state's words say it."""
+    for name in ASSIGNMENTS:
+        plan = build_plan(load_assignment(KIT / "grader" / "assignments"
+                                          / name), DEFAULT_SEED)
+        for task, wires in plan.probes.items():
+            for key, members in plan._state_groups(task, wires).items():
+                builders = [wires[index] for index in members
+                            if wires[index].get("init") is not None]
+                if builders and not plan.info[
+                        (task, builders[0]["id"])].trace \
+                        and not builders[0].get("fit"):
+                    assert any(wire.get("own") for wire in builders), (
+                        name, task, key)
+            for wire in wires:
+                info = plan.info[(task, wire["id"])]
+                deviant = bool(wire.get("raw")) and bool(
+                    wire.get("grad") or wire.get("inference"))
+                builds = wire.get("init") is not None \
+                    and wire.get("call") is not None
+                assert bool(wire.get("own")) == (deviant and builds), \
+                    wire["id"]
+                assert info.own == bool(wire.get("own"))
+                assert info.decoy == wire.get("decoy")
+                if wire.get("decoy") is not None:
+                    assert wire["decoy"] != wire["init"], wire["id"]
+                    kwargs = wire["init"].get("kwargs") or {}
+                    if "causal" in kwargs:
+                        assert wire["decoy"]["kwargs"].get("causal") \
+                            is not kwargs["causal"], wire["id"]
+                    assert state_words(info).endswith(" built after it")
+                    assert (", in train mode set by model.train() and with "
+                            "another " if info.train else
+                            ", in eval mode set by model.eval() and with "
+                            "another ") in state_words(info)

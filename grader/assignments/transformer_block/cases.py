@@ -42,10 +42,12 @@ fails task 1 (docs/transformer_block.md, "Isolation"):
 * ``future:<depth>:<case>:<i>``: the same input with every token after
   position i replaced (the causality item compares positions 0..i);
 * ``loss:<depth>:<case>``: ``loss(input_ids)`` on the same weights;
-* ``logits:<depth>:hidden-0:dropout=<p>``, ``loss-train:d0:hidden-0``:
+* ``logits-eval:<depth>:hidden-0:dropout=<p>``, ``loss-train:d0:hidden-0``:
   the first case's forward in eval mode on the model built with dropout
-  ``LM_DROPOUT``, and at depth 0 its loss in train mode at dropout 0
-  (:func:`add_mode_probes`);
+  ``LM_DROPOUT`` (a family of its own: one probe per autograd mode, so
+  each gets a state twin and meets the state off the plain one, where
+  the mode is set by ``model.eval()``: red team 13, b02), and at depth
+  0 its loss in train mode at dropout 0 (:func:`add_mode_probes`);
 * ``drop-logits:d2:<case>:<k>``, ``drop-loss:d2:<case>:<k>``: the
   first case's forward and loss in train mode on the model built with
   dropout ``LM_DROPOUT``, under two torch seeds
@@ -524,7 +526,7 @@ def build(seed: int, public_only: bool,
 
 def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
     """The first model case at ``depth`` in the other mode (red team 11):
-    ``logits:<depth>:<case>:dropout=<LM_DROPOUT>``, forward in eval mode
+    ``logits-eval:<depth>:<case>:dropout=<LM_DROPOUT>``, forward in eval mode
     on the model built with dropout LM_DROPOUT (dropout is off in eval
     mode: the logits are the reference's; ``F.dropout``'s default
     ``training=True`` fails, B02), and, at depth 0 alone (no layer of
@@ -535,7 +537,7 @@ def add_mode_probes(plan: Plan, depth: str, case: Case) -> None:
     init = lm_init(case.sizes)
     init["kwargs"]["dropout"] = LM_DROPOUT
     plan.add("task2", weighted(
-        f"logits:{depth}:{case.name}:dropout={LM_DROPOUT:g}",
+        f"logits-eval:{depth}:{case.name}:dropout={LM_DROPOUT:g}",
         "TransformerLM", replace(
             case, shown=case.name, variant=(
                 f"with the model built with dropout={LM_DROPOUT:g} and run "

@@ -46,6 +46,17 @@ def causal_depth(runs: dict[str, TaskRun], depth: str) -> str:
                                   for probe_id in probes) else "d0"
 
 
+def logits_ids(task2: TaskRun, depth: str) -> list[str]:
+    """The forward probes of the model at ``depth`` that task2.logits
+    judges: ``logits:`` and, last, the eval-mode model built with
+    dropout (``logits-eval:``, a family of its own so that each of its
+    autograd modes meets both states, red team 13:
+    cases.add_mode_probes). The causality item reads ``logits:`` alone
+    (a dropout re-armed by ``eval()`` is task2.logits' mistake)."""
+    return (task2.probe_ids(f"logits:{depth}:")
+            + task2.probe_ids(f"logits-eval:{depth}:"))
+
+
 @pytest.fixture
 def layers_depth(runs: dict[str, TaskRun], depth: str) -> str:
     """task2.layers' depth: also "d2" when the layer fails task1.forward
@@ -112,20 +123,24 @@ def test_layers_follow_the_contract(task2: TaskRun, layers_depth: str,
 @pytest.mark.item("task2.logits")
 def test_logits_match_reference(task2: TaskRun, depth: str,
                                 runs: dict[str, TaskRun]) -> None:
-    """Embeddings + position embeddings, causal layers, out_proj."""
-    probes = task2.probe_ids(f"logits:{depth}:")
-    require_ran(task2, probes, "TransformerLM.forward")
-    for probe_id in probes:
-        case, student = logits_of(task2, probe_id)
-        _, w = case.float64()
-        s = case.sizes
-        expected = reference.lm_logits(case.x, w, s["num_heads"],
-                                       s["num_layers"])
-        if not close(student, expected):
-            fail(f"TransformerLM.forward's logits on {case.describe()} do "
-                 f"not match the reference ({max_error(student, expected)})"
-                 f"{depth_words(depth)}.",
-                 *mistakes.lm_diagnoses(case, student))
+    """Embeddings + position embeddings, causal layers, out_proj (the
+    ``logits:`` probes first, whose mistakes have diagnoses, then the
+    eval-mode model built with dropout, ``logits-eval:``)."""
+    for prefix in ("logits", "logits-eval"):
+        probes = task2.probe_ids(f"{prefix}:{depth}:")
+        require_ran(task2, probes, "TransformerLM.forward")
+        for probe_id in probes:
+            case, student = logits_of(task2, probe_id)
+            _, w = case.float64()
+            s = case.sizes
+            expected = reference.lm_logits(case.x, w, s["num_heads"],
+                                           s["num_layers"])
+            if not close(student, expected):
+                fail(f"TransformerLM.forward's logits on {case.describe()} "
+                     f"do not match the reference "
+                     f"({max_error(student, expected)})"
+                     f"{depth_words(depth)}.",
+                     *mistakes.lm_diagnoses(case, student))
     if depth == "d0":
         layers_reach_logits(task2, mistakes.layer_built_right(runs["task1"]),
                             substitutes_followed(task2))
@@ -442,7 +457,7 @@ def layer_ignores_weights(task2: TaskRun) -> bool:
 def forward_matches(task2: TaskRun, depth: str) -> bool:
     """True when TransformerLM.forward gives the reference's logits on
     every logits probe at ``depth`` (what task2.logits judges)."""
-    probes = task2.probe_ids(f"logits:{depth}:")
+    probes = logits_ids(task2, depth)
     return bool(probes) and all(matches_reference(task2, probe_id)
                                 for probe_id in probes)
 
