@@ -648,9 +648,9 @@ class Plan:
                                                 wire["id"]))
                 if decoy is not None:
                     wire["decoy"] = decoy
-                known = (task, wire["id"])
-                self.info[known] = replace(self.info[known], own=True,
-                                           decoy=decoy)
+                key = (task, wire["id"])
+                self.info[key] = replace(self.info[key], own=True,
+                                         decoy=decoy)
 
     @staticmethod
     def _decoy(wire: dict, inits: list[dict], bit: int) -> dict | None:
