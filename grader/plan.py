@@ -686,30 +686,26 @@ class Plan:
                 else:
                     places.add((str(key), None))
 
+        def equal(first: Any, second: Any) -> bool:
+            return first is second or (
+                first is not missing and second is not missing
+                and _same(first, second))
+
         def values(place: tuple[str, Any]) -> int:
             seen: list[Any] = []
             for init in [own] + others:
                 value = at(init, place)
-                if not any(value is other or (
-                        value is not missing and other is not missing
-                        and _same(value, other)) for other in seen):
+                if not any(equal(value, other) for other in seen):
                     seen.append(value)
             return len(seen)
 
         ranked = sorted(places, key=lambda place: (values(place),
                                                    repr(place)))
-
-        def differs(init: Mapping[str, Any]) -> tuple[bool, ...]:
-            found = []
-            for place in ranked:
-                mine, theirs = at(own, place), at(init, place)
-                found.append(not (mine is theirs or (
-                    mine is not missing and theirs is not missing
-                    and _same(mine, theirs))))
-            return tuple(found)
-
-        best = max(differs(init) for init in others)
-        tied = [init for init in others if differs(init) == best]
+        differs = [tuple(not equal(at(own, place), at(init, place))
+                         for place in ranked) for init in others]
+        best = max(differs)
+        tied = [init for init, found in zip(others, differs)
+                if found == best]
         return tied[bit % len(tied)]
 
     def _state_groups(self, task: str, wires: list[dict]
