@@ -238,11 +238,17 @@ def handle(task: str, wires: list[dict], info: dict, seed: int) -> None:
     object's own ``load_state_dict`` (strict, over its own
     ``state_dict()``), each step through the object's own methods on
     the submission's thread. No probe is added: the steps go with the
-    state every family already meets in each mode. ``info`` maps
+    state every family already meets in each mode; a trace is never
+    handled, and a handled probe's shape comments, like an ``again``
+    probe's, answer only the catch-all (its call is the object's second:
+    what the warm-up left in it may hold tensors). ``info`` maps
     ``(task, id)`` to the probe's :class:`ProbeInfo`, updated here."""
     for wire in wires:
+        # A trace verifies the shape comments of a fresh object's first
+        # call (docs/threat-model.md, principle 6): never handled.
         if not wire.get("grads") or wire.get("again") or wire.get("fit") \
-                or wire.get("lead") or wire.get("init") is None:
+                or wire.get("lead") or wire.get("trace") \
+                or wire.get("init") is None:
             continue
         wire["handled"] = derive_seed(seed, "handled", task, wire["id"])
         key = (task, wire["id"])

@@ -238,9 +238,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "state_mask_lazy_buffer": (
             NO_CAUSAL, (), "but raises on the same module called again "
             "(its call 3)"),
+        # (Red team 13: the handled state's warm-up call makes a fresh
+        # module's probe its second call, which now meets the counter
+        # first: the mask is named ignored.)
         "state_mask_counter": (
-            NO_CAUSAL, (), "on the same module called again (its call 2), "
-            "on hidden case 'public-batch_size'"),
+            NO_CAUSAL, ("mask_ignored",), HANDLED),
         "honest_mask_buffer_max": (FULL_ATTENTION, (), "ok"),
         "honest_mask_cache_by_length": (FULL_ATTENTION, (), "ok"),
         "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),
@@ -390,8 +392,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "inference_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
             "under torch.inference_mode() with an input that requires grad "
-            "and with the parameters' .grad set (as after loss.backward()) "
-            "does not match the reference",
+            "and with the parameters' .grad set (as after loss.backward()), "
+            + HANDLED + " does not match the reference",
             ("task1.forward",)),
         "grad_fn_name_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
