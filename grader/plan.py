@@ -239,9 +239,9 @@ def handle(task: str, wires: list[dict], info: dict, seed: int) -> None:
     ``state_dict()``), each step through the object's own methods on
     the submission's thread. No probe is added: the steps go with the
     state every family already meets in each mode; a trace is never
-    handled, and a handled probe's shape comments, like an ``again``
-    probe's, answer only the catch-all (its call is the object's second:
-    what the warm-up left in it may hold tensors). ``info`` maps
+    handled, and the shapes a handled probe sends are its warm-up
+    call's (the fresh object's first call, on the probe's input: what a
+    later call finds in the object may hold tensors). ``info`` maps
     ``(task, id)`` to the probe's :class:`ProbeInfo`, updated here."""
     for wire in wires:
         # A trace verifies the shape comments of a fresh object's first

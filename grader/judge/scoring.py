@@ -315,8 +315,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment, task: Task
     the catch-all: was a tensor of the statement read). A probe that
     calls an object again (``again``) is one of those: what the object
     kept from its earlier calls (a cache of masks by length) holds
-    tensors of another case's sizes; so is a handled one
-    (grader.plan.handle), whose call follows a warm-up call."""
+    tensors of another case's sizes."""
     names = tuple(k for k in assignment.dimensions
                   if not task.dimensions or k in task.dimensions)
     groups: dict[tuple, tuple[str, dict[str, int], list[dict]]] = {}
@@ -329,7 +328,7 @@ def _graded_runs(run: TaskRun, assignment: Assignment, task: Task
         sizes = shapes.known_sizes(dict(plain or {}), names,
                                    assignment.identities,
                                    dict(task.sizes))
-        if not sizes or info.again or info.handled:
+        if not sizes or info.again:
             unsized.append(result.trace.get("records") or {})
             continue
         if not result.trace.get("intact", True):

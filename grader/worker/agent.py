@@ -4461,6 +4461,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         via = made_by.get(b_str(probe.get("via") or "clone"), t_clone)
         call(set_grad_enabled, grad)
         phase["stage"] = "build"
+        # A handled probe's warm-up call's shape records (handler).
+        phase["warm_trace"] = None
         # The aliases among the state's names and the parameter each
         # names, as loading found them.
         loading = [{}, []]
@@ -4546,6 +4548,16 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                            "made": b_sorted(phase["made"])[:4096],
                            "intact": phase["calls"] == phase["returns"]
                            and still_tracing()}
+        warm = phase["warm_trace"]
+        if warm is not None:
+            # A handled probe's call is its object's second: the shapes
+            # sent are those of its warm-up call, the fresh object's
+            # first, on the probe's input (grader.plan.handle).
+            result["trace"]["records"], result["trace"]["left_out"] = \
+                warm[0], warm[1]
+            result["trace"]["intact"] = result["trace"]["intact"] \
+                and warm[2]
+            phase["warm_trace"] = None
         phase["records"] = None
         phase["made"] = None
         phase["left_out"] = {}
@@ -4639,13 +4651,27 @@ def handler(torch: Any, phase: dict, call: Callable, is_tensor: Callable,
                 held.append(function)
             manual_seed(b_int(probe.get("seed", 0)))
             stage = phase["stage"]
-            # The call is the code's forward, as every probe's call.
+            # The call is the code's forward, as every probe's call, and
+            # the fresh object's first: its shapes are recorded as any
+            # probe's, and sent as the probe's (run_probe), so what runs
+            # only in a first call is verified at the probe's sizes.
             phase["stage"] = "call"
+            phase["records"], phase["left_out"] = {}, {}
+            phase["bound"].clear()
+            phase["reads"], phase["made"] = {}, {}
+            phase["calls"] = phase["returns"] = 0
+            phase["tracing"] = True
             try:
                 held.append(call(function, *args,
                                  **b_dict(called.get("kwargs", {}))))
             finally:
+                phase["tracing"] = False
                 phase["stage"] = stage
+            phase["clear_made"]()
+            phase["warm_trace"] = (phase["records"], phase["left_out"],
+                                   phase["calls"] == phase["returns"])
+            phase["records"], phase["made"] = None, None
+            phase["left_out"] = {}
         aliases = loading[0]
         own = method_call(obj, "state_dict")
         state = call(OrderedDict, own)
