@@ -192,6 +192,11 @@ class ProbeInfo:
     # key ``decoy``; None: none).
     own: bool = False
     decoy: dict | None = None
+    # The object is handled as a user's code handles a module
+    # (Plan.assign_states, :func:`handle`): a copy.deepcopy and a float64
+    # round trip of it is called, after a first call on other weights,
+    # with the probe's weights loaded through its own load_state_dict.
+    handled: bool = False
 
 
 def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
@@ -214,6 +219,8 @@ def state_words(info: ProbeInfo, default: str = "under torch.no_grad()"
     if info.grads:
         words += (" and with the parameters' .grad set (as after "
                   "loss.backward())")
+    if info.handled:
+        words += HANDLED_WORDS
     return words + own_words(info)
 
 
@@ -242,6 +249,44 @@ def init_words(target: str, init: Mapping[str, Any]) -> str:
     parts += [f"{key}={shown(value)}"
               for key, value in (init.get("kwargs") or {}).items()]
     return f"{target}({', '.join(parts)})"
+
+
+#: What a handled probe's object went through (:func:`handle`), in words
+#: for a report (:func:`state_words`).
+HANDLED_WORDS = (", on a copy of the module (copy.deepcopy, then .double() "
+                 "and .float()) called once with other weights and then "
+                 "given its weights by its own load_state_dict")
+
+
+def handle(task: str, wires: list[dict], info: dict, seed: int) -> None:
+    """Mark the probes of ``task`` off the plain state in every way
+    (``grads`` set by :meth:`Plan.assign_states`) that build an object
+    and do not train it as *handled* (wire key ``handled``: the seed of
+    the warm-up weights; ``ProbeInfo.handled``): the worker then treats
+    the object as a user's code treats a module before using it
+    (docs/threat-model.md, "Right only in the state the grader probes"):
+    ``copy.deepcopy`` (the copy is used from then on), ``.double()``
+    then ``.float()``, the probe's weights each moved by seeded noise
+    loaded and one eval-mode call on the probe's input (its answer
+    discarded), then the probe's own weights loaded through the
+    object's own ``load_state_dict`` (strict, over its own
+    ``state_dict()``), each step through the object's own methods on
+    the submission's thread. No probe is added: the steps go with the
+    state every family already meets in each mode; a trace is never
+    handled, and the shapes a handled probe sends are its warm-up
+    call's (the fresh object's first call, on the probe's input: what a
+    later call finds in the object may hold tensors). ``info`` maps
+    ``(task, id)`` to the probe's :class:`ProbeInfo`, updated here."""
+    for wire in wires:
+        # A trace verifies the shape comments of a fresh object's first
+        # call (docs/threat-model.md, principle 6): never handled.
+        if not wire.get("grads") or wire.get("again") or wire.get("fit") \
+                or wire.get("lead") or wire.get("trace") \
+                or wire.get("init") is None:
+            continue
+        wire["handled"] = derive_seed(seed, "handled", task, wire["id"])
+        key = (task, wire["id"])
+        info[key] = replace(info[key], handled=True)
 
 
 def state_key(info: ProbeInfo) -> tuple[bool, bool, bool, str, bool]:
@@ -611,6 +656,7 @@ class Plan:
                     self.info[known], inference=bool(wire.get("inference")),
                     raw=bool(wire.get("raw")), via=wire.get("via"),
                     grads=bool(wire.get("grads")))
+            handle(task, wires, self.info, seed)
         self._assign_own(seed)
 
     def _assign_own(self, seed: int) -> None:

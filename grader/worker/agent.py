@@ -4142,6 +4142,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     # The object the last building probe built, for the ``again`` probes
     # that follow it (the runner releases it, on the submission's thread).
     previous = phase["previous"]
+    from copy import deepcopy
     from grader.wire import VALUE_BUDGET as value_budget
 
     def is_module(value):
@@ -4289,6 +4290,11 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                     raise b_RuntimeError(label + " is not allowed in this "
                                          "homework: write it yourself")
         build_decoy(namespace, probe)
+        if probe.get("handled") is not None and is_module(obj):
+            # Handled as a user's code handles a module (grader.plan.
+            # handle): a copy, cast and cast back, called once on other
+            # weights, then loaded through its own load_state_dict.
+            return handling(obj, probe, loading, load_state, set_mode)
         load_state(obj, probe, loading)
         return obj
 
@@ -4478,6 +4484,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         via = made_by.get(b_str(probe.get("via") or "clone"), t_clone)
         call(set_grad_enabled, grad)
         phase["stage"] = "build"
+        # A handled probe's warm-up call's shape records (handler).
+        phase["warm_trace"] = None
         # The aliases among the state's names and the parameter each
         # names, as loading found them.
         loading = [{}, []]
@@ -4560,11 +4568,27 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 call(held[0].__exit__, None, None, None)
                 call(b_list.clear, held)
         phase["clear_made"]()
+        warm = phase["warm_trace"]
+        if warm is not None:
+            # The lines whose tensor outlived their statement in either
+            # call count: what the code keeps from its first call alone
+            # (a global set once) is the warm-up's.
+            for line in warm[3]:
+                phase["made"][line] = True
         result["trace"] = {"records": phase["records"],
                            "left_out": phase["left_out"],
                            "made": b_sorted(phase["made"])[:4096],
                            "intact": phase["calls"] == phase["returns"]
                            and still_tracing()}
+        if warm is not None:
+            # A handled probe's call is its object's second: the shapes
+            # sent are those of its warm-up call, the fresh object's
+            # first, on the probe's input (grader.plan.handle).
+            result["trace"]["records"], result["trace"]["left_out"] = \
+                warm[0], warm[1]
+            result["trace"]["intact"] = result["trace"]["intact"] \
+                and warm[2]
+            phase["warm_trace"] = None
         phase["records"] = None
         phase["made"] = None
         phase["left_out"] = {}
@@ -4572,7 +4596,135 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         result["value"] = encode(value, budget)
         return result
 
+    handling = handler(torch, phase, call, is_tensor, is_module,
+                       manual_seed, deepcopy)
     return run_probe
+
+
+def handler(torch: Any, phase: dict, call: Callable, is_tensor: Callable,
+            is_module: Callable, manual_seed: Callable, deepcopy: Callable
+            ) -> Callable:
+    """Return ``handle(obj, probe, loading, load_state, set_mode) -> obj``
+    for a probe marked ``handled`` (grader.plan.handle): the object as a
+    user's code handles a module before using it, each step through the
+    object's own methods on the submission's thread (``call``):
+
+    * ``copy.deepcopy(obj)``, the copy used from then on (what pickling,
+      ``torch.save`` and a copied model see);
+    * ``obj.double()`` then ``obj.float()`` (what ``.to(...)`` runs);
+    * the probe's weights, each moved by noise drawn from the probe's
+      ``handled`` seed (a private generator), loaded as the plain state
+      loads them (``load_state``: names and tied weights checked as
+      always), then one call on the probe's input in eval mode, its
+      answer discarded: a module that keeps its weights from its first
+      call answers the probe with these; then ``train(True)``, the
+      mode of a fresh module, so the mode the probe sets next (its own
+      ``eval()`` for an ``own`` probe) is the one it answers in;
+    * the probe's own weights loaded through the object's own
+      ``load_state_dict`` (strict), over its own ``state_dict()``
+      (buffers and parameters the state does not name keep their
+      values), every name of a tied parameter given the value of the
+      name the plain state leaves in it.
+
+    Everything of the submission's these steps make or return is kept in
+    ``phase["held"]``, which dies on the submission's thread."""
+    b_getattr, b_dict, b_int = getattr, dict, int
+    b_TypeError, b_str = TypeError, str
+    Generator = torch.Generator
+    randn = torch.randn
+    TensorBase = torch._C.TensorBase
+    t_clone, t_floating = TensorBase.clone, TensorBase.is_floating_point
+    t_add, t_size = TensorBase.add, TensorBase.size
+    t_dtype = TensorBase.__dict__["dtype"].__get__
+    no_torch_function = torch._C.DisableTorchFunction
+    OrderedDict = __import__("collections").OrderedDict
+    held = phase["held"]
+
+    def method_call(obj, name, *args, **kwargs):
+        method = call(b_getattr, obj, name)
+        held.append(method)
+        value = call(method, *args, **kwargs)
+        held.append(value)
+        return value
+
+    def moved(probe):
+        generator = Generator()
+        generator.manual_seed(b_int(probe["handled"]))
+        state = {}
+        with no_torch_function():
+            for name, data in probe["state"].items():
+                if is_tensor(data) and t_floating(data):
+                    data = t_add(data, randn(t_size(data),
+                                             generator=generator,
+                                             dtype=t_dtype(data)))
+                state[name] = data
+        return state
+
+    def handle(obj, probe, loading, load_state, set_mode):
+        held.append(obj)
+        target = b_str(probe["target"])
+        obj = call(deepcopy, obj)
+        held.append(obj)
+        if not is_module(obj):
+            raise b_TypeError("copy.deepcopy of the " + target + " did not "
+                              "give an nn.Module")
+        method_call(obj, "double")
+        method_call(obj, "float")
+        if not probe.get("state"):
+            return obj
+        load_state(obj, {**probe, "state": moved(probe)}, loading)
+        called = probe.get("call")
+        if called is not None:
+            set_mode(obj, False)
+            args = [t_clone(a) if is_tensor(a) else a
+                    for a in called.get("args", [])]
+            function = obj
+            if called.get("method") is not None:
+                function = call(b_getattr, obj, b_str(called["method"]))
+                held.append(function)
+            manual_seed(b_int(probe.get("seed", 0)))
+            stage = phase["stage"]
+            # The call is the code's forward, as every probe's call, and
+            # the fresh object's first: its shapes are recorded as any
+            # probe's, and sent as the probe's (run_probe), so what runs
+            # only in a first call is verified at the probe's sizes.
+            phase["stage"] = "call"
+            phase["records"], phase["left_out"] = {}, {}
+            phase["bound"].clear()
+            phase["reads"], phase["made"] = {}, {}
+            phase["calls"] = phase["returns"] = 0
+            phase["tracing"] = True
+            try:
+                held.append(call(function, *args,
+                                 **b_dict(called.get("kwargs", {}))))
+            finally:
+                phase["tracing"] = False
+                phase["stage"] = stage
+            phase["clear_made"]()
+            phase["warm_trace"] = (phase["records"], phase["left_out"],
+                                   phase["calls"] == phase["returns"],
+                                   phase["made"])
+            phase["records"], phase["made"] = None, None
+            phase["left_out"] = {}
+            # Back in train mode, as a fresh module is: the mode the
+            # probe then sets (its own eval() for an ``own`` probe) is
+            # the one it answers in, not the warm-up's.
+            set_mode(obj, True)
+        aliases = loading[0]
+        own = method_call(obj, "state_dict")
+        state = call(OrderedDict, own)
+        held.append(state)
+        metadata = call(b_getattr, own, "_metadata", None)
+        if metadata is not None:
+            state._metadata = metadata
+        given = probe["state"]
+        with no_torch_function():
+            for name in given:
+                state[name] = t_clone(given[aliases.get(name, name)])
+        method_call(obj, "load_state_dict", state, strict=True)
+        return obj
+
+    return handle
 
 
 def coverage_keeper(phase: dict, alive: dict, fingerprint: Callable,
@@ -5424,7 +5576,7 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads,
-             collector, made_keeper, return_reader)
+             collector, made_keeper, return_reader, handler)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:

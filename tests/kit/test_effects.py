@@ -148,6 +148,11 @@ WROTE = "changed during training with loss, not by a gradient step"
 #: class built after it with other arguments (a decoy).
 OWN_EVAL = "in eval mode set by model.eval()"
 DECOY = "built after it"
+#: The words of a probe whose module was handled as users handle one
+#: (red team 13, grader.plan.handle).
+HANDLED = ("on a copy of the module (copy.deepcopy, then .double() and "
+           ".float()) called once with other weights and then given its "
+           "weights by its own load_state_dict")
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
 #: the judged items when they are not the folder's JUDGED])}.
@@ -244,9 +249,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "state_mask_lazy_buffer": (
             NO_CAUSAL, (), "but raises on the same module called again "
             "(its call 3)"),
+        # (Red team 13: the handled state's warm-up call makes a fresh
+        # module's probe its second call, which now meets the counter
+        # first: the mask is named ignored.)
         "state_mask_counter": (
-            NO_CAUSAL, (), "on the same module called again (its call 2), "
-            "on hidden case 'public-batch_size'"),
+            NO_CAUSAL, ("mask_ignored",), HANDLED),
         "honest_mask_buffer_max": (FULL_ATTENTION, (), "ok"),
         "honest_mask_cache_by_length": (FULL_ATTENTION, (), "ok"),
         "causal_branch_unscaled": (NO_CAUSAL, (), OTHER_SCORES),
@@ -334,6 +341,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "state_mask_first_call": (
             BASICS_NO_MASK, (), "raises on the same module called again",
             BASICS_MASK),
+        # Red team 13 (a08): SelfAttention_v2's weights kept from its
+        # first call (the handled state's warm-up on other weights).
+        "handled_weights_first_call": (
+            (1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), HANDLED,
+            ("task3.values",)),
         "state_drop_kept": (
             BASICS_NO_DROPOUT, (), "two calls of the same module under "
             "different random seeds drop exactly the same attention "
@@ -434,8 +446,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
             "under torch.inference_mode() with an input that requires grad "
             "and with the parameters' .grad set (as after loss.backward()), "
-            "in eval mode set by model.eval() and with another "
-            "SelfAttention(",
+            + HANDLED + ", in eval mode set by model.eval() and with "
+            "another SelfAttention(",
             ("task1.forward",)),
         "grad_fn_name_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
@@ -480,6 +492,21 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "class_causal_shared": (
             (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), ("mask_ignored",), DECOY),
         "honest_eval_override": (FULL_ATTENTION, (), "ok"),
+        # Red team 13 (m04, m06, m08, m10): weights kept from the first
+        # call, a load_state_dict pre-hook that swaps q and k, causal reset
+        # by __getstate__ (deepcopy) or _apply (.double(), .float()): the
+        # handled state (grader.plan.handle) meets each.
+        "handled_weights_first_call": (
+            (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), (), HANDLED,
+            ("task1.forward",)),
+        "handled_load_hook_swaps_qk": (
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (),
+            "by its own load_state_dict, in ",
+            ("task2.scores",)),
+        "handled_getstate_drops_causal": (
+            NO_CAUSAL, ("mask_ignored",), HANDLED),
+        "handled_apply_drops_causal": (
+            NO_CAUSAL, ("mask_ignored",), HANDLED),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),
@@ -553,6 +580,18 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "train_noise_reaches_all": (
             NOT_TRAINED, (), "(the next token follows from the current "
             "token and its position), the next-token loss on fresh text"),
+        # Red team 13 (b07): out_proj.weight kept from the model's first
+        # call (the handled state's warm-up call meets it: task2.logits and
+        # the items judged with them); and a variant that keeps it from its
+        # first call in training, which only the trained model's own logits
+        # show (task2.training compares them with the reference model on
+        # the trained parameters).
+        "handled_lm_head_first_call": (
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0, 0), (), HANDLED,
+            ("task2.logits",)),
+        "train_lm_head_first_train_call": (
+            NOT_TRAINED, (), "logits on fresh text are not those of the "
+            "model's trained parameters"),
         "honest_depth0_training": (
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
     },

@@ -154,9 +154,13 @@ CORPUS: dict[str, tuple] = {
     # ... and task 2's twins (the families of one probe, repeated in the
     # other autograd mode after every other probe, red team 10's R1)
     # come past its count: they raise, so causal and output fail closed.
-    "tell_call_count": ((1, 3, 0, -1, 1), (3, 0, 0, 0, -1), (),
+    # (Red team 13: the handled probes' warm-up calls, grader.plan.handle,
+    # count too, so task 1's graded calls come past its count as well:
+    # task1.forward fails closed; the warm-up calls record their shapes,
+    # so the comments are verified as before.)
+    "tell_call_count": ((1, 0, 0, -1, 0), (3, 0, 0, 0, -1), (),
                         ("line 69: wrong shape", "line 159: wrong shape")),
-    "tell_call_count_cheap_cases": ((1, 3, 0, -1, 0), (3, 0, 0, 0, -1), (),
+    "tell_call_count_cheap_cases": ((1, 0, 0, -1, 0), (3, 0, 0, 0, -1), (),
                                     ("line 62: wrong shape",
                                      "line 180: wrong shape")),
     "tell_tracer_timing": ((1, 0, 0, 0, 0), CLEAN_2, (),

@@ -528,8 +528,29 @@ def test_training_lowers_the_loss(task2: TaskRun, depth: str) -> None:
     if not end < TRAIN_BOUND:
         fail(f"After training on the grader's corpus ({CORPUS[depth]}), "
              f"{loss}{depth_words(depth)}.")
+    if matches:
+        forward_follows_training(task2, depth, after)
     if depth == "d0":
         layer_trained_too(task2)
+
+
+def forward_follows_training(task2: TaskRun, depth: str,
+                             expected: torch.Tensor) -> None:
+    """The trained model's own forward computes its logits from the
+    parameters training left (red team 13, b07: a model that keeps a
+    copy of ``out_proj.weight`` from its first call trains the
+    parameter, which the grader's model on the trained weights judges,
+    while its forward answers with the copy): its logits on the fresh
+    text after training match the reference model's on the trained
+    weights (``expected``, :func:`trained_logits`)."""
+    _, own = logits_of(task2, f"trained:{depth}")
+    if not close(own, expected):
+        fail(f"After training with loss, TransformerLM.forward's logits "
+             f"on fresh text are not those of the model's trained "
+             f"parameters ({max_error(own, expected)}): forward "
+             f"must compute the logits from the model's current "
+             f"parameters at every call, not from values kept from an "
+             f"earlier call{depth_words(depth)}.")
 
 
 def joined(groups: list[str]) -> str:
