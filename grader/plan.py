@@ -253,30 +253,36 @@ def init_words(target: str, init: Mapping[str, Any]) -> str:
 
 #: What a handled probe's object went through (:func:`handle`), in words
 #: for a report (:func:`state_words`).
-HANDLED_WORDS = (", on a copy of the module (copy.deepcopy, then .double() "
-                 "and .float()) called once with other weights and then "
+HANDLED_WORDS = (", on a copy of the module (copy.deepcopy, then "
+                 ".to(\"cpu\")) called once with other weights and then "
                  "given its weights by its own load_state_dict")
 
 
 def handle(task: str, wires: list[dict], info: dict, seed: int) -> None:
-    """Mark the probes of ``task`` off the plain state in every way
-    (``grads`` set by :meth:`Plan.assign_states`) that build an object
-    and do not train it as *handled* (wire key ``handled``: the seed of
-    the warm-up weights; ``ProbeInfo.handled``): the worker then treats
-    the object as a user's code treats a module before using it
-    (docs/threat-model.md, "Right only in the state the grader probes"):
-    ``copy.deepcopy`` (the copy is used from then on), ``.double()``
-    then ``.float()``, the probe's weights each moved by seeded noise
-    loaded and one eval-mode call on the probe's input (its answer
-    discarded), then the probe's own weights loaded through the
-    object's own ``load_state_dict`` (strict, over its own
-    ``state_dict()``), each step through the object's own methods on
-    the submission's thread. No probe is added: the steps go with the
-    state every family already meets in each mode; a trace is never
-    handled, and the shapes a handled probe sends are its warm-up
+    """Mark the probes of ``task`` off the plain state in every way (``grads``
+    set by :meth:`Plan.assign_states`) that build an object and do not train
+    it as *handled* (wire key ``handled``: the seed of the warm-up weights;
+    ``ProbeInfo.handled``): the worker then treats the object as a user's
+    code treats a module before using it (docs/threat-model.md, "Right only
+    in the state the grader probes"): ``copy.deepcopy`` (the copy is used
+    from then on), ``.to("cpu")`` (``Module._apply``, as every move or cast
+    runs it), the probe's weights each moved by seeded noise loaded and one
+    eval-mode call on the probe's input (its answer discarded), then the
+    probe's own weights loaded through the object's own ``load_state_dict``
+    (strict, over its own ``state_dict()``), each step through the object's
+    own methods on the submission's thread. No probe is added: the steps go
+    with the state off the plain one that every family already meets in each
+    mode, on one probe of each family (a twin in its original's): the first
+    in the autograd mode a bit of the seed picks for the family (the other
+    when it has none there), so every family meets the handling at every
+    seed and in each mode at half of them (each handling costs about a
+    probe's call; docs/threat-model.md says what that leaves). A trace is
+    never handled, and the shapes a handled probe sends are its warm-up
     call's (the fresh object's first call, on the probe's input: what a
-    later call finds in the object may hold tensors). ``info`` maps
-    ``(task, id)`` to the probe's :class:`ProbeInfo`, updated here."""
+    later call finds in the object may hold tensors). ``info`` maps ``(task,
+    id)`` to the probe's :class:`ProbeInfo`, updated here."""
+    # family -> autograd mode -> the family's candidates in that mode
+    found: dict[str, dict[bool, list[dict]]] = {}
     for wire in wires:
         # A trace verifies the shape comments of a fresh object's first
         # call (docs/threat-model.md, principle 6): never handled.
@@ -284,6 +290,12 @@ def handle(task: str, wires: list[dict], info: dict, seed: int) -> None:
                 or wire.get("lead") or wire.get("trace") \
                 or wire.get("init") is None:
             continue
+        name = family(info[(task, wire["id"])].twin_of or wire["id"])
+        found.setdefault(name, {}).setdefault(
+            bool(wire.get("grad")), []).append(wire)
+    for name, modes in found.items():
+        mode = bool(derive_seed(seed, "handled-mode", task, name) & 1)
+        wire = (modes.get(mode) or modes[not mode])[0]
         wire["handled"] = derive_seed(seed, "handled", task, wire["id"])
         key = (task, wire["id"])
         info[key] = replace(info[key], handled=True)

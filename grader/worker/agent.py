@@ -4611,7 +4611,8 @@ def handler(torch: Any, phase: dict, call: Callable, is_tensor: Callable,
 
     * ``copy.deepcopy(obj)``, the copy used from then on (what pickling,
       ``torch.save`` and a copied model see);
-    * ``obj.double()`` then ``obj.float()`` (what ``.to(...)`` runs);
+    * ``obj.to("cpu")`` (``Module._apply``, which every move and cast
+      runs: one pass, where ``.double()`` and ``.float()`` were two);
     * the probe's weights, each moved by noise drawn from the probe's
       ``handled`` seed (a private generator), loaded as the plain state
       loads them (``load_state``: names and tied weights checked as
@@ -4668,8 +4669,7 @@ def handler(torch: Any, phase: dict, call: Callable, is_tensor: Callable,
         if not is_module(obj):
             raise b_TypeError("copy.deepcopy of the " + target + " did not "
                               "give an nn.Module")
-        method_call(obj, "double")
-        method_call(obj, "float")
+        method_call(obj, "to", "cpu")
         if not probe.get("state"):
             return obj
         load_state(obj, {**probe, "state": moved(probe)}, loading)

@@ -150,8 +150,8 @@ OWN_EVAL = "in eval mode set by model.eval()"
 DECOY = "built after it"
 #: The words of a probe whose module was handled as users handle one
 #: (red team 13, grader.plan.handle).
-HANDLED = ("on a copy of the module (copy.deepcopy, then .double() and "
-           ".float()) called once with other weights and then given its "
+HANDLED = ("on a copy of the module (copy.deepcopy, then .to(\"cpu\")) "
+           "called once with other weights and then given its "
            "weights by its own load_state_dict")
 REPLACED = "parameters were replaced during training with loss"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
