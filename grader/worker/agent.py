@@ -4122,7 +4122,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     t_mul, t_sub, t_neg, t_to = (TensorBase.mul, TensorBase.sub,
                                  TensorBase.neg, TensorBase.to)
     t_dtype = TensorBase.__dict__["dtype"].__get__
-    t_ones_like = torch.ones_like
+    randn, rand, Generator = torch.randn, torch.rand, torch.Generator
+    t_size = TensorBase.size
     float64 = torch.float64
     no_torch_function = torch._C.DisableTorchFunction
     # Entered when made (on the thread that makes it), left by __exit__.
@@ -4192,17 +4193,30 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 grad_enabled(False)
         return made
 
-    def fill_grads(obj, filled):
+    def fill_grads(obj, filled, seed):
         # A probe's parameters as a training loop leaves them after
         # loss.backward() (``.grad`` set, ``filled``) or, for an ``again``
         # probe, after zero_grad() (None); set by the grader's thread,
-        # past any property of a subclass.
+        # past any property of a subclass. The gradients are normal
+        # noise, each parameter's at its own scale (10 ** -u, u uniform
+        # in [0, 4)), from a private generator seeded from the probe's
+        # seed: a real backward leaves values with no pattern and no
+        # common scale (all ones was a tell, red team 14), and the
+        # global generator is not touched.
         if not is_module(obj):
             return
+        generator = Generator()
+        generator.manual_seed(b_int(seed))
         for _, p in parameters_of(obj):
             with no_torch_function():
                 usable = filled and t_floating(p)
-                t_set_grad(p, t_ones_like(p) if usable else None)
+                grad = None
+                if usable:
+                    scale = 10.0 ** -(4.0 * b_float(
+                        rand(1, generator=generator)))
+                    grad = t_mul(randn(t_size(p), generator=generator,
+                                       dtype=t_dtype(p)), scale)
+                t_set_grad(p, grad)
 
     def set_mode(obj, mode, own=False):
         # Train or eval mode through the object's own ``train`` (an
@@ -4502,7 +4516,8 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         if probe.get("substitutes"):
             substitute(obj, probe["substitutes"], b_str(probe["target"]))
         if probe.get("again") or probe.get("grads"):
-            fill_grads(obj, b_bool(probe.get("grads", False)))
+            fill_grads(obj, b_bool(probe.get("grads", False)),
+                       b_int(probe.get("seed", 0)) ^ 0x5EED)
         phase["stage"] = "call"
         result = {}
         aliases, named_state = loading

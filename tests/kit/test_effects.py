@@ -265,6 +265,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
             "on hidden case 'long' (batch_size=1, seq_len="),
     },
     "basics": {
+        # Red team 14 (a08): the mask ignored when a .grad is set and not
+        # all ones (the probes' .grad is noise at a random scale now).
+        "grad_noise_mask_ignored": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0),
+            ("mask_ignored",), "with the parameters' .grad set",
+            ("task7.mask",)),
         # Red team 8, U4, and variants: a mask read from the scores.
         "mask_triu_ne_zero": (
             BASICS_NO_MASK, ("mask_from_scores",), FROM_SCORES, BASICS_MASK),
@@ -446,8 +452,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
             "under torch.inference_mode() with an input that requires grad "
             "and with the parameters' .grad set (as after loss.backward()), "
-            + HANDLED + ", in eval mode set by model.eval() and with "
-            "another SelfAttention(",
+            "in eval mode set by model.eval() and with another "
+            "SelfAttention(",
             ("task1.forward",)),
         "grad_fn_name_unscaled": (
             (1, 0, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
@@ -507,11 +513,21 @@ CORPUS: dict[str, dict[str, tuple]] = {
             NO_CAUSAL, ("mask_ignored",), HANDLED),
         "handled_apply_drops_causal": (
             NO_CAUSAL, ("mask_ignored",), HANDLED),
+        # Red team 14 (m04): the mask skipped when a .grad is set and not
+        # all ones.
+        "grad_noise_mask_off": (
+            NO_CAUSAL, ("mask_ignored",), "with the parameters' .grad set"),
         "honest_mask_no_grad": (FULL_ATTENTION, (), "ok"),
         "honest_no_grad_helper": (FULL_ATTENTION, (), "ok"),
         "honest_detach_mask": (FULL_ATTENTION, (), "ok"),
     },
     "training": {
+        # Red team 14 (b04): positions skipped when a .grad is set and
+        # not all ones.
+        "grad_noise_no_positions": (
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0, 0), ("no_position_embeddings",),
+            "with the parameters' .grad set (as after loss.backward())",
+            ("task2.logits",)),
         # Red team 10, R1: the layer's first residual only under
         # torch.no_grad() (the model trains what it runs, so the training
         # item stands; the layer's forward does not).
