@@ -623,6 +623,14 @@ def _own_names(node: ast.AST) -> set[str]:
             for n in ast.walk(generator.target) if isinstance(n, ast.Name)}
 
 
+def may_change(node: ast.stmt) -> tuple[set[str], set[str]]:
+    """The global names a top-level statement may bind, rebind, unbind
+    or change through an attribute or item target when it runs (in any
+    of its blocks), and the global names it may read (see
+    :class:`_Statement`)."""
+    return _global_effects(node)
+
+
 def _class_body_reads(node: ast.ClassDef) -> set[str]:
     """The names a class body reads while the class is made (its
     statements, its methods' decorators and defaults; not their bodies)."""
