@@ -10,7 +10,7 @@ import json
 import re
 import symtable
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -421,13 +421,6 @@ def global_names(node: ast.stmt, cell_lines: list[str]) -> set[str]:
     return names
 
 
-def _assigned_names(node: ast.stmt) -> list[str]:
-    targets = (node.targets if isinstance(node, ast.Assign)
-               else [node.target])
-    return [n.id for t in targets for n in ast.walk(t)
-            if isinstance(n, ast.Name)]
-
-
 def _future_lines(cell: _Cell) -> list[KernelLine]:
     """The lines of a cell's ``__future__`` imports, their cell named."""
     found = []
@@ -516,81 +509,256 @@ def _program(cells: list[_Cell]) -> LintText:
                     frozenset(kit), frozenset(rewritten))
 
 
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One top-level statement of a cell, as the loader's rule sees it.
+
+    ``binds``: the global names it may bind, rebind or unbind when the
+    kernel runs it (assignment, ``for``, ``with ... as``, ``except ... as``,
+    ``import``, ``def``, ``class``, ``del``, a walrus, a ``match``
+    capture; in any of its blocks), and the names whose object it changes
+    through an attribute or item target (``CONFIG["x"] = 1``). ``kills``:
+    the names it surely binds anew whatever runs (a plain top-level
+    binding that does not read the name), so an earlier binding cannot
+    reach past it. ``now``: the global names it may read when it runs;
+    ``later``: those a definition's body reads when called.
+    """
+
+    number: int
+    node: ast.stmt
+    lines: list[KernelLine]
+    binds: frozenset[str]
+    kills: frozenset[str]
+    now: frozenset[str]
+    later: frozenset[str]
+
+
+def _inside(node: ast.AST) -> list[ast.AST]:
+    """The parts of ``node`` run in the global scope when it runs: no
+    function body, no class body, no comprehension's own scope (their
+    header parts that run at once are kept)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = node.args
+        return [*node.decorator_list, *args.defaults,
+                *[d for d in args.kw_defaults if d is not None],
+                *[a.annotation for a in (*args.posonlyargs, *args.args,
+                                         *args.kwonlyargs, args.vararg,
+                                         args.kwarg)
+                  if a is not None and a.annotation is not None],
+                *([node.returns] if node.returns else [])]
+    if isinstance(node, ast.Lambda):
+        return [*node.args.defaults,
+                *[d for d in node.args.kw_defaults if d is not None]]
+    if isinstance(node, ast.ClassDef):
+        return [*node.decorator_list, *node.bases, *node.keywords]
+    if isinstance(node, _COMPREHENSIONS):
+        return [node.generators[0].iter]
+    return list(ast.iter_child_nodes(node))
+
+
+def _target_base(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _global_effects(node: ast.stmt) -> tuple[set[str], set[str]]:
+    """The global names a top-level statement may bind or change, and
+    those it may read, when the kernel runs it (see :class:`_Statement`).
+    A walrus inside a comprehension binds in the cell's scope, as in
+    Python; everything else inside a nested scope is that scope's."""
+    binds: set[str] = set()
+    reads: set[str] = set()
+    pending: list[ast.AST] = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, _DEFINITIONS):
+            binds.add(item.name)
+        elif isinstance(item, (ast.Import, ast.ImportFrom)):
+            binds |= {(alias.asname or alias.name).split(".")[0]
+                      for alias in item.names if alias.name != "*"}
+        elif isinstance(item, ast.ExceptHandler) and item.name:
+            binds.add(item.name)
+        elif isinstance(item, (ast.MatchAs, ast.MatchStar)) and item.name:
+            binds.add(item.name)
+        elif isinstance(item, ast.MatchMapping) and item.rest:
+            binds.add(item.rest)
+        elif isinstance(item, ast.Name):
+            (reads if isinstance(item.ctx, ast.Load) else binds).add(item.id)
+        elif isinstance(item, (ast.Attribute, ast.Subscript)) and \
+                not isinstance(item.ctx, ast.Load):
+            base = _target_base(item)
+            if base:
+                binds.add(base)
+        if isinstance(item, ast.ClassDef) and item is not node:
+            reads |= _class_body_reads(item)
+        if isinstance(item, (*_COMPREHENSIONS, ast.Lambda)):
+            reads |= _loaded_names(item) - _own_names(item)
+            binds |= {n.target.id for n in ast.walk(item)
+                      if isinstance(n, ast.NamedExpr)
+                      and isinstance(n.target, ast.Name)}
+        if isinstance(item, ast.AugAssign):
+            base = _target_base(item.target)
+            if base:
+                reads.add(base)
+        pending.extend(_inside(item))
+    if isinstance(node, ast.ClassDef):
+        reads |= _class_body_reads(node)
+    return binds, reads
+
+
+def _own_names(node: ast.AST) -> set[str]:
+    """The names a lambda or a comprehension binds in its own scope (its
+    parameters, its loop targets): read there, they are not globals."""
+    if isinstance(node, ast.Lambda):
+        args = node.args
+        return {a.arg for a in (*args.posonlyargs, *args.args,
+                                *args.kwonlyargs, args.vararg, args.kwarg)
+                if a is not None}
+    return {n.id for generator in getattr(node, "generators", [])
+            for n in ast.walk(generator.target) if isinstance(n, ast.Name)}
+
+
+def may_change(node: ast.stmt) -> tuple[set[str], set[str]]:
+    """The global names a top-level statement may bind, rebind, unbind
+    or change through an attribute or item target when it runs (in any
+    of its blocks), and the global names it may read (see
+    :class:`_Statement`)."""
+    return _global_effects(node)
+
+
+def _class_body_reads(node: ast.ClassDef) -> set[str]:
+    """The names a class body reads while the class is made (its
+    statements, its methods' decorators and defaults; not their bodies)."""
+    reads: set[str] = set()
+    for statement in node.body:
+        reads |= _global_effects(statement)[1]
+    return reads
+
+
+def _kills(node: ast.stmt, reads: set[str]) -> set[str]:
+    """The names ``node`` surely binds anew (see :class:`_Statement`)."""
+    if isinstance(node, _DEFINITIONS):
+        names = {node.name}
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = {(alias.asname or alias.name).split(".")[0]
+                 for alias in node.names if alias.name != "*"}
+    elif isinstance(node, ast.Assign) or (
+            isinstance(node, ast.AnnAssign) and node.value is not None):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target])
+        names = {target.id for target in targets
+                 if isinstance(target, ast.Name)}
+    else:
+        return set()
+    return names - reads
+
+
+def _statement(number: int, node: ast.stmt,
+               lines: list[KernelLine]) -> _Statement:
+    binds, now = _global_effects(node)
+    later = (global_names(node, [line.text for line in lines])
+             if isinstance(node, _DEFINITIONS) else set())
+    return _Statement(number, node, lines, frozenset(binds),
+                      frozenset(_kills(node, now)), frozenset(now),
+                      frozenset(later))
+
+
+def _slice(program: list[_Statement], graded: set[str]) -> set[int]:
+    """The statements (their indices in ``program``) that make what the
+    kernel's run leaves bound to the ``graded`` names, and to every name
+    a kept definition reads when called: walking back from the end, a
+    statement is kept when it may bind or change a name still needed
+    there; the names it reads are needed before it, and the names it
+    surely binds anew are not (unless it reads them: ``class A(A)``)."""
+    wanted = set(graded)
+    while True:
+        needed = set(wanted)
+        kept: set[int] = set()
+        for index in range(len(program) - 1, -1, -1):
+            statement = program[index]
+            if statement.binds & needed:
+                kept.add(index)
+                needed -= statement.kills
+                needed |= statement.now
+        later = set().union(*(program[i].later for i in kept)) - wanted
+        if not later:
+            return kept
+        wanted |= later
+
+
 def load_notebook(path: Path) -> SourceFile:
     """Assemble a module from a notebook's code cells, as the kernel runs
     them (see the module docstring).
 
-    The module holds every top-level import of every code cell, the last
-    top-level assignment of each global name that a kept definition uses
-    (e.g. ``DEVICE = "cpu"``), and the last definition of each top-level
-    class and function, verbatim and in notebook order, separated by two
-    blank lines. Other statements (test calls, plots) are left out, so that
-    loading the module runs no experiment; the kit's grading cells are left
-    out too. Cells that do not compile are reported in ``cell_errors``.
-    Raises :class:`SourceError` (one line) for a file that is not a
-    notebook, not valid text, or over the size caps.
+    The module holds every top-level import of every code cell, first,
+    then, in notebook order and verbatim, every top-level statement whose
+    run may bind or change what the kernel's run leaves bound to a graded
+    name (each top-level class and function) or to a name their code
+    reads, transitively (:func:`_slice`): ``if``/``try``/``with``/``for``
+    blocks that bind such a name are kept whole, and an earlier definition
+    a later one reads (``class A(A):``) is kept too. Other statements
+    (test calls, plots, prints, training that binds nothing needed) are
+    left out, so that loading the module runs no experiment; the kit's
+    grading cells are left out too. Cells that do not compile are
+    reported in ``cell_errors``. Raises :class:`SourceError` (one line)
+    for a file that is not a notebook, not valid text, or over the size
+    caps.
     """
     path = Path(path)
     cells, errors = _cells(path)
-    Entry = tuple[int, ast.stmt, list[KernelLine]]
-    futures: list[Entry] = []   # first, as every cell after them saw them
-    imports: list[Entry] = []
-    definitions: dict[str, Entry] = {}
-    assignments: dict[str, tuple[int, Entry]] = {}
-    order = 0
+    futures: list[_Statement] = []  # first, as every cell after them saw
+    imports: list[_Statement] = []
+    program: list[_Statement] = []
     for cell in cells:
         if cell.grading or cell.tree is None or cell.lines is None:
             continue
         for node in cell.tree.body:
-            order += 1
-            entry = (cell.number, node, cell.lines)
             if awaits_at_top(node):
                 continue  # run in the kernel's event loop: an experiment
+            statement = _statement(cell.number, node, cell.lines)
             if is_future(node):
-                futures.append(entry)
+                futures.append(statement)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                imports.append(entry)
-            elif isinstance(node, (ast.ClassDef, ast.FunctionDef,
-                                   ast.AsyncFunctionDef)):
-                definitions.pop(node.name, None)  # keep notebook order
-                definitions[node.name] = entry
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                for name in _assigned_names(node):
-                    assignments[name] = (order, entry)
-
-    needed: dict[int, Entry] = {}
-    pending = list(set().union(*(global_names(e[1], [k.text for k in e[2]])
-                                 for e in definitions.values()))
-                   - set(definitions))
-    seen: set[str] = set(pending)
-    while pending:
-        name = pending.pop()
-        if name in assignments:
-            position, entry = assignments[name]
-            needed[position] = entry
-            value = entry[1].value
-            fresh = (_loaded_names(value) if value else set()) - seen
-            seen |= fresh
-            pending.extend(fresh)
+                imports.append(statement)
+            else:
+                program.append(statement)
+    graded = {s.node.name for s in program
+              if isinstance(s.node, _DEFINITIONS)}
+    # A graded name is its definitions' alone: what the student wrote is
+    # what is graded, never ``X = swap(X)`` or ``X.forward = f`` after it
+    # (nor the kit's ``X = use_implemented(X, module.X)``, a pick the
+    # grader makes itself).
+    program = [s if isinstance(s.node, _DEFINITIONS) else
+               replace(s, binds=s.binds - graded) for s in program]
+    kept = _slice(program, graded)
 
     text_lines: list[str] = []
     origins: list[tuple[int, int] | None] = []
 
-    def append(number: int, node: ast.stmt, lines: list[KernelLine]) -> None:
-        first, last = node_span(node, [line.text for line in lines])
+    def append(statement: _Statement) -> None:
+        lines = statement.lines
+        first, last = node_span(statement.node,
+                                [line.text for line in lines])
         for line in lines[first - 1:last]:
             text_lines.append(line.text)
-            origins.append((number, line.line))
+            origins.append((statement.number, line.line))
 
-    for entry in futures + imports:
-        append(*entry)
-    for position in sorted(needed):
-        append(*needed[position])
-    for entry in definitions.values():
-        if text_lines:
+    for statement in futures + imports:
+        append(statement)
+    apart = False  # a definition stands two blank lines from its neighbours
+    for index in sorted(kept):
+        statement = program[index]
+        definition = isinstance(statement.node, _DEFINITIONS)
+        if text_lines and (definition or apart):
             text_lines.extend(["", ""])
             origins.extend([None, None])
-        append(*entry)
+        apart = definition
+        append(statement)
     text = "\n".join(text_lines) + "\n" if text_lines else ""
     return SourceFile(text=text, path=path, origins=tuple(origins),
                       cell_errors=tuple(errors), lint=_program(cells))

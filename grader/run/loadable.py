@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.locate.cells import global_names
+from grader.locate.cells import global_names, may_change
 from grader.locate.source import SourceFile
 from grader.output.text import listing, one_line
 
@@ -418,10 +418,17 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
             definition, lazy)
     for name, index in last_value.items():
         reads[name] = _loaded(body[index])
+    for node in body:  # and a block that may bind or change it
+        if not isinstance(node, (*_DEFINITIONS, *_IMPORTS)) and \
+                not _is_value(node):
+            changed, reads_now = may_change(node)
+            for name in changed - set(last_definition):
+                reads.setdefault(name, set()).update(reads_now - changed)
     needed = _closure(set().union(*(reads[n] for n in last_definition))
                       if last_definition else set(), reads)
 
     scan = _Scan(available=set(dir(builtins)) | MODULE_NAMES)
+    undecided: set[str] = set()
     for index, node in enumerate(body):
         if _inert(node):
             scan.keep(index, set())
@@ -465,10 +472,33 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
                     index), "is skipped too")
             else:
                 scan.keep(index, names)
+        elif (may_change(node)[0] - set(last_definition)) & needed:
+            # A block that may bind or change a value a definition reads
+            # (`if not FAST: SCALED = False`): run as the kernel runs it,
+            # or, when it cannot load here, the definitions that read
+            # that value cannot be graded on a value the run would not
+            # have (fail closed, below).
+            changed, reads_now = may_change(node)
+            changed -= set(last_definition)
+            lacking = scan.lacking(reads_now - changed)
+            if lacking:
+                scan.skip(node, "value", scan.explain(
+                    "it reads", lacking, body, last_definition, last_value,
+                    index), "is skipped too")
+                undecided |= changed & needed
+            else:
+                scan.keep(index, changed)
         else:
             scan.skip(node, "code", "module-level code (not a definition, "
                                     "nor a value one reads)",
                       "is bound only by module-level code that is not run")
+    for name, index in last_definition.items():
+        unknown = sorted(_closure(reads[name], reads) & undecided)
+        if index in scan.kept and unknown:
+            scan.kept.discard(index)
+            scan.skip(body[index], "definition", (
+                f"its code reads `{unknown[0]}`, which module-level code "
+                f"that cannot run here may change"), "is skipped too")
     if not scan.skipped:
         return None
     dropped = {id(body[i]) for i in range(len(body)) if i not in scan.kept}

@@ -18,7 +18,10 @@ while only out_proj learns. ``hostile/effects/causal/`` attacks
 but att is computed from other probabilities that see later tokens (red
 team 8); the mask acts only when the probs are returned or only in eval
 mode, or the causal branch computes other scores than the unmasked one
-(red team 9, U4, U7, U2; the dropout folder holds U4's dropout half).
+(red team 9, U4, U7, U2; the dropout folder holds U4's dropout half);
+it holds red team 14's notebooks too (principle 7: a top-level block or
+an earlier definition the graded code needs is run as the kernel runs
+it, so a flag rebound in a later ``if`` is what is graded).
 ``hostile/effects/modes/`` attacks every item of
 ``multi_head_attention`` through the autograd mode (red team 10, R1):
 code right only under ``torch.no_grad()`` (it branches on
@@ -230,6 +233,19 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # A value-step mistake (no_mix) is task2.output's alone.
         "honest_causal_no_mix": (NO_DROPOUT, (), "ok"),  # values missed
         "honest_causal_additive": (FULL_ATTENTION, (), "ok"),
+        # Red team 14 (principle 7): notebooks, graded as the kernel runs
+        # them top to bottom. A device picked in a top-level if/else (it
+        # was dropped: DEVICE undefined, task2.causal lost), a class grown
+        # across cells by `class X(X):` (only the last was kept: task 2
+        # scored 0), and a flag rebound in a later top-level `if` that the
+        # graded forward reads (it was dropped: the scaled attention was
+        # graded, not the unscaled one the notebook computes).
+        "honest_nb_device_if_else": (FULL_ATTENTION, (), "ok"),
+        "honest_nb_class_extended_later_cell": (FULL_ATTENTION, (), "ok"),
+        "nb_global_rebound_in_if": (
+            (1, 2, 0, 0, 0, 3, 1, 2, 0, 0), ("no_scaling",),
+            {"task1.forward": "with the scaling removed"},
+            ("task1.forward",)),
         # Red team 9, U4: the mask only when the probs are returned
         # (alone, and with dropout likewise: the red team's file).
         "causal_mask_with_probs": (NO_CAUSAL, (), PLAIN_LEAK),
@@ -672,6 +688,11 @@ ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
          "basics": BASICS, "depth0": TRANSFORMER, "modes": ATTENTION}
 
 
+def _files(folder: Path) -> list[Path]:
+    """A folder's submissions: Python files and notebooks."""
+    return sorted([*folder.glob("*.py"), *folder.glob("*.ipynb")])
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
     """Each folder's rows by file, and where the reports are: the folders
@@ -690,7 +711,7 @@ def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
         students = out / f"class{number}"
         students.mkdir()
         for folder in folders:
-            for path in (EFFECTS / folder).glob("*.py"):
+            for path in _files(EFFECTS / folder):
                 assert not (students / path.name).exists(), path.name
                 shutil.copy(path, students / path.name)
         csv = out / f"class{number}.csv"
@@ -707,7 +728,7 @@ def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
 
 def test_the_table_lists_every_effects_file() -> None:
     for folder, table in CORPUS.items():
-        assert sorted(p.stem for p in (EFFECTS / folder).glob("*.py")) \
+        assert sorted(p.stem for p in _files(EFFECTS / folder)) \
             == sorted(table)
 
 
@@ -723,7 +744,8 @@ def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
     assert {item: float(row[item]) for item in ITEMS[folder]} == dict(
         zip(ITEMS[folder], map(float, scores))), row
     assert row["flags"] == "", row["flags"]
-    report = json.loads((reports / f"{name}.py" / "report.json").read_text(
+    path = next(p for p in _files(EFFECTS / folder) if p.stem == name)
+    report = json.loads((reports / path.name / "report.json").read_text(
         encoding="utf-8"))
     for item_id in judged[0] if judged else (JUDGED[folder],):
         item = next(i for i in report["items"] if i["id"] == item_id)

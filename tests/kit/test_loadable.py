@@ -293,3 +293,45 @@ def test_the_report_lists_each_skip_and_sums_up_long_demos(
     if count > 12:
         assert lines[-1] == ("  - and 8 more statements of module-level "
                              "code (line 14, line 15, line 16 and 5 more)")
+
+
+def test_a_block_that_may_change_a_value_runs_or_fails_closed() -> None:
+    """Red team 14 (m08, principle 7): a top-level block that may rebind
+    a value a definition reads runs as the kernel runs it when what it
+    reads loads here (``if not FAST: SCALED = False``); when it cannot
+    run, the definitions that read that value are not graded on a value
+    the run would not have had (fail closed), the others are."""
+    reduction = reduce(f"""
+        import {MISSING}
+        SCALED = True
+        FAST = False
+        if not FAST:
+            SCALED = False
+        MASKED = True
+        if {MISSING}.flag:
+            MASKED = False
+
+
+        class A:
+            def f(self):
+                return SCALED
+
+
+        class B:
+            def f(self):
+                return MASKED
+
+
+        class C:
+            def f(self):
+                return 1
+        """, ("A", "B", "C"))
+    text = reduction.source.text
+    assert "    SCALED = False" in text and "FAST = False" in text
+    assert "    MASKED = False" not in text and "class B" not in text
+    assert why(reduction, "class B") == (
+        "its code reads `MASKED`, which module-level code that cannot run "
+        "here may change")
+    namespace: dict = {}
+    exec(compile(text, "reduced", "exec"), namespace)
+    assert namespace["A"]().f() is False and namespace["C"]().f() == 1

@@ -145,6 +145,43 @@ def test_the_notebook_module_takes_the_kernels_classes(
     assert source.cell_errors == ()
 
 
+def test_the_module_is_what_the_kernels_run_leaves_the_graded_names(
+        tmp_path: Path) -> None:
+    """Red team 14 (principle 7): a top-level block that may bind a name
+    the graded code reads is kept whole, in cell order, and an earlier
+    definition a later one reads (``class A(A):``) is kept before it;
+    what binds nothing needed (prints, a training loop, an earlier value
+    a plain assignment replaces) and what rebinds a graded name other
+    than by a definition are left out. The module, run, gives the
+    kernel's values."""
+    path = _notebook(tmp_path / "nb.ipynb", [
+        "import torch\nFAST = False\nSCALED = 0.5\nSTEPS = 3",
+        "SCALED = True\nif not FAST:\n    SCALED = False\n"
+        "else:\n    print('fast')",
+        "class A:\n    def f(self):\n        return SCALED",
+        "class A(A):\n    def g(self):\n        return DEVICE",
+        "try:\n    DEVICE = NOT_BOUND\n"
+        "except NameError:\n    DEVICE = 'cpu'",
+        "for step in range(STEPS):\n    loss = step\nprint(loss)",
+        "A = print\nA.extra = 1\nA().f()",
+    ])
+    source = load_notebook(path)
+    assert "SCALED = 0.5" not in source.text    # replaced before it is read
+    assert "    SCALED = False" in source.text  # the block that rebinds it
+    assert source.text.count("class A(") == 1 and "class A:" in source.text
+    assert source.text.index("class A:") < source.text.index("class A(A)")
+    assert "except NameError:" in source.text
+    for dropped in ("STEPS", "loss", "print(loss)", "A = ", "A.extra",
+                    "A()"):
+        assert dropped not in source.text, dropped
+    assert source.where(source.lines.index("    SCALED = False") + 1) \
+        == "cell 2, line 3"
+    namespace: dict = {}
+    exec(compile(source.text, "<module>", "exec"), namespace)
+    made = namespace["A"]()
+    assert made.f() is False and made.g() == "cpu"
+
+
 INVALID = {
     "lone surrogate": (
         '{"cells": [{"cell_type": "code", "source": "x = \'\\ud800\'"}]}',
