@@ -486,9 +486,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # judged by the dropout's properties); the mask skipped under
         # torch.inference_mode() in forward(x) alone (a family with one
         # probe of a mode: its state twin).
+        # (Red team 14: its memo's key holds torch.initial_seed(), which
+        # reads one value for the whole grading now: two calls of one
+        # module under two seeds answer alike, and that words it.)
         "memo_digest_causal_dropout": (
-            NO_DROPOUT, (), "drops its probabilities as dropout does",
-            ("task2.output",)),
+            NO_DROPOUT, (), SAME_MODULE, ("task2.output",)),
         "inference_plain_call_no_mask": (
             NO_CAUSAL, (), "under torch.inference_mode() with an input "
             "that requires grad"),
