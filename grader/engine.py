@@ -30,7 +30,7 @@ from grader.judge.scoring import score
 from grader.locate.source import SourceFile
 from grader.locate.submission import Submission, locate
 from grader.output.report import Report
-from grader.plan import Plan
+from grader.plan import Plan, derive_seed
 from grader.rubric import Assignment, Task
 from grader.run import loadable
 from grader.run.observe import ProbeResult, TaskRun, format_error, observe
@@ -99,6 +99,14 @@ def build_plan(assignment: Assignment, seed: int,
     twin_input = None if public_only else own.twin_input
     plan.assign_modes(seed, twin_input)
     plan.assign_states(seed, twin_input)
+    # What torch.initial_seed() reads at every probe: one value per
+    # grading, as in a process seeded once (grader.worker.agent.
+    # torch_seeder; docs/threat-model.md, "Right only in the state the
+    # grader probes").
+    initial = derive_seed(seed, "torch-initial-seed") % 2 ** 31
+    for wires in plan.probes.values():
+        for wire in wires:
+            wire["initial_seed"] = initial
     plan.origin = (assignment.id, seed, public_only)
     return plan
 

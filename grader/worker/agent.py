@@ -4093,6 +4093,73 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
     return describe
 
 
+def torch_seeder(torch: Any) -> Callable[[dict], None]:
+    """Return ``seed(probe)``: set the CPU generator for a probe's call
+    (or its training) so that it draws exactly what it draws after
+    ``torch.manual_seed(probe["seed"])``, while ``torch.initial_seed()``
+    reads the probe's ``initial_seed``: one value for every probe of a
+    grading, derived one-way from the grading seed (grader.engine).
+
+    A process seeds once: code that compares ``torch.initial_seed()``
+    across its calls, or the generator's state with the one
+    ``manual_seed(torch.initial_seed())`` leaves, would otherwise tell the
+    grader's probes (seeded anew before each call) from a training loop
+    (docs/threat-model.md, "Right only in the state the grader probes").
+    The state is CPUGeneratorImpl's (torch 2.x, 5056 bytes): the seed
+    (uint64), ``left`` and ``seeded`` (int32), ``next`` (uint64), the 624
+    Mersenne words (a uint64 each, bytes 24 to 5016), then the cached
+    normal samples (invalid after a seeding). It is not the fresh
+    engine's (``left`` 1, ``next`` 0, the seeding's words, which the
+    first draw twists) but the same stream as a state k draws into a
+    block (``next`` k, ``left`` 625 - k, k from the seed in 1..623): the
+    seeding's last k words, then the first 624 - k of its twisted block
+    (a private generator's, after one draw). That window is 624
+    consecutive terms of the stream's recurrence, so its twist is the
+    stream's next block and every later draw matches too. A probe
+    without ``initial_seed`` (a wire made by hand) is seeded by
+    ``manual_seed`` itself. The CPU generator alone: torch.manual_seed
+    also queues a seeding of every accelerator, each with a formatted
+    stack of the call (a fifth of a batch's time, in a worker that never
+    uses one)."""
+    b_int, b_bytearray = int, bytearray
+    default = torch.default_generator
+    manual_seed, set_state = default.manual_seed, default.set_state
+    Generator, rand = torch.Generator, torch.rand
+    private_seed, get_state = Generator.manual_seed, Generator.get_state
+    narrow = torch._C.TensorBase.narrow
+    cat, frombuffer, uint8 = torch.cat, torch.frombuffer, torch.uint8
+    pack = __import__("struct").pack
+    no_torch_function = torch._C.DisableTorchFunction
+    numel = torch._C.TensorBase.numel
+    words, tail, size = 24, 24 + 8 * 624, 5056
+
+    def seed(probe):
+        value = b_int(probe.get("seed", 0))
+        initial = probe.get("initial_seed")
+        if initial is None:
+            manual_seed(value)
+            return
+        with no_torch_function():
+            private = Generator()
+            private_seed(private, value)
+            fresh = get_state(private)
+            if numel(fresh) != size:
+                # Another layout (another torch): the plain seeding.
+                manual_seed(value)
+                return
+            rand(1, generator=private)
+            twisted = get_state(private)
+            k = 1 + value % 623
+            head = frombuffer(b_bytearray(pack("<QiiQ", b_int(initial),
+                                               625 - k, 1, k)),
+                              dtype=uint8)
+            set_state(cat([head, narrow(fresh, 0, tail - 8 * k, 8 * k),
+                           narrow(twisted, 0, words, tail - words - 8 * k),
+                           narrow(fresh, 0, tail, size - tail)]))
+
+    return seed
+
+
 def probe_runner(torch: Any, phase: dict, readers: tuple,
                  describe: Callable, encode: Callable, note: Callable,
                  forbidden_classes: list, still_tracing: Callable,
@@ -4129,10 +4196,9 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     # Entered when made (on the thread that makes it), left by __exit__.
     inference_mode = torch._C._InferenceMode
     grad_enabled = torch._C._set_grad_enabled
-    # The CPU generator alone: torch.manual_seed also queues a seeding of
-    # every accelerator, each with a formatted stack of the call (a fifth
-    # of a batch's time, in a worker that never uses one).
-    manual_seed = torch.default_generator.manual_seed
+    # The CPU generator alone, the seed torch.initial_seed() reads one for
+    # the whole grading (torch_seeder).
+    manual_seed = torch_seeder(torch)
     Module = torch.nn.Module
     module_named_parameters = Module.named_parameters
     autograd_grad = torch.autograd.grad
@@ -4530,7 +4596,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # (grader.wire.VALUE_BUDGET).
         budget = [value_budget]
         if probe.get("fit"):
-            manual_seed(b_int(probe.get("seed", 0)))
+            manual_seed(probe)
             trained = fit(obj, probe["fit"],
                           b_bool(probe.get("train", False)), own)
             # Training left autograd off: the probe's mode again.
@@ -4559,7 +4625,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         method = called.get("method")
         if method is not None:
             obj = call(b_getattr, obj, b_str(method))
-        manual_seed(b_int(probe.get("seed", 0)))
+        manual_seed(probe)
         # Every call records the shapes of the planned statements, the
         # same way whatever the probe is (a shape check or a graded case):
         # nothing the code can observe tells the two apart, and the
@@ -4697,7 +4763,7 @@ def handler(torch: Any, phase: dict, call: Callable, is_tensor: Callable,
             if called.get("method") is not None:
                 function = call(b_getattr, obj, b_str(called["method"]))
                 held.append(function)
-            manual_seed(b_int(probe.get("seed", 0)))
+            manual_seed(probe)
             stage = phase["stage"]
             # The call is the code's forward, as every probe's call, and
             # the fresh object's first: its shapes are recorded as any
@@ -5591,7 +5657,7 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              inert_hook,
              no_trace_call, guarded_file, trampoline, guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads,
-             collector, made_keeper, return_reader, handler)
+             collector, made_keeper, return_reader, handler, torch_seeder)
 
 
 def _child_numbers(library: dict) -> list[tuple[type, list[str]]]:

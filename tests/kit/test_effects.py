@@ -224,6 +224,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "values_squeeze_batch_one": (
             (1, 3, 0, 0, 1, 3, 1, 1, 0, -1), (),
             "has shape [30, 6]; expected [1, 30, 6]"),
+        # Red team 14 (m03): dropout only while the global generator is
+        # where manual_seed(initial_seed()) leaves it; the control seeds
+        # a generator of its own from torch.initial_seed() once.
+        "reseed_drop_on_fresh_generator": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
+        "honest_generator_from_initial_seed": (FULL_ATTENTION, (), "ok"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -279,6 +285,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "mask_wrong_past_16": (
             NO_CAUSAL, ("mask_sees_next",),
             "on hidden case 'long' (batch_size=1, seq_len="),
+        # Red team 14 (m06): the mask only while the global generator is
+        # where manual_seed(initial_seed()) leaves it.
+        "reseed_mask_on_fresh_generator": (
+            NO_CAUSAL, ("mask_ignored",),
+            "are not 0 above the diagonal: tokens attend to the future"),
     },
     "basics": {
         # Red team 14 (a08): the mask ignored when a .grad is set and not
@@ -431,6 +442,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "class_rate_shared": (
             (1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (), DECOY,
             ("task4.dropout", "task5.values")),
+        # Red team 14 (a04): dropout only when torch.initial_seed()
+        # changed since the module's last call (the wrapper's heads too).
+        "reseed_drop_on_new_initial_seed": (
+            (1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            "in training mode the output does not change",
+            ("task4.dropout",)),
     },
     "modes": {
         # Red team 13 (m05): forward is one call of a clean six-statement
@@ -491,9 +508,11 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # judged by the dropout's properties); the mask skipped under
         # torch.inference_mode() in forward(x) alone (a family with one
         # probe of a mode: its state twin).
+        # (Red team 14: its memo's key holds torch.initial_seed(), which
+        # reads one value for the whole grading now: two calls of one
+        # module under two seeds answer alike, and that words it.)
         "memo_digest_causal_dropout": (
-            NO_DROPOUT, (), "drops its probabilities as dropout does",
-            ("task2.output",)),
+            NO_DROPOUT, (), SAME_MODULE, ("task2.output",)),
         "inference_plain_call_no_mask": (
             NO_CAUSAL, (), "under torch.inference_mode() with an input "
             "that requires grad"),
@@ -626,6 +645,18 @@ CORPUS: dict[str, dict[str, tuple]] = {
             "model's trained parameters"),
         "honest_depth0_training": (
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (), "ok"),
+        # Red team 14 (b03): the residual dropouts only when
+        # torch.initial_seed() changed since the layer's last call; (b06)
+        # the given class edited to mask only while the global generator
+        # is where manual_seed(initial_seed()) leaves it (task 2 is judged
+        # with substitute layers: the layer's item pays).
+        "reseed_layer_drop_on_new_initial_seed": (
+            (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (),
+            "never drops the attention sublayer's output in train mode",
+            ("task1.forward",)),
+        "reseed_given_mask_on_fresh_generator": (
+            (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (),
+            "with causal=True on hidden case", ("task1.forward",)),
     },
 }
 #: transformer_block behind a failing layer (task1.forward 0): the

@@ -610,3 +610,42 @@ def test_the_deviating_state_sets_the_mode_itself_beside_a_decoy() -> None:
                             "another " if info.train else
                             ", in eval mode set by model.eval() and with "
                             "another ") in state_words(info)
+
+
+def test_the_worker_seeds_each_probe_with_one_initial_seed() -> None:
+    """Red team 14: every probe's draws are those of manual_seed(seed)
+    (rand, randn, dropout, randperm, an nn.Linear, past a twist), while
+    torch.initial_seed() reads the plan's one value and the state is
+    neither the fresh engine's nor manual_seed(initial_seed())'s; every
+    wire of a plan carries that value."""
+    from grader.worker.agent import torch_seeder
+
+    def draws() -> list[torch.Tensor]:
+        return [torch.rand(5), torch.randn(40),
+                torch.nn.functional.dropout(torch.ones(4, 9, 9), 0.3),
+                torch.randperm(50), torch.nn.Linear(20, 30).weight.detach(),
+                torch.rand(3000), torch.randn(3)]
+
+    plan = build_plan(load_assignment(KIT / "grader" / "assignments"
+                                      / "multi_head_attention"), DEFAULT_SEED)
+    values = {wire["initial_seed"] for wires in plan.probes.values()
+              for wire in wires}
+    assert len(values) == 1
+    initial = values.pop()
+    seed_probe = torch_seeder(torch)
+    saved = torch.get_rng_state()
+    try:
+        for seed in (0, 1, 123, 622, 623, 624, 2 ** 62 + 7):
+            torch.manual_seed(seed)
+            expected = draws()
+            seed_probe({"seed": seed, "initial_seed": initial})
+            assert torch.initial_seed() == initial
+            state = torch.get_rng_state()
+            assert not torch.equal(state, torch.Generator().manual_seed(
+                initial).get_state())
+            head = state[8:24].tolist()
+            assert head[:4] != [1, 0, 0, 0] and head[8:] != [0] * 8
+            for got, want in zip(draws(), expected):
+                assert torch.equal(got, want), seed
+    finally:
+        torch.set_rng_state(saved)
