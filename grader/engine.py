@@ -361,8 +361,11 @@ def task_codes(assignment: Assignment, submission: Submission,
                 continue
             ran = executed[other.id]
             if span is not None:
+                graded = _graded_keys(assignment, other, source)
                 others[span] = frozenset(
-                    id(d.node) for d in (ran.all if ran else ()))
+                    id(d.node) for d in (ran.all if ran else ())
+                    if d.function is not None
+                    and attribution.definition_key(d.function) in graded)
             elsewhere.update(_companions(other, ran))
         codes[task.id] = attribution.task_code(
             static_span=analysis.span, static_method=static_method,
@@ -370,6 +373,21 @@ def task_codes(assignment: Assignment, submission: Submission,
             plan=statement_plans.get(source.path, {}), other_spans=others,
             count=count_statements, elsewhere=frozenset(elsewhere))
     return codes
+
+
+def _graded_keys(assignment: Assignment, task: Task,
+                 source: SourceFile) -> set[tuple[int, str]]:
+    """The code keys of the methods ``task`` grades as its own: its
+    target's ``__init__``, the methods its items and ``inputs`` name (or
+    the target itself when it is a function). Only these are left out of
+    another task that runs them (docs/internals.md,
+    ``grader.judge.attribution``)."""
+    methods = {"__init__"} | {i.method for i in assignment.items_of(task.id)
+                              if i.method} | {m for m, _ in task.inputs}
+    nodes = [attribution.static_function(source, task.target, m)
+             for m in sorted(methods)]
+    nodes.append(attribution.static_function(source, task.target, None))
+    return {attribution.definition_key(n) for n in nodes if n is not None}
 
 
 def _companions(task: Task, executed: attribution.Ran | None) -> set[int]:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from grader.locate.source import SourceFile, node_span
 from grader.run.observe import TaskRun
 from grader.worker.agent import compile_submission, make_fingerprint
+
+if TYPE_CHECKING:
+    from grader.shapes.statements import Statement
 
 #: Code objects that are parts of a function rather than definitions.
 _INNER = ("<lambda>", "<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
@@ -289,8 +292,8 @@ def declared_calls(source: SourceFile, target: str,
 class TaskCode:
     """What a task's pep8, shapes and bonus items and the forbidden-API
     scan judge: the graded class as written, and every definition of the
-    submission that ran for the task (other graded classes excepted: they
-    are judged in their own task)."""
+    submission that ran for the task (other graded classes' graded
+    methods excepted: they are judged in their own task)."""
 
     spans: tuple[tuple[int, int], ...]
     statements: tuple = ()
@@ -298,6 +301,10 @@ class TaskCode:
     nodes: tuple[ast.AST, ...] = ()
     outside: tuple[str, ...] = ()     # what ran outside the graded class
     untraceable: tuple[str, ...] = ()
+    #: Lambdas that ran for the graded call on lines no judged statement
+    #: holds (a forward written as a lambda): no line of theirs can carry
+    #: a shape comment, so the shapes item fails closed.
+    unstated: tuple[str, ...] = ()
 
 
 def _inside(span: tuple[int, int], outer: tuple[int, int]) -> bool:
@@ -315,16 +322,18 @@ def task_code(*, static_span: tuple[int, int] | None,
 
     ``count`` counts a function's statements (the bonus rule);
     ``other_spans`` are the other graded classes' spans, each with the
-    ids of its definition nodes that ran for its own task: such code is
-    judged there and left out here; code of theirs that ran for this task
-    alone (a static method of another graded class doing this task's
-    work) is this task's, on its own span;
+    ids of its graded methods' definition nodes (``__init__`` and the
+    methods its task grades) that ran for its own task: those are judged
+    there and left out here; any other code in their spans that ran for
+    this task (a helper method, a static method, a nested function, a
+    lambda), even if it ran for their task too, is this task's, on its
+    own span, as a module-level helper is;
     ``elsewhere`` the ids of definition nodes another task judges as its
     companions (they ran for it too): they are left out of this task's
     PEP-8, shapes and bonus, but still scanned for forbidden APIs.
     """
     spans: list[tuple[int, int]] = [static_span] if static_span else []
-    statements: dict[int, object] = {}
+    statements: dict[int, Statement] = {}
     nodes: list[ast.AST] = []
     if static_method is not None and not stub:
         for statement in plan.get(definition_key(static_method), []):
@@ -362,6 +371,13 @@ def task_code(*, static_span: tuple[int, int] | None,
                                         ast.AsyncFunctionDef)):
             for statement in plan.get(definition_key(definition.node), []):
                 statements[statement.id] = statement
+    # A lambda inside a statement judged here is part of that statement
+    # (its value is the statement's); any other lambda that ran for the
+    # call has no line a shape comment could sit on.
+    judged = [(s.first_line, s.last_line) for s in statements.values()]
+    unstated = [f"{d.qualname} (line {d.span[0]})" for d in called
+                if d.function is None and not any(
+                    _inside(d.span, lines) for lines in judged)]
     # The bonus counts the statements of what ran for forward, each once
     # (a function nested in another that ran is counted with it).
     outermost = [d for d in called if not any(
@@ -377,4 +393,5 @@ def task_code(*, static_span: tuple[int, int] | None,
                                             key=lambda s: s.id)),
                     statement_count=count_value, nodes=tuple(nodes),
                     outside=tuple(dict.fromkeys(outside)),
-                    untraceable=executed.untraceable)
+                    untraceable=executed.untraceable,
+                    unstated=tuple(dict.fromkeys(unstated)))

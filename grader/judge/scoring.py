@@ -426,6 +426,20 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         return not_checked(item, f"{analysis.task.target} is not defined")
     if (analysis.stub and not (code and code.outside)) or not [
             s for s in statements if s.kind != shapes.SPAN_KIND]:
+        if code is not None and code.unstated:
+            # Submission code computed the call's answer on lines no shape
+            # comment can sit on (a lambda): fail closed, as a missing
+            # comment on a line that computes a tensor.
+            from grader.output.text import listing
+
+            return ItemReport(
+                item.id, item.task, item.title, item.points, 0.0, False,
+                f"{where} ran code of yours written as a lambda "
+                f"({listing(list(code.unstated))}) that is not part of a "
+                f"statement with a shape comment: a lambda's tensors have no "
+                f"line of their own for a shape comment, so they count as "
+                f"missing comments; write it as a def (or inline it in a "
+                f"commented statement).")
         return not_checked(item, f"{where} has no code of yours yet")
     if run.import_error:
         return not_checked(item, "the code could not be loaded")

@@ -48,7 +48,13 @@ generator of the module's own drawing at every call). Red team 13: an
 probes off the plain state call the module's own ``eval()``), and a
 rate or a flag kept on the class (those probes build a second object of
 the class with other arguments first), in ``basics``, ``modes`` and
-``training``; with a correct ``eval()`` override as a control.
+``training``; with a correct ``eval()`` override as a control. Red
+team 14, in ``basics``, ``causal`` and ``training``: a task's work in a
+helper hosted in another graded class whose own method runs it too
+(charged to every task that runs it; docs/threat-model.md, "Principle
+4"), and a forward written as a lambda installed by a class decorator
+(the shapes item fails closed: "Principle 6"); with controls (a helper
+method of the layer, static methods shared by two classes).
 The folders of an assignment are graded once, together, by one real
 ``batch`` (a class of hostile files and honest controls), and every row
 is checked item by item, with its diagnoses and the words of its
@@ -157,6 +163,10 @@ HANDLED = ("on a copy of the module (copy.deepcopy, then .to(\"cpu\")) "
            "called once with other weights and then given its "
            "weights by its own load_state_dict")
 REPLACED = "parameters were replaced during training with loss"
+#: Red team 14: a shapes item failed closed on a lambda, and one that
+#: found a missing comment.
+LAMBDA = "written as a lambda"
+SHAPES_MISSING = "have a missing or wrong shape comment"
 #: folder -> {file: (item scores, diagnoses of the judged item, words[,
 #: the judged items when they are not the folder's JUDGED])}.
 CORPUS: dict[str, dict[str, tuple]] = {
@@ -290,6 +300,30 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "reseed_mask_on_fresh_generator": (
             NO_CAUSAL, ("mask_ignored",),
             "are not 0 above the diagonal: tokens attend to the future"),
+        # Red team 14 (m01, m02): work of one graded class hosted in a
+        # static method of the other, which also runs it: charged to the
+        # task that runs it (shapes, bonus), as a module-level helper is;
+        # (m05) a forward written as a lambda, installed by a class
+        # decorator: no line for a shape comment, so the item fails
+        # closed. The control hosts a helper only SelfAttention runs, its
+        # comments per class: 11, bonus kept.
+        "hosted_shapes_in_selfattention": (
+            (1, 3, 0, 0, 0, 3, 1, 2, 0, -1), (), {
+                "task2.shapes": SHAPES_MISSING,
+                "task1.bonus": "has 6 statements"},
+            ("task2.shapes", "task1.bonus")),
+        "hosted_bonus_in_mhsa": (
+            (1, 3, 0, 0, 0, 3, 1, 2, 0, 0), (),
+            "has 5 statements (at most 3", ("task1.bonus",)),
+        "lambda_forward_in_decorator": (
+            (1, 3, 0, -1, 1, 3, 1, 2, 0, 0), (), LAMBDA, ("task1.shapes",)),
+        "honest_hosted_static_per_class": (
+            FULL_ATTENTION, (), {
+                "task1.pep8": "the code it ran (MultiHeadSelfAttention."
+                              "attend",
+                "task1.shapes": "has a correct shape comment",
+                "task1.bonus": "has 3 statement(s) and is correct"},
+            ("task1.pep8", "task1.shapes", "task1.bonus")),
     },
     "basics": {
         # Red team 14 (a08): the mask ignored when a .grad is set and not
@@ -448,6 +482,42 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (),
             "in training mode the output does not change",
             ("task4.dropout",)),
+        # Red team 14 (a01, a02): a graded class's work in a static
+        # method hosted in SelfAttention_v1/_v2 (no PEP-8 or shapes item
+        # of their own), which their forward also runs: charged to every
+        # task that runs it; (a06, a07) CausalAttention's forward a
+        # lambda installed by a class decorator (its own, the wrapper's):
+        # PEP-8 judged where it is, shapes fail closed. The control shares
+        # a clean, commented static method of MultiHeadAttention between
+        # tasks 6 and 7.
+        "hosted_static_in_v2": (
+            (1, 1, 1, 1, 1, -0.5, -0.5, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), {
+                "task4.pep8": "the code it ran (SelfAttention_v2._attend",
+                "task4.shapes": SHAPES_MISSING},
+            ("task4.pep8", "task4.shapes")),
+        "hosted_static_in_v1": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, -0.5, -0.5, 1, 1, -0.5, -0.5),
+            (), {"task6.pep8": "the code it ran (SelfAttention_v1._core",
+                 "task7.pep8": "the code it ran (SelfAttention_v1._core",
+                 "task6.shapes": SHAPES_MISSING,
+                 "task7.shapes": SHAPES_MISSING},
+            ("task6.pep8", "task6.shapes", "task7.pep8", "task7.shapes")),
+        "lambda_forward_class_decorator": (
+            (1, 1, 1, 1, 1, -0.5, -0.5, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), {
+                "task4.pep8": "E501", "task4.shapes": LAMBDA},
+            ("task4.pep8", "task4.shapes")),
+        "lambda_forward_wrapper_decorator": (
+            (1, 1, 1, 1, 1, -0.5, -0.5, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), {
+                "task4.pep8": "the code it ran (<lambda>",
+                "task4.shapes": LAMBDA},
+            ("task4.pep8", "task4.shapes")),
+        "honest_hosted_static_shared": (
+            FULL_BASICS, (), {
+                "task7.pep8": "the code it ran (MultiHeadAttention."
+                              "merge_order",
+                "task6.shapes": "has a correct shape comment",
+                "task7.shapes": "has a correct shape comment"},
+            ("task7.pep8", "task6.shapes", "task7.shapes")),
     },
     "modes": {
         # Red team 13 (m05): forward is one call of a clean six-statement
@@ -657,6 +727,31 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "reseed_given_mask_on_fresh_generator": (
             (1, 0, 0, 0, 1, 2, 1, 1, 1, 0, 0), (),
             "with causal=True on hidden case", ("task1.forward",)),
+        # Red team 14 (b01, b02): the model's work in a helper method
+        # hosted in the layer (not the layer's graded method), which the
+        # layer's forward also runs: charged to task 2 too; (b05) the
+        # layer's forward a lambda installed by a decorator on
+        # TransformerLM: the layer's forward is the stub, and no line of
+        # the lambda can hold a shape comment (task 2's own commented
+        # statements carry its comments). The control: a
+        # clean, commented helper method of the layer, run by its
+        # forward alone (charged to task 2 as well, and right there).
+        "hosted_shapes_in_layer": (
+            FULL_TRANSFORMER[:-1] + (-1,), (), SHAPES_MISSING,
+            ("task2.shapes",)),
+        "hosted_pep8_in_layer": (
+            (1, 3, -1, 0, 1, 2, 1, 1, 1, -1, 0), (),
+            "the code it ran (TransformerEncoderLayer._through",
+            ("task2.pep8",)),
+        "lambda_layer_forward_by_lm": (
+            (1, 3, 0, -1, 1, 2, 1, 1, 1, 0, 0), (), LAMBDA,
+            ("task1.shapes",)),
+        "honest_layer_helper_method": (
+            FULL_TRANSFORMER, (), {
+                "task2.pep8": "the code it ran (TransformerEncoderLayer."
+                              "sublayer",
+                "task2.shapes": "has a correct shape comment"},
+            ("task2.pep8", "task2.shapes")),
     },
 }
 #: transformer_block behind a failing layer (task1.forward 0): the
