@@ -720,8 +720,9 @@ def test_hidden_inputs_come_from_derived_streams() -> None:
 
 def test_a_printed_torch_seed_is_not_the_grading_seed(grade_path,
                                                       tmp_path: Path) -> None:
-    """A submission that prints torch.initial_seed() in forward shows only
-    derived seeds."""
+    """A submission that prints torch.initial_seed() in forward shows one
+    value for the whole grading, derived from the grading seed (as a
+    process seeded once reads; red team 14)."""
     text = (SUBMISSIONS / "correct_matmul.py").read_text()
     marker = "        probs = self.dropout(probs)\n"
     assert marker in text
@@ -736,8 +737,7 @@ def test_a_printed_torch_seed_is_not_the_grading_seed(grade_path,
     assert printed, output[:500]
     assert seed not in printed
     assert str(seed) not in output
-    assert derive_seed(seed, "multi_head_attention", "dropout", 0.5,
-                       0) in printed
+    assert printed == {derive_seed(seed, "torch-initial-seed") % 2 ** 31}
 
 
 # --------------------------------------------------------------------------
