@@ -193,8 +193,8 @@ class ProbeInfo:
     own: bool = False
     decoy: dict | None = None
     # The object is handled as a user's code handles a module
-    # (Plan.assign_states, :func:`handle`): a copy.deepcopy and a float64
-    # round trip of it is called, after a first call on other weights,
+    # (Plan.assign_states, :func:`handle`): a copy.deepcopy of it, moved
+    # by .to("cpu"), is called, after a first call on other weights,
     # with the probe's weights loaded through its own load_state_dict.
     handled: bool = False
 

@@ -4360,9 +4360,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         init = probe.get("init")
         if init is None:
             return target
-        args = [t_clone(a) if is_tensor(a) else a
-                for a in init.get("args", [])]
-        obj = call(target, *args, **init.get("kwargs", {}))
+        obj = construct(target, init)
         for base in type_mro(b_type(obj)):
             for label, forbidden_class in forbidden_classes:
                 if base is forbidden_class:
@@ -4388,9 +4386,15 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         target = namespace.get(probe["target"])
         if not spec or target is None:
             return
+        phase["held"].append(construct(target, spec))
+
+    def construct(target, init):
+        # ``target(*args, **kwargs)`` of an init (a probe's or a
+        # decoy's), each tensor argument a copy, on the submission's
+        # thread.
         args = [t_clone(a) if is_tensor(a) else a
-                for a in spec.get("args", [])]
-        phase["held"].append(call(target, *args, **spec.get("kwargs", {})))
+                for a in init.get("args", [])]
+        return call(target, *args, **init.get("kwargs", {}))
 
     def load_state(obj, probe, loading):
         # The probe's weights into the object it calls (built now, or
@@ -4649,27 +4653,25 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
                 call(held[0].__exit__, None, None, None)
                 call(b_list.clear, held)
         phase["clear_made"]()
+        intact = phase["calls"] == phase["returns"] and still_tracing()
         warm = phase["warm_trace"]
-        if warm is not None:
-            # The lines whose tensor outlived their statement in either
-            # call count: what the code keeps from its first call alone
-            # (a global set once) is the warm-up's.
-            for line in warm[3]:
-                phase["made"][line] = True
-        result["trace"] = {"records": phase["records"],
-                           "left_out": phase["left_out"],
-                           "made": b_sorted(phase["made"])[:4096],
-                           "intact": phase["calls"] == phase["returns"]
-                           and still_tracing()}
         if warm is not None:
             # A handled probe's call is its object's second: the shapes
             # sent are those of its warm-up call, the fresh object's
-            # first, on the probe's input (grader.plan.handle).
-            result["trace"]["records"], result["trace"]["left_out"] = \
-                warm[0], warm[1]
-            result["trace"]["intact"] = result["trace"]["intact"] \
-                and warm[2]
+            # first, on the probe's input (grader.plan.handle), intact
+            # only when both calls were; the lines whose tensor outlived
+            # their statement in either call count (what the code keeps
+            # from its first call alone, a global set once, is the
+            # warm-up's).
+            phase["records"], phase["left_out"] = warm[0], warm[1]
+            intact = intact and warm[2]
+            for line in warm[3]:
+                phase["made"][line] = True
             phase["warm_trace"] = None
+        result["trace"] = {"records": phase["records"],
+                           "left_out": phase["left_out"],
+                           "made": b_sorted(phase["made"])[:4096],
+                           "intact": intact}
         phase["records"] = None
         phase["made"] = None
         phase["left_out"] = {}
