@@ -418,11 +418,12 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
             definition, lazy)
     for name, index in last_value.items():
         reads[name] = _loaded(body[index])
+    defined = set(last_definition)
     for node in body:  # and a block that may bind or change it
         if not isinstance(node, (*_DEFINITIONS, *_IMPORTS)) and \
                 not _is_value(node):
             changed, reads_now = may_change(node)
-            for name in changed - set(last_definition):
+            for name in changed - defined:
                 reads.setdefault(name, set()).update(reads_now - changed)
     needed = _closure(set().union(*(reads[n] for n in last_definition))
                       if last_definition else set(), reads)
@@ -472,14 +473,13 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
                     index), "is skipped too")
             else:
                 scan.keep(index, names)
-        elif (may_change(node)[0] - set(last_definition)) & needed:
+        elif ((change := may_change(node))[0] - defined) & needed:
             # A block that may bind or change a value a definition reads
             # (`if not FAST: SCALED = False`): run as the kernel runs it,
             # or, when it cannot load here, the definitions that read
             # that value cannot be graded on a value the run would not
             # have (fail closed, below).
-            changed, reads_now = may_change(node)
-            changed -= set(last_definition)
+            changed, reads_now = change[0] - defined, change[1]
             lacking = scan.lacking(reads_now - changed)
             if lacking:
                 scan.skip(node, "value", scan.explain(
