@@ -366,6 +366,53 @@ def _same(first: Any, second: Any) -> bool:
     return type(first) is type(second) and first == second
 
 
+_MISSING = object()
+
+
+def _at(init: Mapping[str, Any], place: tuple[str, Any]) -> Any:
+    """The value of ``init`` at ``place`` (an argument's key, and a
+    position or keyword in it, or None for the whole value)."""
+    holder = init.get(place[0])
+    if isinstance(holder, Mapping):
+        return holder.get(place[1], _MISSING)
+    if isinstance(holder, (list, tuple)):
+        return holder[place[1]] if place[1] < len(holder) else _MISSING
+    return holder if place[1] is None else _MISSING
+
+
+def _equal_at(first: Mapping[str, Any], second: Mapping[str, Any],
+              place: tuple[str, Any]) -> bool:
+    """Whether two inits hold the same value at ``place``."""
+    one, other = _at(first, place), _at(second, place)
+    return one is other or (one is not _MISSING and other is not _MISSING
+                            and _same(one, other))
+
+
+def _ranked_places(inits: list[dict]) -> list[tuple[str, Any]]:
+    """The places of ``inits`` (positions of ``args``, keys of
+    ``kwargs``), ranked by how many distinct values the inits give them,
+    fewest first (a flag, a rate before a size), then by name."""
+    places: set[tuple[str, Any]] = set()
+    for init in inits:
+        for key, holder in init.items():
+            if isinstance(holder, Mapping):
+                places.update((str(key), name) for name in holder)
+            elif isinstance(holder, (list, tuple)):
+                places.update((str(key), index)
+                              for index in range(len(holder)))
+            else:
+                places.add((str(key), None))
+
+    def values(place: tuple[str, Any]) -> int:
+        seen: list[dict] = []
+        for init in inits:
+            if not any(_equal_at(init, other, place) for other in seen):
+                seen.append(init)
+        return len(seen)
+
+    return sorted(places, key=lambda place: (values(place), repr(place)))
+
+
 @dataclass
 class Plan:
     """Every probe of every task."""
@@ -694,6 +741,9 @@ class Plan:
                 known = inits.setdefault(str(wire["target"]), [])
                 if not any(_same(init, other) for other in known):
                     known.append(init)
+        # The places of a target's inits, ranked once (the same for every
+        # wire of the target: its own init is one of them).
+        ranked: dict[str, list[tuple[str, Any]]] = {}
         for task, wires in self.probes.items():
             for wire in wires:
                 if wire.get("init") is None or wire.get("call") is None \
@@ -701,7 +751,10 @@ class Plan:
                         or not (wire.get("grad") or wire.get("inference")):
                     continue
                 wire["own"] = True
-                decoy = self._decoy(wire, inits[str(wire["target"])],
+                target = str(wire["target"])
+                if target not in ranked:
+                    ranked[target] = _ranked_places(inits[target])
+                decoy = self._decoy(wire, inits[target], ranked[target],
                                     derive_seed(seed, "decoy", task,
                                                 wire["id"]))
                 if decoy is not None:
@@ -711,56 +764,19 @@ class Plan:
                                          decoy=decoy)
 
     @staticmethod
-    def _decoy(wire: dict, inits: list[dict], bit: int) -> dict | None:
+    def _decoy(wire: dict, inits: list[dict],
+               ranked: list[tuple[str, Any]], bit: int) -> dict | None:
         """The init of ``wire``'s decoy (:meth:`_assign_own`): of the
         plan's other inits of its target, one that differs from its own
-        where the plan varies least first (a flag, a rate: positions of
-        ``args`` and keys of ``kwargs`` ranked by how many values the
-        plan gives them, fewest first), then the most; ties broken by
-        ``bit`` (from the seed). None when the plan has no other."""
+        where the plan varies least first (``ranked``, from
+        :func:`_ranked_places` of ``inits``), then the most; ties broken
+        by ``bit`` (from the seed). None when the plan has no other."""
         own = wire["init"]
         others = [init for init in inits if not _same(init, own)]
         if not others:
             return None
-        missing = object()
-
-        def at(init: Mapping[str, Any], place: tuple[str, Any]) -> Any:
-            holder = init.get(place[0])
-            if isinstance(holder, Mapping):
-                return holder.get(place[1], missing)
-            if isinstance(holder, (list, tuple)):
-                return holder[place[1]] if place[1] < len(holder) \
-                    else missing
-            return holder if place[1] is None else missing
-
-        places: set[tuple[str, Any]] = set()
-        for init in [own] + others:
-            for key, holder in init.items():
-                if isinstance(holder, Mapping):
-                    places.update((str(key), name) for name in holder)
-                elif isinstance(holder, (list, tuple)):
-                    places.update((str(key), index)
-                                  for index in range(len(holder)))
-                else:
-                    places.add((str(key), None))
-
-        def equal(first: Any, second: Any) -> bool:
-            return first is second or (
-                first is not missing and second is not missing
-                and _same(first, second))
-
-        def values(place: tuple[str, Any]) -> int:
-            seen: list[Any] = []
-            for init in [own] + others:
-                value = at(init, place)
-                if not any(equal(value, other) for other in seen):
-                    seen.append(value)
-            return len(seen)
-
-        ranked = sorted(places, key=lambda place: (values(place),
-                                                   repr(place)))
-        differs = [tuple(not equal(at(own, place), at(init, place))
-                         for place in ranked) for init in others]
+        differs = [tuple(not _equal_at(own, init, place) for place in ranked)
+                   for init in others]
         best = max(differs)
         tied = [init for init, found in zip(others, differs)
                 if found == best]
