@@ -135,9 +135,7 @@ class _Linter:
     """flake8 over each distinct source, in processes of their own that
     run while the workers do (started by :meth:`start`, collected by
     :meth:`join`). ``fork``: fork this warm process for each (a batch's
-    judge, see :attr:`Options.judge`, or any process where
-    :func:`grader.judge.pep8.warm_up` ran) rather than start an
-    interpreter: the same arguments, limits and findings either way."""
+    judge, see :attr:`Options.judge`) rather than start an interpreter."""
 
     def __init__(self, sources: list[SourceFile], fork: bool = False
                  ) -> None:
@@ -205,7 +203,7 @@ def grade_submission(submission: Submission,
                         sandbox=assignment.sandbox,
                         package=plugin.of(assignment).package_files))
     linter = _Linter([submission.sources[t.id] for t in assignment.tasks],
-                     fork=options.judge or pep8.is_warm())
+                     fork=options.judge)
     results = run_jobs(jobs, options.limits, after_fork=linter.start)
     linter.join()
     for job in jobs:

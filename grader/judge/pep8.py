@@ -108,16 +108,6 @@ def _stack_depth() -> int:
     return depth
 
 
-# The processes that ran warm_up (a fork of one is warm too).
-_WARMED: list[bool] = []
-
-
-def is_warm() -> bool:
-    """Whether :func:`warm_up` ran in this process or before it forked:
-    a lint is then cheaper forked than in a new interpreter."""
-    return bool(_WARMED)
-
-
 def warm_up(config: Path) -> None:
     """Import flake8 and its plugins into this process and run it once
     (on a one-line file, output discarded), so that every lint started
@@ -139,7 +129,6 @@ def warm_up(config: Path) -> None:
                 cli.main(_flake8_argv(config, str(target)))
             except SystemExit:
                 pass
-    _WARMED[:] = [True]
 
 
 class Flake8Run:

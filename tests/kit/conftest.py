@@ -119,13 +119,8 @@ def own_fork_server(monkeypatch):
 @pytest.fixture(scope="session")
 def grade_path():
     """Grade a path in-process, with short limits; returns the Report."""
-    from grader.engine import FLAKE8_CONFIG, Options, grade
-    from grader.judge import pep8
+    from grader.engine import Options, grade
     from grader.run.sandbox import Limits
-
-    # flake8 imported once: each grading's lint is a fork of this warm
-    # process, as in a batch's judge, not a new interpreter.
-    pep8.warm_up(FLAKE8_CONFIG)
 
     def run(path: Path, *, public_only: bool = False, seed: int = 7,
             timeout: float = 10.0, memory_mb: int = 1024,
