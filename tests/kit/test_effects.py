@@ -328,6 +328,22 @@ CORPUS: dict[str, dict[str, tuple]] = {
     "basics": {
         # Red team 14 (a08): the mask ignored when a .grad is set and not
         # all ones (the probes' .grad is noise at a random scale now).
+        # Red team 14 (a05) and variants: dropout placed right only where
+        # the output determines the weights (head_dim, d_out or d_in
+        # wider than the sequence); read at the narrow case.
+        "narrow_heads_keyed": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0),
+            ("dropout_misplaced",), "whose heads are narrower than the "
+            "sequence, the output is not the attention weights times the "
+            "value vectors", ("task6.dropout",)),
+        "narrow_values_dropped": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
+            ("dropout_misplaced",), "with each weight dropped or kept and "
+            "scaled by 1 / (1 - p)", ("task4.dropout",)),
+        "narrow_context_dropped": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
+            ("dropout_misplaced",), "not on the values, the scores or the "
+            "context vectors", ("task4.dropout",)),
         "grad_noise_mask_ignored": (
             (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0),
             ("mask_ignored",), "with the parameters' .grad set",

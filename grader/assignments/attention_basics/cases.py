@@ -81,6 +81,12 @@ Probes, per task (ids are prefixes the checks select on):
   (head_dim) larger than num_tokens, so the attention weights can be
   recovered from the output (task 6: two heads, so that a mask shared
   by the heads shows);
+* ``narrow-off``, ``narrow-train:0.5:<draw>`` (not in a public-only
+  grade): the narrow dropout case (head_dim and d_in smaller than
+  num_tokens, :func:`narrow_dropout_case`) at dropout 0 in eval, and at
+  0.5 in training under ``DROPOUT_DRAWS`` seeds (one module, called
+  again): each causal row's dropped weights read by trying every way
+  to drop them (red team 14, a05);
 * ``wrapper-train`` and ``wrapper-head-train`` (task 5): the wrapper
   built with dropout 0.5 (two heads, the dropout case's sizes) in
   training mode, and its head 0 alone as a ``CausalAttention`` with the
@@ -124,6 +130,13 @@ DROPOUT_DRAWS = 2
 DROPOUT_TOKENS = (12, 14)   # [low, high): the dropout case's num_tokens
 DROPOUT_BATCH = (18, 31)    # and its batch size
 DROPOUT_HEADS = 2
+# The narrow dropout case (narrow_dropout_case): heads and inputs narrower
+# than the sequence, as in every configuration a student meets, and
+# causal rows short enough to read each weight's fate from the output
+# (a row of n weights has 2**n ways to drop them).
+NARROW_TOKENS = (8, 12)     # [low, high): its num_tokens
+NARROW_BATCH = (6, 10)      # its batch size
+NARROW_HEAD = (2, 5)        # its head_dim (task 4: d_out)
 PUBLIC = "lecture"
 # The name suffix of an equal-scores case (equal_scores).
 EQUAL = "-equal-scores"
@@ -427,6 +440,33 @@ def dropout_case(seed: int, task: str) -> Case:
                 weights)
 
 
+def narrow_dropout_case(seed: int, task: str) -> Case:
+    """A dropout case at the sizes people use: head_dim (task 4: d_out)
+    and d_in smaller than num_tokens, so that the output does not
+    determine the attention weights (red team 14, a05: code that
+    placed dropout right only where :func:`dropout_case` can read the
+    weights kept the point). Every size is drawn from the seed; out_proj
+    is the identity. Each weight's fate is read from the output by
+    trying every way to drop a causal row
+    (:func:`grader.assignments.attention_basics.mistakes.row_fates`)."""
+    rng = _rng(seed, "narrow-dropout", task)
+    tokens = int(rng.integers(*NARROW_TOKENS))
+    width = int(rng.integers(*NARROW_HEAD))
+    sizes = {"batch_size": int(rng.integers(*NARROW_BATCH)),
+             "num_tokens": tokens, "context_length": tokens,
+             "d_in": int(rng.integers(2, tokens)), "d_out": width}
+    if task == "task6":
+        sizes.update(num_heads=DROPOUT_HEADS, head_dim=width,
+                     d_out=width * DROPOUT_HEADS)
+    weights = random_weights(rng, task, sizes, False)
+    if task == "task6":
+        d_out = sizes["d_out"]
+        weights["out_proj.weight"] = torch.eye(d_out)
+        weights["out_proj.bias"] = torch.zeros(d_out)
+    return Case("narrow-dropout", False, sizes,
+                random_input(rng, task, sizes), weights)
+
+
 def wrapper_dropout_case(seed: int) -> Case:
     """Task 5's dropout case: the dropout case's sizes, two heads.
 
@@ -623,6 +663,23 @@ def _dropout(plan: Plan, task: str, seed: int) -> None:
              branch=f"{p:g}")
 
 
+def _narrow_dropout(plan: Plan, task: str, seed: int) -> None:
+    """The narrow dropout case (:func:`narrow_dropout_case`) at dropout 0
+    in eval mode, and at FIXED_RATE in training under DROPOUT_DRAWS
+    seeds derived from the grading seed (one object, called again)."""
+    case = narrow_dropout_case(seed, task)
+    runs = [("narrow-off", 0.0, None)] + [
+        (f"narrow-train:{FIXED_RATE:g}:{draw}", FIXED_RATE, draw)
+        for draw in range(DROPOUT_DRAWS)]
+    for probe_id, p, draw in runs:
+        _add(plan, task, probe_id, case=case,
+             init=init_of(task, case.sizes, dropout=p, qkv_bias=False),
+             train=draw is not None, dropout=p, again=bool(draw),
+             seed=derive_seed(seed, "attention_basics", "narrow-dropout",
+                              task, p, draw),
+             branch=f"narrow-{p:g}")
+
+
 def _wrapper_dropout(plan: Plan, seed: int) -> None:
     """Task 5: the wrapper and its head 0 alone, built with dropout
     WRAPPER_DROPOUT, in training mode under one seed derived from the
@@ -760,6 +817,8 @@ def build(seed: int, public_only: bool,
          init=init_of("task4", square.sizes, qkv_bias=False))
     for task in ("task4", "task6"):
         _dropout(plan, task, seed)
+        if not public_only:
+            _narrow_dropout(plan, task, seed)
     _wrapper_dropout(plan, seed)
 
     # Shape comments: forward under every size set.

@@ -291,6 +291,65 @@ def dropout_values(case: Case, task: str,
     return values
 
 
+def dropout_weights(case: Case, task: str,
+                    split_transpose: bool = True) -> torch.Tensor:
+    """The causal attention weights of a dropout case in eval mode
+    [..., num_tokens, num_tokens], per head in the layout of
+    :func:`dropout_values` (``split_transpose``)."""
+    x, weights = case.float64()
+    q, k = (reference.linear(x, weights, name)
+            for name in reference.PROJECTIONS[:2])
+    if task == "task6":
+        heads = case.sizes["num_heads"]
+        if split_transpose:
+            q, k = (attention.split_heads(t, heads) for t in (q, k))
+        else:
+            q, k = (t.reshape(t.shape[0], heads, t.shape[1], -1)
+                    for t in (q, k))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    n = scores.shape[-1]
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    return torch.softmax(scores.masked_fill(future, -math.inf), dim=-1)
+
+
+def row_fates(output: torch.Tensor, weights: torch.Tensor,
+              values: torch.Tensor, p: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """How a training call dropped causal attention weights, read from
+    its ``output`` [..., num_tokens, d] when the values are too narrow
+    to solve for the weights: for each row i, every way of keeping
+    some of its weights a_ij (j <= i, scaled by 1 / (1 - p)) and
+    dropping the others is tried, and the sum of the kept weights times
+    the value vectors closest to the output's row is its reading.
+
+    Returns ``(dropped, error)``: True where the closest way drops the
+    weight [..., num_tokens, num_tokens] (False above the diagonal), and
+    each row's distance to it relative to the output's scale
+    [..., num_tokens]. A row that dropout on the weights made is within
+    float32 rounding of one way; dropout anywhere else (the values, the
+    context vectors, the scores) leaves rows no way comes near.
+    """
+    output, weights, values = output.double(), weights.double(), \
+        values.double()
+    n = weights.shape[-1]
+    scale = float(output.abs().max().clamp_min(1e-12))
+    dropped = torch.zeros(weights.shape, dtype=torch.bool)
+    error = torch.zeros(weights.shape[:-1], dtype=torch.float64)
+    for i in range(n):
+        size = i + 1
+        ways = torch.tensor(list(itertools.product((0.0, 1.0),
+                                                   repeat=size)),
+                            dtype=torch.float64)          # [2**size, size]
+        terms = weights[..., i, :size, None] * values[..., :size, :] \
+            / (1 - p)                                      # [..., size, d]
+        sums = torch.einsum("wj,...jd->...wd", ways, terms)
+        distance = (sums - output[..., i, None, :]).abs().amax(-1)
+        best, index = distance.min(-1)
+        error[..., i] = best / scale
+        dropped[..., i, :size] = ways[index] == 0
+    return dropped, error
+
+
 def merged_output(output: torch.Tensor, case: Case, task: str,
                   merge_transpose: bool = True) -> torch.Tensor:
     """The output split per head (task 6: out_proj is the identity;

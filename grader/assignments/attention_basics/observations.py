@@ -16,8 +16,9 @@ import torch
 from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
                         max_error, require_ran, share_outside, tensor_of)
 from grader.assignments.attention import MaskWords, mask_dependence
-from grader.assignments.attention_basics import mistakes
+from grader.assignments.attention_basics import mistakes, reference
 from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS, EQUAL,
+                                                       FIXED_RATE,
                                                        LONG_CONTEXT, PER_HEAD,
                                                        RESEEDED, SEEDED,
                                                        TARGETS,
@@ -424,6 +425,8 @@ def dropout(run: TaskRun) -> None:
     (:func:`mistakes.weights_layout`). Tokens whose eval output is not
     finite (a mask that hides the diagonal gives token 0 NaN) are left
     out, so a mistake judged by another item does not cost this one.
+    Then the same at the sizes people use, where the output does not
+    determine the weights (:func:`_narrow`).
     """
     task = run.task
     case, off = output(run, "dropout-off")
@@ -470,6 +473,91 @@ def dropout(run: TaskRun) -> None:
                                   MASK_WORDS)
         if problem:
             fail(problem)
+    _narrow(run)
+
+
+# A row of a training call at the narrow case is dropout on the weights
+# when some way of dropping them comes this close (relative to the
+# output's scale; float32 rounding is about 1e-6).
+NARROW_TOLERANCE = 1e-4
+# The weights whose fate counts towards the share of zeros at the narrow
+# case: those large enough that keeping or dropping them shows.
+NARROW_WEIGHED = 0.05
+
+
+def _reference(case: Case, task: str) -> torch.Tensor:
+    """The dropout cases' expected output in eval mode (float64)."""
+    x, weights = case.float64()
+    if task == "task6":
+        return reference.multi_head_attention(x, weights,
+                                              case.sizes["num_heads"])
+    return reference.causal_attention(x, weights)
+
+
+def _narrow(run: TaskRun) -> None:
+    """Dropout at the sizes people use (red team 14, a05): on the narrow
+    case (head_dim and d_in smaller than num_tokens,
+    :func:`cases.narrow_dropout_case`) the output does not determine
+    the weights, so each causal row of a training call is read by
+    trying every way to drop its weights (:func:`mistakes.row_fates`):
+    some way must give the row, the calls must drop different weights,
+    and the share dropped must follow p. Judged when the eval output
+    there is the reference's (a forward wrong there is judged by the
+    values items); when it is not, but it is at the other dropout case,
+    dropout cannot be judged and earns nothing."""
+    task = run.task
+    probes = run.probe_ids("narrow-train:")
+    if not probes:
+        return  # a public-only grade: the narrow case is hidden
+    case, off = output(run, "narrow-off")
+    if not mistakes.same(off, _reference(case, task)):
+        main, main_off = output(run, "dropout-off")
+        if mistakes.same(main_off, _reference(main, task)):
+            fail(f"Dropout could not be judged: with dropout=0 in eval "
+                 f"mode the output at {case.describe()} does not match "
+                 f"the reference, though it does at the case dropout is "
+                 f"read at.")
+        return
+    weights = mistakes.dropout_weights(case, task)
+    values = mistakes.dropout_values(case, task)
+    n = weights.shape[-1]
+    weighed = torch.ones(n, n, dtype=torch.bool).tril() & (
+        weights > NARROW_WEIGHED)
+    masks = []
+    for probe_id in probes:
+        p = run.result(probe_id).info.params["dropout"]
+        seen = (f"In training mode (dropout={p:g}) at {case.describe()}, "
+                f"whose heads are narrower than the sequence, the output")
+        _, trained = output(run, probe_id)
+        if mistakes.same(trained, off):
+            fail(f"{seen} does not change: apply self.dropout to the "
+                 f"attention weights at every size.")
+        drop_out = mistakes.merged_output(trained, case, task)
+        if not torch.isfinite(drop_out).all():
+            fail(f"{seen} contains NaN or inf: dropout is applied before "
+                 f"the softmax, to the masked scores.", "dropout_misplaced")
+        dropped, error = mistakes.row_fates(drop_out, weights, values, p)
+        if float(error.max()) > NARROW_TOLERANCE:
+            fail(f"{seen} is not the attention weights times the value "
+                 f"vectors with each weight dropped or kept and scaled by "
+                 f"1 / (1 - p): dropout must act on the attention weights "
+                 f"(after the softmax, before they weight the values) at "
+                 f"every size, not on the values, the scores or the "
+                 f"context vectors.", "dropout_misplaced")
+        masks.append(dropped)
+    if all(torch.equal(mask, masks[0]) for mask in masks[1:]):
+        fail(f"In training mode (dropout={FIXED_RATE:g}) at "
+             f"{case.describe()} two calls drop exactly the same attention "
+             f"weights: dropout must draw a new mask at every call.")
+    outside = share_outside(FIXED_RATE, torch.cat([
+        mask[weighed.expand_as(mask)] for mask in masks]),
+        RUBRIC_SHARE.get(FIXED_RATE))
+    if outside is not None:
+        share, low, high = outside
+        fail(f"In training mode (dropout={FIXED_RATE:g}) at "
+             f"{case.describe()} the output drops {share:.1%} of the "
+             f"attention weights; expected between {low:.1%} and "
+             f"{high:.1%}: the share must follow p at every size.")
 
 
 # The rubric's range for the share of zeros at p = 0.5; other rates use
