@@ -344,6 +344,10 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
             ("dropout_misplaced",), "not on the values, the scores or the "
             "context vectors", ("task4.dropout",)),
+        "narrow_heads_share_mask": (
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0),
+            (), "drop exactly the same attention weights",
+            ("task6.dropout",)),
         "grad_noise_mask_ignored": (
             (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0),
             ("mask_ignored",), "with the parameters' .grad set",

@@ -480,9 +480,10 @@ def dropout(run: TaskRun) -> None:
 # when some way of dropping them comes this close (relative to the
 # output's scale; float32 rounding is about 1e-6).
 NARROW_TOLERANCE = 1e-4
-# The weights whose fate counts towards the share of zeros at the narrow
-# case: those large enough that keeping or dropping them shows.
-NARROW_WEIGHED = 0.05
+# The weights whose fate is judged at the narrow case (the share of zeros,
+# the independence tests): those large enough that keeping or dropping
+# them moves the row ten times more than the tolerance.
+NARROW_WEIGHED = 1e-3
 
 
 def _reference(case: Case, task: str) -> torch.Tensor:
@@ -501,10 +502,11 @@ def _narrow(run: TaskRun) -> None:
     the weights, so each causal row of a training call is read by
     trying every way to drop its weights (:func:`mistakes.row_fates`):
     some way must give the row, the calls must drop different weights,
-    and the share dropped must follow p. Judged when the eval output
-    there is the reference's (a forward wrong there is judged by the
-    values items); when it is not, but it is at the other dropout case,
-    dropout cannot be judged and earns nothing."""
+    the share dropped must follow p, and each weight must be dropped on
+    its own (:func:`mask_dependence`, as at the other case). Judged
+    when the eval output there is the reference's (a forward wrong there
+    is judged by the values items); when it is not, but it is at the
+    other dropout case, dropout cannot be judged and earns nothing."""
     task = run.task
     probes = run.probe_ids("narrow-train:")
     if not probes:
@@ -558,6 +560,11 @@ def _narrow(run: TaskRun) -> None:
              f"{case.describe()} the output drops {share:.1%} of the "
              f"attention weights; expected between {low:.1%} and "
              f"{high:.1%}: the share must follow p at every size.")
+    blocks = _blocks(weighed.expand_as(masks[0]), n)
+    problem = mask_dependence(blocks, [_blocks(mask, n) for mask in masks],
+                              FIXED_RATE, MASK_WORDS)
+    if problem:
+        fail(f"{problem} (case {case.describe()})")
 
 
 # The rubric's range for the share of zeros at p = 0.5; other rates use
