@@ -400,6 +400,22 @@ def square_case(seed: int) -> Case:
                 random_weights(rng, "task4", sizes, False))
 
 
+def _dropout_weights(rng: np.random.Generator, task: str,
+                     sizes: dict[str, int], width: int) -> dict:
+    """The weights of a dropout case; task 6 gets DROPOUT_HEADS heads of
+    ``width`` (``sizes`` completed in place) and out_proj the identity,
+    so that each head's output is read alone."""
+    if task == "task6":
+        sizes.update(num_heads=DROPOUT_HEADS, head_dim=width,
+                     d_out=width * DROPOUT_HEADS)
+    weights = random_weights(rng, task, sizes, False)
+    if task == "task6":
+        d_out = sizes["d_out"]
+        weights["out_proj.weight"] = torch.eye(d_out)
+        weights["out_proj.bias"] = torch.zeros(d_out)
+    return weights
+
+
 def dropout_case(seed: int, task: str) -> Case:
     """A case whose attention weights can be read back from the output.
 
@@ -428,14 +444,7 @@ def dropout_case(seed: int, task: str) -> Case:
     sizes = {"batch_size": int(rng.integers(*DROPOUT_BATCH)),
              "num_tokens": tokens, "context_length": tokens,
              "d_in": tokens + int(rng.integers(1, 4)), "d_out": width}
-    if task == "task6":
-        sizes.update(num_heads=DROPOUT_HEADS, head_dim=width,
-                     d_out=width * DROPOUT_HEADS)
-    weights = random_weights(rng, task, sizes, False)
-    if task == "task6":
-        d_out = sizes["d_out"]
-        weights["out_proj.weight"] = torch.eye(d_out)
-        weights["out_proj.bias"] = torch.zeros(d_out)
+    weights = _dropout_weights(rng, task, sizes, width)
     return Case("dropout", False, sizes, random_input(rng, task, sizes),
                 weights)
 
@@ -455,14 +464,7 @@ def narrow_dropout_case(seed: int, task: str) -> Case:
     sizes = {"batch_size": int(rng.integers(*NARROW_BATCH)),
              "num_tokens": tokens, "context_length": tokens,
              "d_in": int(rng.integers(2, tokens)), "d_out": width}
-    if task == "task6":
-        sizes.update(num_heads=DROPOUT_HEADS, head_dim=width,
-                     d_out=width * DROPOUT_HEADS)
-    weights = random_weights(rng, task, sizes, False)
-    if task == "task6":
-        d_out = sizes["d_out"]
-        weights["out_proj.weight"] = torch.eye(d_out)
-        weights["out_proj.bias"] = torch.zeros(d_out)
+    weights = _dropout_weights(rng, task, sizes, width)
     return Case("narrow-dropout", False, sizes,
                 random_input(rng, task, sizes), weights)
 
