@@ -291,27 +291,6 @@ def dropout_values(case: Case, task: str,
     return values
 
 
-def dropout_weights(case: Case, task: str,
-                    split_transpose: bool = True) -> torch.Tensor:
-    """The causal attention weights of a dropout case in eval mode
-    [..., num_tokens, num_tokens], per head in the layout of
-    :func:`dropout_values` (``split_transpose``)."""
-    x, weights = case.float64()
-    q, k = (reference.linear(x, weights, name)
-            for name in reference.PROJECTIONS[:2])
-    if task == "task6":
-        heads = case.sizes["num_heads"]
-        if split_transpose:
-            q, k = (attention.split_heads(t, heads) for t in (q, k))
-        else:
-            q, k = (t.reshape(t.shape[0], heads, t.shape[1], -1)
-                    for t in (q, k))
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    n = scores.shape[-1]
-    future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    return torch.softmax(scores.masked_fill(future, -math.inf), dim=-1)
-
-
 def row_fates(output: torch.Tensor, weights: torch.Tensor,
               values: torch.Tensor, p: float
               ) -> tuple[torch.Tensor, torch.Tensor]:

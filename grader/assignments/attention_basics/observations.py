@@ -17,7 +17,8 @@ from grader.api import (Case, TaskRun, close, fail, fail_probes, failure_of,
                         max_error, require_ran, share_outside, tensor_of)
 from grader.assignments.attention import MaskWords, mask_dependence
 from grader.assignments.attention_basics import mistakes, reference
-from grader.assignments.attention_basics.cases import (DROPOUT_DRAWS, EQUAL,
+from grader.assignments.attention_basics.cases import (ANSWERS,
+                                                       DROPOUT_DRAWS, EQUAL,
                                                        FIXED_RATE,
                                                        LONG_CONTEXT, PER_HEAD,
                                                        RESEEDED, SEEDED,
@@ -487,12 +488,9 @@ NARROW_WEIGHED = 1e-3
 
 
 def _reference(case: Case, task: str) -> torch.Tensor:
-    """The dropout cases' expected output in eval mode (float64)."""
+    """A dropout case's expected output in eval mode (float64)."""
     x, weights = case.float64()
-    if task == "task6":
-        return reference.multi_head_attention(x, weights,
-                                              case.sizes["num_heads"])
-    return reference.causal_attention(x, weights)
+    return ANSWERS[TARGETS[task]](x, weights, case.sizes)
 
 
 def _narrow(run: TaskRun) -> None:
@@ -520,7 +518,9 @@ def _narrow(run: TaskRun) -> None:
                  f"the reference, though it does at the case dropout is "
                  f"read at.")
         return
-    weights = mistakes.dropout_weights(case, task)
+    x, case_weights = case.float64()
+    weights = reference.causal_weights(x, case_weights,
+                                       case.sizes.get("num_heads", 1))
     values = mistakes.dropout_values(case, task)
     n = weights.shape[-1]
     weighed = torch.ones(n, n, dtype=torch.bool).tril() & (
