@@ -2622,8 +2622,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  stand_ins: dict | None = None,
                  reads: tuple | None = None,
                  calls: dict | None = None,
-                 plain: Callable | None = None,
-                 known: dict | None = None) -> Callable:
+                 plain: Callable | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -2808,9 +2807,6 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  recorder[:120] + " (a stand-in for tensors that records "
                  "the code it runs through)")
 
-    known_get = known.get if known is not None else None
-    address = ADDRESS
-
     def global_tracer(frame, event, arg):
         # Whatever reads a value the submission may have made (a class's
         # namespace, a frame's locals, an operation's arguments) runs
@@ -2833,13 +2829,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                 if verdict is None and phase["tracing"]:
                     return made(frame)
                 return verdict
-            # ``known``: classify's own table of the codes it has
-            # classified (the same look-up it starts with, without a call
-            # of it for each event).
-            kind = known_get(address(code)) if known_get is not None \
-                else None
-            if kind is None:
-                kind = classify(code)
+            kind = classify(code)
             if kind == "agent":
                 if note is not None and code.co_name in inert_names:
                     entry = inert.get(b_id(code))
@@ -5842,7 +5832,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
         (judge, in_force, handler.__code__), stand_ins, reads,
         {(int(first), str(name)): int(index)
          for first, name, index in job.get("calls", [])},
-        plain_reader(torch), kinds)
+        plain_reader(torch))
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).
