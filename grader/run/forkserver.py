@@ -20,8 +20,11 @@ from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.errors import GraderError
 
 # Modules the server imports once, so that every worker starts warm.
+# A worker's own imports are among them (faulthandler, resource): a worker
+# that loads no module before the submission runs takes the server's
+# walks of the loaded modules (``agent._indexed``).
 PRELOAD = ("torch", "numpy", "grader.worker.agent", "grader.worker.confine",
-           "grader.wire")
+           "grader.wire", "faulthandler", "resource")
 # What the server's environment keeps (the grader's own, e.g. GRADER_SEED,
 # never reaches it).
 KEPT_ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TZ", "OMP_NUM_THREADS",
@@ -114,6 +117,9 @@ class WorkerHandle:
         self.output_fd = output_fd
         self.status_fd = status_fd
         self.status: int | None = None
+        # True when the server died before it could report the status:
+        # the worker died with it, whatever its code did.
+        self.server_gone = False
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group."""
@@ -128,6 +134,7 @@ class WorkerHandle:
             return None
         data = _read_exactly(self.status_fd, _STATUS.size)
         # No status (the server died): the worker died with it.
+        self.server_gone = data is None
         self.status = (_STATUS.unpack(data)[0] if data is not None
                        else signal.SIGKILL)
         os.close(self.status_fd)

@@ -383,8 +383,25 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
     """Run every job in its own worker, all at once; wait for all.
 
     ``after_fork`` runs once every worker has been started (the place to
-    start work of the grading process's own, such as flake8).
+    start work of the grading process's own, such as flake8). The jobs
+    whose workers died with their fork server (killed from outside: a
+    worker cannot signal it) run once more, on the server that replaces
+    it (:func:`grader.run.forkserver.spawn`): a student must not lose
+    points because something killed the server.
     """
+    results, lost = _run_all(jobs, limits, after_fork)
+    if lost:
+        again, _ = _run_all([job for job in jobs if job.name in lost],
+                            limits, None)
+        results.update(again)
+    return results
+
+
+def _run_all(jobs: list[Job], limits: Limits,
+             after_fork: Callable[[], None] | None
+             ) -> tuple[dict[str, JobResult], set[str]]:
+    """:func:`run_jobs` once: the results, and the names of the jobs
+    whose workers died with the fork server."""
     if any(name in job.source for job in jobs for name in PLOTTING):
         forkserver.warm_plotting()
     running: list[_Running] = []
@@ -433,7 +450,9 @@ def run_jobs(jobs: list[Job], limits: Limits = Limits(),
             entry.handle.close()
             remove_tree(entry.scratch)
         selector.close()
-    return {entry.job.name: _finish(entry) for entry in running}
+    return ({entry.job.name: _finish(entry) for entry in running},
+            {entry.job.name for entry in running
+             if getattr(entry.handle, "server_gone", False)})
 
 
 def scratch_use(folder: str | Path, most: int) -> tuple[int, int] | None:

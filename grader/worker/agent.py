@@ -682,14 +682,34 @@ def _limit(kind: int, soft: int, hard: int | None = None) -> None:
 
 
 def _vm_bytes() -> int:
+    """The address space mapped now. Read as bytes: a text codec would be
+    a module the fork server has not loaded (``_indexed``)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
+        with open("/proc/self/status", "rb") as status:
             for line in status:
-                if line.startswith("VmSize:"):
+                if line.startswith(b"VmSize:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def _refresh_import_path() -> None:
+    """List every folder of the import path again if it changed since the
+    fork server listed it, while the worker may still list it.
+
+    The import system finds a top-level module in its listing of each
+    import-path folder, listed again when the folder's modification time
+    changes. Once confined, a worker may not list the kit's own folder:
+    a listing made then is empty, so ``import solutions`` would fail as
+    "no module named" and never open the kit's file, which is what the
+    audit hook reports as a forbidden import (``audit_hook``). Listed
+    here, the import finds the kit's packages as they are now and the
+    attempt is refused and named. It loads no module (``_indexed``).
+    """
+    from importlib.machinery import PathFinder
+
+    PathFinder.find_spec("__grader_listing__", list(sys.path))
 
 
 def _apply_limits(timeout: float, memory_mb: int) -> None:
@@ -915,6 +935,11 @@ _ALIASES: dict[str, object] = {}
 # packages with native code (see index_loaded_files): built once in the
 # fork server, inherited by every worker.
 _REAL_FILES: dict[str, str] = {}
+# What a worker would otherwise find by walking every loaded module (see
+# index_loaded_files): how many modules were loaded when the fork server
+# indexed them, their native roots, and the files the submission finds
+# loaded. Built once in the fork server, inherited by every worker.
+_INDEXED: dict[str, Any] = {}
 _ATEN: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 # The forbidden operators' tripwires, registered once by the fork server
 # (see preinstall_aten): the pattern, the registration handle and the
@@ -1120,6 +1145,7 @@ def index_aliases(skip: tuple[str, ...]) -> None:
     modules = list(sys.modules.items())
     _ALIASES.clear()
     _ALIASES.update(
+        count=len(modules),
         wanted=wanted, skip=skip, sites=_bindings(modules, wanted, skip),
         scanned={name: id(getattr(module, "__dict__", None))
                  for name, module in modules},
@@ -1137,10 +1163,9 @@ def alias_sites(wanted: set[int], skip: tuple[str, ...]
     every module. Only kit code runs between the index and this call,
     and it binds no such value in a module it did not load.
     """
-    modules = list(sys.modules.items())
     index = _ALIASES
     if not index or index["skip"] != skip or not wanted <= index["wanted"]:
-        return _bindings(modules, wanted, skip)
+        return _bindings(list(sys.modules.items()), wanted, skip)
     scanned = index["scanned"]
     sites = []
     for name, attribute, ident in index["sites"]:
@@ -1149,7 +1174,11 @@ def alias_sites(wanted: set[int], skip: tuple[str, ...]
                 scanned.get(name) == id(namespace) and \
                 id(namespace.get(attribute)) == ident:
             sites.append((name, attribute, ident))
-    fresh = [(name, module) for name, module in modules
+    if index["count"] == len(sys.modules):
+        # No module loaded since (kit code only adds modules): the walk
+        # below, a copied page per module in a worker, would find none.
+        return sites
+    fresh = [(name, module) for name, module in list(sys.modules.items())
              if scanned.get(name) != id(getattr(module, "__dict__", None))]
     return sites + _bindings(fresh, wanted, skip)
 
@@ -1273,6 +1302,7 @@ def _life(job: dict, result_fd: int) -> None:
                     for c in _code_objects(sys.modules[name])}
     for found in (frame_users, frame_handers, generators, import_codes):
         kept += list(found.values())
+    _refresh_import_path()
     _apply_limits(float(job["timeout"]), int(job["memory_mb"]))
     confinement = confine.confine(scratch, job.get("readable", ["/"]),
                                   job.get("hidden", []), job.get("quota"))
@@ -1281,10 +1311,15 @@ def _life(job: dict, result_fd: int) -> None:
              "agent": agent_codes, "frame_users": set(frame_users),
              "frame_handers": set(frame_handers),
              "generators": set(generators), "import": set(import_codes)}
+    plain = confinement.as_plain()
     run = _assemble(job, probes, result_fd, (functions, classes), codes,
-                    confinement.as_plain(), kept)
+                    plain, kept)
     del job, probes, functions, classes, codes
     kit_modules = _kit_modules()
+    indexed = _indexed("loaded")
+    # Whether this worker took the fork server's walks (the hello frame
+    # says so; tests/kit/test_worker_index.py).
+    plain["indexed"] = indexed is not None
     for name in list(sys.modules):
         if name.split(".")[0] in KIT_PACKAGES:
             del sys.modules[name]
@@ -1292,11 +1327,11 @@ def _life(job: dict, result_fd: int) -> None:
         # The fork server's own module (python -m grader.run.forkserver).
         sys.modules["__main__"] = types.ModuleType("__main__")
     # What the submission finds loaded (the kit's own modules gone).
-    loaded_files.update(_loaded_files())
+    loaded_files.update(_loaded_files() if indexed is None else indexed)
     for module in kit_modules:
         if vars(module) is not globals() and module is not wire:
             _seal_module(vars(module))
-    del kit_modules, module
+    del kit_modules, module, indexed, plain
     _seal_module(vars(wire))
     _seal_module(globals())
     # What the set-up and the seal left unreachable (the kit's classes,
@@ -1345,24 +1380,36 @@ def _linear_module(torch: Any, weight: Any, bias: Any) -> Any:
 def _kit_modules() -> list:
     """Every loaded module of the kit's packages, and the main module
     when it is the kit's (the fork server run as ``-m``)."""
-    found = [module for name, module in list(sys.modules.items())
+    # The names only: a walk of the modules themselves would write to
+    # the reference count of each, a copied page apiece in a worker.
+    found = [sys.modules[name] for name in list(sys.modules)
              if name.split(".")[0] in KIT_PACKAGES]
-    main_module = sys.modules.get("__main__")
-    spec = getattr(main_module, "__spec__", None)
-    if spec is not None and str(getattr(spec, "name", "")).split(".")[0] \
-            in KIT_PACKAGES:
-        found.append(main_module)
+    if _kit_main():
+        found.append(sys.modules["__main__"])
     return found
 
 
-def _module_files() -> list[str]:
-    """The file names (``.py``) of every module loaded now, as named."""
+def _kit_main() -> bool:
+    """True when the main module is one of the kit's (the fork server
+    run as ``-m``): a worker replaces it with an empty one."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and \
+        str(getattr(spec, "name", "")).split(".")[0] in KIT_PACKAGES
+
+
+def _module_files(skip_kit: bool = False) -> list[str]:
+    """The file names (``.py``) of every module loaded now, as named;
+    with ``skip_kit``, not those of the modules a worker drops before
+    the submission runs (:func:`_kit_modules`)."""
     found = []
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__dict__", {}).get("__file__") \
+    for name, module in list(sys.modules.items()):
+        if skip_kit and (str(name).split(".")[0] in KIT_PACKAGES
+                         or (name == "__main__" and _kit_main())):
+            continue
+        file = getattr(module, "__dict__", {}).get("__file__") \
             if isinstance(getattr(module, "__dict__", None), dict) else None
-        if isinstance(name, str) and name.endswith(".py"):
-            found.append(name)
+        if isinstance(file, str) and file.endswith(".py"):
+            found.append(file)
     return found
 
 
@@ -1382,14 +1429,36 @@ def index_loaded_files() -> None:
                 _REAL_FILES[name] = os.path.realpath(name)
             except ValueError:  # a name no file can have (a NUL in it)
                 pass
+    # The walks of every loaded module a worker would make (a copied page
+    # per module it touches), made here once; a worker takes them while
+    # it has loaded no module since (:func:`_indexed`).
+    real, inside = path_rules(os.sep, (os.sep,), ())[:2]
+    _INDEXED.clear()
+    _INDEXED.update(
+        count=len(sys.modules),
+        native_roots=_loaded_native_roots(real, inside,
+                                          _interpreter_natives(real)),
+        loaded=_loaded_files(skip_kit=True))
 
 
-def _loaded_files() -> frozenset[str]:
-    """The files (as named and real) of every module loaded now: executing
-    one of them again is loading a second copy."""
+def _indexed(what: str) -> Any:
+    """What the fork server's :func:`index_loaded_files` found, or None
+    when modules were loaded since. The count decides: until the
+    submission runs, only the kit's own code runs in a worker, and it
+    only adds modules (it drops the kit's own after the last look-up
+    here), so the same count is the same modules."""
+    if _INDEXED.get("count") != len(sys.modules):
+        return None
+    return _INDEXED[what]
+
+
+def _loaded_files(skip_kit: bool = False) -> frozenset[str]:
+    """The files (as named and real) of every module loaded now (with
+    ``skip_kit``, but the kit's own): executing one of them again is
+    loading a second copy."""
     found = set()
     known = _REAL_FILES
-    for name in _module_files():
+    for name in _module_files(skip_kit):
         real = known.get(name)
         found.update((name, os.path.realpath(name) if real is None
                       else real))
@@ -1729,11 +1798,14 @@ def audit_hook(send: Callable, report: Callable, token: object,
     # whose native code the worker runs already (torch, numpy, matplotlib
     # when warmed). Every other native module is an FFI away from raw
     # memory (cffi: the channel's key, the grader's frames).
-    own_natives = _loaded_native_roots(real, inside, natives)
+    own_natives = _indexed("native_roots")
+    if own_natives is None:
+        own_natives = _loaded_native_roots(real, inside, natives)
     basename = os.path.basename
     kit_modules = KIT_PACKAGES
     devnull = os.devnull
     in_hook = busy["hook"]
+    code_set = busy.get("code_set", [True])
     refusing = busy["guard"]
     get_ident = busy["ident"]
     on_grader_stack = REFUSED_ON_GRADER
@@ -1770,6 +1842,11 @@ def audit_hook(send: Callable, report: Callable, token: object,
         if event == "object.__getattr__" and (
                 b_len(args) < 2 or args[1] not in frame_attributes):
             return
+        if event == "object.__setattr__":
+            # Any function's code replaced, by anyone, on any thread:
+            # before every other check (the torch function mode's check
+            # reads its handler's code again, operation_judge).
+            code_set[0] = True
         refusal = verdict(event, args)
         if refusal is not None:
             raise refusal[0](refusal[1])
@@ -2564,7 +2641,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  stand_ins: dict | None = None,
                  reads: tuple | None = None,
                  calls: dict | None = None,
-                 plain: Callable | None = None) -> Callable:
+                 plain: Callable | None = None,
+                 known: dict | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -2749,6 +2827,9 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  recorder[:120] + " (a stand-in for tensors that records "
                  "the code it runs through)")
 
+    known_get = known.get if known is not None else None
+    address = ADDRESS
+
     def global_tracer(frame, event, arg):
         # Whatever reads a value the submission may have made (a class's
         # namespace, a frame's locals, an operation's arguments) runs
@@ -2771,7 +2852,13 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                 if verdict is None and phase["tracing"]:
                     return made(frame)
                 return verdict
-            kind = classify(code)
+            # ``known``: classify's own table of the codes it has
+            # classified (the same look-up it starts with, without a call
+            # of it for each event).
+            kind = known_get(address(code)) if known_get is not None \
+                else None
+            if kind is None:
+                kind = classify(code)
             if kind == "agent":
                 if note is not None and code.co_name in inert_names:
                     entry = inert.get(b_id(code))
@@ -3187,9 +3274,14 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                     roots: tuple[str, ...] = (),
                     packages: tuple[str, ...] = ("torch",),
                     visible: frozenset = frozenset(),
-                    syntax: dict | None = None
+                    syntax: dict | None = None,
+                    code_set: list | None = None
                     ) -> tuple[Callable, ...]:
     """Return ``judge(frame)``, ``in_force(frame)`` and ``arm()``.
+
+    ``code_set`` (``[True]`` at first) is the audit hook's: it sets it
+    whenever any function's ``__code__`` is replaced. ``in_force`` reads
+    the handler's code (an audit event of its own) only then.
 
     ``judge`` first judges what computes (principle 3): ``kernels`` (the
     job's forbidden ``name_pattern``, compiled) is searched in the
@@ -3849,13 +3941,23 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
              "run while the grader's torch function mode was taken off, "
              "disabled or replaced")
 
+    replaced = [True] if code_set is None else code_set
+
     def in_force(frame):
         # Reads only torch's C state and the mode's own dict, by identity
         # (a key of the submission's in it could compare itself): nothing
-        # of the submission's runs here, so it needs no ``traced``.
+        # of the submission's runs here, so it needs no ``traced``. The
+        # handler's code is read again only after a ``__code__`` was
+        # replaced anywhere (``replaced``, set by the audit hook: CPython
+        # audits every such assignment), and stays suspect until it is
+        # the handler's own.
         if stack_len() and stack_at(0) is mode and mode_enabled() and \
-                not skip_next() and function_code(handler) is handler_code \
-                and b_len(mode_dict) == 1:
+                not skip_next() and b_len(mode_dict) == 1:
+            if replaced[0]:
+                if function_code(handler) is not handler_code:
+                    off(frame)
+                    return
+                replaced[0] = False
             for key, value in dict_items(mode_dict):
                 if key is protocol_key and value is bound:
                     return
@@ -5721,7 +5823,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     # Per thread: the ids of the threads inside the hook, the thread whose
     # guard refused the submission's code.
     busy = {"hook": set(), "guard": [None],
-            "ident": _thread.get_ident}
+            "ident": _thread.get_ident, "code_set": [True]}
     watched: list = []
     holder: list = []
     token = object()
@@ -5750,7 +5852,8 @@ def _assemble(job: dict, probes: list, result_fd: int,
         re.compile(kernels) if kernels else None,
         tuple(os.path.realpath(p) for p in sys.path if p),
         tuple(str(p) for p in rules.get("packages", ["torch"])),
-        visible_names(source, filename), syntax_operations())
+        visible_names(source, filename), syntax_operations(),
+        busy["code_set"])
     stand_ins: dict = {}     # id(code) -> (code, kind, verb, what)
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
@@ -5758,7 +5861,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
         (judge, in_force, handler.__code__), stand_ins, reads,
         {(int(first), str(name)): int(index)
          for first, name, index in job.get("calls", [])},
-        plain_reader(torch))
+        plain_reader(torch), kinds)
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).

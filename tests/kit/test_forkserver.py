@@ -389,3 +389,48 @@ def test_the_command_ends_as_sys_exit_would() -> None:
         assert lines[0] == "x" * 100000
         assert lines[-1] == "handler ran"
         assert ("thread done" in lines) == (mode == "thread")
+
+
+SLOW = textwrap.dedent('''
+    import time
+    print("started", flush=True)
+    time.sleep(2)
+    print("finished")
+''')
+
+
+@pytest.mark.usefixtures("own_fork_server")
+def test_a_job_whose_server_was_killed_runs_again() -> None:
+    """The fork server killed from outside while its worker runs: the
+    worker dies with it, and the job runs once more on the server that
+    replaces it; its result is that run's, whole (a student does not
+    lose points because something killed the server)."""
+    import signal
+    import threading
+
+    server = forkserver.shared()
+    server.wait_ready()
+    killed: list[int] = []
+
+    def kill_once_a_worker_runs() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            children = [int(pid) for task in
+                        Path(f"/proc/{server.pid}/task").iterdir()
+                        for pid in (task / "children").read_text().split()]
+            if children:
+                time.sleep(0.5)  # the worker is running the submission
+                os.kill(server.pid, signal.SIGKILL)
+                killed.append(server.pid)
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_once_a_worker_runs)
+    killer.start()
+    result = run_jobs([Job("slow", SLOW, "/nowhere/slow.py", [])],
+                      Limits(timeout=30))["slow"]
+    killer.join()
+    assert killed == [server.pid]
+    assert result.finished, result.output
+    assert result.output.split() == ["started", "finished"]
+    assert forkserver.shared().pid != server.pid
