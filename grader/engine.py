@@ -107,6 +107,13 @@ def build_plan(assignment: Assignment, seed: int,
     for wires in plan.probes.values():
         for wire in wires:
             wire["initial_seed"] = initial
+            # The state of its call: words no seeding wrote, from a
+            # stream only the grader can derive; a ``seeding`` probe (the
+            # state a seeded construction is built from) keeps the exact
+            # stream of torch.manual_seed(wire["seed"]) (torch_seeder).
+            if not wire.get("seeding"):
+                wire["stream"] = derive_seed(
+                    seed, "torch-stream", int(wire.get("seed", 0)))
     plan.origin = (assignment.id, seed, public_only)
     return plan
 

@@ -4197,10 +4197,28 @@ def module_describer(torch: Any, readers: tuple, child_numbers: list,
 
 def torch_seeder(torch: Any) -> Callable[[dict], None]:
     """Return ``seed(probe)``: set the CPU generator for a probe's call
-    (or its training) so that it draws exactly what it draws after
-    ``torch.manual_seed(probe["seed"])``, while ``torch.initial_seed()``
-    reads the probe's ``initial_seed``: one value for every probe of a
-    grading, derived one-way from the grading seed (grader.engine).
+    (or its training), while ``torch.initial_seed()`` reads the probe's
+    ``initial_seed``: one value for every probe of a grading, derived
+    one-way from the grading seed (grader.engine).
+
+    A probe with a ``stream`` (every probe but a ``seeding`` one:
+    grader.engine)
+    gets a state no seeding wrote: 624 words of SHAKE-256 of that
+    secret stream, at a position in the block drawn from it too. A
+    seeding writes words that follow its recurrence (``w[i] = 1812433253
+    * (w[i-1] ^ w[i-1] >> 30) + i``) and each later state is a fixed
+    number of twists from them, so code could tell "a moment after a
+    seeding" (the grader) from "a thousand steps into training" by
+    looking for them in the state or a few twists back; in a state
+    built from other words there is no seeding to find, at any
+    distance, as in a process that has drawn for a long time. The same
+    stream gives the same state (a same-seed repetition stays one).
+
+    A ``seeding`` probe (the ``prime:`` probe of attention_basics, whose
+    next probe builds the lecture's construction from the state it
+    leaves, and its twins' copies) has no ``stream``: it draws exactly
+    what it draws after
+    ``torch.manual_seed(probe["seed"])``, as that construction must.
 
     A process seeds once: code that compares ``torch.initial_seed()``
     across its calls, or the generator's state with the one
@@ -4234,6 +4252,17 @@ def torch_seeder(torch: Any) -> Callable[[dict], None]:
     no_torch_function = torch._C.DisableTorchFunction
     numel = torch._C.TensorBase.numel
     words, tail, size = 24, 24 + 8 * 624, 5056
+    unpack = __import__("struct").unpack
+    # A C function of OpenSSL's, loaded with torch (no module is loaded
+    # here: agent._indexed), held before any code of the submission runs.
+    shake = __import__("hashlib").shake_256
+
+    def block(stream):
+        # 624 words no seeding wrote: SHAKE-256 of the probe's stream
+        # (secret: derived one-way from the grading seed), 32 bits each.
+        drawn = shake(b"grader-torch-stream\x1f" + pack("<Q", stream))
+        return frombuffer(b_bytearray(pack("<624Q", *unpack(
+            "<624I", drawn.digest(4 * 624)))), dtype=uint8)
 
     def seed(probe):
         value = b_int(probe.get("seed", 0))
@@ -4241,6 +4270,7 @@ def torch_seeder(torch: Any) -> Callable[[dict], None]:
         if initial is None:
             manual_seed(value)
             return
+        stream = probe.get("stream")
         with no_torch_function():
             private = Generator()
             private_seed(private, value)
@@ -4248,6 +4278,15 @@ def torch_seeder(torch: Any) -> Callable[[dict], None]:
             if numel(fresh) != size:
                 # Another layout (another torch): the plain seeding.
                 manual_seed(value)
+                return
+            if stream is not None:
+                stream = b_int(stream)
+                k = 1 + stream % 623
+                head = frombuffer(b_bytearray(pack("<QiiQ", b_int(initial),
+                                                   625 - k, 1, k)),
+                                  dtype=uint8)
+                set_state(cat([head, block(stream),
+                               narrow(fresh, 0, tail, size - tail)]))
                 return
             rand(1, generator=private)
             twisted = get_state(private)

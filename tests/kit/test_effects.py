@@ -240,6 +240,14 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "reseed_drop_on_fresh_generator": (
             NO_DROPOUT, (), "in train mode nothing changes"),
         "honest_generator_from_initial_seed": (FULL_ATTENTION, (), "ok"),
+        # Issue 24 (invented, the reseed residual): dropout only while the
+        # generator holds words a seeding wrote, found by the seeding's
+        # recurrence on two words, or by recovering the seed from them
+        # and confirming it; every probe's state now holds none.
+        "reseed_drop_on_seeding_words": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
+        "reseed_drop_on_recovered_seed": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -500,6 +508,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # changed since the module's last call (the wrapper's heads too).
         "reseed_drop_on_new_initial_seed": (
             (1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            "in training mode the output does not change",
+            ("task4.dropout",)),
+        # Issue 24 (invented, the reseed residual): dropout only while a
+        # vectorised scan finds words a seeding wrote anywhere in the
+        # generator's state; the wrapper is judged at dropout 0.
+        "reseed_drop_on_seeding_scan": (
+            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (),
             "in training mode the output does not change",
             ("task4.dropout",)),
         # Red team 14 (a01, a02): a graded class's work in a static

@@ -613,11 +613,12 @@ def test_the_deviating_state_sets_the_mode_itself_beside_a_decoy() -> None:
 
 
 def test_the_worker_seeds_each_probe_with_one_initial_seed() -> None:
-    """Red team 14: every probe's draws are those of manual_seed(seed)
-    (rand, randn, dropout, randperm, an nn.Linear, past a twist), while
-    torch.initial_seed() reads the plan's one value and the state is
-    neither the fresh engine's nor manual_seed(initial_seed())'s; every
-    wire of a plan carries that value."""
+    """Red team 14: a ``seeding`` probe's draws are those of
+    manual_seed(seed) (rand, randn, dropout, randperm, an nn.Linear, past
+    a twist), while torch.initial_seed() reads the plan's one value and
+    the state is neither the fresh engine's nor
+    manual_seed(initial_seed())'s; every wire of a plan carries that
+    value."""
     from grader.worker.agent import torch_seeder
 
     def draws() -> list[torch.Tensor]:
@@ -647,5 +648,70 @@ def test_the_worker_seeds_each_probe_with_one_initial_seed() -> None:
             assert head[:4] != [1, 0, 0, 0] and head[8:] != [0] * 8
             for got, want in zip(draws(), expected):
                 assert torch.equal(got, want), seed
+    finally:
+        torch.set_rng_state(saved)
+
+
+def _seeding_pairs(state: torch.Tensor) -> int:
+    """How many consecutive words of a generator's state follow a
+    seeding's recurrence (w' = 1812433253 * (w ^ w >> 30) + i mod 2**32,
+    0 < i < 624)."""
+    raw = bytes(state[24:24 + 8 * 624].tolist())
+    words = [int.from_bytes(raw[i:i + 8], "little") & 0xFFFFFFFF
+             for i in range(0, len(raw), 8)]
+    return sum(0 < (b - 1812433253 * (a ^ a >> 30)) % 2 ** 32 < 624
+               for a, b in zip(words, words[1:]))
+
+
+def test_a_probes_state_holds_no_seeding() -> None:
+    """Issue 24 (the reseed residual): every probe but a ``seeding`` one
+    (attention_basics' ``prime:`` probes and their copies) carries a
+    secret ``stream``, and its state holds words no seeding wrote: no two
+    consecutive words follow the seeding's recurrence (a state right
+    after manual_seed has 623 such pairs, torch_seeder's window for a
+    seeding probe some), initial_seed() reads the plan's value, the same
+    stream gives the same draws and another stream others."""
+    from grader.worker.agent import torch_seeder
+
+    seeding = set()
+    for name in ("attention_basics", "multi_head_attention",
+                 "transformer_block"):
+        plan = build_plan(load_assignment(
+            KIT / "grader" / "assignments" / name), DEFAULT_SEED)
+        for task, wires in plan.probes.items():
+            for wire in wires:
+                assert ("stream" in wire) != bool(wire.get("seeding")), \
+                    (name, task, wire["id"])
+                if wire.get("seeding"):
+                    # A prime: probe, or a twin's copy of one.
+                    assert wire["id"].startswith("prime:seeded:") or (
+                        wire["id"].startswith(TWIN_STATE) and ":seeded:" in
+                        wire["id"] and wire["id"].endswith("<0")), \
+                        wire["id"]
+                    seeding.add(name)
+    assert seeding == {"attention_basics"}
+
+    seed_probe = torch_seeder(torch)
+    saved = torch.get_rng_state()
+    try:
+        torch.manual_seed(5)
+        assert _seeding_pairs(torch.get_rng_state()) == 623
+        seed_probe({"seed": 5, "initial_seed": 77})
+        assert _seeding_pairs(torch.get_rng_state()) > 0  # the window
+        drawn = {}
+        for stream in (1, 2, 623, 624, 2 ** 62 + 7):
+            for _ in range(2):
+                seed_probe({"seed": 5, "initial_seed": 77,
+                            "stream": stream})
+                assert torch.initial_seed() == 77
+                state = torch.get_rng_state()
+                assert _seeding_pairs(state) == 0, stream
+                values = torch.rand(2000)
+                if stream in drawn:
+                    assert torch.equal(values, drawn[stream])
+                drawn[stream] = values
+                assert _seeding_pairs(torch.get_rng_state()) == 0
+        firsts = {float(values[0]) for values in drawn.values()}
+        assert len(firsts) == len(drawn)
     finally:
         torch.set_rng_state(saved)

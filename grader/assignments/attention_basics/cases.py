@@ -225,14 +225,18 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
          causal: bool = False, dropout: float = 0.0,
          sizes: dict[str, int] | None = None, target: str | None = None,
          no_arguments: bool = False, lead: bool = False,
-         again: bool = False, branch: str = "") -> None:
+         seeding: bool = False, again: bool = False,
+         branch: str = "") -> None:
     """Add one probe of ``task`` (on ``target``, default the task's).
 
     The case's weights are loaded by parameter name (``load``); ``extra``
     tensors follow x as positional arguments; ``call=False`` only builds
     (and describes); ``no_arguments`` calls the object with no argument;
     ``lead``: the probe only prepares the random state of the next one
-    (wire key ``lead``, grader.plan.Plan.assign_modes).
+    (wire key ``lead``, grader.plan.Plan.assign_modes); ``seeding``: that
+    state must be the exact stream of ``torch.manual_seed(seed)`` (wire
+    key ``seeding``; every other probe's call gets a state no seeding
+    wrote, grader.worker.agent.torch_seeder).
     ``again`` calls the object the previous probe built (same init);
     ``branch``: the probe's branch in its family (grader.plan.probe).
     """
@@ -253,6 +257,8 @@ def _add(plan: Plan, task: str, probe_id: str, *, case: Case | None = None,
         wire["call"]["args"] += [encode_tensor(t) for t in extra]
     if lead:
         wire["lead"] = True
+    if seeding:
+        wire["seeding"] = True
     plan.add(task, (wire, info))
 
 
@@ -631,7 +637,7 @@ def _seeded(plan: Plan, task: str, case: Case, name: str = "",
     init = init_of(task, sizes)
     probe_id = f"seeded:{case.name}{name}"
     _add(plan, task, f"prime:{probe_id}", init=init, seed=seed,
-         no_arguments=True, lead=True)
+         no_arguments=True, lead=True, seeding=True)
     _add(plan, task, probe_id, case=case, init=init, load=False)
 
 

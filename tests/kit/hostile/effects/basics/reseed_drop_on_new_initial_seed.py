@@ -3,7 +3,7 @@ where torch.initial_seed() differs from the one its previous call saw:
 the first call after a torch.manual_seed. A training loop seeds once, so
 dropout acts on its first step and never again; a grader that reseeds
 torch before every probe sees it drop at every training call. The worker
-now gives every probe the stream of its seed while torch.initial_seed()
+now gives every probe a state of its own while torch.initial_seed()
 reads one value for the whole grading (grader.worker.agent.torch_seeder).
 
 Expected: task4.dropout, and task5.values (the wrapper's heads are these

@@ -2,9 +2,9 @@
 where torch.manual_seed(torch.initial_seed()) leaves it (nothing drawn
 since the seeding). In a training loop the first dropout advances the
 generator and no later call drops; the grader seeded torch right before
-every probe call. The worker's state now draws as manual_seed(seed)'s
-but is not the state manual_seed(torch.initial_seed()) leaves
-(grader.worker.agent.torch_seeder).
+every probe call. The worker's state is not the state
+manual_seed(torch.initial_seed()) leaves (and, since issue 24, holds no
+seeding's words at all: grader.worker.agent.torch_seeder).
 
 Expected: task2.output loses its dropout point.
 """
