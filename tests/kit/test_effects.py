@@ -243,10 +243,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # Issue 24 (invented, the reseed residual): dropout only while the
         # generator holds words a seeding wrote, found by the seeding's
         # recurrence on two words, or by recovering the seed from them
-        # and confirming it; every probe's state now holds none.
+        # and confirming it, or one Mersenne twist back (the twist
+        # inverted); every probe's state now holds none at any distance.
         "reseed_drop_on_seeding_words": (
             NO_DROPOUT, (), "in train mode nothing changes"),
         "reseed_drop_on_recovered_seed": (
+            NO_DROPOUT, (), "in train mode nothing changes"),
+        "reseed_drop_on_untwisted_seeding": (
             NO_DROPOUT, (), "in train mode nothing changes"),
     },
     "causal": {

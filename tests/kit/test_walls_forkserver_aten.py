@@ -13,13 +13,7 @@ fork server) is ``test_walls_batch.py`` and ``test_hostile.py``.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-KIT = Path(__file__).resolve().parents[2]
+from forked import run_child
 
 SERVER = r'''
 import json
@@ -30,13 +24,11 @@ import weakref
 import torch
 import torch.library
 
+from forked import in_fork
 from grader.worker import agent
 
 PATTERN = "attention|multi_head|transformer_encoder|_fused_sdp"
 OTHER = "multi_head"
-# The tripwires replace os._exit wherever a module binds it (this one
-# too): kept in a list, which they do not visit.
-KEPT = [os._exit]
 
 
 def active(pattern):
@@ -101,19 +93,7 @@ agent.index_aliases(agent.KIT_PACKAGES)  # as the server does
 SERVER_HANDLE = agent._ATEN_READY["handle"]
 results = {"server": active(PATTERN)}
 for case, pattern in (("same", PATTERN), ("other", OTHER), ("none", None)):
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(write_end, json.dumps(worker(pattern)).encode())
-        finally:
-            KEPT[0](0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 1 << 16):
-        data += chunk
-    os.waitpid(pid, 0)
-    results[case] = json.loads(data)
+    results[case] = in_fork(lambda: worker(pattern))
 results["server after"] = active(PATTERN)
 print(json.dumps(results))
 '''
@@ -129,11 +109,7 @@ def test_a_worker_adopts_or_removes_the_servers_tripwires() -> None:
     the handle. Other rules: only the job's operators are tripped (the
     server's registration is gone from that worker); no rules: none.
     The server itself is untouched by what its workers did."""
-    done = subprocess.run([sys.executable, "-c", SERVER],
-                          capture_output=True, text=True, timeout=300,
-                          cwd=KIT, env={**os.environ, "PYTHONPATH": str(KIT)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_child(SERVER)
     server = seen["server"]
     assert server and all(server.values())
     assert seen["server after"] == server

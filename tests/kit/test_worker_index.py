@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from forked import run_child
 from grader.run.sandbox import Job, Limits, run_jobs
 
 KIT = Path(__file__).resolve().parents[2]
@@ -27,31 +28,13 @@ KIT = Path(__file__).resolve().parents[2]
 SERVER = r'''
 import json
 import os
-import shutil
 import sys
 
+from forked import in_fork
 from grader.run import forkserver
 
 forkserver._warm_server()
 from grader.worker import agent
-
-KEPT = [os._exit]
-
-
-def in_fork(function):
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(write_end, json.dumps(function()).encode())
-        finally:
-            KEPT[0](0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 1 << 16):
-        data += chunk
-    os.waitpid(pid, 0)
-    return json.loads(data)
 
 
 def walked():
@@ -97,19 +80,11 @@ print(json.dumps({"walked": in_fork(walked),
 '''
 
 
-def _child(source: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", source],
-                          capture_output=True, text=True, timeout=300,
-                          cwd=KIT, env={**os.environ, "PYTHONPATH": str(KIT)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_the_servers_walks_are_what_a_worker_would_find() -> None:
     """In a fork of a warm server, the native roots, the alias sites and
     the loaded files the index gives equal a full walk's; once a module
     was loaded since, the index is not used (a walk is)."""
-    seen = _child(SERVER)
+    seen = run_child(SERVER)
     walked = seen["walked"]
     assert walked["roots equal"] and walked["roots"] > 0, walked
     assert walked["sites equal"] and walked["sites"] > 0, walked
@@ -204,7 +179,7 @@ def test_the_modes_check_reads_the_handlers_code_after_an_assignment(
     ``__code__`` assignment was seen, and the flag stays set until the
     handler's own code is back. The audit hook sets the flag on a real
     ``__code__`` assignment, not on a read."""
-    seen = _child(MODE)
+    seen = run_child(MODE)
     assert seen["intact"] == [0, False]
     assert seen["unseen"] == [0, False]
     assert seen["seen"] == [2, True]
