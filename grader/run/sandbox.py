@@ -452,7 +452,7 @@ def _run_all(jobs: list[Job], limits: Limits,
         selector.close()
     return ({entry.job.name: _finish(entry) for entry in running},
             {entry.job.name for entry in running
-             if getattr(entry.handle, "server_gone", False)})
+             if entry.handle.server_gone})
 
 
 def scratch_use(folder: str | Path, most: int) -> tuple[int, int] | None:

@@ -4202,9 +4202,8 @@ def torch_seeder(torch: Any) -> Callable[[dict], None]:
     one-way from the grading seed (grader.engine).
 
     A probe with a ``stream`` (every probe but a ``seeding`` one:
-    grader.engine)
-    gets a state no seeding wrote: 624 words of SHAKE-256 of that
-    secret stream, at a position in the block drawn from it too. A
+    grader.engine) gets a state no seeding wrote: 624 words of SHAKE-256
+    of that secret stream, at a position in the block drawn from it too. A
     seeding writes words that follow its recurrence (``w[i] = 1812433253
     * (w[i-1] ^ w[i-1] >> 30) + i``) and each later state is a fixed
     number of twists from them, so code could tell "a moment after a
@@ -4217,8 +4216,8 @@ def torch_seeder(torch: Any) -> Callable[[dict], None]:
     A ``seeding`` probe (the ``prime:`` probe of attention_basics, whose
     next probe builds the lecture's construction from the state it
     leaves, and its twins' copies) has no ``stream``: it draws exactly
-    what it draws after
-    ``torch.manual_seed(probe["seed"])``, as that construction must.
+    what it draws after ``torch.manual_seed(probe["seed"])``, as that
+    construction must.
 
     A process seeds once: code that compares ``torch.initial_seed()``
     across its calls, or the generator's state with the one
@@ -4280,22 +4279,18 @@ def torch_seeder(torch: Any) -> Callable[[dict], None]:
                 manual_seed(value)
                 return
             if stream is not None:
-                stream = b_int(stream)
-                k = 1 + stream % 623
-                head = frombuffer(b_bytearray(pack("<QiiQ", b_int(initial),
-                                                   625 - k, 1, k)),
-                                  dtype=uint8)
-                set_state(cat([head, block(stream),
-                               narrow(fresh, 0, tail, size - tail)]))
-                return
-            rand(1, generator=private)
-            twisted = get_state(private)
-            k = 1 + value % 623
+                k = 1 + b_int(stream) % 623
+                window = [block(b_int(stream))]
+            else:
+                rand(1, generator=private)
+                twisted = get_state(private)
+                k = 1 + value % 623
+                window = [narrow(fresh, 0, tail - 8 * k, 8 * k),
+                          narrow(twisted, 0, words, tail - words - 8 * k)]
             head = frombuffer(b_bytearray(pack("<QiiQ", b_int(initial),
                                                625 - k, 1, k)),
                               dtype=uint8)
-            set_state(cat([head, narrow(fresh, 0, tail - 8 * k, 8 * k),
-                           narrow(twisted, 0, words, tail - words - 8 * k),
+            set_state(cat([head, *window,
                            narrow(fresh, 0, tail, size - tail)]))
 
     return seed

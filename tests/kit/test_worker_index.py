@@ -11,11 +11,7 @@ docs/internals.md, "Walks and audited reads a worker no longer repeats".
 """
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from forked import run_child
@@ -225,12 +221,7 @@ def test_a_kit_import_is_named_after_the_kit_folder_changed(
         shutil.copy(KIT / name, kit / name)
     hostile = KIT / "tests" / "kit" / "hostile"
     shutil.copy(hostile / "cheat_import_solutions.py", kit)
-    done = subprocess.run(
-        [sys.executable, "-c", TWICE, str(kit)], capture_output=True,
-        text=True, timeout=300, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(kit)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_child(TWICE, str(kit), kit=kit)
     named = 'The code tried to import "solutions" (line 20)'
     for score, flags in seen:
         assert score == 5.0
