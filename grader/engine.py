@@ -142,12 +142,13 @@ class _Linter:
     """flake8 over each distinct source, in processes of their own that
     run while the workers do (started by :meth:`start`, collected by
     :meth:`join`). ``fork``: fork this warm process for each (a batch's
-    judge, see :attr:`Options.judge`) rather than start an interpreter."""
+    judge, see :attr:`Options.judge`) rather than start an interpreter;
+    so does a process that warmed flake8 up itself (:func:`pep8.warm`)."""
 
     def __init__(self, sources: list[SourceFile], fork: bool = False
                  ) -> None:
         self.sources = sources
-        self.fork = fork
+        self.fork = fork or pep8.warm()
         self.pending: dict[Path, pep8.PendingLint] = {}
         self.findings: dict[Path, list[pep8.Pep8Finding] | str] = {}
 

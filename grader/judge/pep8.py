@@ -48,6 +48,8 @@ _UNDEFINED = re.compile(r"undefined name '([^']*)'")
 _FORMAT = "%(row)d\t%(col)d\t%(code)s\t%(text)s"
 _LINE = re.compile(r"^(\d+)\t(\d+)\t(\w+)\t(.*)$")
 _REDEFINED = re.compile(r"from line (\d+)")
+# Whether warm_up ran here (see warm).
+_WARM = [False]
 # Runs flake8 under an address-space limit set inside the child itself
 # (no preexec_fn: the grader lints from a thread).
 _RUNNER = ("import resource, runpy, sys\n"
@@ -108,6 +110,12 @@ def _stack_depth() -> int:
     return depth
 
 
+def warm() -> bool:
+    """Whether :func:`warm_up` ran in this process (or in the process it
+    was forked from): a lint then costs a fork, not an interpreter."""
+    return _WARM[0]
+
+
 def warm_up(config: Path) -> None:
     """Import flake8 and its plugins into this process and run it once
     (on a one-line file, output discarded), so that every lint started
@@ -129,6 +137,7 @@ def warm_up(config: Path) -> None:
                 cli.main(_flake8_argv(config, str(target)))
             except SystemExit:
                 pass
+    _WARM[0] = True
 
 
 class Flake8Run:
@@ -171,10 +180,12 @@ class Flake8Run:
 
     def _fork(self, folder: Path, argv: list[str]) -> int:
         limit = _vm_bytes() + FLAKE8_MEMORY_MB * 1024 * 1024
-        # A new interpreter starts flake8 a few frames deep; so does the
-        # fork, whatever the depth of the caller (pyflakes gives up on
-        # deep expressions at the same point either way).
-        frames = sys.getrecursionlimit() + _stack_depth() - _RUNNER_DEPTH
+        # A new interpreter starts flake8 a few frames deep under the
+        # default limit; so does the fork, whatever the depth of the
+        # caller and whatever limit this process was given (IPython's
+        # completer, jedi, sets 3000 when it is imported): pyflakes gives
+        # up on deep expressions at the same point either way.
+        frames = _NEW_LIMIT + _stack_depth() - _RUNNER_DEPTH
         pid = os.fork()
         if pid:
             return pid
@@ -253,6 +264,8 @@ class Flake8Run:
 
 # A new interpreter runs flake8 this many frames deep (runpy's frames).
 _RUNNER_DEPTH = 5
+# The recursion limit of a new interpreter (CPython's default).
+_NEW_LIMIT = 1000
 
 
 def _parse(returncode: int, stdout: str, stderr: str,

@@ -5,6 +5,7 @@ Details: docs/internals.md, `grader.run.forkserver`.
 from __future__ import annotations
 
 import errno
+import gc
 import hashlib
 import os
 import select
@@ -552,7 +553,9 @@ def _warm_plotting() -> None:
 def _warm_server() -> None:
     """What every worker starts with: torch, the agent, the tripwires'
     preparation, the forbidden operators' tripwires and the alias
-    index."""
+    index. The collector pauses until everything is frozen (the imports
+    make no garbage worth the tenth of their CPU its collections cost)."""
+    gc.disable()
     for name in PRELOAD:
         __import__(name)
     _warm_up()
@@ -577,10 +580,10 @@ def _freeze() -> None:
     """Move every object the server holds now out of the collector's
     sight: a worker's collections then walk only what it made (its first,
     before the submission runs, frees the set-up's garbage in
-    milliseconds instead of walking torch's heap)."""
-    import gc
-
+    milliseconds instead of walking torch's heap), and let the collector
+    run again (the warm-up paused it)."""
     gc.freeze()
+    gc.enable()
 
 
 def serve(client: socket.socket | None = None,
@@ -657,6 +660,7 @@ def serve(client: socket.socket | None = None,
                     private.append(listener.fileno())
                 _spawn(fds, children, private)
             elif message == _WARM and not plotting:
+                gc.disable()  # until _freeze, as in _warm_server
                 _warm_plotting()
                 # What matplotlib loaded is indexed too, as if it had
                 # been there from the start (each worker scans in full

@@ -104,6 +104,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_SESSION_SERVER.pop("folder"), ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_flake8() -> None:
+    """flake8 imported once in each process that runs tests: the
+    gradings of the tests' own processes then lint in forks of it, as a
+    batch's judges do, instead of starting an interpreter for each (about
+    400 of them in a full run)."""
+    from grader.engine import FLAKE8_CONFIG
+    from grader.judge import pep8
+
+    pep8.warm_up(FLAKE8_CONFIG)
+
+
 @pytest.fixture
 def own_fork_server(monkeypatch):
     """This test's gradings start fork servers of their own, as a

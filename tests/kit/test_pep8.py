@@ -175,6 +175,38 @@ def test_code_flake8_cannot_check_costs_the_pep8_point() -> None:
         "cannot check counts as not clean.")
 
 
+@pytest.mark.parametrize("limit", [1000, 3000])
+def test_a_fork_lints_as_a_new_interpreter_whatever_the_limit(
+        limit: int) -> None:
+    """A lint forked from a process whose recursion limit was raised
+    (importing IPython's completer, jedi, sets 3000) gives up on the
+    600-term sum as a new interpreter does, and passes a 300-term one
+    alike: routes that fork (a batch's judges, the suite's own gradings)
+    and routes that start an interpreter grade a file alike."""
+    import sys
+
+    from grader.judge.pep8 import warm_up
+
+    warm_up(CONFIG)
+    texts = {terms: REFERENCE.read_text() + "\nX = " +
+             " + ".join(["1"] * terms) + "\n" for terms in (300, 600)}
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        for fork in (True, False):
+            with pytest.raises(Flake8Error, match="RecursionError"):
+                run_flake8(SourceFile(text=texts[600], path=Path("sum.py")),
+                           CONFIG, fork=fork)
+        found = [codes(run_flake8(SourceFile(text=texts[300],
+                                             path=Path("sum.py")),
+                                  CONFIG, fork=fork))
+                 for fork in (True, False)]
+    finally:
+        sys.setrecursionlimit(before)
+    assert found[0] == found[1]
+    assert {code for code, _ in found[0]} == {"E305", "E501"}
+
+
 def test_flake8_has_a_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grader.judge.pep8, "FLAKE8_MEMORY_MB", 16)
     with pytest.raises(Flake8Error, match="flake8 failed"):
