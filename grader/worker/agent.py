@@ -670,6 +670,13 @@ def _scrub_environment(scratch: str) -> None:
     import tempfile
 
     tempfile.tempdir = scratch
+    # The confinement lets the worker write in its scratch folder only: a
+    # module imported with no cached bytecode (the kit's stub package in a
+    # fresh clone, a notebook's `import transformer_lm...`) would try to
+    # cache it beside its source and be refused, as if the submission
+    # had written there. No interpreter of the grader's writes bytecode
+    # here (code the submission runs may ask for it, and is judged so).
+    sys.dont_write_bytecode = True
 
 
 def _limit(kind: int, soft: int, hard: int | None = None) -> None:

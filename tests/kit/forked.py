@@ -22,15 +22,18 @@ HERE = Path(__file__).resolve().parent
 _EXIT = [os._exit]
 
 
-def run_child(source: str, *args: str, kit: Path = KIT) -> Any:
+def run_child(source: str, *args: str, kit: Path = KIT,
+              unset: tuple[str, ...] = ()) -> Any:
     """Run ``source`` as ``python -c`` (with ``args``) from the root of
-    ``kit`` (this checkout, or a copy of it), that kit first on its path;
-    the JSON of the last line it printed (its stderr in the failure
-    otherwise)."""
+    ``kit`` (this checkout, or a copy of it), that kit first on its path,
+    without the environment variables ``unset``; the JSON of the last
+    line it printed (its stderr in the failure otherwise)."""
     path = os.pathsep.join([str(kit), str(HERE)])
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in unset}
     done = subprocess.run([sys.executable, "-c", source, *args],
                           capture_output=True, text=True, timeout=300,
-                          cwd=kit, env={**os.environ, "PYTHONPATH": path})
+                          cwd=kit, env={**environment, "PYTHONPATH": path})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -96,6 +96,15 @@ TABLE = {
         "with the model built with dropout=0.2 and run in eval mode"),
     "rt11_loss_sum_in_train": (
         NO_LOSS, "task2.loss", "in train mode (model.train(), dropout=0)"),
+    # Red team 14, b07: the residual dropout right only while the value
+    # weights are zero (the sublayer cases also silence the attention by
+    # its output projection): tested on the weights, on the value
+    # vectors, by a module-level helper.
+    "b07_values_zero_attribute": (NO_FORWARD, "task1.forward",
+                                  NEVER + " attention sublayer's output"),
+    "b07_values_zero_output": (NO_FORWARD, "task1.forward", NO_MASK),
+    "b07_values_zero_helper": (NO_FORWARD, "task1.forward",
+                               NEVER + " attention sublayer's output"),
     "honest_f_dropout": (FULL, "task1.forward", ""),
     # One mistake, one point: the rate is task1.layers' alone.
     "honest_rate_ignored": ((0, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0),

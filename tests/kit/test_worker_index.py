@@ -204,6 +204,54 @@ print(json.dumps(seen))
 '''
 
 
+def _kit_copy(tmp_path: Path) -> Path:
+    """The kit's code, rubric and stub package copied to ``tmp_path``,
+    without any cached bytecode (as in a fresh clone)."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("grader", "solutions", "transformer_lm"):
+        shutil.copytree(KIT / name, kit / name, ignore=skip)
+    for name in ("setup.cfg", "pyproject.toml"):
+        shutil.copy(KIT / name, kit / name)
+    return kit
+
+
+STUB_IMPORT = r'''
+import json
+import sys
+from pathlib import Path
+
+from grader.engine import Options, grade
+
+report = grade(Path(sys.argv[1]), None, Options(seed=7))
+print(json.dumps([report.score, [flag.message for flag in report.flags],
+                  sys.dont_write_bytecode]))
+'''
+
+
+def test_a_fresh_clone_grades_an_import_of_the_stub_package_clean(
+        tmp_path: Path) -> None:
+    """A submission that imports the kit's stub package (as the kit's
+    notebooks do), graded from a fresh clone (no cached bytecode) by an
+    interpreter that writes bytecode (Python's default): the worker does
+    not try to cache the stub's bytecode beside its source, which the
+    confinement refuses and reports as the submission's write. The
+    reference with that import earns what the reference earns."""
+    kit = _kit_copy(tmp_path)
+    text = (KIT / "solutions" / "modeling_attention.py").read_text()
+    at = text.index("import torch")
+    target = kit / "submission.py"
+    target.write_text(text[:at] + "import transformer_lm.modeling_attention"
+                      "  # noqa: F401\n" + text[at:])
+    score, flags, silent = run_child(STUB_IMPORT, str(target), kit=kit,
+                                     unset=("PYTHONDONTWRITEBYTECODE",))
+    assert silent is False  # the grading process does write bytecode
+    assert not any("__pycache__" in flag for flag in flags), flags
+    assert flags == []
+    assert score == 11.0
+
+
 def test_a_kit_import_is_named_after_the_kit_folder_changed(
         tmp_path: Path) -> None:
     """A worker takes the fork server's listing of the import path only
@@ -212,13 +260,7 @@ def test_a_kit_import_is_named_after_the_kit_folder_changed(
     turn ``import solutions`` into "no module named", not the forbidden
     import the report names. A copy of the kit is graded twice, its
     folder changed between."""
-    kit = tmp_path / "kit"
-    kit.mkdir()
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("grader", "solutions", "transformer_lm"):
-        shutil.copytree(KIT / name, kit / name, ignore=skip)
-    for name in ("setup.cfg", "pyproject.toml"):
-        shutil.copy(KIT / name, kit / name)
+    kit = _kit_copy(tmp_path)
     hostile = KIT / "tests" / "kit" / "hostile"
     shutil.copy(hostile / "cheat_import_solutions.py", kit)
     seen = run_child(TWICE, str(kit), kit=kit)

@@ -589,7 +589,8 @@ def sublayer_case(case: Case, kind: str, rng: np.random.Generator) -> Case:
     identity (weight 1, bias 0), so the output is norm2(norm1(x +
     dropout(b))) and x + dropout(b) is read back from it up to a shift
     and a scale; ``"fcn"``: mix.bias is zero (the attention returns 0),
-    so the output is norm2(h + dropout(fcn(h))), h = norm1(x)."""
+    so the output is norm2(h + dropout(fcn(h))), h = norm1(x).
+    :func:`silenced_by_mix` gives the same case silenced otherwise."""
     weights = dict(case.weights)
     hidden = case.sizes["hidden"]
     for name in ("self_attention.v.weight", "self_attention.v.bias"):
@@ -608,11 +609,34 @@ def sublayer_case(case: Case, kind: str, rng: np.random.Generator) -> Case:
                 variant=SUBLAYER_WORDS[kind])
 
 
+def silenced_by_mix(sublayer: Case, base: Case, kind: str) -> Case:
+    """``sublayer`` (:func:`sublayer_case` of ``base``) with the
+    attention's value weights back at ``base``'s and its output
+    projection (``mix.weight``) zero instead: the attention still
+    returns ``mix.bias`` exactly, whatever its probabilities and their
+    dropout, so the same sublayer's dropout alone shows, read back the
+    same way (red team 14, b07: a residual dropout right only while the
+    value weights are zero is wrong here)."""
+    weights = dict(sublayer.weights)
+    for name in ("self_attention.v.weight", "self_attention.v.bias"):
+        weights[name] = base.weights[name]
+    weights["self_attention.mix.weight"] = torch.zeros_like(
+        weights["self_attention.mix.weight"])
+    return replace(sublayer, name=f"{sublayer.name}-mix", weights=weights,
+                   variant=SILENCED_BY_MIX[kind])
+
+
 #: How a report names each train-mode dropout case.
 SUBLAYER_WORDS = {
     "att": "with zero value weights and no feed-forward output (only the "
            "attention sublayer's dropout acts)",
     "fcn": "with zero value weights and mix.bias (only the feed-forward "
+           "sublayer's dropout acts)"}
+#: The same, for the cases silenced by the output projection instead.
+SILENCED_BY_MIX = {
+    "att": "with a zero mix.weight and no feed-forward output (only the "
+           "attention sublayer's dropout acts)",
+    "fcn": "with a zero mix.weight and mix.bias (only the feed-forward "
            "sublayer's dropout acts)"}
 
 
@@ -632,17 +656,23 @@ def add_dropout_probes(plan: Plan, seed: int) -> None:
     for kind in SUBLAYER_WORDS:
         case = sublayer_case(base, kind, rng)
         init = layer_init(case.sizes, True, rate)
-        for k in range(TRAIN_SEEDS):
+        # Two layers of TRAIN_SEEDS calls each: one silences the
+        # attention by its value weights, the other by its output
+        # projection (b07); the masks of all four are judged together.
+        for k in range(2 * TRAIN_SEEDS):
+            again = k % TRAIN_SEEDS > 0
             wire, info = weighted(
                 f"train-dropout:{kind}:{k}", "TransformerEncoderLayer",
-                case, init, causal=True,
+                case if k < TRAIN_SEEDS else silenced_by_mix(case, base,
+                                                             kind),
+                init, causal=True,
                 seed=derive_seed(seed, LABEL, "train-dropout", kind, k))
             wire["train"] = wire["describe"] = True
-            if k:
+            if again:
                 # The seeds' calls are one layer's (red team 10, R2): a
                 # mask kept from its first call shows as equal masks.
                 wire["again"] = True
-            plan.add("task1", (wire, replace(info, train=True, again=k > 0,
+            plan.add("task1", (wire, replace(info, train=True, again=again,
                                              params={**info.params,
                                                      "kind": kind},
                                              branch=kind)))

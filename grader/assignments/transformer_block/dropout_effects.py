@@ -8,8 +8,11 @@ output is ``norm(low + mask * (high - low))`` for a 0/1 mask, where
 it scaled by 1 / (1 - p): the grader reads the mask back from the output
 row by row (a LayerNorm keeps a row up to a shift and a scale) and
 requires a mask to exist, to drop a share of entries a correct dropout
-drops, and to differ between the two torch seeds. Masks differ across
-platforms: nothing here is a stored number.
+drops, and to differ between the torch seeds. Each sublayer case comes
+twice, the attention silenced by its value weights and by its output
+projection (``cases.silenced_by_mix``), each a layer called under
+``TRAIN_SEEDS`` seeds: every call's mask is read and judged together.
+Masks differ across platforms: nothing here is a stored number.
 
 task2.layers: every dropout rate of a model built with dropout
 ``LM_DROPOUT``, at any depth (the describe probe's ``numbers``), is the
