@@ -29,6 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from derived import materialize, names_in
 from grader.api import share_bounds
 from grader.assignments.attention import mask_dependence
 from grader.assignments.transformer_block import cases, dropout_effects
@@ -117,10 +118,11 @@ def graded(tmp_path_factory) -> tuple[dict[str, dict], Path]:
     """The folder graded by one batch: its rows by file, and where the
     reports are."""
     out = tmp_path_factory.mktemp("layer_dropout") / "rows.csv"
+    folder = materialize(FOLDER, out.parent / "class")
     env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
     env["PYTHONPATH"] = str(KIT)
     run = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(FOLDER), "--out",
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
          str(out), "--jobs", "2", "--assignment", "transformer_block"],
         cwd=KIT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -129,7 +131,33 @@ def graded(tmp_path_factory) -> tuple[dict[str, dict], Path]:
 
 
 def test_the_table_lists_every_file() -> None:
-    assert sorted(p.stem for p in FOLDER.glob("*.py")) == sorted(TABLE)
+    assert names_in(FOLDER) == sorted(TABLE)
+
+
+def test_every_derived_file_builds_from_the_solution() -> None:
+    """Each file of derived.DERIVED is the solution with its own
+    docstring and edits: no committed file of that name shadows it, each
+    edit finds its text (``apply`` raises otherwise), the result differs
+    from the solution's body and is PEP-8 clean (the rows above charge
+    pep8 nothing)."""
+    from derived import DERIVED, HOSTILE, derived_in
+    from grader.catalog import reference_text
+
+    solution = reference_text((KIT / "solutions" / "modeling_transformer.py"
+                               ).read_text(encoding="utf-8"))
+    for path in DERIVED:
+        assert not (HOSTILE / path).exists(), path
+        assert (HOSTILE / path).parent.is_dir(), path
+    texts = derived_in(FOLDER)
+    assert sorted(texts) == sorted(Path(path).name for path in DERIVED
+                                   if path.startswith("effects/layer_"))
+    for name, text in texts.items():
+        assert solution.split('"""', 2)[2] not in text, name
+        done = subprocess.run(
+            [sys.executable, "-m", "flake8", "--config",
+             str(KIT / "setup.cfg"), "-"], input=text, capture_output=True,
+            text=True, cwd=KIT, timeout=120)
+        assert done.returncode == 0, (name, done.stdout)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
