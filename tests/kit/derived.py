@@ -23,6 +23,8 @@ from grader.catalog import Edit, apply, reference_text
 KIT = Path(__file__).resolve().parents[2]
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 TRANSFORMER = "solutions/modeling_transformer.py"
+ATTENTION = "solutions/modeling_attention.py"
+BASICS = "solutions/attention_basics.py"
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,250 @@ def _values_silent(attention: nn.Module) -> bool:
         # YOUR CODE ENDS HERE
         return x
 """))),
+    # Issue 24, the reseed residual: probes whose generator state holds
+    # a seeding's words (graded with effects/dropout/ and effects/basics/).
+    "effects/dropout/reseed_drop_on_recovered_seed.py": Derived(
+        ATTENTION,
+        """\
+Issue 24 (reseed residual, invented): dropout only when the seed of
+a seeding a moment ago can be recovered from torch's generator. Two
+consecutive words of the state that follow the seeding's recurrence give
+their index i; walking the recurrence back (its multiplier is invertible
+modulo 2**32, and w ^ w >> 30 is its own inverse on 32 bits) gives w[0],
+the seed, which a fresh generator confirms. A training loop's state,
+twisted by its first draw, gives none. The worker now gives every probe
+that needs no seeding's exact stream a state made of words no seeding
+wrote (grader.worker.agent.torch_seeder, ``stream``).
+
+Expected: task2.output loses its dropout point.
+""",
+        (Edit("""\
+import torch
+""",
+              """\
+import struct
+
+import torch
+"""),
+         Edit("""\
+import torch.nn as nn
+""",
+              '''\
+import torch.nn as nn
+
+INVERSE = pow(1812433253, -1, 2 ** 32)
+
+
+def recent_seed() -> int | None:
+    """The seed torch's generator was seeded with a moment ago, or None."""
+    raw = bytes(torch.get_rng_state().tolist())
+    first, second = struct.unpack_from("<2Q", raw, 24)
+    index = (second - 1812433253 * (first ^ first >> 30)) % 2 ** 32
+    if not 0 < index < 624:
+        return None
+    word = first  # w[index - 1]
+    for i in range(index - 1, 0, -1):
+        mixed = (word - i) * INVERSE % 2 ** 32
+        word = mixed ^ mixed >> 30
+    fresh = bytes(torch.Generator().manual_seed(word).get_state().tolist())
+    if struct.unpack_from("<Q", fresh, 24 + 8 * (index - 1))[0] != first:
+        return None
+    return word
+'''),
+         Edit("""\
+        # [batch_size * num_heads, seq_len, seq_len]
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""",
+              """\
+        # [batch_size * num_heads, seq_len, seq_len]
+        if recent_seed() is not None:
+            probs = self.dropout(probs)
+            # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
+    "effects/dropout/reseed_drop_on_seeding_words.py": Derived(
+        ATTENTION,
+        """\
+Issue 24 (reseed residual, invented): dropout only while torch's
+generator holds words of a seeding. A seeding writes w[i] = 1812433253 *
+(w[i-1] ^ w[i-1] >> 30) + i (mod 2**32); the first twist overwrites them,
+so in a training loop they are gone after the first draw, while a grader
+that sets a seeded stream right before each call leaves some in the state
+(torch_seeder's window: the seeding's last words, then its twisted
+block). The worker now gives every probe that needs no seeding's exact
+stream a state made of words no seeding wrote
+(grader.worker.agent.torch_seeder, ``stream``).
+
+Expected: task2.output loses its dropout point.
+""",
+        (Edit("""\
+import torch
+""",
+              """\
+import struct
+
+import torch
+"""),
+         Edit("""\
+import torch.nn as nn
+""",
+              '''\
+import torch.nn as nn
+
+
+def seeding_words_in_state() -> bool:
+    """True when the first two words of torch's generator follow the
+    seeding's recurrence: it was seeded a moment ago."""
+    raw = bytes(torch.get_rng_state().tolist())
+    first, second = struct.unpack_from("<2Q", raw, 24)
+    index = (second - 1812433253 * (first ^ first >> 30)) % 2 ** 32
+    return 0 < index < 624
+'''),
+         Edit("""\
+        # [batch_size * num_heads, seq_len, seq_len]
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""",
+              """\
+        # [batch_size * num_heads, seq_len, seq_len]
+        if seeding_words_in_state():
+            probs = self.dropout(probs)
+            # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
+    "effects/dropout/reseed_drop_on_untwisted_seeding.py": Derived(
+        ATTENTION,
+        """\
+Issue 24 (reseed residual, invented): dropout only when torch's
+generator was seeded at most one block of draws ago: its words, or the
+words one Mersenne twist back (the twist inverted, as a cryptanalyst of
+the generator would), hold two pairs that follow the seeding's
+recurrence. A training loop leaves the seeding behind after 624 draws;
+a grader that seeds before each call is always within one block of it.
+The worker now gives every probe that needs no seeding's exact stream a
+state made of words no seeding wrote (grader.worker.agent.torch_seeder,
+``stream``): no seeding at any distance.
+
+Expected: task2.output loses its dropout point.
+""",
+        (Edit("""\
+import torch
+""",
+              """\
+import numpy as np
+import torch
+"""),
+         Edit("""\
+import torch.nn as nn
+""",
+              '''\
+import torch.nn as nn
+
+
+LOW = np.uint64(0xFFFFFFFF)
+TOP, REST = np.uint64(0x80000000), np.uint64(0x7FFFFFFF)
+ONE = np.uint64(1)
+
+
+def follows_seeding(words: np.ndarray) -> bool:
+    """Two pairs of consecutive words that follow the seeding's
+    recurrence (w' = 1812433253 * (w ^ w >> 30) + i mod 2**32)."""
+    mixed = (words[:-1] ^ (words[:-1] >> np.uint64(30))) \\
+        * np.uint64(1812433253)
+    index = (words[1:] - mixed) & LOW
+    return int(((index > 0) & (index < 624)).sum()) >= 2
+
+
+def unmixed(value: np.ndarray) -> np.ndarray:
+    """y from y >> 1 ^ (0x9908B0DF if y is odd): the twist's own step."""
+    odd = (value & TOP) != 0
+    value = np.where(odd, value ^ np.uint64(0x9908B0DF), value)
+    return ((value << ONE) | odd.astype(np.uint64)) & LOW
+
+
+def untwisted(new: np.ndarray) -> np.ndarray:
+    """The block of 624 words one Mersenne twist before ``new`` (the
+    first word's low bits never enter a twist: left 0)."""
+    bits = np.zeros(624, dtype=np.uint64)
+    old = np.zeros(624, dtype=np.uint64)
+    bits[227:] = unmixed(new[227:] ^ new[:397])
+    old[228:] = (bits[228:] & TOP) | (bits[227:623] & REST)
+    bits[:227] = unmixed(new[:227] ^ old[397:])
+    old[1:228] = (bits[1:228] & TOP) | (bits[:227] & REST)
+    old[0] = bits[0] & TOP
+    return old
+
+
+def seeded_within_a_block() -> bool:
+    """True when torch's generator holds a seeding's words, or did one
+    twist ago: seeded at most 624 draws back."""
+    raw = bytes(torch.get_rng_state().tolist())[24:24 + 8 * 624]
+    words = np.frombuffer(raw, dtype="<u8") & LOW
+    return follows_seeding(words) or follows_seeding(untwisted(words))
+'''),
+         Edit("""\
+        # [batch_size * num_heads, seq_len, seq_len]
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""",
+              """\
+        # [batch_size * num_heads, seq_len, seq_len]
+        if seeded_within_a_block():
+            probs = self.dropout(probs)
+            # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
+    "effects/basics/reseed_drop_on_seeding_scan.py": Derived(
+        BASICS,
+        """\
+Issue 24 (reseed residual, invented): CausalAttention applies its
+dropout only while torch's generator holds words a seeding wrote,
+found by a vectorised scan of the whole state (numpy): two pairs of
+consecutive words follow the seeding's recurrence. A training loop's
+first draw twists them away; a grader that sets a seeded stream right
+before each call leaves some in the state. The worker now gives every
+probe that needs no seeding's exact stream a state made of words no
+seeding wrote (grader.worker.agent.torch_seeder, ``stream``); the
+lecture's constructions after ``torch.manual_seed`` still get the
+seeding's exact stream.
+
+Expected: task4.dropout, and task5.values (the wrapper's heads are these
+CausalAttention modules).
+""",
+        (Edit("""\
+import torch
+""",
+              """\
+import numpy as np
+import torch
+"""),
+         Edit("""\
+import torch.nn as nn
+""",
+              '''\
+import torch.nn as nn
+
+
+def seeded_recently() -> bool:
+    """True when two pairs of consecutive words anywhere in torch's
+    generator follow the seeding's recurrence (w' = 1812433253 * (w ^ w
+    >> 30) + i mod 2**32, 0 < i < 624)."""
+    raw = bytes(torch.get_rng_state().tolist())[24:24 + 8 * 624]
+    words = np.frombuffer(raw, dtype="<u8") & np.uint64(0xFFFFFFFF)
+    mixed = (words[:-1] ^ (words[:-1] >> np.uint64(30))) \\
+        * np.uint64(1812433253)
+    index = (words[1:] - mixed) & np.uint64(0xFFFFFFFF)
+    return int(((index > 0) & (index < 624)).sum()) >= 2
+'''),
+         Edit("""\
+        # [batch_size, num_tokens, num_tokens]
+        attn_weights = self.dropout(attn_weights)
+        # [batch_size, num_tokens, num_tokens]
+""",
+              """\
+        # [batch_size, num_tokens, num_tokens]
+        if seeded_recently():
+            attn_weights = self.dropout(attn_weights)
+            # [batch_size, num_tokens, num_tokens]
+"""),)),
 }
 
 
@@ -157,18 +403,29 @@ def derived_in(folder: Path) -> dict[str, str]:
             if Path(path).parent.as_posix() == below}
 
 
+def committed_in(folder: Path) -> list[Path]:
+    """The committed submissions of ``folder``: Python files and
+    notebooks."""
+    return sorted([*folder.glob("*.py"), *folder.glob("*.ipynb")])
+
+
 def names_in(folder: Path) -> list[str]:
     """Every hostile file of ``folder`` by stem, committed and derived."""
-    return sorted([path.stem for path in folder.glob("*.py")]
+    return sorted([path.stem for path in committed_in(folder)]
                   + [Path(name).stem for name in derived_in(folder)])
 
 
-def materialize(folder: Path, into: Path) -> Path:
+def materialize(folder: Path, into: Path) -> list[Path]:
     """``folder``'s committed files and its derived ones, written to the
-    new folder ``into`` (returned)."""
-    into.mkdir(parents=True)
-    for path in folder.glob("*.py"):
-        shutil.copy(path, into / path.name)
+    folder ``into`` (made when missing; a name already there is an
+    error): the paths written."""
+    into.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in committed_in(folder):
+        assert not (into / path.name).exists(), path.name
+        written.append(Path(shutil.copy(path, into / path.name)))
     for name, text in derived_in(folder).items():
+        assert not (into / name).exists(), name
         (into / name).write_text(text, encoding="utf-8")
-    return into
+        written.append(into / name)
+    return written

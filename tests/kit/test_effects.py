@@ -87,13 +87,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from derived import materialize, names_in
 from grader.routes.rows import read_csv
 
 KIT = Path(__file__).resolve().parents[2]
@@ -852,14 +852,11 @@ ITEMS = {"dropout": ATTENTION, "causal": ATTENTION, "training": TRANSFORMER,
          "basics": BASICS, "depth0": TRANSFORMER, "modes": ATTENTION}
 
 
-def _files(folder: Path) -> list[Path]:
-    """A folder's submissions: Python files and notebooks."""
-    return sorted([*folder.glob("*.py"), *folder.glob("*.ipynb")])
-
-
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
-    """Each folder's rows by file, and where the reports are: the folders
+def graded(tmp_path_factory) -> dict[str, tuple[dict, Path, dict]]:
+    """Each folder's rows by file, where the reports are and each file's
+    name (``derived.materialize`` writes the committed and derived files
+    of each folder into its class): the folders
     of one assignment (their items) are graded together, as one class, by
     one batch (a batch's start-up, torch and the fork server, is paid once
     an assignment, not once a folder; no two folders of an assignment
@@ -874,10 +871,10 @@ def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
     for number, folders in enumerate(classes.values()):
         students = out / f"class{number}"
         students.mkdir()
+        names = {}
         for folder in folders:
-            for path in _files(EFFECTS / folder):
-                assert not (students / path.name).exists(), path.name
-                shutil.copy(path, students / path.name)
+            names[folder] = {path.stem: path.name for path in
+                             materialize(EFFECTS / folder, students)}
         csv = out / f"class{number}.csv"
         run = subprocess.run(
             [sys.executable, "-m", "grader", "batch", str(students),
@@ -886,14 +883,14 @@ def graded(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
         assert run.returncode == 0, run.stderr[-2000:]
         rows = {Path(row["student"]).stem: row for row in read_csv(csv)}
         for folder in folders:
-            found[folder] = (rows, csv.with_name(csv.name + ".reports"))
+            found[folder] = (rows, csv.with_name(csv.name + ".reports"),
+                             names[folder])
     return found
 
 
 def test_the_table_lists_every_effects_file() -> None:
     for folder, table in CORPUS.items():
-        assert sorted(p.stem for p in _files(EFFECTS / folder)) \
-            == sorted(table)
+        assert names_in(EFFECTS / folder) == sorted(table)
 
 
 @pytest.mark.parametrize("folder,name", [(folder, name) for folder in CORPUS
@@ -902,14 +899,13 @@ def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
     """Exact item scores, the judged items' diagnoses and words; no
     flag (nothing was refused: the attacks are ordinary code)."""
     scores, diagnoses, words, *judged = CORPUS[folder][name]
-    rows, reports = graded[folder]
+    rows, reports, names = graded[folder]
     row = rows[name]
     assert row["status"] == "graded", row
     assert {item: float(row[item]) for item in ITEMS[folder]} == dict(
         zip(ITEMS[folder], map(float, scores))), row
     assert row["flags"] == "", row["flags"]
-    path = next(p for p in _files(EFFECTS / folder) if p.stem == name)
-    report = json.loads((reports / path.name / "report.json").read_text(
+    report = json.loads((reports / names[name] / "report.json").read_text(
         encoding="utf-8"))
     for item_id in judged[0] if judged else (JUDGED[folder],):
         item = next(i for i in report["items"] if i["id"] == item_id)

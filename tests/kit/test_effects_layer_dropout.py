@@ -118,7 +118,8 @@ def graded(tmp_path_factory) -> tuple[dict[str, dict], Path]:
     """The folder graded by one batch: its rows by file, and where the
     reports are."""
     out = tmp_path_factory.mktemp("layer_dropout") / "rows.csv"
-    folder = materialize(FOLDER, out.parent / "class")
+    folder = out.parent / "class"
+    materialize(FOLDER, folder)
     env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
     env["PYTHONPATH"] = str(KIT)
     run = subprocess.run(
@@ -134,30 +135,30 @@ def test_the_table_lists_every_file() -> None:
     assert names_in(FOLDER) == sorted(TABLE)
 
 
-def test_every_derived_file_builds_from_the_solution() -> None:
-    """Each file of derived.DERIVED is the solution with its own
-    docstring and edits: no committed file of that name shadows it, each
-    edit finds its text (``apply`` raises otherwise), the result differs
-    from the solution's body and is PEP-8 clean (the rows above charge
-    pep8 nothing)."""
+def test_every_derived_file_builds_from_its_solution() -> None:
+    """Each file of derived.DERIVED is its solution with its own
+    docstring and edits: no committed file of that name shadows it, its
+    folder exists, each edit finds its text (``apply`` raises otherwise),
+    the result differs from the solution's body and is PEP-8 clean (the
+    tables that grade them charge pep8 nothing)."""
     from derived import DERIVED, HOSTILE, derived_in
     from grader.catalog import reference_text
 
-    solution = reference_text((KIT / "solutions" / "modeling_transformer.py"
-                               ).read_text(encoding="utf-8"))
-    for path in DERIVED:
+    assert sorted(derived_in(FOLDER)) == sorted(
+        Path(path).name for path in DERIVED
+        if Path(path).parent.name == FOLDER.name)
+    for path, entry in DERIVED.items():
         assert not (HOSTILE / path).exists(), path
         assert (HOSTILE / path).parent.is_dir(), path
-    texts = derived_in(FOLDER)
-    assert sorted(texts) == sorted(Path(path).name for path in DERIVED
-                                   if path.startswith("effects/layer_"))
-    for name, text in texts.items():
-        assert solution.split('"""', 2)[2] not in text, name
+        solution = reference_text((KIT / entry.base).read_text(
+            encoding="utf-8"))
+        text = entry.text(path)
+        assert solution.split('"""', 2)[2] not in text, path
         done = subprocess.run(
             [sys.executable, "-m", "flake8", "--config",
              str(KIT / "setup.cfg"), "-"], input=text, capture_output=True,
             text=True, cwd=KIT, timeout=120)
-        assert done.returncode == 0, (name, done.stdout)
+        assert done.returncode == 0, (path, done.stdout)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
