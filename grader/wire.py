@@ -489,7 +489,9 @@ def check_frame(message: dict) -> str | None:
     if not _text(message.get("id")):
         return "a probe result has no id"
     if not message["ok"]:
-        return _error(message.get("error"))
+        # A failed call sends the trace of what ran before its error.
+        return _error(message.get("error")) or (
+            _trace(message["trace"]) if "trace" in message else None)
     for key, check in (("value", _value), ("describe", _describe),
                        ("trace", _trace)):
         if key in message:
