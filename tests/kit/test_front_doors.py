@@ -18,6 +18,7 @@ pinned by the nbgrader route's tests) are pinned here by name:
 from __future__ import annotations
 
 import concurrent.futures
+import csv
 import json
 import os
 import shutil
@@ -727,3 +728,55 @@ def test_student_repo_workflow_grades_the_named_assignment():
                    if "grader.classroom grade ." in line]
         assert grading and all(f"--assignment {assignment.id} " in line
                                for line in grading), assignment.id
+
+
+# --------------------------------------------------------------------------
+# The working folder is never an import path of the grader's (issue 24,
+# principles 1 and 8; docs/threat-model.md, "The working folder")
+
+#: Module-level code of a file named like a module the grader imports:
+#: it leaves a mark and stops the process that imports it.
+SHADOW = ("from pathlib import Path\n"
+          "Path(__file__).resolve().parents[{up}].joinpath("
+          "'IMPORTED-{name}').write_text('ran in the importing process')\n"
+          "raise SystemExit('{name} imported')\n")
+
+
+def test_files_in_the_working_folder_never_run_in_the_grader(tmp_path):
+    """``python -m`` imports from the folder it runs in before the
+    standard library. A student's ``typing.py``, ``copy.py`` or package
+    ``json/`` in the folder a grade or a batch runs from is not imported
+    by the grader's own process: the example grades 9 as anywhere else,
+    the batch grades every entry (those files too, in workers), and no
+    mark is left."""
+    here = tmp_path / "class"
+    (here / "json").mkdir(parents=True)
+    (here / "json" / "__init__.py").write_text(
+        SHADOW.format(up=2, name="json"))
+    for name in ("typing", "copy"):
+        (here / f"{name}.py").write_text(SHADOW.format(up=1, name=name))
+    _copy(EXAMPLE, here / "alice.py")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GRADER_SEED", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(KIT)
+    graded = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", "alice.py", "--format",
+         "json"], cwd=here, env=env, capture_output=True, text=True,
+        timeout=300)
+    assert graded.returncode == 0, graded.stderr
+    assert json.loads(graded.stdout)["score"] == 9
+    out = tmp_path / "grades.csv"
+    batch = subprocess.run(
+        [sys.executable, "-m", "grader", "batch", ".", "--out", str(out),
+         "--no-feedback", "--assignment", "multi_head_attention"],
+        cwd=here, env=env, capture_output=True, text=True, timeout=300)
+    # Exit 1: the folder ``json/`` holds no submission (an error row).
+    assert batch.returncode == 1, batch.stderr
+    rows = {row["student"]: row for row in
+            csv.DictReader(out.open(encoding="utf-8"))}
+    assert set(rows) == {"alice", "json", "typing", "copy"}
+    assert float(rows["alice"]["score"]) == 9
+    assert rows["typing"]["status"] == "graded"
+    assert rows["json"]["status"] == "error"
+    assert float(rows["typing"]["score"]) == 0
+    assert not list(tmp_path.rglob("IMPORTED-*"))
