@@ -489,9 +489,7 @@ def check_frame(message: dict) -> str | None:
     if not _text(message.get("id")):
         return "a probe result has no id"
     if not message["ok"]:
-        # A failed call sends the trace of what ran before its error.
-        return _error(message.get("error")) or (
-            _trace(message["trace"]) if "trace" in message else None)
+        return _error(message.get("error"))
     for key, check in (("value", _value), ("describe", _describe),
                        ("trace", _trace)):
         if key in message:

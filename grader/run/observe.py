@@ -207,11 +207,9 @@ def _result_from_frame(info: ProbeInfo, message: dict,
     ran, foreign = coverage_of(message)
     if not message.get("ok"):
         error = message.get("error") or {}
-        trace = message.get("trace")
         return ProbeResult(info=info, error=error, seconds=seconds,
                            problem=format_error(error, source), ran=ran,
-                           foreign=foreign,
-                           trace=trace if isinstance(trace, dict) else None)
+                           foreign=foreign)
     try:
         value = (decode_value(message["value"]) if "value" in message
                  else None)

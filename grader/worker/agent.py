@@ -4695,9 +4695,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         return ([(name, copy) for (name, _), copy in b_zip(named, copies)],
                 named)
 
-    def run_probe(namespace, probe, traces=None):
-        # ``traces``: where a call that raises leaves its shape trace
-        # (what ran before the error is verified like any run's).
+    def run_probe(namespace, probe):
         # The probe's autograd mode, on the submission's thread, for the
         # whole probe: building, loading, the mode, training, the call
         # (grader.plan.Plan.assign_modes).
@@ -4790,30 +4788,13 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # the object was built and loaded with stays a normal tensor.
         held = [call(inference_mode, True)] if inference else []
         phase["tracing"] = True
-        raised = True
         try:
             value = call(obj, *args, **kwargs)
-            raised = False
         finally:
             phase["tracing"] = False
             if held:
                 call(held[0].__exit__, None, None, None)
                 call(b_list.clear, held)
-            if raised and traces is not None:
-                # The statements that completed before the error ran in
-                # a graded case like any other: their records are sent
-                # with the failure (the statement that raised is not
-                # among them: an exception drops the pending one).
-                traces.append(finished_trace())
-        result["trace"] = finished_trace()
-        phase["held"].append(value)
-        result["value"] = encode(value, budget)
-        return result
-
-    def finished_trace():
-        """The trace of the call just over, as sent: its records, what
-        the caps left out, the lines whose tensors outlived their
-        statement, and whether the trace function saw the whole call."""
         phase["clear_made"]()
         intact = phase["calls"] == phase["returns"] and still_tracing()
         warm = phase["warm_trace"]
@@ -4830,14 +4811,16 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
             for line in warm[3]:
                 phase["made"][line] = True
             phase["warm_trace"] = None
-        trace = {"records": phase["records"],
-                 "left_out": phase["left_out"],
-                 "made": b_sorted(phase["made"])[:4096],
-                 "intact": intact}
+        result["trace"] = {"records": phase["records"],
+                           "left_out": phase["left_out"],
+                           "made": b_sorted(phase["made"])[:4096],
+                           "intact": intact}
         phase["records"] = None
         phase["made"] = None
         phase["left_out"] = {}
-        return trace
+        phase["held"].append(value)
+        result["value"] = encode(value, budget)
+        return result
 
     handling = handler(torch, phase, call, is_tensor, is_module,
                        manual_seed, deepcopy)
@@ -5782,17 +5765,14 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             emit({"type": "start", "id": probe["id"]})
             start_phase(probe["id"])
             started = clock()
-            traces: list = []
             try:
-                result = run_probe(namespace, probe, traces)
+                result = run_probe(namespace, probe)
                 message = {"type": "probe", "id": probe["id"], "ok": True}
                 message.update(result)
             except b_BaseException as exception:
                 message = {"type": "probe", "id": probe["id"], "ok": False,
                            "error": describe_error(exception)}
                 release(exception)
-                if traces:
-                    message["trace"] = traces[0]
             # What the probe built and got dies on the submission's thread
             # (its finalizers are its code).
             call(b_list_clear, held)

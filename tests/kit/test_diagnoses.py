@@ -155,19 +155,12 @@ CORPUS: dict[str, Expected] = {
             "it runs to the end (the size probes), the comments' num_heads "
             "is wrong (task 2 is clamped at 0, so the total stays 5; "
             "docs/rubric-decisions.md)"),
-    "hardcoded_size_mask5": Expected(
-        T1_FULL, (3, 0, 2, 0, -1), 9, {"task2.causal": ("hardcoded_size",)},
-        why="only the causal branch has the literal 5; at every other "
-            "length its mask line runs and makes [5, 5] where its comment "
-            "claims [seq_len, seq_len], then the fill raises: a statement "
-            "that ran is verified even when the call fails later "
-            "(docs/rubric-decisions.md)"),
+    "hardcoded_size_mask5": only(
+        "task2.causal", "hardcoded_size", CAUSAL_ONLY, 10,
+        why="only the causal branch has the literal 5"),
     "hardcoded_size_merge_seq": Expected(
-        T1_FULL, (0, 0, 0, 0, -1), 5, ALL_TASK2,
-        why="forward raises before it returns probs on any other length; "
-            "the merge line with the literal 5 ran first and made "
-            "[bs, 5, ...] where its comment claims [batch_size, seq_len, "
-            "hidden] (task 2 is clamped at 0, so the total stays 5)"),
+        T1_FULL, (0, 0, 0, 0, 0), 5, ALL_TASK2,
+        why="forward raises before it returns probs on any other length"),
     "hardcoded_size_loops": Expected(
         (1, 0, 0, -1, 0), (0, 0, 0, 0, -1), 0,
         {"task1.forward": ("hardcoded_size",), **ALL_TASK2},

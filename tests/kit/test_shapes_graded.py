@@ -23,7 +23,6 @@ SHAPES = {
     "mistakes": (-1, -1),         # missing, no shape, unknown name, wrong
     "multiline_tuples": (-1, -1),  # tuple shapes in the wrong order
     "never_runs": (0, -1),        # unrun: missing comment, unknown name
-    "raises_later": (-1, 0),      # lines that ran before an error: checked
     # sys.settrace(None) and a frame's trace removed: both refused by the
     # sandbox (the tracer stays on), so each forward fails where it tries
     # and earns nothing; the attempts are integrity flags (below).
@@ -80,19 +79,3 @@ def test_pep8_items_inside_and_outside_the_classes(grade_path) -> None:
     clean = grade_path(CASES.parents[2] / "examples" / "submission",
                        public_only=True)
     assert not any("outside the graded classes" in n for n in clean.notes)
-
-
-def test_lines_that_ran_before_an_error_are_verified(grade_path) -> None:
-    """A statement that completed before its call raised is verified at
-    that call's sizes (a wrong comment costs the point, with the sizes
-    it ran at), and is never reported as not run; the statement that
-    raised, and those after it, are what did not run."""
-    report = grade_path(CASES / "raises_later.py", public_only=True)
-    task1 = report.item("task1.shapes").details
-    assert "line 26: wrong shape" in task1, task1
-    assert "line 25" not in task1 and "line 27: note: not run" in task1
-    task2 = report.item("task2.shapes").details
-    assert "line 49" not in task2 and "line 51" not in task2, task2
-    assert "line 54: note: not run" in task2, task2
-    assert report.scores()["task1.forward"] == 0
-    assert report.scores()["task2.scores"] == 0

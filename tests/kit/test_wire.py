@@ -136,24 +136,6 @@ def test_a_forged_too_large_flag_is_malformed() -> None:
     assert wire.check_frame(frame) == "a tensor's too_large is not a flag"
 
 
-def test_a_failed_call_may_send_the_trace_of_what_ran() -> None:
-    """A probe whose call raised sends its error and, with it, the shape
-    trace of the statements that completed first; that trace is checked
-    like a returned call's, and the error still is."""
-    error = {"type": "ValueError", "message": "no"}
-    trace = {"records": {"3": [[[2, 5]]]}, "made": [12], "left_out": {},
-             "intact": True}
-    failed = {"type": "probe", "id": "p", "ok": False, "error": error}
-    assert wire.check_frame(failed) is None
-    assert wire.check_frame({**failed, "trace": trace}) is None
-    assert wire.check_frame({**failed, "trace": {**trace, "records": {
-        "3": [["big"]]}}}) == "trace records are not shapes"
-    assert wire.check_frame({**failed, "trace": {}}) == \
-        "a trace is malformed"
-    assert wire.check_frame({**failed, "error": {}, "trace": trace}) == \
-        "an error has no type or message"
-
-
 def test_aliases_of_tied_parameters_are_names() -> None:
     """A probe's aliases (tied parameters) and a description's are maps
     of names to names; anything else is malformed."""
