@@ -59,6 +59,19 @@ _LAYER_FORWARD = """        att = self.dropout(self.self_attention(x))
 """
 _LAYER_CLASS = "class TransformerEncoderLayer(nn.Module):"
 
+
+def _dropout_only_if(condition: str, name: str = "probs",
+                     shape: str = "[batch_size * num_heads, seq_len, "
+                                  "seq_len]") -> Edit:
+    """The solution's dropout of ``name`` (its shape comment ``shape``
+    above and below it) run only when ``condition`` holds: the reseed
+    files' one change to the forward."""
+    line = f"{name} = self.dropout({name})"
+    return Edit(f"        # {shape}\n        {line}\n        # {shape}\n",
+                f"        # {shape}\n        if {condition}:\n"
+                f"            {line}\n            # {shape}\n")
+
+
 #: Every derived file, by its path below tests/kit/hostile/.
 DERIVED: dict[str, Derived] = {
     "effects/layer_dropout/b07_values_zero_attribute.py": Derived(
@@ -198,17 +211,7 @@ def recent_seed() -> int | None:
         return None
     return word
 '''),
-         Edit("""\
-        # [batch_size * num_heads, seq_len, seq_len]
-        probs = self.dropout(probs)
-        # [batch_size * num_heads, seq_len, seq_len]
-""",
-              """\
-        # [batch_size * num_heads, seq_len, seq_len]
-        if recent_seed() is not None:
-            probs = self.dropout(probs)
-            # [batch_size * num_heads, seq_len, seq_len]
-"""),)),
+         _dropout_only_if("recent_seed() is not None"),)),
     "effects/dropout/reseed_drop_on_seeding_words.py": Derived(
         ATTENTION,
         """\
@@ -247,17 +250,7 @@ def seeding_words_in_state() -> bool:
     index = (second - 1812433253 * (first ^ first >> 30)) % 2 ** 32
     return 0 < index < 624
 '''),
-         Edit("""\
-        # [batch_size * num_heads, seq_len, seq_len]
-        probs = self.dropout(probs)
-        # [batch_size * num_heads, seq_len, seq_len]
-""",
-              """\
-        # [batch_size * num_heads, seq_len, seq_len]
-        if seeding_words_in_state():
-            probs = self.dropout(probs)
-            # [batch_size * num_heads, seq_len, seq_len]
-"""),)),
+         _dropout_only_if("seeding_words_in_state()"),)),
     "effects/dropout/reseed_drop_on_untwisted_seeding.py": Derived(
         ATTENTION,
         """\
@@ -328,17 +321,7 @@ def seeded_within_a_block() -> bool:
     words = np.frombuffer(raw, dtype="<u8") & LOW
     return follows_seeding(words) or follows_seeding(untwisted(words))
 '''),
-         Edit("""\
-        # [batch_size * num_heads, seq_len, seq_len]
-        probs = self.dropout(probs)
-        # [batch_size * num_heads, seq_len, seq_len]
-""",
-              """\
-        # [batch_size * num_heads, seq_len, seq_len]
-        if seeded_within_a_block():
-            probs = self.dropout(probs)
-            # [batch_size * num_heads, seq_len, seq_len]
-"""),)),
+         _dropout_only_if("seeded_within_a_block()"),)),
     "effects/basics/reseed_drop_on_seeding_scan.py": Derived(
         BASICS,
         """\
@@ -381,17 +364,8 @@ def seeded_recently() -> bool:
     index = (words[1:] - mixed) & np.uint64(0xFFFFFFFF)
     return int(((index > 0) & (index < 624)).sum()) >= 2
 '''),
-         Edit("""\
-        # [batch_size, num_tokens, num_tokens]
-        attn_weights = self.dropout(attn_weights)
-        # [batch_size, num_tokens, num_tokens]
-""",
-              """\
-        # [batch_size, num_tokens, num_tokens]
-        if seeded_recently():
-            attn_weights = self.dropout(attn_weights)
-            # [batch_size, num_tokens, num_tokens]
-"""),)),
+         _dropout_only_if("seeded_recently()", "attn_weights",
+                          "[batch_size, num_tokens, num_tokens]"),)),
 }
 
 

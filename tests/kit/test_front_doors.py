@@ -74,10 +74,17 @@ def _relative(submission, root: Path) -> dict[str, str]:
             .as_posix() for task, source in submission.sources.items()}
 
 
-def _grade(*args: str, cwd: Path = KIT) -> subprocess.Popen:
+def _env(path: Path) -> dict[str, str]:
+    """This environment with no seed of its own and ``path`` as its only
+    PYTHONPATH (where the grader is imported from)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("GRADER_SEED", "PYTHONPATH")}
-    env["PYTHONPATH"] = str(cwd)
+    env["PYTHONPATH"] = str(path)
+    return env
+
+
+def _grade(*args: str, cwd: Path = KIT) -> subprocess.Popen:
+    env = _env(cwd)
     return subprocess.Popen([sys.executable, "-m", "grader", "grade", *args,
                              "--public-only", "--format", "json"],
                             cwd=cwd, env=env, text=True,
@@ -756,9 +763,7 @@ def test_files_in_the_working_folder_never_run_in_the_grader(tmp_path):
     for name in ("typing", "copy"):
         (here / f"{name}.py").write_text(SHADOW.format(up=1, name=name))
     _copy(EXAMPLE, here / "alice.py")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GRADER_SEED", "PYTHONPATH")}
-    env["PYTHONPATH"] = str(KIT)
+    env = _env(KIT)
     graded = subprocess.run(
         [sys.executable, "-m", "grader", "grade", "alice.py", "--format",
          "json"], cwd=here, env=env, capture_output=True, text=True,
