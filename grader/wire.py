@@ -53,6 +53,10 @@ IRREGULAR_RECORD = "irregular"
 #: operation made a tensor that outlived its statement (at most this many,
 #: grader.worker.agent's run_probe).
 MAX_MADE_LINES = 4096
+#: A failed probe's ``reached``: the ids of the planned statements that
+#: completed before its call raised (at most this many, sorted;
+#: grader.worker.agent's run_probe). Words of the report only.
+MAX_REACHED = 4096
 MAGIC_SIZE = 16
 MAC_SIZE = 32
 _HEADER = struct.Struct(">I")
@@ -287,6 +291,16 @@ def _error(value: Any) -> str | None:
     return None
 
 
+def _reached(value: Any) -> str | None:
+    """Why a failed probe's ``reached`` (statement ids, as decimal
+    text) is malformed, or None."""
+    if isinstance(value, list) and len(value) <= MAX_REACHED and all(
+            isinstance(v, str) and 0 < len(v) <= 12 and v.isdecimal()
+            and v.isascii() for v in value):
+        return None
+    return "a failed probe's reached statements are malformed"
+
+
 def _tensor(value: dict) -> str | None:
     shape = value.get("shape")
     if not (isinstance(shape, list) and len(shape) <= 8
@@ -489,7 +503,8 @@ def check_frame(message: dict) -> str | None:
     if not _text(message.get("id")):
         return "a probe result has no id"
     if not message["ok"]:
-        return _error(message.get("error"))
+        return _error(message.get("error")) or (
+            _reached(message["reached"]) if "reached" in message else None)
     for key, check in (("value", _value), ("describe", _describe),
                        ("trace", _trace)):
         if key in message:

@@ -285,6 +285,21 @@ def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
     return runs, _unique(problems)
 
 
+def _reached(run: TaskRun, statements: list) -> frozenset[int]:
+    """The ids of the statements that ran in a call that then raised
+    (any probe's): those that completed before the error, and the one
+    whose lines hold the line it was raised at. Words of the shape report
+    only, never a verified run."""
+    reached: set[int] = set()
+    for result in run.results.values():
+        reached |= result.reached
+        line = (result.error or {}).get("line")
+        if isinstance(line, int):
+            reached.update(s.id for s in statements
+                           if s.first_line <= line <= s.last_line)
+    return frozenset(reached)
+
+
 def _made_lines(run: TaskRun) -> frozenset[int]:
     """The lines on which a traced run's torch operations made a tensor
     that outlived its statement (the worker's ``made``, every trace)."""
@@ -462,7 +477,8 @@ def score_shapes_item(item: Item, analysis: TaskAnalysis, run: TaskRun,
         findings = shapes.verify_everywhere(statements, trace_runs,
                                             graded_runs, table,
                                             _made_lines(run), unsized,
-                                            calls)
+                                            calls,
+                                            _reached(run, statements))
     except shapes.ShapeRecordError as exc:
         return ItemReport(item.id, item.task, item.title, item.points, 0.0,
                           False, f"the shape traces could not be read "

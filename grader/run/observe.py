@@ -47,6 +47,10 @@ class ProbeResult:
     # later one (tied weights the probe allowed): name -> the name whose
     # value that parameter holds (docs/internals.md, "Tied parameters").
     aliases: dict[str, str] = field(default_factory=dict)
+    # A call that raised: the ids of the planned statements that completed
+    # before its error. Words of the shape report only ("ran only in runs
+    # that ended in an error"): a call that fails verifies no comment.
+    reached: frozenset[int] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -209,7 +213,8 @@ def _result_from_frame(info: ProbeInfo, message: dict,
         error = message.get("error") or {}
         return ProbeResult(info=info, error=error, seconds=seconds,
                            problem=format_error(error, source), ran=ran,
-                           foreign=foreign)
+                           foreign=foreign, reached=frozenset(
+                               int(i) for i in message.get("reached", ())))
     try:
         value = (decode_value(message["value"]) if "value" in message
                  else None)

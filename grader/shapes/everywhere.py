@@ -96,7 +96,8 @@ def verify_everywhere(statements: list[Statement],
                       table: DimensionTable,
                       made: frozenset[int] = frozenset(),
                       unsized: list[dict[str, Any]] | None = None,
-                      calls: CallInputs | None = None
+                      calls: CallInputs | None = None,
+                      reached: frozenset[int] = frozenset()
                       ) -> list[Finding]:
     """:func:`~grader.shapes.verify.verify` at the shape checks' size sets
     (``traced``), then at the graded runs' sizes (``graded``) for each
@@ -110,11 +111,12 @@ def verify_everywhere(statements: list[Statement],
     is accounted for when any run, a shape check or a graded one, read a
     tensor of its statement; ``unsized``: the records of runs whose sizes
     are unknown, which answer only that). ``calls``: the task's declared
-    inputs (:mod:`grader.shapes.calls`)."""
+    inputs (:mod:`grader.shapes.calls`); ``reached``: the statements that
+    completed only in calls that then raised (words of their notes)."""
     if not graded and not unsized:
-        return verify(statements, traced, table, made, calls)
+        return verify(statements, traced, table, made, calls, reached)
     findings = _verified_everywhere(statements, traced, graded, table,
-                                    calls)
+                                    calls, reached)
     if not made:
         return findings
     runs = traced + [(sizes, records) for _, sizes, records in graded]
@@ -128,10 +130,13 @@ def _verified_everywhere(statements: list[Statement],
                          traced: list[tuple[dict[str, int], dict[str, Any]]],
                          graded: list[GradedRun],
                          table: DimensionTable,
-                         calls: CallInputs | None = None) -> list[Finding]:
+                         calls: CallInputs | None = None,
+                         reached: frozenset[int] = frozenset()
+                         ) -> list[Finding]:
     """The comments verified at the size sets, then each statement
     without a problem there at the graded runs it ran in."""
-    findings = verify(statements, traced, table, calls=calls)
+    findings = verify(statements, traced, table, calls=calls,
+                      reached=reached)
     place = {(f.line, f.statement): index
              for index, f in enumerate(findings)}
     found = list(findings)
@@ -154,7 +159,8 @@ def _verified_everywhere(statements: list[Statement],
             runs[len(traced) + number - 1] = (sizes, records)
         combined = verify([statement], runs, table, calls=calls)
         if not combined or not combined[0].penalised:
-            if at is not None and found[at].kind == "never_ran":
+            if at is not None and found[at].kind in ("never_ran",
+                                                     "raised_first"):
                 dropped.add(at)  # it ran, at a graded run's sizes: checked
             continue
         finding = _shown(combined[0], len(traced),

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 PENALISED_KINDS = ("missing", "no_shape", "unknown_name", "wrong_shape",
                    "not_verified")
 #: Finding kinds that are reported as notes and cost nothing.
-NOTE_KINDS = ("never_ran", "not_traced")
+NOTE_KINDS = ("never_ran", "raised_first", "not_traced")
 
 _ABOVE_HINT = ("a comment above a statement belongs to the statement before "
                "it; put each shape on the same line as its statement or "
@@ -448,18 +448,25 @@ def observed_tensors(statements: list[Statement],
 
 
 def _unverified(statement: Statement, claims: list[ShapeClaim],
-                table: DimensionTable, tensors: frozenset[str]
+                table: DimensionTable, tensors: frozenset[str],
+                reached: frozenset[int] = frozenset()
                 ) -> Finding | None:
-    """The finding for a statement that never ran (or cannot be told to
-    have run): its names are checked, and a tensor statement without a
-    shape in its comment is penalised all the same."""
+    """The finding for a statement that never ran in a run that
+    completed (or cannot be told to have run): its names are checked,
+    and a tensor statement without a shape in its comment is penalised
+    all the same. ``reached``: the statements that completed in runs
+    that then raised (they ran, but such a run verifies nothing)."""
     if claims and claims[-1].unknown_names(table):
         finding = _unknown_finding(statement, claims[-1],
                                    claims[-1].unknown_names(table), table)
         return replace(finding, message=finding.message + " (a "
                        "comment's names are checked whether or not its "
                        "statement ran)")
-    if statement.traceable:
+    raised_first = statement.traceable and statement.id in reached
+    if raised_first:
+        why = ("ran only in runs that then stopped with an error, and a "
+               "run that does not complete verifies no comment")
+    elif statement.traceable:
         why = "did not run in any of the grader's runs"
     else:
         why = ("shares its line with an if/for/while/with header, so the "
@@ -481,7 +488,8 @@ def _unverified(statement: Statement, claims: list[ShapeClaim],
                                f"comment has no shape such as "
                                f"{table.example} (it {why})",
                        hint=fix or hint, **base)
-    kind = "never_ran" if statement.traceable else "not_traced"
+    kind = ("raised_first" if raised_first else
+            "never_ran" if statement.traceable else "not_traced")
     return Finding(kind=kind, claimed=claims[-1].text if claims else None,
                    message=f"{why}, so its comment could not be checked",
                    hint=hint, **base)
@@ -549,16 +557,17 @@ def _verify_statement(statement: Statement,
                       following: list[tuple[dict[str, int], list[Execution]]],
                       table: DimensionTable,
                       tensors: frozenset[str] = frozenset(),
-                      places: list[Place] | None = None
+                      places: list[Place] | None = None,
+                      reached: frozenset[int] = frozenset()
                       ) -> Finding | None:
     """The finding for one statement; ``following`` is the next one's;
     ``tensors`` the names seen to hold tensors (for statements that never
     ran); ``places`` where each of ``runs`` belongs (:func:`_by_call`;
-    default: run N is size set N)."""
+    default: run N is size set N); ``reached`` as :func:`verify`."""
     claims = parse_shapes(statement.comment or "", table)
     ran = any(executions for _, executions in runs)
     if not ran:
-        return _unverified(statement, claims, table, tensors)
+        return _unverified(statement, claims, table, tensors, reached)
     unread = _not_read(statement, runs)
     if unread is not None:
         return unread
@@ -678,7 +687,8 @@ def verify(statements: list[Statement],
            runs: list[tuple[dict[str, int], dict[str, Any]]],
            dims: DimensionTable,
            made: frozenset[int] = frozenset(),
-           calls: CallInputs | None = None) -> list[Finding]:
+           calls: CallInputs | None = None,
+           reached: frozenset[int] = frozenset()) -> list[Finding]:
     """Compare every statement's claimed shape with what really ran.
 
     ``runs`` holds one ``(sizes, records)`` pair per size set: ``sizes`` maps
@@ -693,7 +703,9 @@ def verify(statements: list[Statement],
     :class:`ShapeRecordError` for records that are not the documented plain
     data. ``calls``: the task's declared inputs; an execution inside a
     declared call is judged at the sizes of that call's input
-    (:func:`_by_call`).
+    (:func:`_by_call`). ``reached``: the ids of statements that completed
+    only in calls that then raised; they verify nothing, and the note of
+    such a statement says so instead of "not run".
     """
     every = statements
     statements = [s for s in every if s.kind != SPAN_KIND]
@@ -713,7 +725,7 @@ def verify(statements: list[Statement],
                      if index + 1 < len(statements) else [])
         finding = _verify_statement(statement, per_statement[index],
                                     following, dims, tensors,
-                                    places[index])
+                                    places[index], reached)
         if finding is not None:
             findings.append(finding)
     if made:
@@ -756,6 +768,7 @@ _TITLES = {
     "wrong_shape": "wrong shape",
     "not_verified": "shape comment not verifiable",
     "never_ran": "note: not run in any of the grader's runs",
+    "raised_first": "note: ran only in runs that ended in an error",
     "not_traced": "note: not checked",
 }
 

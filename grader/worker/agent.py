@@ -76,6 +76,9 @@ MAX_MADE_PENDING = 256
 # the call made counts (made_keeper).
 MADE_RETURN_ITEMS = 4096
 MAX_FOREIGN = 32
+# Statement ids a failed probe sends as ``reached`` (grader.wire's
+# MAX_REACHED).
+MAX_REACHED = 4096
 # Distinct refused, tampered and patched attempts listed one by one (a
 # forbidden use is always listed); past them, only their number.
 MAX_EVENTS = 64
@@ -4320,6 +4323,7 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
     b_type, b_str, b_int, b_float, b_bool = type, str, int, float, bool
     b_list, b_dict, b_sorted, b_getattr = list, dict, sorted, getattr
     b_enumerate, b_zip, b_len, b_callable = enumerate, zip, len, callable
+    max_reached = MAX_REACHED
     b_LookupError, b_RuntimeError, b_TypeError = (LookupError,
                                                   RuntimeError, TypeError)
     type_mro = type.__dict__["__mro__"].__get__
@@ -4695,7 +4699,10 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         return ([(name, copy) for (name, _), copy in b_zip(named, copies)],
                 named)
 
-    def run_probe(namespace, probe):
+    def run_probe(namespace, probe, reached=None):
+        # ``reached``: where a call that raises leaves the ids of the
+        # planned statements that completed before its error (words of
+        # the report only: a call that fails verifies no comment).
         # The probe's autograd mode, on the submission's thread, for the
         # whole probe: building, loading, the mode, training, the call
         # (grader.plan.Plan.assign_modes).
@@ -4788,13 +4795,20 @@ def probe_runner(torch: Any, phase: dict, readers: tuple,
         # the object was built and loaded with stays a normal tensor.
         held = [call(inference_mode, True)] if inference else []
         phase["tracing"] = True
+        raised = True
         try:
             value = call(obj, *args, **kwargs)
+            raised = False
         finally:
             phase["tracing"] = False
             if held:
                 call(held[0].__exit__, None, None, None)
                 call(b_list.clear, held)
+            if raised and reached is not None:
+                # The grader's own keys (statement ids as str): the
+                # statement that raised is not among them (an exception
+                # drops the pending one).
+                reached.extend(b_sorted(phase["records"])[:max_reached])
         phase["clear_made"]()
         intact = phase["calls"] == phase["returns"] and still_tracing()
         warm = phase["warm_trace"]
@@ -5765,14 +5779,17 @@ def runner(plan: dict, parts: dict) -> Callable[[], None]:
             emit({"type": "start", "id": probe["id"]})
             start_phase(probe["id"])
             started = clock()
+            reached: list = []
             try:
-                result = run_probe(namespace, probe)
+                result = run_probe(namespace, probe, reached)
                 message = {"type": "probe", "id": probe["id"], "ok": True}
                 message.update(result)
             except b_BaseException as exception:
                 message = {"type": "probe", "id": probe["id"], "ok": False,
                            "error": describe_error(exception)}
                 release(exception)
+                if reached:
+                    message["reached"] = reached
             # What the probe built and got dies on the submission's thread
             # (its finalizers are its code).
             call(b_list_clear, held)

@@ -23,6 +23,7 @@ SHAPES = {
     "mistakes": (-1, -1),         # missing, no shape, unknown name, wrong
     "multiline_tuples": (-1, -1),  # tuple shapes in the wrong order
     "never_runs": (0, -1),        # unrun: missing comment, unknown name
+    "raised_first": (0, 0),       # ran only in runs that raised: notes
     # sys.settrace(None) and a frame's trace removed: both refused by the
     # sandbox (the tracer stays on), so each forward fails where it tries
     # and earns nothing; the attempts are integrity flags (below).
@@ -66,6 +67,29 @@ def test_never_executed_lines_are_judged_statically(grade_path) -> None:
     assert ("scores = scores.float()\n  this statement produces a tensor "
             "but has no shape comment (it did not run in\n  any of the "
             "grader's runs") in details
+
+
+def test_lines_that_ran_before_an_error_are_not_called_unrun(
+        grade_path) -> None:
+    """A statement that completed before its call raised, and the one
+    that raised, are noted as run in runs that ended in an error (such a
+    run verifies nothing, so a wrong comment there costs nothing); only
+    the statements after the error are "not run"."""
+    report = grade_path(CASES / "raised_first.py", public_only=True)
+    ran_first = "note: ran only in runs that ended in an error"
+    unrun = "note: not run in any of the grader's runs"
+    task1 = report.item("task1.shapes").details
+    for line in (25, 26, 27):
+        assert f"line {line}: {ran_first}" in task1, task1
+    assert f"line 28: {unrun}" in task1, task1
+    assert "a run that does not complete verifies no comment" in \
+        " ".join(task1.split()), task1
+    task2 = report.item("task2.shapes").details
+    for line in (49, 51):
+        assert f"line {line}: {ran_first}" in task2, task2
+    assert f"line 54: {unrun}" in task2, task2
+    assert report.scores()["task1.forward"] == 0
+    assert report.scores()["task2.scores"] == 0
 
 
 def test_pep8_items_inside_and_outside_the_classes(grade_path) -> None:

@@ -136,6 +136,23 @@ def test_a_forged_too_large_flag_is_malformed() -> None:
     assert wire.check_frame(frame) == "a tensor's too_large is not a flag"
 
 
+def test_a_failed_call_may_name_the_statements_it_reached() -> None:
+    """A probe whose call raised may send the ids of the statements that
+    completed first (words of the report only): decimal ids, at most
+    MAX_REACHED; anything else is malformed, and the error is still
+    checked."""
+    error = {"type": "ValueError", "message": "no"}
+    failed = {"type": "probe", "id": "p", "ok": False, "error": error}
+    assert wire.check_frame({**failed, "reached": ["3", "12"]}) is None
+    malformed = "a failed probe's reached statements are malformed"
+    for reached in (["x"], [3], "3", ["-1"], [""], ["1" * 13],
+                    ["1"] * (wire.MAX_REACHED + 1), ["\u0663"]):
+        assert wire.check_frame({**failed, "reached": reached}) == \
+            malformed, reached
+    assert wire.check_frame({**failed, "error": {}, "reached": ["3"]}) == \
+        "an error has no type or message"
+
+
 def test_aliases_of_tied_parameters_are_names() -> None:
     """A probe's aliases (tied parameters) and a description's are maps
     of names to names; anything else is malformed."""
