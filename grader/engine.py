@@ -254,6 +254,16 @@ def _import_failure(result: JobResult, source: SourceFile) -> str | None:
     return None
 
 
+def _import_line(result: JobResult) -> int | None:
+    """The submission's line at which loading it raised (None when it
+    loaded, or when no line is known)."""
+    for frame in result.frames:
+        if frame.get("type") == "import" and not frame.get("ok"):
+            line = (frame.get("error") or {}).get("line")
+            return line if isinstance(line, int) and line > 0 else None
+    return None
+
+
 def _loaded_fine(result: JobResult) -> bool:
     return any(frame.get("type") == "import" and frame.get("ok")
                for frame in result.frames)
@@ -312,7 +322,9 @@ def load_what_can_be_loaded(assignment: Assignment, submission: Submission,
                        if submission.sources[t.id].path == path)
         reduction = loadable.reduce_module(
             source, graded,
-            sandbox_paths(plugin.of(assignment).package_files))
+            sandbox_paths(plugin.of(assignment).package_files),
+            frozenset(line for job in retry
+                      if (line := _import_line(results[job.name]))))
         if reduction is None:
             continue
         again = [replace(job, source=reduction.source.text)

@@ -370,7 +370,8 @@ def _closure(names: set[str], reads: dict[str, set[str]]) -> set[str]:
 
 
 def reduce_module(source: SourceFile, graded: tuple[str, ...],
-                  roots: dict[str, list[str]] | None = None
+                  roots: dict[str, list[str]] | None = None,
+                  raised: frozenset[int] = frozenset()
                   ) -> Reduction | None:
     """The loadable part of ``source`` (see the module docstring), or
     None when it cannot be built (the code does not parse, or blanking it
@@ -378,17 +379,23 @@ def reduce_module(source: SourceFile, graded: tuple[str, ...],
 
     ``graded`` are the names the assignment grades in this file (a
     skipped statement says which of them need it); ``roots`` the
-    sandbox's readable and hidden trees (:func:`importable`). Code too
-    deep or too large to analyse gives None too, never an exception.
+    sandbox's readable and hidden trees (:func:`importable`); ``raised``
+    the lines at which loading the file raised: a top-level statement
+    (not a definition) that holds one is left out as one that cannot run
+    here, whatever it reads (a value read by a definition included: the
+    definition then meets its absence when called, as it would have).
+    Code too deep or too large to analyse gives None too, never an
+    exception.
     """
     try:
-        return _reduce(source, graded, roots)
+        return _reduce(source, graded, roots, raised)
     except (SyntaxError, RecursionError, MemoryError):
         return None
 
 
 def _reduce(source: SourceFile, graded: tuple[str, ...],
-            roots: dict[str, list[str]] | None) -> Reduction | None:
+            roots: dict[str, list[str]] | None,
+            raised: frozenset[int] = frozenset()) -> Reduction | None:
     tree = source.parse()
     lines = list(source.lines)
     body = tree.body
@@ -467,7 +474,12 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
                 last_value.get(n) == index for n in _stored(node))):
             names = _stored(node)
             lacking = scan.lacking(_loaded(node) - names)
-            if lacking:
+            if _holds(node, raised):
+                # It raised when the file was loaded: it cannot run here
+                # (a definition that reads it meets its absence when
+                # called, as it would have).
+                scan.skip(node, "value", RAISED_HERE, RAISED_CLAUSE)
+            elif lacking:
                 scan.skip(node, "value", scan.explain(
                     "it reads", lacking, body, last_definition, last_value,
                     index), "is skipped too")
@@ -481,7 +493,10 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
             # have (fail closed, below).
             changed, reads_now = change[0] - defined, change[1]
             lacking = scan.lacking(reads_now - changed)
-            if lacking:
+            if _holds(node, raised):
+                scan.skip(node, "value", RAISED_HERE, RAISED_CLAUSE)
+                undecided |= changed & needed
+            elif lacking:
                 scan.skip(node, "value", scan.explain(
                     "it reads", lacking, body, last_definition, last_value,
                     index), "is skipped too")
@@ -512,6 +527,16 @@ def _reduce(source: SourceFile, graded: tuple[str, ...],
     return Reduction(replace(source, text=text), tuple(_records(
         scan.skipped, lines=source.lines, graded=graded, reads=reads,
         available=scan.available)))
+
+
+RAISED_HERE = "it raised when the grader loaded the file"
+RAISED_CLAUSE = "is bound only by module-level code that raised here"
+
+
+def _holds(node: ast.stmt, lines: frozenset[int]) -> bool:
+    """Whether one of ``lines`` lies in ``node``."""
+    return any(node.lineno <= line <= (node.end_lineno or node.lineno)
+               for line in lines)
 
 
 @dataclass

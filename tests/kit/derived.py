@@ -72,8 +72,51 @@ def _dropout_only_if(condition: str, name: str = "probs",
                 f"            {line}\n            # {shape}\n")
 
 
+# The solution's values line, and the imports a module-level line follows.
+_LATER = "        # [batch_size * num_heads, seq_len, head_size]\n"
+_VALUES = "        att = probs @ v  " + _LATER.lstrip()
+_IMPORTS = "import torch\nimport torch.nn as nn\n"
+
+
+def _module_value(value: str, use: str) -> tuple[Edit, ...]:
+    """A module-level ``value`` after the imports, and the values line of
+    MultiHeadSelfAttention.forward written as ``use`` (its comment below
+    it)."""
+    return (Edit(_IMPORTS, _IMPORTS + value),
+            Edit(_VALUES, f"        att = {use}\n" + _LATER))
+
+
 #: Every derived file, by its path below tests/kit/hostile/.
 DERIVED: dict[str, Derived] = {
+    "import_value_raises.py": Derived(
+        ATTENTION, """Broken at import time: a module-level value that only
+MultiHeadSelfAttention reads cannot be computed (its file is not on the
+grader's machine; the sandbox refuses the read).
+
+Expected: the module cannot be loaded as it is; graded without the line
+that raised, SelfAttention, which never reads the value, earns its full
+marks (the rubric's reading: module-level code that raises does not cost
+the classes that can be loaded without it), and MultiHeadSelfAttention
+meets the value's absence when it is called (NameError), as it would have
+on the student's machine without the file: task 2 earns nothing.
+""",
+        _module_value('\nSHARPEN = float(open("/etc/transformer_lm_sharpen")'
+                      '.read())\n', "probs @ v * SHARPEN")),
+    "import_compile_refused.py": Derived(
+        ATTENTION, """Principle 4 at import time: a module-level
+``torch.compile`` (refused: it runs code the grader cannot trace) whose
+result only
+MultiHeadSelfAttention calls.
+
+Expected: the refusal is an integrity flag; the module cannot be loaded
+as it is; graded without the line that raised, SelfAttention, which never
+calls the compiled helper, earns its full marks, and
+MultiHeadSelfAttention meets the helper's absence when it is called
+(NameError): task 2 earns nothing, whatever the compiled code computes.
+""",
+        _module_value('\n\ndef _values(probs, v):\n    return probs @ v\n'
+                      '\n\nFAST_VALUES = torch.compile(_values, '
+                      'backend="eager")\n', "FAST_VALUES(probs, v)")),
     "effects/layer_dropout/b07_values_zero_attribute.py": Derived(
         TRANSFORMER,
         """Red team 14, b07 (issue 24, principle 5): the residual dropout is

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from derived import derived_in, names_in
 from grader.output.report import Report
 from grader.run.sandbox import Job, Limits, check_frame, run_jobs
 from grader.worker import confine
@@ -110,6 +111,25 @@ CORPUS: dict[str, Expected] = {
         T1_FULL, T2_FULL, 11,
         says=("could not be loaded as it is",
               'RuntimeError: "no grading today" (at line 11')),
+    # A module-level line that raises is left out even when a class reads
+    # what it binds: the classes that never read it earn on merit, the
+    # one that does meets its absence when called (NameError).
+    "import_value_raises": Expected(
+        T1_FULL, ZERO, 5,
+        says=("could not be loaded as it is",
+              "`SHARPEN = float(open(\"/etc/transformer_lm_sharpen\")"
+              ".read())` skipped: it raised when the grader loaded the "
+              "file; `MultiHeadSelfAttention` uses it",
+              "NameError: \"name 'SHARPEN' is not defined\"",
+              'The code tried to read "/etc/transformer_lm_sharpen" '
+              "(line 15)")),
+    "import_compile_refused": Expected(
+        T1_FULL, ZERO, 5,
+        says=("could not be loaded as it is",
+              "skipped: it raised when the grader loaded the file",
+              "NameError: \"name 'FAST_VALUES' is not defined\"",
+              'The code tried to compile code with "torch.compile" '
+              "(line 20)")),
     "import_syntax_error": Expected(
         ZERO, ZERO, 0, says=("SyntaxError at line 10",)),
     "import_infinite_loop": Expected(
@@ -286,9 +306,20 @@ def sentences(report: Report) -> str:
                      + [f.message for f in report.flags] + report.notes)
 
 
+def _hostile_file(name: str, folder: Path) -> Path:
+    """The hostile file ``name``: committed, or derived from the
+    solution (tests/kit/derived.py) and written to ``folder``."""
+    derived = derived_in(HOSTILE).get(f"{name}.py")
+    if derived is None:
+        return HOSTILE / f"{name}.py"
+    path = folder / f"{name}.py"
+    path.write_text(derived, encoding="utf-8")
+    return path
+
+
 def test_the_corpus_table_lists_every_hostile_file() -> None:
     """No hostile file is left ungraded, no entry lacks its file."""
-    assert sorted(p.stem for p in HOSTILE.glob("*.py")) == sorted(CORPUS)
+    assert names_in(HOSTILE) == sorted(CORPUS)
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
@@ -305,7 +336,8 @@ def test_hostile_submission(name: str, grade_path, tmp_path: Path,
     before = kit_fingerprint()
     with held.open("a") as handle:  # open while grading, as batch's CSV
         started = time.monotonic()
-        report = grade_path(HOSTILE / f"{name}.py", timeout=expected.timeout,
+        report = grade_path(_hostile_file(name, tmp_path),
+                            timeout=expected.timeout,
                             memory_mb=MEMORY_MB)
         elapsed = time.monotonic() - started
         handle.flush()

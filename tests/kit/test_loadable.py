@@ -335,3 +335,53 @@ def test_a_block_that_may_change_a_value_runs_or_fails_closed() -> None:
     namespace: dict = {}
     exec(compile(text, "reduced", "exec"), namespace)
     assert namespace["A"]().f() is False and namespace["C"]().f() == 1
+
+
+def test_a_line_that_raised_is_left_out_even_when_it_is_read() -> None:
+    """A top-level statement holding a line at which loading raised is
+    left out whatever it reads: a value a definition reads (the
+    definition meets its absence when called, as it would have), and a
+    block that may change such a value (its readers are not graded on a
+    value the run would not have had: fail closed); a definition whose
+    body holds the line is kept (the line ran in some call of it)."""
+    text = textwrap.dedent("""
+        SCALE = float(open("/nowhere").read())
+        MASKED = True
+        with open("/nowhere") as handle:
+            MASKED = handle.read() == "yes"
+
+
+        def helper():
+            return 1 / 0
+
+
+        class A:
+            def f(self):
+                return SCALE
+
+
+        class B:
+            def f(self):
+                return MASKED
+
+
+        class C:
+            def f(self):
+                return helper
+        """).lstrip("\n")
+    source = SourceFile(text=text, path=Path("/tmp/learner.py"))
+    assert reduce_module(source, ("A", "B", "C")) is None  # nothing to drop
+    reduction = reduce_module(source, ("A", "B", "C"),
+                              raised=frozenset({1, 4, 8}))
+    assert reduction is not None
+    assert why(reduction, "SCALE = ") == \
+        "it raised when the grader loaded the file"
+    assert why(reduction, "class B") == (
+        "its code reads `MASKED`, which module-level code that cannot run "
+        "here may change")
+    namespace: dict = {}
+    exec(compile(reduction.source.text, "reduced", "exec"), namespace)
+    assert "SCALE" not in namespace and "B" not in namespace
+    with pytest.raises(NameError):
+        namespace["A"]().f()
+    assert namespace["C"]().f() is namespace["helper"]

@@ -53,17 +53,19 @@ CORPUS: dict[str, tuple] = {
         ("36 attempt(s) not listed", "_scaled_dot_product_attention_math")),
     # -- Principle 4: code the grader cannot see earns nothing it serves.
     # Refused at import (red team 9): nothing was compiled, so a refused
-    # attempt (a flag); the module cannot load without what it compiles.
-    "jit_script_helper": (ZERO, ZERO, 0, ("refused",),
+    # attempt (a flag). The line that raised is left out of the loadable
+    # part: the class that calls what it compiles fails with a NameError
+    # (the items it serves earn nothing), the other class earns on merit.
+    "jit_script_helper": ((1, 0, 0, 0, 0), CLEAN_2, 7, ("refused",),
                           ('compile code with "torch._C._jit_script_'
-                           'compile"', "could not be loaded")),
-    "jit_string_unit": (ZERO, ZERO, 0, ("refused",),
+                           'compile"', "name '_attend' is not defined")),
+    "jit_string_unit": ((1, 3, 0, 0, 1), ZERO, 5, ("refused",),
                         ('compile code with "torch._C.CompilationUnit"',
-                         "could not be loaded")),
+                         "name '_UNIT' is")),
     "jit_trace_method": (
-        ZERO, ZERO, 0, ("refused",),
+        (1, 0, 0, 0, 0), CLEAN_2, 7, ("refused",),
         ('compile code with "torch._C._create_function_from_trace"',
-         "could not be loaded")),
+         "name '_FAST' is not defined")),
     # -- Principle 3: a forbidden kernel is unreachable, not watched.
     "copy_from_spec": ((0, 0, 0, -1, 0), CLEAN_2, 6, ("forbidden",),
                        ("load a second copy of", "torch/nn/functional.py")),
