@@ -243,25 +243,28 @@ def grade_submission(submission: Submission,
     return report
 
 
-def _import_failure(result: JobResult, source: SourceFile) -> str | None:
-    """The exception the submission's module-level code raised while the
-    worker loaded it, as a sentence; None when it loaded, and when the
-    worker died or hung while loading (that is no exception)."""
+def _import_error(result: JobResult) -> dict | None:
+    """The error the worker's import frame reports (``{}`` when it gives
+    none); None when the submission loaded, and when the worker died or
+    hung while loading (that is no exception)."""
     for frame in result.frames:
         if frame.get("type") == "import":
-            return (None if frame.get("ok")
-                    else format_error(frame.get("error") or {}, source))
+            return None if frame.get("ok") else frame.get("error") or {}
     return None
+
+
+def _import_failure(result: JobResult, source: SourceFile) -> str | None:
+    """The exception the submission's module-level code raised while the
+    worker loaded it, as a sentence (None as :func:`_import_error`)."""
+    error = _import_error(result)
+    return None if error is None else format_error(error, source)
 
 
 def _import_line(result: JobResult) -> int | None:
     """The submission's line at which loading it raised (None when it
     loaded, or when no line is known)."""
-    for frame in result.frames:
-        if frame.get("type") == "import" and not frame.get("ok"):
-            line = (frame.get("error") or {}).get("line")
-            return line if isinstance(line, int) and line > 0 else None
-    return None
+    line = (_import_error(result) or {}).get("line")
+    return line if isinstance(line, int) and line > 0 else None
 
 
 def _loaded_fine(result: JobResult) -> bool:

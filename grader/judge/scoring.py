@@ -285,7 +285,8 @@ def _trace_runs(run: TaskRun, assignment: Assignment, task: Task
     return runs, _unique(problems)
 
 
-def _reached(run: TaskRun, statements: list) -> frozenset[int]:
+def _reached(run: TaskRun, statements: list[shapes.Statement]
+             ) -> frozenset[int]:
     """The ids of the statements that ran in a call that then raised
     (any probe's): those that completed before the error, and the one
     whose lines hold the line it was raised at. Words of the shape report
