@@ -1,31 +1,25 @@
-"""``python -m grader``: see :mod:`grader.routes.cli`."""
-import sys
+"""``python -m grader``: see :mod:`grader.routes.cli`; with
+``GRADER_COMMAND_SERVER`` set, :mod:`grader.routes.warm` may run the
+command in a fork of a warm server instead."""
+import os
+from typing import NoReturn
 
-from grader.routes.cli import main
+from grader.routes.exits import finish
 
 
-def _exit(status: int | None) -> None:
-    """End the command with ``status`` as ``sys.exit`` would, without the
-    interpreter's teardown: freeing torch's modules object by object costs
-    about a third of a second of CPU (a fifth of ``import torch``) and
-    changes nothing once the output is out. The exit handlers run first
-    (``atexit``, ``weakref.finalize``: temporary folders); when a thread
-    other than this one still runs, or the output cannot be flushed, the
-    usual ``sys.exit`` decides."""
-    import atexit
-    import os
-    import threading
+def _run() -> NoReturn:
+    """The command: in a warm server's fork when one is named and takes
+    it (docs/internals.md, `grader.routes.warm`), else here."""
+    from grader.routes.warm import ADDRESS, delegate
 
-    if threading.active_count() > 1:
-        sys.exit(status)
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        sys.exit(status)
-    os._exit(status or 0)
+    if os.environ.get(ADDRESS):
+        status = delegate(os.environ[ADDRESS])
+        if status is not None:
+            finish(status)
+    from grader.routes.cli import main
+
+    finish(main())
 
 
 if __name__ == "__main__":
-    _exit(main())
+    _run()

@@ -89,12 +89,38 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     os.environ[forkserver.SHARED_ADDRESS] = address
     _SESSION_SERVER.update(process=process, folder=folder)
+    _start_command_server(folder)
+
+
+def _start_command_server(folder: str) -> None:
+    """The session's command server (docs/internals.md,
+    `grader.routes.warm`): each `python -m grader` a test starts runs in a
+    fork of it (torch and the plug-ins imported once), unless the test
+    leaves ``GRADER_COMMAND_SERVER`` out of the command's environment
+    (tests of a command's own process: `own_command_process`)."""
+    from grader.routes import warm
+
+    address = os.path.join(folder, "commands")
+    try:
+        command_server = warm.listen(address)
+    except warm.WarmServerError as exc:
+        sys.stderr.write(f"no command server: {exc}\n")
+        return
+    os.environ[warm.ADDRESS] = address
+    _SESSION_SERVER["commands"] = command_server
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the session's fork server, if this process started it."""
     from grader.run import forkserver
 
+    from grader.routes import warm
+
+    commands = _SESSION_SERVER.pop("commands", None)
+    if commands is not None:
+        os.environ.pop(warm.ADDRESS, None)
+        commands.kill()
+        commands.wait()
     process = _SESSION_SERVER.pop("process", None)
     if process is None:
         return
@@ -126,6 +152,16 @@ def own_fork_server(monkeypatch):
     forkserver.stop()
     yield
     forkserver.stop()
+
+
+@pytest.fixture
+def own_command_process(monkeypatch):
+    """Each `python -m grader` this test starts runs in a process of its
+    own, as outside the suite (tests of what that process does: its
+    threads, its children, its signals)."""
+    from grader.routes import warm
+
+    monkeypatch.delenv(warm.ADDRESS, raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -217,7 +217,7 @@ def _is_fork_server(pid: int) -> bool:
     return b"grader.run.forkserver" in command
 
 
-@pytest.mark.usefixtures("own_fork_server")
+@pytest.mark.usefixtures("own_fork_server", "own_command_process")
 @pytest.mark.parametrize("victim", ["judge", "fork server"])
 def test_a_process_killed_from_outside_loses_no_row(tmp_path, victim):
     """A judge killed by SIGKILL is graded again; a fork server killed

@@ -372,13 +372,13 @@ def test_the_command_ends_as_sys_exit_would() -> None:
     ``sys.exit`` that ends it (the thread finishes first)."""
     script = textwrap.dedent('''
         import atexit, sys, threading, time
-        from grader.__main__ import _exit
+        from grader.routes.exits import finish
         atexit.register(print, "handler ran")
         sys.stdout.write("x" * 100000 + "\\n")
         if sys.argv[1] == "thread":
             threading.Thread(target=lambda: (time.sleep(0.3),
                                              print("thread done"))).start()
-        _exit(int(sys.argv[2]))
+        finish(int(sys.argv[2]))
     ''')
     for mode, status in (("alone", 3), ("thread", 0)):
         result = subprocess.run([sys.executable, "-c", script, mode,

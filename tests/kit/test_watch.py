@@ -99,6 +99,7 @@ class Lines:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("own_command_process")
 def test_watch_regrades_on_save_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     submission = tmp_path / "modeling_attention.py"
     submission.write_text(REFERENCE.read_text())

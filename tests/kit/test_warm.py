@@ -1,0 +1,239 @@
+"""Warm commands (docs/internals.md, `grader.routes.warm`): a
+``python -m grader`` that names a command server runs in a fork of it and
+ends as a command of its own would; whenever the fork could differ from a
+fresh interpreter it runs in its own process instead.
+
+Every test here starts a server of its own (``server``), so the
+behaviour is this module's whatever the session provides; the commands
+are real ``python -m grader`` processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.routes import warm
+
+KIT = Path(__file__).resolve().parents[2]
+HOSTILE = Path(__file__).resolve().parent / "hostile"
+SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+EXAMPLE = KIT / "examples" / "submission"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A command server of this module's, and its address."""
+    folder = tmp_path_factory.mktemp("warm")
+    address = str(folder / "commands")
+    process = warm.listen(address)
+    yield process, address
+    process.kill()
+    process.wait()
+
+
+def _environment(address: str | None, **extra: str) -> dict[str, str]:
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in (warm.ADDRESS, "GRADER_SEED")}
+    if address is not None:
+        environment[warm.ADDRESS] = address
+    environment.update(extra)
+    return environment
+
+
+# Runs a command and prints, last on stderr, the peak memory (MB) of the
+# processes it waited for: the client, and what the client itself forked.
+PEAK = ("import resource, subprocess, sys; "
+        "done = subprocess.run(sys.argv[1:]); "
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
+        "sys.stderr.write(f'\\npeak {peak // 1024}\\n'); "
+        "sys.exit(done.returncode)")
+
+
+def _measured(command: list[str], cwd: Path = KIT, **extra: str
+              ) -> tuple[subprocess.CompletedProcess, int]:
+    """``command`` run with ``extra`` in its environment (``address``:
+    the server, or None); its result (stderr without the measure) and
+    the peak memory in MB of the client's own process tree, which tells
+    whether the client imported torch (a few hundred MB) or handed its
+    run over (tens)."""
+    address = extra.pop("address", None)
+    done = subprocess.run([sys.executable, "-c", PEAK, *command], cwd=cwd,
+                          env=_environment(address, **extra),
+                          capture_output=True, text=True, timeout=300)
+    stderr, _, peak = done.stderr.rstrip("\n").rpartition("\npeak ")
+    done.stderr = stderr
+    return done, int(peak)
+
+
+def _grader(*argv: str, address: str | None, cwd: Path = KIT,
+            **extra: str) -> subprocess.CompletedProcess:
+    return _measured([sys.executable, "-m", "grader", *argv], cwd=cwd,
+                     address=address, **extra)[0]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(t) for t in (task / "children").read_text().split()]
+    return found
+
+
+def _wait_for(condition, within: float = 60.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not within {within:g} s")
+
+
+def test_a_grade_through_the_server_is_the_grade_of_its_own_process(
+        server) -> None:
+    """Same report, item by item, same exit status; the seed of the
+    client's environment and its working folder reach the command."""
+    _, address = server
+    runs, peaks = {}, {}
+    for name, where in (("warm", address), ("cold", None)):
+        runs[name], peaks[name] = _measured(
+            [sys.executable, "-m", "grader", "grade", "submission",
+             "--format", "json"], cwd=EXAMPLE.parent, address=where,
+            GRADER_SEED="77")
+    assert runs["warm"].returncode == runs["cold"].returncode == 0, \
+        runs["warm"].stderr
+    # The warm client never imported torch; the cold one did.
+    assert peaks["warm"] < 100 < 200 < peaks["cold"], peaks
+    warm_report = json.loads(runs["warm"].stdout)
+    cold_report = json.loads(runs["cold"].stdout)
+    items = {i["id"]: (i["score"], i["message"])
+             for i in warm_report["items"]}
+    assert items == {i["id"]: (i["score"], i["message"])
+                     for i in cold_report["items"]}
+    assert warm_report["score"] == cold_report["score"] == 9.0
+    assert warm_report["grader"]["seed"] == "secret ($GRADER_SEED)"
+    assert items["task1.shapes"][0] == 0  # the example's wrong comments
+
+
+def test_refusals_and_their_exit_status_are_the_same(server,
+                                                     tmp_path) -> None:
+    _, address = server
+    for argv in (["grade", str(tmp_path / "nothing.py")],
+                 ["grade", "--format", "yaml", "x.py"],
+                 ["nosuchcommand"], ["grade", "--help"]):
+        warm_run = _grader(*argv, address=address)
+        cold_run = _grader(*argv, address=None)
+        assert (warm_run.returncode, warm_run.stdout, warm_run.stderr) == \
+            (cold_run.returncode, cold_run.stdout, cold_run.stderr), argv
+    assert _grader("grade", str(tmp_path / "nothing.py"),
+                   address=address).returncode == 2
+
+
+def _hanging_batch(tmp_path: Path, address: str, **popen):
+    """A batch of one file that hangs in forward (killed at 60 s)."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    shutil.copy(HOSTILE / "t2_infinite_loop.py", folder / "s1.py")
+    return subprocess.Popen(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(tmp_path / "g.csv"), "--jobs", "1", "--no-feedback",
+         "--public-only", "--timeout", "60"],
+        cwd=tmp_path, env=_environment(address),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def _limit_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (300, 4096))
+
+
+def test_the_command_is_a_fork_of_the_server_with_the_clients_state(
+        server, tmp_path) -> None:
+    """While it runs, the command is the server's child, not the
+    client's; it has the client's folder and limits (its environment:
+    the seed of the first test)."""
+    process, address = server
+    client = _hanging_batch(tmp_path, address, preexec_fn=_limit_files)
+    try:
+        command = _wait_for(lambda: _children(process.pid))[0]
+        # The batch judges (its Ctrl-C keeps what is done from here on).
+        _wait_for(lambda: _children(command))
+        assert _children(client.pid) == []
+        assert Path(f"/proc/{command}/cwd").resolve() == tmp_path.resolve()
+        limits = Path(f"/proc/{command}/limits").read_text()
+        line = next(row for row in limits.splitlines()
+                    if row.startswith("Max open files"))
+        assert line.split()[3:5] == ["300", "4096"]
+    finally:
+        client.send_signal(signal.SIGINT)
+        client.communicate(timeout=120)
+    # Ctrl-C reached the batch, which says how to resume (exit 130).
+    assert client.returncode == 130
+
+
+def test_a_killed_client_takes_its_command_with_it(server, tmp_path) -> None:
+    process, address = server
+    client = _hanging_batch(tmp_path, address)
+    command = _wait_for(lambda: _children(process.pid))[0]
+    client.kill()
+    client.communicate(timeout=60)
+    _wait_for(lambda: command not in _children(process.pid), within=30)
+    assert not Path(f"/proc/{command}").exists() or \
+        Path(f"/proc/{command}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_command_killed_by_a_signal_kills_its_client_so(server,
+                                                          tmp_path) -> None:
+    process, address = server
+    client = _hanging_batch(tmp_path, address)
+    command = _wait_for(lambda: _children(process.pid))[0]
+    os.kill(command, signal.SIGTERM)
+    client.communicate(timeout=60)
+    assert client.returncode == -signal.SIGTERM
+
+
+def test_a_client_that_cannot_hand_its_run_over_runs_it_itself(
+        server, tmp_path) -> None:
+    """A server gone, a server of another identity (another hash seed),
+    a closed standard input: each grade still happens, in the client's
+    own process (it imports torch)."""
+    _, address = server
+    graded = [sys.executable, "-m", "grader", "grade",
+              str(SUBMISSIONS / "correct_matmul.py"), "--public-only"]
+    runs = [_measured(graded, address=str(tmp_path / "nobody")),
+            _measured(graded, address=address, PYTHONHASHSEED="5"),
+            _measured([sys.executable, "-c",
+                       "import os, runpy, sys; os.close(0); "
+                       "sys.argv[0] = 'grader'; "
+                       "runpy.run_module('grader', run_name='__main__')",
+                       *graded[3:]], address=address)]
+    for done, peak in runs:
+        assert done.returncode == 0, done.stderr
+        assert "Total: 10 / 10" in done.stdout
+        assert peak > 200, peak
+    # The same command with its standard input open is handed over.
+    done, peak = _measured(graded, address=address)
+    assert done.returncode == 0 and "Total: 10 / 10" in done.stdout
+    assert peak < 100, peak
+
+
+def test_the_identity_names_what_the_interpreter_fixed_at_start() -> None:
+    """Another hash seed or another flag is another identity: the
+    client compares before it hands anything over."""
+    script = ("from grader.routes import warm; import sys; "
+              "sys.stdout.write(warm.identity().decode())")
+    found = set()
+    for extra, flags in (({}, []), ({"PYTHONHASHSEED": "3"}, []),
+                         ({}, ["-X", "dev"])):
+        found.add(subprocess.run(
+            [sys.executable, *flags, "-c", script], cwd=KIT,
+            env=_environment(None, **extra), capture_output=True, text=True,
+            timeout=120).stdout)
+    assert len(found) == 3 and "" not in found
