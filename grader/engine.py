@@ -261,9 +261,12 @@ def _import_failure(result: JobResult, source: SourceFile) -> str | None:
 
 
 def _import_line(result: JobResult) -> int | None:
-    """The submission's line at which loading it raised (None when it
-    loaded, or when no line is known)."""
-    line = (_import_error(result) or {}).get("line")
+    """The submission's module-level line at which loading it raised: the
+    top-level statement that was running (``outer``, when the error's own
+    line is in a function it called), else the error's line; None when
+    it loaded, or when no line is known."""
+    error = _import_error(result) or {}
+    line = error.get("outer", error.get("line"))
     return line if isinstance(line, int) and line > 0 else None
 
 

@@ -283,7 +283,8 @@ def _error(value: Any) -> str | None:
         return "an error is not an object"
     if not (_text(value.get("type")) and _text(value.get("message"))):
         return "an error has no type or message"
-    if "line" in value and not _count(value["line"]):
+    if not all(_count(value[key]) for key in ("line", "outer")
+               if key in value):
         return "an error's line is not a line number"
     if not all(_text(value[key]) for key in ("code", "function")
                if key in value):

@@ -4052,12 +4052,20 @@ def error_describer(filename: str, lines: list, memory_mb: int,
                 if b_type(named) is b_str and named == filename:
                     line = syntax_line(exception)
             tb = traceback_of(exception)
+            # The outermost line of the file's own module-level code: the
+            # top-level statement that was running (a helper it called
+            # may hold the innermost line).
+            outer = None
             while tb is not None:
                 code = tb.tb_frame.f_code
                 if code.co_filename == filename:
                     line = tb.tb_lineno
                     function = code.co_name
+                    if outer is None and function == "<module>":
+                        outer = line
                 tb = tb.tb_next
+            if b_type(outer) is b_int and outer != line:
+                info["outer"] = outer
             if b_type(line) is b_int:
                 info["line"] = line
                 if 1 <= line <= b_len(lines):

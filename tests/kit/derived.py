@@ -117,6 +117,20 @@ MultiHeadSelfAttention meets the helper's absence when it is called
         _module_value('\n\ndef _values(probs, v):\n    return probs @ v\n'
                       '\n\nFAST_VALUES = torch.compile(_values, '
                       'backend="eager")\n', "FAST_VALUES(probs, v)")),
+    "import_helper_raises.py": Derived(
+        ATTENTION, """Broken at import time, one call deep: a module-level
+value computed by a helper function, whose own line raises (its file is
+not on the grader's machine); only MultiHeadSelfAttention reads the value.
+
+Expected: as import_value_raises: the top-level statement that called
+the helper is left out (the helper's definition stays), SelfAttention
+earns its full marks, and MultiHeadSelfAttention meets the value's
+absence when it is called (NameError): task 2 earns nothing.
+""",
+        _module_value('\n\ndef _read_scale(path):\n    with open(path) as '
+                      'handle:\n        return float(handle.read())\n'
+                      '\n\nSHARPEN = _read_scale("/etc/transformer_lm_'
+                      'sharpen")\n', "probs @ v * SHARPEN")),
     "effects/layer_dropout/b07_values_zero_attribute.py": Derived(
         TRANSFORMER,
         """Red team 14, b07 (issue 24, principle 5): the residual dropout is

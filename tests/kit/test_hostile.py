@@ -123,6 +123,15 @@ CORPUS: dict[str, Expected] = {
               "NameError: \"name 'SHARPEN' is not defined\"",
               'The code tried to read "/etc/transformer_lm_sharpen" '
               "(line 15)")),
+    # The same, one call deep: the error's line is the helper's; the
+    # statement left out is the top-level one that called it.
+    "import_helper_raises": Expected(
+        T1_FULL, ZERO, 5,
+        says=("could not be loaded as it is",
+              "`SHARPEN = _read_scale(\"/etc/transformer_lm_sharpen\")` "
+              "skipped: it raised when the grader loaded the file; "
+              "`MultiHeadSelfAttention` uses it",
+              "NameError: \"name 'SHARPEN' is not defined\"")),
     "import_compile_refused": Expected(
         T1_FULL, ZERO, 5,
         says=("could not be loaded as it is",

@@ -153,6 +153,20 @@ def test_a_failed_call_may_name_the_statements_it_reached() -> None:
         "an error has no type or message"
 
 
+def test_an_import_error_may_name_its_top_level_line() -> None:
+    """An import frame's error may name, besides its own line, the line of
+    the top-level statement that was running (``outer``: the engine
+    leaves that statement out); a line that is no line number is
+    malformed."""
+    error = {"type": "OSError", "message": "no", "line": 15, "outer": 19}
+    frame = {"type": "import", "ok": False, "error": error}
+    assert wire.check_frame(frame) is None
+    for outer in ("19", -1, 0.5, True, None, 10 ** 30):
+        assert wire.check_frame({**frame, "error": {**error, "outer": outer}}
+                                ) == "an error's line is not a line number", \
+            outer
+
+
 def test_aliases_of_tied_parameters_are_names() -> None:
     """A probe's aliases (tied parameters) and a description's are maps
     of names to names; anything else is malformed."""
