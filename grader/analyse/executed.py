@@ -304,12 +304,16 @@ class Expander:
         self.scope = scope
         self.owns = owns
         self.chosen: set[str] | None = None
+        # The names the given code (statements not the student's) of the
+        # function being expanded reads: what it reads is never dead.
+        self.given_reads: set[str] = set()
 
     def units(self, func: ast.FunctionDef | ast.AsyncFunctionDef,
               owner: ast.ClassDef | None) -> list[Unit]:
         """The units ``func`` executes, its parameters numbered."""
         frame = _frame(owner, func, self.scope, (id(func),), 0)
         raw: list[tuple[ast.stmt | list[str], set[int]]] = []
+        self.given_reads = set()
         self._block(func, func.body, frame, raw, owned_only=True)
         params = [a.arg for a in func.args.posonlyargs + func.args.args
                   + func.args.kwonlyargs]
@@ -321,7 +325,8 @@ class Expander:
             positions[func.args.kwarg.arg] = "P**"
         members = self._attributes()
         raw = _split_tuples(_propagate_aliases(
-            raw, set(positions) | {"self"}))[:MAX_UNITS]
+            _without_dead(raw, self.given_reads),
+            set(positions) | {"self"}))[:MAX_UNITS]
 
         def tokens_of(node: ast.stmt | list[str]) -> tuple[str, ...]:
             return (tuple(node) if isinstance(node, list)
@@ -352,17 +357,26 @@ class Expander:
                 continue
             if isinstance(node, _DEFINITIONS) or _lambda_binding(node):
                 continue  # a local helper: inlined where it is called
+            live = _live_branch(node)
+            if live is not None:
+                # A test or a loop that decides nothing (``if False:``,
+                # ``for _ in range(0):``): only what runs is compared.
+                self._block(func, live, frame, out, owned_only)
+                continue
             mine = not owned_only or self.owns(func, written)
             blocks = _blocks(node)
             if blocks:
-                if mine:
-                    header = _header(node)
-                    if header is not None:
-                        self._statement(header, node, frame, out)
+                header = _header(node)
+                if mine and header is not None:
+                    self._statement(header, node, frame, out)
+                elif header is not None:
+                    self.given_reads.update(_loads(header))
                 for block in blocks:
                     self._block(func, block, frame, out, owned_only)
             elif mine:
                 self._statement(node, node, frame, out)
+            else:
+                self.given_reads.update(_loads(node))
 
     def _statement(self, node: ast.stmt, where: ast.stmt, frame: _Frame,
                    out: list) -> None:
@@ -804,6 +818,99 @@ def _propagate_aliases(raw: list, roots: set[str]) -> list:
              else substitute.visit(node), lines)
             for index, (node, lines) in enumerate(raw)
             if index not in dropped]
+
+
+def _loads(node: ast.AST) -> set[str]:
+    """The names ``node`` reads."""
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _without_dead(raw: list, given: set[str]) -> list:
+    """The statements without those that change nothing the method
+    computes, until none is left: an ``assert``; an expression statement
+    that calls nothing (a name, an attribute or a constant read alone);
+    an assignment to local names none of which a statement reads (nor
+    the given code: ``given``), whose value calls no in-place method
+    (``add_``). A copy padded with them, or whose pads read each
+    temporary a second time, compares as the code it copied."""
+    work = list(raw)
+    while True:
+        read = set(given)
+        for node, _ in work:
+            if isinstance(node, ast.AST):
+                read |= _loads(node)
+        kept = [(node, lines) for node, lines in work
+                if not _dead(node, read)]
+        if len(kept) == len(work):
+            return kept
+        work = kept
+
+
+def _dead(node: object, read: set[str]) -> bool:
+    """Whether ``node`` changes nothing computed (see _without_dead)."""
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, ast.Expr):
+        return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield,
+                                      ast.YieldFrom, ast.NamedExpr))
+                       for n in ast.walk(node.value))
+    if not isinstance(node, ast.Assign) or _header_value(node.value):
+        return False
+    names = []
+    for target in node.targets:
+        elements = (target.elts if isinstance(target, (ast.Tuple, ast.List))
+                    else [target])
+        for element in elements:
+            if isinstance(element, ast.Starred):
+                element = element.value
+            if not isinstance(element, ast.Name):
+                return False  # an attribute or an item: state changes
+            names.append(element.id)
+    in_place = any(isinstance(n, ast.Attribute) and n.attr.endswith("_")
+                   and not n.attr.startswith("_")
+                   for n in ast.walk(node.value))
+    binds = any(isinstance(n, ast.NamedExpr) for n in ast.walk(node.value))
+    return not (in_place or binds or any(name in read for name in names))
+
+
+def _header_value(value: ast.expr) -> bool:
+    """A compound statement's header as :func:`_header` writes it."""
+    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and value.func.id in _KEYWORDS)
+
+
+def _live_branch(node: ast.stmt) -> list[ast.stmt] | None:
+    """What runs of a statement whose test or loop decides nothing: the
+    branch a constant test takes, or a loop's ``else`` when it never
+    runs (``for _ in range(0)``, ``while False``, over ``()`` or
+    ``[]``); None for any other statement."""
+    if isinstance(node, ast.If) and isinstance(node.test, ast.Constant):
+        return node.body if node.test.value else node.orelse
+    if isinstance(node, ast.While) and isinstance(node.test, ast.Constant) \
+            and not node.test.value:
+        return node.orelse
+    if isinstance(node, ast.For) and _empty(node.iter):
+        return node.orelse
+    return None
+
+
+def _empty(iterable: ast.expr) -> bool:
+    """An iterable that is empty whatever runs: ``()``, ``[]``, or
+    ``range`` of constants that gives nothing."""
+    if isinstance(iterable, (ast.Tuple, ast.List)):
+        return not iterable.elts
+    function = iterable.func if isinstance(iterable, ast.Call) else None
+    if not (isinstance(iterable, ast.Call) and isinstance(function, ast.Name)
+            and function.id == "range" and not iterable.keywords
+            and 1 <= len(iterable.args) <= 3
+            and all(isinstance(a, ast.Constant) and type(a.value) is int
+                    for a in iterable.args)):
+        return False
+    values = [a.value for a in iterable.args]  # type: ignore[attr-defined]
+    if len(values) == 3 and values[2] == 0:
+        return False  # range() refuses a zero step: it raises
+    return len(range(*values)) == 0
 
 
 def _split_tuples(raw: list) -> list:

@@ -408,6 +408,32 @@ def _pytest_args(checks_dir: Path) -> list[str]:
                    str(checks_dir)]
 
 
+#: What pytest takes from the environment that would change the grader's
+#: own sessions: options (``--junitxml``, ``-p``) and plug-ins to load.
+_PYTEST_ENVIRONMENT = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+
+
+@contextlib.contextmanager
+def _own_pytest() -> Iterator[None]:
+    """The grader's own pytest: no option or plug-in of the environment's
+    (a CI job's ``PYTEST_ADDOPTS`` is meant for its tests, not for the
+    checks a grading runs), no plug-in loaded by entry point; the
+    environment is as it was afterwards."""
+    names = (*_PYTEST_ENVIRONMENT, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    saved = {name: os.environ.get(name) for name in names}
+    for name in _PYTEST_ENVIRONMENT:
+        os.environ.pop(name, None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _pytest_session(checks_dir: Path, context: dict[str, Any]
                     ) -> tuple[list[CheckOutcome], list[str]]:
     """One pytest session over the checks, in this process (the one
@@ -415,10 +441,9 @@ def _pytest_session(checks_dir: Path, context: dict[str, Any]
     prepared = _PREPARED.get(checks_dir)
     if prepared is not None and prepared.unused():
         return prepared.run(context)
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     plugin = ChecksPlugin(context)
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), \
+    with _own_pytest(), contextlib.redirect_stdout(sink), \
             contextlib.redirect_stderr(sink):
         status = pytest.main(
             _pytest_args(checks_dir),
@@ -502,9 +527,7 @@ def warm_up(assignment: Assignment) -> None:
     cannot be prepared so, only the imports are done (each judge then
     runs a whole session)."""
     checks_dir = assignment.checks_dir
-    environment = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    try:
+    with _own_pytest():
         try:
             _PREPARED[checks_dir] = _PreparedSession(
                 checks_dir, [task.id for task in assignment.tasks])
@@ -517,9 +540,6 @@ def warm_up(assignment: Assignment) -> None:
             pytest.main(_pytest_args(checks_dir)[:-1] + [
                 "--collect-only", str(checks_dir)],
                 plugins=[ChecksPlugin({})])
-    finally:
-        if environment is None:
-            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
 
 
 def run_checks(checks_dir: Path, context: dict[str, Any],

@@ -366,3 +366,31 @@ def test_version() -> None:
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout == f"python -m grader {__version__}\n"
+
+
+def test_the_environments_pytest_options_never_reach_the_checks(
+        tmp_path: Path) -> None:
+    """A CI job's ``PYTEST_ADDOPTS`` and ``PYTEST_PLUGINS`` are meant for
+    its own tests: a grade run under them (an option the checks' pytest
+    does not know, a plug-in that does not exist) is the grade without
+    them, item by item, and they are still there for what the command
+    starts after."""
+    import os
+
+    solution = KIT / "tests" / "kit" / "submissions" / "correct_matmul.py"
+    reports = {}
+    for name, extra in (("plain", {}), ("ci", {
+            "PYTEST_ADDOPTS": f"--junitxml={tmp_path / 'x.xml'}",
+            "PYTEST_PLUGINS": "no_such_plugin_of_a_ci_job"})):
+        environment = {k: v for k, v in os.environ.items()
+                       if not k.startswith("PYTEST_") and k != "GRADER_SEED"}
+        done = subprocess.run(
+            _command("grade", str(solution), "--format", "json"), cwd=KIT,
+            env={**environment, **extra}, capture_output=True, text=True,
+            timeout=300)
+        assert done.returncode == 0, done.stderr
+        reports[name] = {item["id"]: item["score"]
+                         for item in json.loads(done.stdout)["items"]}
+    assert reports["ci"] == reports["plain"]
+    assert reports["plain"]["task1.forward"] == 3
+    assert reports["plain"]["task2.output"] == 2

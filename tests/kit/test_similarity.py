@@ -50,6 +50,7 @@ COPIED = {
     "max": ("copy_api_synonyms.py", "dan"),
     "ned": ("copy_method_forms.py", "fay"),
     "oli": ("copy_function_forms.py", "cat"),
+    "pia": ("copy_dead_statements.py", "ben"),
 }
 
 
@@ -98,7 +99,8 @@ def test_a_disguised_copy_ranks_above_every_unrelated_pair(ranked, copy):
     unrelated = [p for p in pairs
                  if frozenset((p.left.student, p.right.student))
                  not in copies]
-    assert len(unrelated) == 78 - len(copies)
+    students = len(CLASS) + len(COPIED)
+    assert len(unrelated) == students * (students - 1) // 2 - len(copies)
     best = max(unrelated, key=lambda p: p.rank)
     assert pair.rank > best.rank + 0.2, (pair.shares, best.left.student,
                                          best.right.student, best.shares)
@@ -141,10 +143,16 @@ def test_the_report_marks_the_shared_lines_helpers_included(ranked):
     functions = _shared(_pair(pairs, "oli", "cat"), "oli")
     assert "logits = qq.bmm(kk.permute(0, 2, 1)).div(self.scale)" in functions
     assert "logits = torch.masked_fill(logits, hide, -math.inf)" in functions
+    # The padded copy: its copied lines are marked, its pads are not.
+    padded = _shared(_pair(pairs, "pia", "ben"), "pia")
+    assert "weights = (sim / self.scale).softmax(-1)  # [bs, seq, seq]" \
+        in padded
+    assert "assert qq is not None" not in padded
+    assert "spare = weights.sum()  # []" not in padded
     # The HTML report marks them, in the pair's section, escaped.
     assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
             "float(&#x27;-inf&#x27;))</mark>") in page
-    assert "13 of 15 students had code of their own" in page
+    assert "14 of 16 students had code of their own" in page
     assert "not a verdict" in page and "similar by nature" in page
     assert ("kim: SelfAttention: the code does not parse (SyntaxError at "
             "line 73: &#x27;(&#x27; was never closed)") in page
@@ -213,6 +221,20 @@ REFACTORED = {
     "statements reordered": (
         FORWARD, ("        k = self.k(x)  # [batch_size, seq_len, hidden]\n",
                   "")),
+    "statements that compute nothing between the steps": (
+        "        assert q is not None\n"
+        "        unused = k.shape\n"
+        "        scores = torch.bmm(q, k.transpose(1, 2)) / self.scale\n"
+        "        scores  # [batch_size, seq_len, seq_len]\n"
+        "        pass\n"
+        "        if False:\n"
+        "            scores = scores * 2\n"
+        "        for _ in range(0):\n"
+        "            scores = scores + 0\n"
+        "        probs = torch.softmax(scores, dim=-1)\n"
+        "        total = probs.sum()\n"
+        "        spare = total * 2\n"
+        "        return torch.bmm(probs, v)\n", None),
 }
 
 
@@ -250,6 +272,23 @@ def test_one_refactoring_changes_nothing_compared(how):
     assert text != original
     compile(text, "student.py", "exec")
     assert _statements(text) == _statements(original)
+
+
+@pytest.mark.parametrize("line", [
+    "        unused = scores.mul_(2)\n",   # in place: the scores change
+    "        self.kept = scores\n",        # state the object keeps
+    "        if True:\n            scores = scores * 2\n",
+    "        for _ in range(1):\n            scores = scores * 2\n",
+])
+def test_a_statement_that_computes_is_never_left_out(line):
+    """Only what computes nothing is left out: an in-place method whose
+    result is unread, an attribute set, a branch that runs, a loop that
+    runs once each change the statements compared."""
+    original = (SUBMISSIONS / "correct_bmm.py").read_text(encoding="utf-8")
+    lines = FORWARD.splitlines(keepends=True)
+    text = original.replace(FORWARD, lines[0] + line + "".join(lines[1:]))
+    compile(text, "student.py", "exec")
+    assert _statements(text) != _statements(original)
 
 
 def test_code_too_deep_to_compare_is_a_reason_not_a_crash():
