@@ -6,14 +6,12 @@ Details: docs/internals.md, `grader.routes.warm`.
 """
 from __future__ import annotations
 
-import errno
 import gc
 import hashlib
 import io
 import json
 import os
 import resource
-import select
 import signal
 import socket
 import subprocess
@@ -379,35 +377,16 @@ def serve(listener: socket.socket, greeting: bytes) -> None:
     from grader.worker.confine import die_with_parent
 
     die_with_parent(os.getppid())
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    os.set_blocking(wake_r, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = forkserver.child_wakeups()
     listener.setblocking(False)
     connections: dict[int, socket.socket] = {}
     running: dict[int, int] = {}   # connection fd -> the command's pid
     while True:
-        waiting = [listener.fileno(), wake_r, *connections]
-        try:
-            ready, _, _ = select.select(waiting, [], [], 1.0)
-        except InterruptedError:
-            ready = []
-        if wake_r in ready:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+        ready = forkserver.wait_woken(
+            [listener.fileno(), wake_r, *connections], wake_r)
         _reap(connections, running)
         if listener.fileno() in ready:
-            try:
-                connection, _ = listener.accept()
-                connection.setblocking(True)
-                connection.send(greeting)
-                connections[connection.fileno()] = connection
-            except OSError:
-                pass  # a client that left before its greeting
+            forkserver.greet(listener, greeting, connections)
         for fd in [fd for fd in ready if fd in connections]:
             _answer(fd, connections, running, listener, (wake_r, wake_w))
 
@@ -460,13 +439,7 @@ def _answer(fd: int, connections: dict[int, socket.socket],
 def _reap(connections: dict[int, socket.socket],
           running: dict[int, int]) -> None:
     """Collect ended commands; send each client its command's status."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for pid, status in forkserver.ended_children():
         for fd, command in list(running.items()):
             if command != pid:
                 continue
@@ -485,11 +458,9 @@ def listen(address: str) -> subprocess.Popen:
     answers. It runs until the calling process ends or kills it; set
     ``GRADER_COMMAND_SERVER`` to ``address`` in the commands'
     environment (tests/kit/conftest.py runs one per test session)."""
-    greeting = b" ".join([_READY, b"%d", identity()])
     process = subprocess.Popen(
-        [sys.executable, "-m", "grader.routes.warm", address,
-         greeting.decode()], stdin=subprocess.DEVNULL, cwd="/",
-        close_fds=True)
+        [sys.executable, "-m", "grader.routes.warm", address],
+        stdin=subprocess.DEVNULL, cwd="/", close_fds=True)
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -508,25 +479,25 @@ def listen(address: str) -> subprocess.Popen:
                           f"within {START_SECONDS:g} s")
 
 
+USAGE = """usage: python -m grader.routes.warm PATH
+
+Start a command server listening at PATH (a Unix socket; put it in a
+folder only you can enter) and serve until killed. Every python -m grader
+whose environment has GRADER_COMMAND_SERVER=PATH runs in a fork of it.
+"""
+
+
 def _main(arguments: list[str]) -> None:
-    """``PATH GREETING``: warm up, then listen at PATH."""
-    address, greeting = arguments
+    """``PATH``: warm up, then listen at PATH, greeting each client with
+    this process's pid and identity (what its forks inherit)."""
+    if len(arguments) != 1 or arguments[0].startswith("-"):
+        sys.stderr.write(USAGE)
+        sys.stderr.flush()
+        os._exit(0 if arguments[:1] in (["-h"], ["--help"]) else 2)
     _warm()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    if os.path.exists(address):
-        os.unlink(address)
-    listener.bind(address)
-    listener.listen(64)
-    serve(listener, greeting.replace("%d", str(os.getpid())).encode())
+    greeting = b" ".join([_READY, str(os.getpid()).encode(), identity()])
+    serve(forkserver.listening(arguments[0]), greeting)
 
 
 if __name__ == "__main__":
-    try:
-        _main(sys.argv[1:])
-    except KeyboardInterrupt:
-        pass
-    except OSError as exc:
-        if exc.errno != errno.EPIPE:
-            raise
-    finally:
-        os._exit(0)
+    forkserver.run_server(_main)

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from grader.constants import GRADER_DIR, KIT_ROOT
 from grader.errors import GraderError
@@ -174,6 +176,48 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def ended_children() -> Iterator[tuple[int, int]]:
+    """``(pid, wait status)`` of each child of this process that has
+    ended, reaped as it is given."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
+
+
+def child_wakeups() -> tuple[int, int]:
+    """A pipe CPython writes to whenever a signal (SIGCHLD: a child
+    ended) arrives, both ends non-blocking, so that :func:`wait_woken`
+    wakes for it: ``(read end, write end)``."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return wake_r, wake_w
+
+
+def wait_woken(waiting: list[int], wake_r: int,
+               timeout: float = 1.0) -> list[int]:
+    """The descriptors of ``waiting`` ready within ``timeout`` (``wake_r``
+    among them when a signal came: the pipe is emptied)."""
+    try:
+        ready, _, _ = select.select(waiting, [], [], timeout)
+    except InterruptedError:
+        return []
+    if wake_r in ready:
+        try:
+            while os.read(wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+    return ready
 
 
 class ForkServer:
@@ -479,13 +523,7 @@ def _spawn(fds: list[int], children: dict[int, tuple[int, int]],
 
 def _reap(children: dict[int, tuple[int, int]]) -> None:
     """Collect ended workers; send each client its worker's status."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for pid, status in ended_children():
         entry = children.pop(pid, None)
         if entry is None:
             continue
@@ -601,11 +639,7 @@ def serve(client: socket.socket | None = None,
     from grader.worker.confine import die_with_parent
 
     die_with_parent(os.getppid())
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    os.set_blocking(wake_r, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = child_wakeups()
     children: dict[int, tuple[int, int]] = {}
     clients = {} if client is None else {client.fileno(): client}
     plotting = False
@@ -618,16 +652,7 @@ def serve(client: socket.socket | None = None,
         waiting = [*clients, wake_r, *alive]
         if listener is not None:
             waiting.append(listener.fileno())
-        try:
-            ready, _, _ = select.select(waiting, [], [], 1.0)
-        except InterruptedError:
-            ready = []
-        if wake_r in ready:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+        ready = wait_woken(waiting, wake_r)
         _reap(children)
         for alive_r, pid in alive.items():
             if alive_r not in ready or pid not in children:
@@ -639,13 +664,7 @@ def serve(client: socket.socket | None = None,
             if gone:  # the client died: its worker goes with it
                 kill_group(pid)
         if listener is not None and listener.fileno() in ready:
-            try:
-                connection, _ = listener.accept()
-                connection.setblocking(True)
-                connection.send(greeting)
-                clients[connection.fileno()] = connection
-            except OSError:
-                pass  # a client that left before its greeting
+            greet(listener, greeting, clients)
         for fd in [fd for fd in ready if fd in clients]:
             received = _receive(clients[fd])
             if received is None:  # this client is gone
@@ -711,27 +730,36 @@ def listen(address: str) -> subprocess.Popen:
                           f"within {START_SECONDS:g} s")
 
 
-def _main(arguments: list[str]) -> None:
-    """``FD`` (a client's socket) or ``--listen PATH GREETING``."""
-    if arguments[0] == "--listen":
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        if os.path.exists(arguments[1]):
-            os.unlink(arguments[1])
-        greeting = arguments[2].replace("%d", str(os.getpid())).encode()
-        # Warm first: a client that connects finds a ready server.
-        _warm_server()
-        listener.bind(arguments[1])
-        listener.listen(64)
-        serve(listener=listener, greeting=greeting)
-    else:
-        client = socket.socket(fileno=int(arguments[0]))
-        _warm_server()
-        serve(client=client)
+def listening(address: str) -> socket.socket:
+    """A Unix ``SEQPACKET`` socket listening at ``address`` (a socket
+    left there by a server before is replaced)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if os.path.exists(address):
+        os.unlink(address)
+    listener.bind(address)
+    listener.listen(64)
+    return listener
 
 
-if __name__ == "__main__":
+def greet(listener: socket.socket, greeting: bytes,
+          clients: dict[int, socket.socket]) -> None:
+    """Accept a client waiting at ``listener``, greet it and add it to
+    ``clients`` (by descriptor); a client that left first is let go."""
     try:
-        _main(sys.argv[1:])
+        connection, _ = listener.accept()
+        connection.setblocking(True)
+        connection.send(greeting)
+        clients[connection.fileno()] = connection
+    except OSError:
+        pass
+
+
+def run_server(main: Callable[[list[str]], None]) -> NoReturn:
+    """Run a server process's ``main`` on its arguments: an interrupt or
+    a client gone (a closed pipe) ends it quietly, and it always ends
+    with status 0 without the interpreter's teardown."""
+    try:
+        main(sys.argv[1:])
     except KeyboardInterrupt:
         pass
     except OSError as exc:
@@ -740,3 +768,20 @@ if __name__ == "__main__":
     finally:
         sys.stdout.flush()
         os._exit(0)
+
+
+def _main(arguments: list[str]) -> None:
+    """``FD`` (a client's socket) or ``--listen PATH GREETING``."""
+    if arguments[0] == "--listen":
+        greeting = arguments[2].replace("%d", str(os.getpid())).encode()
+        # Warm first: a client that connects finds a ready server.
+        _warm_server()
+        serve(listener=listening(arguments[1]), greeting=greeting)
+    else:
+        client = socket.socket(fileno=int(arguments[0]))
+        _warm_server()
+        serve(client=client)
+
+
+if __name__ == "__main__":
+    run_server(_main)

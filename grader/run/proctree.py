@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.run.forkserver import kill_group
+from grader.run.forkserver import ended_children, kill_group
 from grader.run.tempdirs import release
 
 __all__ = ["TreeRun", "descendants", "fork_with_pipe", "kill_group",
@@ -100,13 +100,7 @@ def descendants(root: int | None = None) -> list[int]:
 
 def _reap(child: int, status: dict[int, int]) -> None:
     """Reap every finished child; record the command's status."""
-    while True:
-        try:
-            pid, code = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for pid, code in ended_children():
         if pid == child:
             status[child] = os.waitstatus_to_exitcode(code)
 

@@ -237,3 +237,13 @@ def test_the_identity_names_what_the_interpreter_fixed_at_start() -> None:
             env=_environment(None, **extra), capture_output=True, text=True,
             timeout=120).stdout)
     assert len(found) == 3 and "" not in found
+
+
+def test_the_server_command_says_how_to_use_it() -> None:
+    for argv, status in (([], 2), (["a", "b"], 2), (["--help"], 0)):
+        done = subprocess.run(
+            [sys.executable, "-m", "grader.routes.warm", *argv], cwd=KIT,
+            capture_output=True, text=True, timeout=60)
+        assert done.returncode == status, argv
+        assert done.stderr.startswith(
+            "usage: python -m grader.routes.warm PATH"), done.stderr
