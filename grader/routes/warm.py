@@ -34,6 +34,8 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
 MAX_REQUEST = 1 << 20
 _READY = b"ready"
 START_SECONDS = 120.0
+# The fork server this command server started, and its address.
+_WORKERS: list[tuple[subprocess.Popen, str]] = []
 
 
 class WarmServerError(GraderError, RuntimeError):
@@ -283,6 +285,10 @@ def _become(request: dict[str, Any], fds: list[int],
             resource.setrlimit(number, (soft, hard))
     os.environ.clear()
     os.environ.update(request["environment"])
+    if _WORKERS and not os.environ.get(forkserver.SHARED_ADDRESS):
+        # A command that names no fork server of its own forks its
+        # workers from the one this server started.
+        os.environ[forkserver.SHARED_ADDRESS] = _WORKERS[0][1]
     sys.path[:] = request["path"]
     sys.argv[:] = request["argv"]
     tempfile.tempdir = None
@@ -483,7 +489,9 @@ USAGE = """usage: python -m grader.routes.warm PATH
 
 Start a command server listening at PATH (a Unix socket; put it in a
 folder only you can enter) and serve until killed. Every python -m grader
-whose environment has GRADER_COMMAND_SERVER=PATH runs in a fork of it.
+whose environment has GRADER_COMMAND_SERVER=PATH runs in a fork of it;
+one that names no fork server (GRADER_FORK_SERVER) forks its workers from
+the server's own, listening at PATH-workers.
 """
 
 
@@ -495,6 +503,14 @@ def _main(arguments: list[str]) -> None:
         sys.stderr.flush()
         os._exit(0 if arguments[:1] in (["-h"], ["--help"]) else 2)
     _warm()
+    # A fork server of this server's own (it ends with this process),
+    # beside its socket: a command whose environment names none forks
+    # its workers from it instead of starting one.
+    workers = arguments[0] + "-workers"
+    try:
+        _WORKERS.append((forkserver.listen(workers), workers))
+    except forkserver.ForkServerError:
+        pass  # each command starts its own, as without this server
     greeting = b" ".join([_READY, str(os.getpid()).encode(), identity()])
     serve(forkserver.listening(arguments[0]), greeting)
 

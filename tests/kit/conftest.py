@@ -145,10 +145,14 @@ def warm_flake8() -> None:
 @pytest.fixture
 def own_fork_server(monkeypatch):
     """This test's gradings start fork servers of their own, as a
-    command does outside the suite (for tests of that server's life)."""
+    command does outside the suite (for tests of that server's life):
+    its commands run in processes of their own too (a command server
+    would hand them its fork server)."""
+    from grader.routes import warm
     from grader.run import forkserver
 
     monkeypatch.delenv(forkserver.SHARED_ADDRESS, raising=False)
+    monkeypatch.delenv(warm.ADDRESS, raising=False)
     forkserver.stop()
     yield
     forkserver.stop()

@@ -137,16 +137,39 @@ def test_refusals_and_their_exit_status_are_the_same(server,
                    address=address).returncode == 2
 
 
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone meanwhile
+
+
+def _commands(server: int) -> list[int]:
+    """The server's children that are its forks (the commands), not the
+    fork server it started."""
+    return [pid for pid in _children(server)
+            if b"grader.routes.warm" in _command_line(pid)]
+
+
+def _new_command(server: int, before: set[int]) -> int:
+    """The server's first command not among ``before`` (those of earlier
+    tests may still be ending)."""
+    return _wait_for(lambda: [pid for pid in _commands(server)
+                              if pid not in before])[0]
+
+
 def _hanging_batch(tmp_path: Path, address: str, **popen):
-    """A batch of one file that hangs in forward (killed at 60 s)."""
+    """A batch of one file that hangs in forward (its worker stopped at
+    10 s: a judge outlives a coordinator killed with SIGKILL, in its own
+    process as in a fork, until then)."""
     folder = tmp_path / "class"
     folder.mkdir()
     shutil.copy(HOSTILE / "t2_infinite_loop.py", folder / "s1.py")
     return subprocess.Popen(
         [sys.executable, "-m", "grader", "batch", str(folder), "--out",
          str(tmp_path / "g.csv"), "--jobs", "1", "--no-feedback",
-         "--public-only", "--timeout", "60"],
-        cwd=tmp_path, env=_environment(address),
+         "--public-only", "--timeout", "10"],
+        cwd=tmp_path, env=popen.pop("env", None) or _environment(address),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
@@ -160,9 +183,10 @@ def test_the_command_is_a_fork_of_the_server_with_the_clients_state(
     client's; it has the client's folder and limits (its environment:
     the seed of the first test)."""
     process, address = server
+    before = set(_commands(process.pid))
     client = _hanging_batch(tmp_path, address, preexec_fn=_limit_files)
     try:
-        command = _wait_for(lambda: _children(process.pid))[0]
+        command = _new_command(process.pid, before)
         # The batch judges (its Ctrl-C keeps what is done from here on).
         _wait_for(lambda: _children(command))
         assert _children(client.pid) == []
@@ -178,13 +202,38 @@ def test_the_command_is_a_fork_of_the_server_with_the_clients_state(
     assert client.returncode == 130
 
 
+def test_a_command_that_names_no_fork_server_uses_the_servers(
+        server, tmp_path) -> None:
+    """Without GRADER_FORK_SERVER, the command's worker is forked by the
+    fork server the command server started, not by one of its own."""
+    process, address = server
+    environment = _environment(address)
+    environment.pop("GRADER_FORK_SERVER", None)
+    before = set(_commands(process.pid))
+    client = _hanging_batch(tmp_path, address, env=environment)
+    try:
+        command = _new_command(process.pid, before)
+        workers = [pid for pid in _children(process.pid)
+                   if b"forkserver" in _command_line(pid)]
+        assert len(workers) == 1
+        # The hanging worker, and no fork server among the command's own.
+        _wait_for(lambda: _children(workers[0]))
+        assert not any(b"forkserver" in _command_line(pid)
+                       for pid in _children(command))
+    finally:
+        client.send_signal(signal.SIGINT)
+        client.communicate(timeout=120)
+    assert client.returncode == 130
+
+
 def test_a_killed_client_takes_its_command_with_it(server, tmp_path) -> None:
     process, address = server
+    before = set(_commands(process.pid))
     client = _hanging_batch(tmp_path, address)
-    command = _wait_for(lambda: _children(process.pid))[0]
+    command = _new_command(process.pid, before)
     client.kill()
     client.communicate(timeout=60)
-    _wait_for(lambda: command not in _children(process.pid), within=30)
+    _wait_for(lambda: command not in _commands(process.pid), within=30)
     assert not Path(f"/proc/{command}").exists() or \
         Path(f"/proc/{command}/stat").read_text().split()[2] == "Z"
 
@@ -192,8 +241,9 @@ def test_a_killed_client_takes_its_command_with_it(server, tmp_path) -> None:
 def test_a_command_killed_by_a_signal_kills_its_client_so(server,
                                                           tmp_path) -> None:
     process, address = server
+    before = set(_commands(process.pid))
     client = _hanging_batch(tmp_path, address)
-    command = _wait_for(lambda: _children(process.pid))[0]
+    command = _new_command(process.pid, before)
     os.kill(command, signal.SIGTERM)
     client.communicate(timeout=60)
     assert client.returncode == -signal.SIGTERM
