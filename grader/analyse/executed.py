@@ -900,14 +900,15 @@ def _empty(iterable: ast.expr) -> bool:
     ``range`` of constants that gives nothing."""
     if isinstance(iterable, (ast.Tuple, ast.List)):
         return not iterable.elts
-    function = iterable.func if isinstance(iterable, ast.Call) else None
-    if not (isinstance(iterable, ast.Call) and isinstance(function, ast.Name)
-            and function.id == "range" and not iterable.keywords
-            and 1 <= len(iterable.args) <= 3
-            and all(isinstance(a, ast.Constant) and type(a.value) is int
-                    for a in iterable.args)):
+    if not isinstance(iterable, ast.Call) or iterable.keywords or not (
+            isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "range"
+            and 1 <= len(iterable.args) <= 3):
         return False
-    values = [a.value for a in iterable.args]  # type: ignore[attr-defined]
+    values = [a.value for a in iterable.args
+              if isinstance(a, ast.Constant) and type(a.value) is int]
+    if len(values) != len(iterable.args):
+        return False  # a size known only at run time
     if len(values) == 3 and values[2] == 0:
         return False  # range() refuses a zero step: it raises
     return len(range(*values)) == 0
@@ -939,9 +940,7 @@ def _defined(node: object) -> str | None:
     """The name a plain ``name = value`` statement assigns."""
     if (isinstance(node, ast.Assign) and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
-            and not (isinstance(node.value, ast.Call)
-                     and isinstance(node.value.func, ast.Name)
-                     and node.value.func.id in _KEYWORDS)):
+            and not _header_value(node.value)):
         return node.targets[0].id
     return None
 

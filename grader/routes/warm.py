@@ -229,7 +229,7 @@ def _refusal(request: dict[str, Any]) -> str | None:
         number = getattr(resource, name, None)
         if number is None:
             continue
-        soft, hard = resource.getrlimit(number)
+        hard = resource.getrlimit(number)[1]
         if not _within(wanted[1], hard) or not _within(wanted[0], hard):
             return f"{name} above this server's"
     return None
@@ -310,11 +310,11 @@ def _run_command() -> NoReturn:
     (grader/__main__.py): its exit handlers, its output flushed, its
     status; an uncaught exception or interrupt ends it as the
     interpreter would."""
+    import atexit
     import threading
     import traceback
 
     from grader.routes.cli import main
-    from grader.routes.exits import finish
 
     try:
         status: Any = main()
@@ -334,15 +334,11 @@ def _run_command() -> NoReturn:
         status = 1
     if threading.active_count() > 1:
         threading._shutdown()  # type: ignore[attr-defined]
-    try:
-        finish(status)
-    except SystemExit:
-        # Daemon threads still run: the interpreter's exit (handlers,
-        # output, status) without its teardown.
-        import atexit
-
-        atexit._run_exitfuncs()
-        _flush()
+    # The end finish() gives a command's own process once it is alone
+    # (daemon threads may still run here): the exit handlers, the output
+    # flushed, the status, without the interpreter's teardown.
+    atexit._run_exitfuncs()
+    _flush()
     os._exit(status or 0)
 
 
