@@ -24,6 +24,7 @@ from grader.routes.rows import (STATUS_ERROR, STATUS_GRADED, error_row,
 from grader.run.cores import default_jobs
 from grader.run.proctree import fork_with_pipe, kill_group
 from grader.run.tempdirs import sweep
+from grader.worker.confine import die_with_parent
 
 RETRIES = 1
 
@@ -107,7 +108,13 @@ class _Running:
 def _start(entry: Entry, reports: Path, args: JudgeOptions,
            attempt: int, others: list[_Running],
            plan: Plan | None = None) -> _Running:
+    coordinator = os.getpid()
+
     def judge(write_fd: int) -> None:
+        # A coordinator killed outright (SIGKILL, the OOM killer) takes
+        # its judges with it, and their workers end with them (the fork
+        # server ends a worker whose client is gone).
+        die_with_parent(coordinator)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _judge(entry, reports, args, write_fd, plan)

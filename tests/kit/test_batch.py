@@ -255,6 +255,59 @@ def test_a_process_killed_from_outside_loses_no_row(tmp_path, victim):
     assert float(rows["slow"]["task2.scores"]) == 3.0
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return None if fields[0] in ("Z", "X") else int(fields[1])
+
+
+def _workers() -> set[int]:
+    """The live children of every fork server on this machine."""
+    servers = {pid for pid in (int(p.name) for p in Path("/proc").iterdir()
+                               if p.name.isdigit()) if _is_fork_server(pid)}
+    return {int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _parent(int(p.name)) in servers}
+
+
+@pytest.mark.usefixtures("own_command_process")
+def test_a_coordinator_killed_outright_takes_its_judges_along(tmp_path):
+    """A batch killed with SIGKILL (an administrator, the OOM killer)
+    leaves nothing running: its judges die with it, and the worker a
+    judge waited on ends with its judge, long before its own timeout
+    (the fork server is the session's and serves on)."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "slow.py").write_text(HANG)
+    before = _workers()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader", "batch", str(folder), "--out",
+         str(tmp_path / "grades.csv"), "--jobs", "1", "--no-feedback",
+         "--public-only", "--timeout", "120"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        judges: list[int] = []
+        workers: set[int] = set()
+        while not (judges and workers) and time.monotonic() < deadline:
+            judges = [pid for pid in _children(process.pid)
+                      if not _is_fork_server(pid)]
+            workers = _workers() - before
+            time.sleep(0.05)
+        assert judges and workers
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(
+            _parent(pid) is not None for pid in [*judges, *workers]):
+        time.sleep(0.05)
+    assert [pid for pid in [*judges, *workers]
+            if _parent(pid) is not None] == []
+
+
 def test_progress_bar_on_a_terminal(monkeypatch):
     """A terminal gets one redrawn bar; a pipe gets plain lines."""
     from grader.routes.batch import Progress
