@@ -249,8 +249,11 @@ def judge_all(todo: list[Entry], reports: Path, args: JudgeOptions,
     def on_signal(signum: int, frame: object) -> None:
         stop.append(signum)
 
+    # A signal the batch was started ignoring (a shell's background job
+    # ignores Ctrl-C) stays ignored.
     previous = {sig: signal.signal(sig, on_signal)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+                for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         while (queue or running) and not stop:
             while queue and len(running) < jobs:

@@ -89,9 +89,16 @@ def _request() -> dict[str, Any] | None:
     os.umask(mask)
     limits = {name: resource.getrlimit(getattr(resource, name))
               for name in dir(resource) if name.startswith("RLIMIT_")}
+    # What a process inherits across exec besides: the signals it
+    # ignores (before this client installs its own handlers) and blocks.
+    ignored = [int(number) for number in signal.valid_signals()
+               if signal.getsignal(number) is signal.SIG_IGN]
+    blocked = [int(number) for number in
+               signal.pthread_sigmask(signal.SIG_BLOCK, [])]
     return {"argv": sys.argv, "folder": folder,
             "environment": dict(os.environ), "path": sys.path,
-            "umask": mask, "limits": limits, "streams": streams}
+            "umask": mask, "limits": limits, "streams": streams,
+            "ignored": ignored, "blocked": blocked}
 
 
 def delegate(address: str) -> int | None:
@@ -263,9 +270,7 @@ def _become(request: dict[str, Any], fds: list[int],
 
     os.setpgid(0, 0)
     signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _dispose(set(request["ignored"]), request["blocked"])
     # The server's sockets are let go of without closing their numbers
     # twice (a socket object that dies later would close whatever file
     # reuses its number).
@@ -305,6 +310,25 @@ def _become(request: dict[str, Any], fds: list[int],
         cached.cache_clear()
 
 
+def _dispose(ignored: set[int], blocked: list[int]) -> None:
+    """Every signal as the client's interpreter has it at its start:
+    ignored where it was ignored, otherwise the default (SIGINT: the
+    interpreter's KeyboardInterrupt); blocked where it was blocked."""
+    for number in signal.valid_signals():
+        if number in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        handler: Any = signal.SIG_DFL
+        if number in ignored:
+            handler = signal.SIG_IGN
+        elif number == signal.SIGINT:
+            handler = signal.default_int_handler
+        try:
+            signal.signal(number, handler)
+        except (OSError, ValueError):
+            pass  # one the platform does not let a process set
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _run_command() -> NoReturn:
     """The command, then the end a ``python -m grader`` process has
     (grader/__main__.py): its exit handlers, its output flushed, its
@@ -316,16 +340,17 @@ def _run_command() -> NoReturn:
 
     from grader.routes.cli import main
 
+    interrupted = False
     try:
         status: Any = main()
     except SystemExit as exc:
         status = exc.code
     except KeyboardInterrupt:
+        # As the interpreter ends on an uncaught interrupt: the traceback,
+        # the exit handlers (a run's temporary folders go), then death by
+        # SIGINT.
         traceback.print_exc()
-        _flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        status = 130
+        interrupted, status = True, 130
     except BaseException:  # noqa: BLE001 - printed as the interpreter does
         traceback.print_exc()
         status = 1
@@ -339,6 +364,9 @@ def _run_command() -> NoReturn:
     # flushed, the status, without the interpreter's teardown.
     atexit._run_exitfuncs()
     _flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     os._exit(status or 0)
 
 

@@ -202,6 +202,74 @@ def test_the_command_is_a_fork_of_the_server_with_the_clients_state(
     assert client.returncode == 130
 
 
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+
+
+def _dispositions(pid: int) -> dict[str, str]:
+    """Which signals a process ignores, blocks and catches."""
+    return {row.split(":")[0]: row.split()[1]
+            for row in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if row.startswith(("SigIgn", "SigBlk", "SigCgt"))}
+
+
+def test_the_command_has_the_signal_dispositions_of_its_own_process(
+        server, tmp_path) -> None:
+    """Started with SIGINT ignored and SIGUSR2 blocked (a background job
+    of a shell, nohup), the command ignores, blocks and catches what it
+    would in its own process: Ctrl-C does not stop it."""
+    process, address = server
+    seen, ends = {}, {}
+    for name, where in (("warm", address), ("cold", None)):
+        folder = tmp_path / name
+        folder.mkdir()
+        before = set(_commands(process.pid))
+        client = _hanging_batch(folder, where, preexec_fn=_ignore_interrupts)
+        try:
+            command = (_new_command(process.pid, before) if where
+                       else client.pid)
+            _wait_for(lambda: _children(command))   # it judges
+            seen[name] = _dispositions(command)
+            client.send_signal(signal.SIGINT)
+            time.sleep(1)
+            assert client.poll() is None, name
+        finally:
+            client.send_signal(signal.SIGTERM)
+            client.communicate(timeout=120)
+        ends[name] = client.returncode
+    assert seen["warm"] == seen["cold"]
+    # SIGTERM stops the batch as Ctrl-C would have (it says how to
+    # resume).
+    assert ends == {"warm": 130, "cold": 130}
+    assert int(seen["warm"]["SigIgn"], 16) & 1 << signal.SIGINT - 1
+
+
+def test_an_uncaught_interrupt_ends_the_command_as_its_own_process(
+        server, tmp_path) -> None:
+    """Ctrl-C in a grade (which does not catch it): the traceback, the
+    exit handlers (the run's temporary folder goes), then death by
+    SIGINT, in a fork as in the command's own process."""
+    process, address = server
+    for name, where in (("warm", address), ("cold", None)):
+        scratch = tmp_path / name
+        scratch.mkdir()
+        client = subprocess.Popen(
+            [sys.executable, "-m", "grader", "grade",
+             str(HOSTILE / "t2_infinite_loop.py"), "--timeout", "60"],
+            cwd=tmp_path, env=_environment(where, TMPDIR=str(scratch)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for(lambda: list(scratch.glob("grader-run-*")))
+            time.sleep(1)
+        finally:
+            client.send_signal(signal.SIGINT)
+            _, stderr = client.communicate(timeout=120)
+        assert client.returncode == -signal.SIGINT, (name, stderr)
+        assert stderr.rstrip().endswith("KeyboardInterrupt"), name
+        assert list(scratch.glob("grader-run-*")) == [], name
+
+
 def test_a_command_that_names_no_fork_server_uses_the_servers(
         server, tmp_path) -> None:
     """Without GRADER_FORK_SERVER, the command's worker is forked by the
