@@ -35,6 +35,9 @@ MAX_NUMBERS = 128
 # by data rather than by code (grader.worker.agent.CHOSEN_BY_DATA;
 # docs/threat-model.md, principle 4).
 CHOSEN_BY_DATA = "choose by data"
+#: The verb of an "untraceable" event that reports a graded call handing
+#: a tensor's values to code outside torch (grader.worker.agent.VALUES_OUT).
+VALUES_OUT = "take values out of torch"
 #: The verb of a compiler's stand-in: it raised, nothing was compiled.
 REFUSED_COMPILE = "compile (refused)"
 #: The verb of a refused thread start (the kernel's count or a stand-in):

@@ -543,6 +543,35 @@ def score_bonus_item(item: Item, analysis: TaskAnalysis,
                       f"no bonus (optional): {why}", optional=True)
 
 
+def _unlocated(assignment: Assignment, analysis: TaskAnalysis,
+               earned: dict[str, ItemReport]) -> None:
+    """The graded name earned points, yet no ``class`` statement of that
+    name stands at the top level of the file (it is bound another way: an
+    alias of another class, ``type(...)``, a factory's return): which
+    code is the class's cannot be told, so its penalty items cannot be
+    shown clean and cost their points, as code flake8 cannot check does
+    (docs/rubric-decisions.md), and the bonus is not earned."""
+    target = analysis.task.target
+    bound = (f"{target} earned points, but no `class {target}` statement "
+             f"stands at the top level of the file (it is bound another "
+             f"way: an alias, type(...), a factory)")
+    for item_id, report in earned.items():
+        item = assignment.item(item_id)
+        if item.kind in ("pep8", "shapes"):
+            what = ("PEP-8 (flake8)" if item.kind == "pep8"
+                    else "its shape comments")
+            earned[item_id] = ItemReport(
+                item.id, item.task, item.title, item.points, 0.0, False,
+                f"{bound}: the grader cannot tell which code is the "
+                f"class's, so {what} cannot be checked, and code the "
+                f"grader cannot check counts as not clean. Define "
+                f"`class {target}` at the top level.")
+        elif item.kind == "bonus":
+            earned[item_id] = ItemReport(
+                item.id, item.task, item.title, 0.0, 0.0, False,
+                f"no bonus (optional): {bound}.", optional=True)
+
+
 def _pointed(report: ItemReport, analysis: TaskAnalysis,
              assignment: Assignment) -> ItemReport:
     """An item of a task whose graded name is missing, pointing at the
@@ -550,7 +579,7 @@ def _pointed(report: ItemReport, analysis: TaskAnalysis,
     contract's names are fixed)."""
     target = analysis.task.target
     found = analysis.near_miss.sentence(analysis.source, target)
-    if assignment.item(report.id).kind == "checks":
+    if assignment.item(report.id).kind == "checks" and report.score <= 0:
         message = (f"0 points: `{target}` is not defined; {found} (the "
                    f"grader imports the contract's names only).")
         return replace(report, message=message, diagnosis=[], details="")
@@ -596,6 +625,10 @@ def score(assignment: Assignment, submission: Submission,
             if item.kind == "bonus":
                 earned[item.id] = score_bonus_item(item, analysis, earned,
                                                    assignment, code)
+        if analysis.span is None and not analysis.syntax_error and any(
+                report.score > 0 for report in earned.values()
+                if assignment.item(report.id).kind == "checks"):
+            _unlocated(assignment, analysis, earned)
         ordered = [earned[i.id] for i in assignment.items_of(task.id)]
         if analysis.near_miss is not None:
             ordered = [_pointed(report, analysis, assignment)

@@ -17,8 +17,8 @@ from grader.locate.source import SourceFile
 from grader.output.text import one_line, quote
 from grader.plan import Case, ProbeInfo, state_key, state_words
 from grader.run.sandbox import JobResult
-from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, ChannelError,
-                         Value, decode_value)
+from grader.wire import (CHOSEN_BY_DATA, REFUSED_COMPILE, VALUES_OUT,
+                         ChannelError, Value, decode_value)
 
 
 @dataclass(frozen=True)
@@ -253,6 +253,7 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
     started: str | None = None
     compiled: list[str] = []
     chosen: list[str] = []
+    taken: list[str] = []
     events = {"refused": run.refused, "forbidden": run.forbidden,
               "tampered": run.tampered, "patched": run.patched}
     for message in job.frames:
@@ -286,6 +287,8 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             what = str(message.get("object", ""))[:200]
             if message.get("verb") == CHOSEN_BY_DATA:
                 chosen.append(what)
+            elif message.get("verb") == VALUES_OUT:
+                taken.append(what)
             elif message.get("verb") == REFUSED_COMPILE and \
                     message.get("phase") in OUTSIDE_PROBES:
                 # Refused while loading (module-level demo code trying
@@ -328,8 +331,8 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
         run.results[info.id] = ProbeResult(info=info, problem=problem,
                                            stopped=stopped)
     fold_twins(run)
-    if compiled or chosen:
-        _charge_compiled(run, compiled, chosen)
+    if compiled or chosen or taken:
+        _charge_compiled(run, compiled, chosen, taken)
     return run
 
 
@@ -567,12 +570,13 @@ def _refused_compile(run: TaskRun, what: str, line: object,
 
 
 def _charge_compiled(run: TaskRun, compilers: list[str],
-                     chosen: Sequence[str] = ()) -> None:
+                     chosen: Sequence[str] = (),
+                     taken: Sequence[str] = ()) -> None:
     """Code compiled where the grader cannot trace it (TorchScript,
-    ``torch.compile``), and torch operations chosen by data rather than
-    code (docs/threat-model.md, principle 4), wherever they happened, are
-    foreign code of every run of the task: the task's correctness items
-    earn nothing."""
+    ``torch.compile``), torch operations chosen by data rather than code,
+    and tensor values a graded call took out of torch (docs/threat-model.md,
+    principle 4), wherever they happened, are foreign code of every run of
+    the task: the task's correctness items earn nothing."""
     entries = []
     if compilers:
         names = ", ".join(dict.fromkeys(compilers))
@@ -582,6 +586,11 @@ def _charge_compiled(run: TaskRun, compilers: list[str],
         names = "; ".join(dict.fromkeys(chosen))
         entries.append(("", f"torch operations chosen by data, not by a "
                             f"line of the visible source ({names})", 0, ""))
+    if taken:
+        names = "; ".join(dict.fromkeys(taken))
+        entries.append(("", f"tensor values a graded call took out of "
+                            f"torch, where the grader cannot judge what "
+                            f"computes with them ({names})", 0, ""))
     for probe_id, result in run.results.items():
         run.results[probe_id] = replace(
             result, foreign=result.foreign + tuple(entries))

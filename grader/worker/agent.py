@@ -44,6 +44,7 @@ HELD_COMPARE = 128
 # scan's bound, lifted for exact trees").
 MAX_HELD_TREE = 1 << 16
 CHOSEN_BY_DATA = "choose by data"  # grader.wire.CHOSEN_BY_DATA
+VALUES_OUT = "take values out of torch"  # grader.wire.VALUES_OUT
 REFUSED_COMPILE = "compile (refused)"  # grader.wire.REFUSED_COMPILE
 REFUSED_THREAD = "start a thread"  # grader.wire.REFUSED_THREAD
 # The record of a value the tracer cannot read without running code of
@@ -2716,7 +2717,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
     type_mro = type.__dict__["__mro__"].__get__
     type_dict = type.__dict__["__dict__"].__get__
     type_qualname = type.__dict__["__qualname__"].__get__
-    judge, in_force, handler_code = operations or (None, None, None)
+    judge, in_force, handler_code, layer = operations or (None,) * 4
     inert = stand_ins if stand_ins is not None else {}
     # The names of the stand-ins' codes (:func:`_inert` renames only
     # their qualified names): an agent frame of another name is no
@@ -2882,6 +2883,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
             if kind == "library":
                 if in_force is not None:
                     in_force(frame)
+                if name == "__init__" and layer is not None:
+                    layer(frame)
                 return None
             if note is not None:
                 note_recorder(stand_in_argument, frame, code)
@@ -3405,7 +3408,22 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
              torch.Size, torch.dtype, torch.device, torch.layout,
              torch.memory_format)
     armed: set = b_set()
-    verb = CHOSEN_BY_DATA
+    verb, values_out = CHOSEN_BY_DATA, VALUES_OUT
+    module_type = torch.nn.Module
+    # What hands a tensor's values, whole, to code outside torch: what
+    # computes with them there is no torch operation (principle 4).
+    tensor = torch.Tensor
+    # By address (no audited id()), each entry keeping its operation (so
+    # no other object takes that address) and compared by identity.
+    exported = {address(op): (op, name) for op, name in (
+        (C.TensorBase.numpy, "numpy"), (C.TensorBase.tolist, "tolist"),
+        (tensor.__array__, "__array__"), (tensor.__dlpack__, "__dlpack__"),
+        (C.TensorBase.apply_, "apply_"), (C.TensorBase.map_, "map_"),
+        (C.TensorBase.map2_, "map2_"), (C.TensorBase.data_ptr, "data_ptr"),
+        (C.TensorBase.untyped_storage, "untyped_storage"),
+        (tensor.storage, "storage"),
+        (tensor._typed_storage, "_typed_storage"),
+        (tensor.__reduce_ex__, "__reduce_ex__"))}
     b_len, max_known = len, 4096
     # (code, instruction, operation), by address: chosen by code.
     known_calls: dict = {}
@@ -3700,10 +3718,65 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
         if name and (name in visible or bare in visible) and \
                 holds(caller, func, name):
             return None
-        return reporter_of(
-            (name or "an operation")[:60] + " by line " +
-            b_str(caller.f_lineno) + " of " + code.co_qualname[:80] +
-            ", which does not name it")
+        return reporter_of(unnamed(caller, name))
+
+    def unnamed(caller, name):
+        return ((name or "an operation")[:60] + " by line " +
+                b_str(caller.f_lineno) + " of " +
+                caller.f_code.co_qualname[:80] + ", which does not name it")
+
+    def layer(frame):
+        """At the call of a torch layer's own ``__init__`` (``nn.Softmax``'s,
+        not a ``super().__init__()`` of a class of the file's) straight
+        from a line of the submission: the layer's class is chosen by code
+        as an operation is (:func:`visible_choice`: the line names it, or
+        the frame holds it and the file names it); otherwise data chose it
+        (``getattr(nn, decoded)(-1)``), reported ``untraceable``. Reads
+        frames' links and code first; values only when the caller is the
+        submission's."""
+        caller = frame.f_back
+        if caller is None or classify(caller.f_code) != "submission":
+            return
+        try:
+            what = layer_judged(frame, caller, plain_get)
+        except unsure:
+            chooser_spans(frame, None)
+            what = traced(layer_judged, frame, caller, traced_get)
+        if what:
+            note("untraceable", verb, what)
+
+    def layer_judged(frame, caller, get):
+        if get is plain_get:
+            raise unsure  # the frame's values are read traced
+        value = frame.f_locals.get("self")
+        kind = b_type(value)
+        mro = type_mro(kind)
+        if module_type not in mro:
+            return ""
+        own, up_to = None, []
+        for base in mro:
+            # The classes up to the one whose __init__ runs: a class a
+            # library makes at run time (fx's GraphModuleImpl) is built
+            # by naming the class it derives from (GraphModule).
+            up_to.append(base)
+            own = get(type_dict(base), "__init__")
+            if own is not None:
+                break
+        if b_type(own) is not FunctionType or \
+                function_code(own) is not frame.f_code:
+            return ""  # a super().__init__() of a subclass, or no layer
+        code, index = caller.f_code, caller.f_lasti
+        key = (address(code), index, address(kind))
+        if known_calls.get(key):
+            return ""
+        for base in up_to:
+            name = name_of(base, get)
+            if name and on_the_line(code, index, name):
+                remember(key, code, kind)
+                return ""
+            if name and name in visible and holds(caller, base, name):
+                return ""
+        return unnamed(caller, name_of(kind, get))
 
     def reporter_of(what):
         def returned(frame, event, arg):
@@ -3779,6 +3852,14 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             if kernel:
                 note("forbidden", "use", kernel)
                 return None
+        export = exported.get(address(func))
+        if export is not None and export[0] is func:
+            # No torch computation: its values leave torch. In a graded
+            # call that costs the task; elsewhere (a notebook's plot at
+            # import) it is no operation chosen for the submission.
+            if phase["tracing"]:
+                taken_out(frame, export[1])
+            return None
         caller = frame.f_back
         # The caller's code, read once (each read is an audit event).
         code = caller.f_code if caller is not None else None
@@ -3807,6 +3888,26 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
             pass
         chooser_spans(frame, func)
         return traced(judged, frame, func, key, traced_get)
+
+    def taken_out(frame, name):
+        """A graded call handed a tensor's values to code outside torch
+        (``numpy``, ``tolist``, a callback of ``apply_``): what computes
+        with them there is not judged, so the task's items earn nothing
+        (``untraceable``), wherever in the call it happened, except in
+        the grader's own code. Reads code objects and frames' links."""
+        walk = frame.f_back
+        while walk is not None:
+            code = walk.f_code
+            kind = classify(code) if code is not handler_code and \
+                code is not protocol_code else "library"
+            if kind == "submission" or kind == "synthetic":
+                note("untraceable", values_out,
+                     name + " by line " + b_str(walk.f_lineno) + " of " +
+                     code.co_qualname[:80])
+                return
+            if kind != "library":
+                return  # the grader's own code
+            walk = walk.f_back
 
     def chooser_spans(frame, func):
         """Read, here in the trace function (untraced), the spans of the
@@ -3973,7 +4074,7 @@ def operation_judge(torch: Any, mode: object, handler: Callable,
                     return
         off(frame)
 
-    return judge, in_force, arm
+    return judge, in_force, arm, layer
 
 
 def error_describer(filename: str, lines: list, memory_mb: int,
@@ -5913,7 +6014,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     reads = traced_reads(busy["hook"])
     rules = job.get("forbidden", {})
     kernels = rules.get("name_pattern")
-    judge, in_force, arm = operation_judge(
+    judge, in_force, arm, layer = operation_judge(
         torch, mode, handler, who[0], note, phase, reads[0],
         re.compile(kernels) if kernels else None,
         tuple(os.path.realpath(p) for p in sys.path if p),
@@ -5924,7 +6025,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
     tracer, still_tracing = shape_tracer(
         units, line_unit, phase, who[0], synthetic, readers,
         note, torch._C.TensorBase,
-        (judge, in_force, handler.__code__), stand_ins, reads,
+        (judge, in_force, handler.__code__, layer), stand_ins, reads,
         {(int(first), str(name)): int(index)
          for first, name, index in job.get("calls", [])},
         plain_reader(torch), kinds)

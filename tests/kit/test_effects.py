@@ -183,9 +183,14 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # Probs flipped past 10 tokens: the long case (red team 11) shows
         # them wrong, so task2.scores and task2.causal go too.
         "drop_flipped_layout": (
-            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (),
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), ("dropout_misplaced",),
             "is not the returned probs times the values (with mix): "
             "because task2.scores failed"),
+        # Noise added to att after the probs were used, behind a value
+        # step the grader does not know (red team 15): fails closed.
+        "drop_noise_after_use": (
+            (1, 3, 0, 0, 1, 3, 1, 0, 0, 0), ("dropout_misplaced",),
+            "the effect of dropout on att cannot be judged"),
         "dropout_row_mask": (
             NO_DROPOUT, (), "whole query rows of probs are dropped"),
         "dropout_head_mask": (

@@ -114,6 +114,31 @@ CORPUS: dict[str, tuple] = {
     #    it (a pickle's opcodes, a methodcaller of a decoded name, a tree
     #    of __reduce__, a starmap), it was chosen by data. Before, each
     #    earned task 1's 4 points with no flag.
+    # -- Principle 4: a graded call that takes a whole tensor's values out
+    #    of torch (numpy, tolist, a callback of apply_) computes with them
+    #    where no operation is judged (red team 15: numpy or Python
+    #    functions chosen by data; numpy arrays need no shape comment).
+    #    Before, each earned its task's points with no flag.
+    "out_numpy_decoded": (ZERO, CLEAN_2, ("untraceable",),
+                          ("took out of torch", "numpy by line")),
+    "out_numpy_pickle": (ZERO, CLEAN_2, ("untraceable",),
+                         ("numpy by line",)),
+    "out_python_floats": (CLEAN_1, ZERO, ("untraceable",),
+                          ("tolist by line",)),
+    "out_numpy_uncommented": (CLEAN_1, ZERO, ("untraceable",),
+                              ("numpy by line",)),
+    "out_apply_callback": (ZERO, CLEAN_2, ("untraceable",),
+                           ("apply_ by line",)),
+    # A torch layer whose class data chose (getattr(nn, decoded)): the
+    # class is judged as an operation is; layers built by code that
+    # names their classes (a helper handed the class, a comprehension,
+    # a class attribute) keep full marks.
+    "layer_by_data": (ZERO, CLEAN_2, ("untraceable",),
+                      ("Softmax by line", "which does not name it")),
+    "honest_layers_named": (CLEAN_1, CLEAN_2, (), ()),
+    # Values read out of torch at import, in __init__, and one number in
+    # a graded call: full marks.
+    "honest_values_outside_calls": (CLEAN_1, CLEAN_2, (), ()),
     "interp_pickle_literal": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
                               ("softmax by line 60 of SelfAttention."
                                "forward, which does not name it",

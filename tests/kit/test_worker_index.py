@@ -115,7 +115,7 @@ mode, handler = agent.torch_function_mode(types.SimpleNamespace,
 notes = []
 code_set = [True]
 phase = {"grader_off": False, "tracing": False}
-judge, in_force, arm = agent.operation_judge(
+judge, in_force, arm, _ = agent.operation_judge(
     torch, mode, handler,
     lambda code: ("submission" if code.co_filename == "<student>"
                   else "library"),
