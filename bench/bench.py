@@ -8,7 +8,10 @@ of the floor measured in the same run (issue 28's targets beside it):
 
 * ``python -c "import torch"``: the per-process floor of any grader;
 * ``python -m grader grade FILE --public-only`` and ``grade FILE`` (one
-  file: a copy of the reference solution);
+  file: a copy of the reference solution), and ``grade FILE`` handed to a
+  command server started for the run (``grader.routes.warm``: what a
+  student's repeated self-checks cost once it is warm; its CPU is the
+  client's, the server's forks' and their workers');
 * ``python -m pytest tests/public/<id>`` on the stub (the kit's
   ``transformer_lm``) and on a solution (``--impl``);
 * ``python -m grader batch`` over a class of ``--class`` submissions
@@ -85,8 +88,21 @@ def _subreaper() -> None:
         pass
 
 
+#: Children that outlive the commands (a command server started for
+#: the run): not waited for.
+KEPT: set[int] = set()
+
+
+def _children() -> set[int]:
+    found: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        found.update(int(c) for c in (task / "children").read_text().split())
+    return found
+
+
 def _reap(deadline: float = 10.0) -> None:
-    """Wait for every descendant that is left (at most ``deadline``)."""
+    """Wait for every descendant that is left (at most ``deadline``),
+    but those in :data:`KEPT`."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         try:
@@ -94,6 +110,8 @@ def _reap(deadline: float = 10.0) -> None:
         except ChildProcessError:
             return
         if pid == 0:
+            if not _children() - KEPT:
+                return
             time.sleep(0.02)
 
 
@@ -102,13 +120,41 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _stat_cpu(pid: int) -> float:
+    """A process's CPU seconds and its reaped children's (its
+    ``/proc/PID/stat`` utime, stime, cutime and cstime)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rpartition(")")[2].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pid: int) -> float:
+    """The CPU seconds of a command server's tree: itself, the commands
+    it forked and reaped, and its fork server with the workers that one
+    reaped."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += (task / "children").read_text().split()
+    return _stat_cpu(pid) + sum(_stat_cpu(int(c)) for c in children)
+
+
 def run(name: str, args: list[str], cwd: Path = ROOT,
-        ok: tuple[int, ...] = (0, 1)) -> float:
-    """Run ``args``; record its wall and CPU seconds under ``name``."""
+        ok: tuple[int, ...] = (0, 1),
+        env: dict[str, str] | None = None,
+        beside: int | None = None) -> float:
+    """Run ``args``; record its wall and CPU seconds under ``name``
+    (with ``beside``, a command server's pid: what its tree spent too)."""
+    before = server_cpu(beside) if beside else 0.0
     cpu, started = _children_cpu(), time.perf_counter()
-    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True,
+                            env=env)
     wall = time.perf_counter() - started
     _reap()
+    if beside:
+        cpu -= server_cpu(beside) - before
     if result.returncode not in ok:
         raise SystemExit(f"{' '.join(args)} failed ({result.returncode}):"
                          f"\n{result.stderr[-3000:]}")
@@ -269,8 +315,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def rounds(args: argparse.Namespace, tmp: Path) -> None:
-    """Every repeated measurement, round after round."""
+def rounds(args: argparse.Namespace, tmp: Path,
+           server: tuple[int, dict[str, str]] | None = None) -> None:
+    """Every repeated measurement, round after round (``server``: a
+    command server's pid and an environment that names it)."""
     python = sys.executable
     single = tmp / "single" / "modeling_attention.py"
     single.parent.mkdir()
@@ -283,6 +331,9 @@ def rounds(args: argparse.Namespace, tmp: Path) -> None:
         run("public-only", [python, "-m", "grader", "grade", str(single),
                             "--public-only"])
         run("grade", [python, "-m", "grader", "grade", str(single)])
+        if server is not None:
+            run("warm grade", [python, "-m", "grader", "grade",
+                               str(single)], env=server[1], beside=server[0])
         run("pytest stub", pytest)
         run("pytest solution", pytest + ["--impl", str(REFERENCE)])
         if args.notebooks:
@@ -301,7 +352,23 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
     if args.notebooks:
         (tmp / "course").mkdir()
         course(tmp / "course", args.notebooks)
-    rounds(args, tmp)
+    sys.path.insert(0, str(ROOT))
+    from grader.routes import warm
+
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in (warm.ADDRESS, "GRADER_FORK_SERVER")}
+    server = warm.listen(str(tmp / "commands"))
+    KEPT.add(server.pid)
+    try:
+        # One grade first: the server's fork server is started and warm.
+        run("warm-up", [python, "-m", "grader", "grade", str(REFERENCE),
+                        "--public-only"],
+            env={**environment, warm.ADDRESS: str(tmp / "commands")})
+        rounds(args, tmp, (server.pid, {**environment,
+                                        warm.ADDRESS: str(tmp / "commands")}))
+    finally:
+        server.kill()
+        server.wait()
     run("class", [python, "-m", "grader", "batch", str(tmp / "class"),
                   "--out", str(tmp / "grades.csv")])
     if args.notebooks and args.autograde:
@@ -324,6 +391,7 @@ def table(args: argparse.Namespace) -> list[Row]:
 
     ratio("public-only", "`grade FILE --public-only`", 1.3)
     ratio("grade", "`grade FILE`", 1.3)
+    ratio("warm grade", "`grade FILE` through a command server", 1.3)
     ratio("pytest stub", f"`pytest tests/public/{ASSIGNMENT}` (stub)", 1.3)
     ratio("pytest solution",
           f"`pytest tests/public/{ASSIGNMENT} --impl` (solution)", 1.3)

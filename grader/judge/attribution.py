@@ -379,9 +379,13 @@ def task_code(*, static_span: tuple[int, int] | None,
                 if d.function is None and not any(
                     _inside(d.span, lines) for lines in judged)]
     # The bonus counts the statements of what ran for forward, each once
-    # (a function nested in another that ran is counted with it).
-    outermost = [d for d in called if not any(
-        o is not d and _inside(d.span, o.span) for o in called)]
+    # (a function nested in another that ran is counted with it),
+    # including code another task judges (another graded class's method,
+    # a companion helper): left out of this task's penalties so that
+    # nothing is charged twice, it still makes forward no shorter.
+    ran_for_call = [d for d in executed.call if d in mine or judged_there(d)]
+    outermost = [d for d in ran_for_call if not any(
+        o is not d and _inside(d.span, o.span) for o in ran_for_call)]
     count_value = None
     if outermost:
         count_value = sum(count(d.function) if d.function is not None else 1

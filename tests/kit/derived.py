@@ -234,6 +234,9 @@ that needs no seeding's exact stream a state made of words no seeding
 wrote (grader.worker.agent.torch_seeder, ``stream``).
 
 Expected: task2.output loses its dropout point.
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """,
         (Edit("""\
 import torch
@@ -283,6 +286,9 @@ stream a state made of words no seeding wrote
 (grader.worker.agent.torch_seeder, ``stream``).
 
 Expected: task2.output loses its dropout point.
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """,
         (Edit("""\
 import torch
@@ -322,6 +328,9 @@ state made of words no seeding wrote (grader.worker.agent.torch_seeder,
 ``stream``): no seeding at any distance.
 
 Expected: task2.output loses its dropout point.
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """,
         (Edit("""\
 import torch
@@ -395,6 +404,9 @@ seeding's exact stream.
 
 Expected: task4.dropout, and task5.values (the wrapper's heads are these
 CausalAttention modules).
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """,
         (Edit("""\
 import torch

@@ -120,6 +120,10 @@ FROM_SCORES = ("with zero W_query weights (every score equal) does not "
                "match the reference")
 FULL_ATTENTION = (1, 3, 0, 0, 1, 3, 1, 2, 0, 0)
 NO_DROPOUT = (1, 3, 0, 0, 1, 3, 1, 1, 0, 0)
+#: Task 2's correctness items lost to values a graded call took out of
+#: torch (docs/threat-model.md, principle 4, "Values that leave torch").
+TASK2_OUT = (1, 3, 0, 0, 1, 0, 0, 0, 0, 0)
+TOOK_OUT = "took out of torch"
 FULL_TRANSFORMER = (1, 3, 0, 0, 1, 2, 1, 1, 1, 0, 0)
 NOT_TRAINED = (1, 3, 0, 0, 1, 2, 1, 1, 0, 0, 0)
 #: ... and keeps its made-up weights in a dict of tensors with no shape
@@ -183,14 +187,9 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # Probs flipped past 10 tokens: the long case (red team 11) shows
         # them wrong, so task2.scores and task2.causal go too.
         "drop_flipped_layout": (
-            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), ("dropout_misplaced",),
+            (1, 3, 0, 0, 1, 0, 0, 0, 0, 0), (),
             "is not the returned probs times the values (with mix): "
             "because task2.scores failed"),
-        # Noise added to att after the probs were used, behind a value
-        # step the grader does not know (red team 15): fails closed.
-        "drop_noise_after_use": (
-            (1, 3, 0, 0, 1, 3, 1, 0, 0, 0), ("dropout_misplaced",),
-            "the effect of dropout on att cannot be judged"),
         "dropout_row_mask": (
             NO_DROPOUT, (), "whole query rows of probs are dropped"),
         "dropout_head_mask": (
@@ -250,12 +249,12 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # recurrence on two words, or by recovering the seed from them
         # and confirming it, or one Mersenne twist back (the twist
         # inverted); every probe's state now holds none at any distance.
-        "reseed_drop_on_seeding_words": (
-            NO_DROPOUT, (), "in train mode nothing changes"),
-        "reseed_drop_on_recovered_seed": (
-            NO_DROPOUT, (), "in train mode nothing changes"),
-        "reseed_drop_on_untwisted_seeding": (
-            NO_DROPOUT, (), "in train mode nothing changes"),
+        # These read torch's generator state as numbers (.tolist() in
+        # forward): values taken out of torch in a graded call cost the
+        # task's correctness items (red team 15), whatever else holds.
+        "reseed_drop_on_seeding_words": (TASK2_OUT, (), TOOK_OUT),
+        "reseed_drop_on_recovered_seed": (TASK2_OUT, (), TOOK_OUT),
+        "reseed_drop_on_untwisted_seeding": (TASK2_OUT, (), TOOK_OUT),
     },
     "causal": {
         "causal_att_unmasked": (NO_CAUSAL, (), CAUSAL_LEAK),
@@ -465,7 +464,7 @@ CORPUS: dict[str, dict[str, tuple]] = {
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (), FRESH_ON,
             ("task4.dropout",)),
         "modes_mask_train_by_shape": (
-            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0), (), FRESH_OFF,
+            (1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0), (), TOOK_OUT,
             ("task7.mask",)),
         "train_no_super": (
             (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0),
@@ -522,9 +521,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # vectorised scan finds words a seeding wrote anywhere in the
         # generator's state; the wrapper is judged at dropout 0.
         "reseed_drop_on_seeding_scan": (
-            (1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0), (),
-            "in training mode the output does not change",
-            ("task4.dropout",)),
+            (1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0), (),
+            TOOK_OUT, ("task4.dropout",)),
         # Red team 14 (a01, a02): a graded class's work in a static
         # method hosted in SelfAttention_v1/_v2 (no PEP-8 or shapes item
         # of their own), which their forward also runs: charged to every
@@ -612,8 +610,10 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # Issue 24, R-a: answers remembered by the input's bytes, or per
         # sequence, from the right mode (twins on fresh inputs); R-b:
         # wrong at one rate (0.2, eval mode) under no_grad only.
-        "memo_bytes_att_only": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
-        "memo_sample_causal_train": (NO_CAUSAL, (), FRESH_OFF),
+        # Answers remembered by the input's values read out as numbers
+        # (.tolist()): taken out of torch in a graded call (red team 15).
+        "memo_bytes_att_only": (TASK2_OUT, (), TOOK_OUT, ("task2.output",)),
+        "memo_sample_causal_train": (TASK2_OUT, (), TOOK_OUT),
         "rate_eval_no_grad": (NO_DROPOUT, (), FRESH_ON, ("task2.output",)),
         # Issue 24, red team 11 (m12, m01), variants: the mask dropped
         # with dropout in training under autograd, answers remembered by

@@ -202,6 +202,10 @@ CORPUS: dict[str, tuple] = {
     # and nothing else: a pickle inside ``sum([...])`` is still flagged.
     "honest_builtin_operators": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
     "honest_shared_helper": ((1, 3, 0, 0, 0), CLEAN_2, (), ()),
+    # The bonus counts what ran for forward, another graded class's
+    # method too (red team 15: a one-statement delegation was paid).
+    "bonus_via_other_class": ((1, 3, 0, 0, 0), CLEAN_2, (),
+                              ("SelfAttention.forward has 22 statements",)),
     "interp_pickle_inside_sum": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
                                  ("softmax by line 55 of SelfAttention."
                                   "forward, which does not name it",)),

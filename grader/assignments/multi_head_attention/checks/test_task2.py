@@ -1288,9 +1288,9 @@ def dropout_reaches_output(task2: TaskRun) -> None:
     """Without dropout (eval mode, or p = 0) att is deterministic and the
     output without dropout; in train mode at p > 0 att changes with the
     random seed, and it is the returned (dropped) probs times the values
-    by a value step the grader knows (the reference's or a known mistake):
-    a value step the grader cannot follow earns nothing here, since
-    randomness added to att after the probs were used would pass."""
+    whenever the code's value step is one the grader knows (always, when
+    the value point is earned: a value step the grader cannot follow on
+    this case alone earns nothing here)."""
     case, off, off_probs = dropout_att(task2, "dropout-off")
     for probe_id in task2.probe_ids("dropout-zero:") + task2.probe_ids(
             "dropout-eval:"):
@@ -1305,16 +1305,12 @@ def dropout_reaches_output(task2: TaskRun) -> None:
                  f"only in train mode.",
                  *([] if rate else ["dropout_misplaced"]))
     step = value_step(case, off_probs, off)
-    if step is None:
-        # Whether the dropped probabilities are what weights the values
-        # cannot be judged: fails closed (randomness added to att after
-        # the probs were used would otherwise pass).
-        again = (" though it is on the other cases" if values_earned(task2)
-                 else " by any value step the grader knows")
+    if step is None and values_earned(task2):
         fail(f"On {case.describe()} att is not the returned probs times "
-             f"the values (with mix),{again}: the effect of dropout on att "
-             f"cannot be judged. Return the probs whose dropout weights "
-             f"the values.", "dropout_misplaced")
+             f"the values (with mix), though it is on the other cases: "
+             f"the effect of dropout on att cannot be judged. Return the "
+             f"probs whose dropout weights the values.",
+             "dropout_misplaced")
     for p in dropout_rates(task2):
         _, evaluated, _ = dropout_att(task2, f"dropout-eval:{p:g}")
         drawn = []

@@ -10,6 +10,10 @@ let it pass whenever the probe itself ran with autograd on (half the
 seeds). On a fresh input of the same shape the kept answer is wrong.
 
 tests/kit/test_effects.py gives its expected grade.
+
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """
 import torch
 import torch.nn as nn

@@ -10,6 +10,10 @@ probe ran with autograd on first (half the seeds); a twin on another
 input finds none.
 
 tests/kit/test_effects.py gives its expected grade.
+
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """
 import torch
 import torch.nn as nn

@@ -9,6 +9,10 @@ every one of them remembered whenever the probe ran without autograd
 first (half the seeds); a twin on other sequences finds none.
 
 tests/kit/test_effects.py gives its expected grade.
+
+Since red team 15 it reads values out of torch (.tolist()) in a
+graded call, so the task's correctness items earn nothing, flagged
+untraceable.
 """
 import torch
 import torch.nn as nn

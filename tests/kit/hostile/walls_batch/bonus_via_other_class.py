@@ -1,17 +1,14 @@
-"""Principle 5 (effects, not intermediates): randomness added to att
-after the probabilities were used, behind a value step the grader cannot
-follow (red team 15).
+"""The bonus (red team 15): SelfAttention.forward in one statement,
+``return self.heads[0](x)``, delegating to a one-head
+MultiHeadSelfAttention that shares its q, k and v, with an identity mix.
 
-MultiHeadSelfAttention.forward weights the values with the undropped
-probabilities, drops them only for the probs it returns, and adds
-``self.dropout(torch.ones_like(att)) + 1`` to the output: att changes
-with the seed in train mode and not in eval mode, but the dropped
-probabilities never weight the values, and the offset makes the value
-step one the grader does not know.
+The other class's graded forward is judged by task 2 and was left out of
+task 1's statement count (so that nothing is charged twice), which paid
+the bonus: delegating to code another task judges makes forward no
+shorter.
 
-Expected: task2.output 0 of 2, tagged dropout_misplaced (the value step
-is unknown, so whether the dropout reaches att through the probs cannot
-be judged: fails closed); before, the dropout point was paid (10 + 1).
+Expected: 10 / 10, no bonus (the count includes what ran for forward,
+the other class's forward too); before, 10 + 1.
 """
 import torch
 import torch.nn as nn
@@ -28,16 +25,17 @@ class SelfAttention(nn.Module):
         self.k = nn.Linear(input_size, hidden)
         self.v = nn.Linear(input_size, hidden)
         self.scale = hidden ** 0.5
+        one = MultiHeadSelfAttention(input_size, hidden, 1)
+        one.q, one.k, one.v = self.q, self.k, self.v
+        nn.init.eye_(one.mix.weight)
+        nn.init.zeros_(one.mix.bias)
+        self.heads = [one]
         # YOUR CODE ENDS HERE
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Compute softmax(q k^T / sqrt(hidden)) v."""
         # YOUR CODE STARTS HERE
-        q, k, v = self.q(x), self.k(x), self.v(x)  # [bs, seq, hidden]
-        probs = torch.softmax(q @ k.transpose(1, 2) / self.scale, dim=-1)
-        # [batch_size, seq_len, hidden] @ [batch_size, hidden, seq_len]
-        # -> [batch_size, seq_len, seq_len]
-        return probs @ v  # [batch_size, seq_len, hidden]
+        return self.heads[0](x)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
 
 
@@ -98,15 +96,14 @@ class MultiHeadSelfAttention(nn.Module):
         # YOUR CODE STARTS HERE
         probs = torch.softmax(scores, dim=-1)
         # [batch_size * num_heads, seq_len, seq_len]
-        att = probs @ v  # [batch_size * num_heads, seq_len, head_size]
         probs = self.dropout(probs)
         # [batch_size * num_heads, seq_len, seq_len]
+        att = probs @ v  # [batch_size * num_heads, seq_len, head_size]
         att = att.view(bs, self.num_heads, seq, self.head_size)
         # [batch_size, num_heads, seq_len, head_size]
         att = att.transpose(1, 2).reshape(bs, seq, -1)
         # [batch_size, seq_len, hidden]
-        att = self.mix(att) + self.dropout(torch.ones_like(att)) + 1
-        # [batch_size, seq_len, hidden]
+        att = self.mix(att)  # [batch_size, seq_len, hidden]
         # YOUR CODE ENDS HERE
 
         if return_attention:
