@@ -265,9 +265,22 @@ def _parent(pid: int) -> int | None:
 
 
 def _workers() -> set[int]:
-    """The live children of every fork server on this machine."""
-    servers = {pid for pid in (int(p.name) for p in Path("/proc").iterdir()
-                               if p.name.isdigit()) if _is_fork_server(pid)}
+    """The live children of the fork server this session's commands use
+    (GRADER_FORK_SERVER; other sessions' servers serve other tests)."""
+    from grader.run import forkserver
+
+    address = os.environ[forkserver.SHARED_ADDRESS].encode()
+    servers = set()
+    for path in Path("/proc").iterdir():
+        if not path.name.isdigit():
+            continue
+        try:
+            words = (path / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"grader.run.forkserver" in words and address in words:
+            servers.add(int(path.name))
+    assert servers, "no fork server of this session"
     return {int(p.name) for p in Path("/proc").iterdir()
             if p.name.isdigit() and _parent(int(p.name)) in servers}
 
