@@ -902,14 +902,21 @@ def test_the_table_lists_every_effects_file() -> None:
                                          for name in CORPUS[folder]])
 def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
     """Exact item scores, the judged items' diagnoses and words; no
-    flag (nothing was refused: the attacks are ordinary code)."""
+    flag (nothing was refused: the attacks are ordinary code), but for
+    values taken out of torch in a graded call (``untraceable``)."""
     scores, diagnoses, words, *judged = CORPUS[folder][name]
     rows, reports, names = graded[folder]
     row = rows[name]
     assert row["status"] == "graded", row
     assert {item: float(row[item]) for item in ITEMS[folder]} == dict(
         zip(ITEMS[folder], map(float, scores))), row
-    assert row["flags"] == "", row["flags"]
+    # Values taken out of torch in a graded call are flagged (red team
+    # 15); every other attack here is ordinary code, with no flag.
+    if words == TOOK_OUT:
+        assert "untraceable" in row["flags"] or TOOK_OUT in row["flags"], \
+            row["flags"]
+    else:
+        assert row["flags"] == "", row["flags"]
     report = json.loads((reports / names[name] / "report.json").read_text(
         encoding="utf-8"))
     for item_id in judged[0] if judged else (JUDGED[folder],):
