@@ -93,9 +93,10 @@ def _subreaper() -> None:
 KEPT: set[int] = set()
 
 
-def _children() -> set[int]:
+def _children(pid: int | str = "self") -> set[int]:
+    """The live children of ``pid`` (this process by default)."""
     found: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
+    for task in Path(f"/proc/{pid}/task").iterdir():
         found.update(int(c) for c in (task / "children").read_text().split())
     return found
 
@@ -135,10 +136,7 @@ def server_cpu(pid: int) -> float:
     """The CPU seconds of a command server's tree: itself, the commands
     it forked and reaped, and its fork server with the workers that one
     reaped."""
-    children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        children += (task / "children").read_text().split()
-    return _stat_cpu(pid) + sum(_stat_cpu(int(c)) for c in children)
+    return _stat_cpu(pid) + sum(_stat_cpu(c) for c in _children(pid))
 
 
 def run(name: str, args: list[str], cwd: Path = ROOT,
