@@ -330,10 +330,37 @@ def observe(task: str, source: SourceFile, plan: list[ProbeInfo],
             problem = "no result was reported"
         run.results[info.id] = ProbeResult(info=info, problem=problem,
                                            stopped=stopped)
+    # Read before the twins fold: each twin is a probe of its own.
+    if taken and not any(_holds_tensor(r) for r in run.results.values()):
+        taken = []
     fold_twins(run)
     if compiled or chosen or taken:
         _charge_compiled(run, compiled, chosen, taken)
     return run
+
+
+def _holds_tensor(result: ProbeResult) -> bool:
+    """Whether a graded call answered with something that can hold
+    values computed outside torch: a tensor in what the grader judges of
+    its answer (every judge wants tensors, at most one level into a tuple
+    or a list; of any other object only its type is sent), or the
+    parameters it left.
+    Values a task's graded calls took out of torch cost the task only
+    when one of its calls did (docs/threat-model.md, principle 4): a
+    task none of whose calls answered with a tensor earns nothing from
+    any answer (e.g. "should be a tensor"), whatever computed it.
+    Across the task, not call by call: values taken out in one call may
+    come back in another's answer."""
+    if not result.ok:
+        return False
+    if result.state is not None:
+        return True
+    value = result.value
+    if value is None:
+        return False
+    if value.kind in ("tuple", "list"):
+        return any(item.kind == "tensor" for item in value.items)
+    return value.kind == "tensor"
 
 
 def _stated(info: ProbeInfo) -> ProbeInfo:

@@ -517,13 +517,8 @@ def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
             not entry.starved_but_working(now):
         entry.kill()
         _reap(entry)
-        entry.result.ended = "timeout"
         entry.result.seconds = time.monotonic() - entry.started
-        # The same words whether or not a busy machine extended the
-        # deadline: a report does not depend on the machine's load.
-        entry.result.detail = (f"it did not finish within "
-                               f"{entry.limits.timeout:g} seconds and was "
-                               f"stopped")
+        _timed_out(entry)
         _drain(entry, selector)
         entry.result.detail += _phase(entry.result)
         return True
@@ -531,6 +526,19 @@ def _poll(entry: _Running, selector: selectors.BaseSelector) -> bool:
         _drain(entry, selector)
         return True
     return False
+
+
+def _timed_out(entry: _Running) -> None:
+    """Mark the worker as stopped at its timeout. The same words whether
+    the grader's deadline stopped it, a busy machine extended that
+    deadline, or, past the deadline, the kernel's CPU-time limit (the
+    timeout's, a second later: ``agent._apply_limits``) fired first
+    while the grader waited for a core: a report does not depend on the
+    machine's load."""
+    entry.result.ended = "timeout"
+    entry.result.detail = (f"it did not finish within "
+                           f"{entry.limits.timeout:g} seconds and was "
+                           f"stopped")
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -590,6 +598,10 @@ def _finish(entry: _Running) -> JobResult:
         # It ran to the end; on a corrupted channel its "done" was lost.
         result.ended = "finished"
         return result
-    result.ended, result.detail = _describe_status(status)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU \
+            and result.seconds >= entry.limits.timeout:
+        _timed_out(entry)  # past its deadline: the grader was late
+    else:
+        result.ended, result.detail = _describe_status(status)
     result.detail += _phase(result)
     return result

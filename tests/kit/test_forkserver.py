@@ -281,6 +281,24 @@ def test_a_hung_worker_is_stopped_at_its_deadline() -> None:
     assert time.monotonic() - started < 15
 
 
+def test_the_cpu_limit_past_the_deadline_is_the_timeout() -> None:
+    """The kernel's CPU-time limit (a second after the timeout) may fire
+    before a busy grader wakes for its deadline: past the deadline the
+    report is the timeout's, whichever came first (a report does not
+    depend on the machine's load); before it, the signal is named."""
+    late = ("import signal\nimport time\nstart = time.monotonic()\n"
+            "while time.monotonic() - start < 1.7:\n    pass\n"
+            "signal.raise_signal(signal.SIGXCPU)\n")
+    early = "import signal\nsignal.raise_signal(signal.SIGXCPU)\n"
+    results = run_jobs([Job("late", late, "/nowhere/late.py", []),
+                        Job("early", early, "/nowhere/early.py", [])],
+                       Limits(timeout=1.5))
+    assert results["late"].ended == "timeout"
+    assert "did not finish within 1.5 seconds" in results["late"].detail
+    assert results["early"].ended == "signalled"
+    assert "CPU-time limit" in results["early"].detail
+
+
 # --------------------------------------------------------------------------
 # The authenticated channel
 

@@ -195,10 +195,13 @@ CORPUS: dict[str, Expected] = {
             "grader computes the loss from the returned logits"),
     "hostile_constant_loss_graph": lost("task2.loss", "task2.training"),
     "hostile_memorises_training": lost(
-        "task2.training",
-        why="its loss has no gradient and its forward replays pairs kept "
-            "in a dict: the grader runs its own model on the weights "
-            "training left, which never moved"),
+        "task2.layers", *TASK2, flags=("untraceable",),
+        why="its loss has no gradient and keeps pairs read out of torch "
+            "(tolist) in a dict its forward replays: values a graded "
+            "call took out of torch, with a tensor answer, cost the "
+            "task's correctness items (threat model, principle 4); the "
+            "grader's own model on the weights training left would "
+            "have taken the training item anyway"),
     "hostile_imports_reference": lost(
         "task2.layers", *TASK2, diagnosis="forbidden_api",
         flags=("forbidden",)),
@@ -233,7 +236,7 @@ TOTALS = {"correct_reference_style": 10, "correct_functional": 10,
           "penalties_own_attention": 8,
           "broken_syntax_error": 0, "broken_lm_forward_raises": 5,
           "hostile_constant_loss": 8, "hostile_constant_loss_graph": 8,
-          "hostile_memorises_training": 9,
+          "hostile_memorises_training": 4,
           "hostile_imports_reference": 4,
           "hostile_reads_reference_file": 5}
 # Every diagnosis of the rubric, and the files written to trigger it.

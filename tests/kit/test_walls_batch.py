@@ -62,6 +62,8 @@ UNREAD_1 = (1, 3, 0, -1, 0)  # correct, but a comment fails closed
 UNREAD_BONUS_1 = (1, 3, 0, -1, 1)  # the same, in at most 3 statements
 CLEAN_1 = (1, 3, 0, 0, 1)
 BAD_SHAPES_2 = (3, 1, 2, 0, -1)
+BAD_SHAPES_ZERO_2 = (0, 0, 0, 0, -1)
+INIT_ONLY_1 = (1, 0, 0, 0, 0)
 #: name -> (task 1 items, task 2 items, flag kinds, words of the report).
 CORPUS: dict[str, tuple] = {
     # -- Principle 2: past the shape records' cap, what is left out is
@@ -139,6 +141,17 @@ CORPUS: dict[str, tuple] = {
     # Values read out of torch at import, in __init__, and one number in
     # a graded call: full marks.
     "honest_values_outside_calls": (CLEAN_1, CLEAN_2, (), ()),
+    # Values out of torch cost a task when any of its calls answered
+    # with a tensor: answers that are lists only now and then, or a
+    # tuple whose tensor came back from numpy, are charged; a file none
+    # of whose answers is a tensor (an array) is judged by its answers
+    # ("should be a tensor") and keeps its init point.
+    "out_alternate_answers": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
+                              ("numpy by line",)),
+    "out_tuple_part_plain": (CLEAN_1, BAD_SHAPES_ZERO_2, ("untraceable",),
+                             ("numpy by line",)),
+    "honest_answer_as_array": (INIT_ONLY_1, CLEAN_2, (),
+                               ("should be a tensor",)),
     "interp_pickle_literal": (ZERO_SHAPES, CLEAN_2, ("untraceable",),
                               ("softmax by line 60 of SelfAttention."
                                "forward, which does not name it",
