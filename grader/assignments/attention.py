@@ -230,6 +230,63 @@ def position_kinds(seq: int, cols: int | None = None
     return kinds
 
 
+#: Neighbours in a block, (rows, columns) apart, and their words: the
+#: next column, the next row, the next along the diagonal and along the
+#: anti-diagonal.
+NEIGHBOURS = {(0, 1): "side by side in a row",
+              (1, 0): "one above the other in a column",
+              (1, 1): "next to each other along a diagonal",
+              (1, -1): "next to each other along an anti-diagonal"}
+
+
+def neighbour_pairs(block: torch.Tensor, shift: tuple[int, int]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two views of ``block`` ([..., rows, cols]) whose elements, index by
+    index, are disjoint pairs of neighbours ``shift`` apart: a row's
+    columns 0-1, 2-3, ... for (0, 1); rows 0-1, 2-3, ... (each column, or
+    the next or previous one) otherwise. No element is in two pairs, so
+    an element-wise independent mask agrees on each pair independently."""
+    rows, cols = block.shape[-2:]
+    if shift[0] == 0:
+        half = cols // 2
+        return (block[..., :, 0:2 * half:2], block[..., :, 1:2 * half:2])
+    half = rows // 2
+    first = block[..., 0:2 * half:2, :]
+    second = block[..., 1:2 * half:2, :]
+    if shift[1] == 1:
+        return first[..., :, :-1], second[..., :, 1:]
+    if shift[1] == -1:
+        return first[..., :, 1:], second[..., :, :-1]
+    return first, second
+
+
+def neighbours_agreeing(judged: torch.Tensor, masks: list[torch.Tensor],
+                        p: float, shift: tuple[int, int]
+                        ) -> tuple[int, int, float] | None:
+    """(agreeing, pairs, chance) when the disjoint pairs of judged
+    neighbours ``shift`` apart are dropped alike (both or neither) more
+    or less often than element-wise independent drops allow (each pair
+    agrees with chance p^2 + (1 - p)^2, independently: a binomial test
+    of each tail at ALPHA); None otherwise. A mask constant along
+    anti-diagonals, diagonals, dominoes, or alternating like a
+    checkerboard passes every row, column, block and position test, not
+    this one."""
+    first_judged, second_judged = neighbour_pairs(judged, shift)
+    both = first_judged & second_judged
+    pairs = int(both.sum()) * len(masks)
+    if pairs == 0:
+        return None
+    agreeing = 0
+    for mask in masks:
+        first, second = neighbour_pairs(mask, shift)
+        agreeing += int(((first == second) & both).sum())
+    chance = p * p + (1 - p) ** 2
+    if unlikely(pairs, chance, agreeing, True) or \
+            unlikely(pairs, chance, agreeing, False):
+        return agreeing, pairs, chance
+    return None
+
+
 @dataclass(frozen=True)
 class MaskWords:
     """How a plug-in's messages name dropout masks: ``prefix`` (a format
@@ -254,8 +311,10 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
     without dropout is > 0) are not element-wise independent, or None:
     more whole rows or columns are dropped than chance allows; two
     blocks of a draw share a mask; a kind of position is dropped less often
-    than p says. Whole lines are tested first: masks of whole rows also
-    make blocks coincide (a block of few rows has few masks)."""
+    than p says; neighbours (in a row, a column, along either diagonal)
+    are dropped alike more or less often than chance allows. Whole lines
+    are tested first: masks of whole rows also make blocks coincide (a
+    block of few rows has few masks)."""
     said = words.prefix.format(p=p)
     for dim, what in zip((-1, -2), words.lines):
         dropped, lines, least = whole_lines(judged, masks, dim)
@@ -276,4 +335,13 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
             return (f"{said} only {dropped} of {n} {words.weights} {where} "
                     f"are dropped (about {p * n:.0f} expected): "
                     f"{words.advice}; every position may be dropped.")
+    for shift, where in NEIGHBOURS.items():
+        found = neighbours_agreeing(judged, masks, p, shift)
+        if found is not None:
+            agreeing, pairs, chance = found
+            return (f"{said} {agreeing} of {pairs} pairs of "
+                    f"{words.weights} {where} are dropped alike (both or "
+                    f"neither; chance would give about "
+                    f"{chance * pairs:.0f}): {words.advice}, not a "
+                    f"pattern of neighbours.")
     return None

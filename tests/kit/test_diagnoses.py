@@ -596,7 +596,7 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
             shared = sum(_shared_chance(pairs, seq * seq, p)
                          for p in (cases.FIXED_RATE, second))
             worst = max(worst, shared)
-    tests = 2 * (2 + kinds)
+    tests = 2 * (2 + kinds + 2 * len(attention.NEIGHBOURS))
     assert worst + tests * alpha < 1e-9
     # The shared-block test is judged at 0.5 always.
     assert _shared_chance(pairs, 100, cases.FIXED_RATE) < \
@@ -608,6 +608,69 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     lines = blocks * seq * cases.DROPOUT_DRAWS
     assert attention.unlikely(lines, p ** seq, int(p * lines), True)
     assert attention.unlikely(lines, p, 0, False)
+    # Neighbours dropped alike (a diagonal, an anti-diagonal, dominoes):
+    # every disjoint pair agrees, at either rate.
+    pairs = blocks * (seq // 2) * (seq - 1) * cases.DROPOUT_DRAWS
+    for rate in (p,) + cases.SEEDED_RATES:
+        assert attention.unlikely(pairs, rate * rate + (1 - rate) ** 2,
+                                  pairs, True)
+
+
+def test_neighbour_patterns_fail_and_honest_masks_pass() -> None:
+    """attention.mask_dependence's neighbour test (red team 15): seeded
+    i.i.d. masks pass at every rate and at the dropout case's smallest
+    and largest sizes; masks constant along anti-diagonals or diagonals,
+    dominoes of two rows, and every other key at a random phase per row
+    (each its share of zeros right, no whole line) fail at every rate,
+    at 0.5 in words naming the neighbours."""
+    words_of = attention.MaskWords(
+        prefix="With dropout={p:g} in train mode",
+        blocks="[seq_len, seq_len] blocks of probs", of="of probs",
+        weights="probabilities", advice="use self.dropout")
+    generator = torch.Generator().manual_seed(15)
+    ranges = cases.DROPOUT_RANGES
+
+    def uniform(*shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=generator)
+
+    for size in (min, max):
+        blocks = size(ranges["batch_size"]) * size(ranges["num_heads"])
+        seq = size(ranges["seq_len"])
+        judged = torch.ones(blocks, seq, seq, dtype=torch.bool)
+        lag = torch.arange(seq)[:, None] - torch.arange(seq) + seq - 1
+        total = torch.arange(seq)[:, None] + torch.arange(seq)
+        for p in (cases.FIXED_RATE,) + cases.SEEDED_RATES:
+            for _ in range(20):
+                masks = [uniform(blocks, seq, seq) < p
+                         for _ in range(cases.DROPOUT_DRAWS)]
+                assert attention.mask_dependence(judged, masks, p,
+                                                 words_of) is None, p
+            attacks = {
+                "along an anti-diagonal": lambda: (
+                    uniform(blocks, 2 * seq - 1) < p)[:, total],
+                "along a diagonal": lambda: (
+                    uniform(blocks, 2 * seq - 1) < p)[:, lag],
+                "one above the other": lambda: (
+                    uniform(blocks, (seq + 1) // 2, seq) < p
+                ).repeat_interleave(2, dim=1)[:, :seq]}
+            for words, build in attacks.items():
+                masks = [build() for _ in range(cases.DROPOUT_DRAWS)]
+                said = attention.mask_dependence(judged, masks, p,
+                                                 words_of) or ""
+                # Caught at every rate; at a low rate two small blocks
+                # of so few bits may coincide first (another test's
+                # words), never at 0.5.
+                assert said, (size, p, words)
+                if p == cases.FIXED_RATE:
+                    assert words in said and "dropped alike" in said, (
+                        size, p, words, said)
+        # Every other key, at a random phase per query row: half of each
+        # row, column and kind dropped, no two blocks alike.
+        alternate = [(torch.arange(seq) + (uniform(blocks, seq, 1) < 0.5)
+                      ) % 2 == 0 for _ in range(cases.DROPOUT_DRAWS)]
+        said = attention.mask_dependence(judged, alternate, 0.5,
+                                         words_of) or ""
+        assert "side by side in a row are dropped alike" in said, said
 
 
 def _shared_chance(pairs: float, size: int, p: float) -> float:
@@ -640,7 +703,7 @@ def test_warm_up_independence_tests_on_causal_blocks() -> None:
         shared = max(sum(_shared_chance(pairs, judged, p)
                          for p in (basics_cases.FIXED_RATE, second))
                      for second in basics_cases.SEEDED_RATES)
-        tests = 2 * (2 + kinds)
+        tests = 2 * (2 + kinds + 2 * len(attention.NEIGHBOURS))
         assert shared + tests * attention.ALPHA < 1e-9, task
         assert _shared_chance(pairs, judged, basics_cases.FIXED_RATE) > 0
     s = basics_cases.dropout_case(0, "task6").sizes
@@ -671,7 +734,11 @@ def test_warm_up_independence_tests_on_causal_blocks() -> None:
             "exactly the same attention": lambda q: draw(
                 (shape[0], 1) + shape[2:], q),
             "on the diagonal are dropped": lambda q: draw(shape, q) & ~torch
-            .eye(shape[-1], dtype=torch.bool)}
+            .eye(shape[-1], dtype=torch.bool),
+            "along an anti-diagonal are dropped alike": lambda q: draw(
+                shape[:-2] + (2 * shape[-1] - 1,), q)[
+                ..., torch.arange(shape[-1])[:, None]
+                + torch.arange(shape[-1])]}
         for words, build in attacks.items():
             assert words in (check(build, p) or ""), (p, words)
 

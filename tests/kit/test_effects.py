@@ -3,8 +3,10 @@
 ``hostile/effects/dropout/`` attacks the dropout point of
 ``multi_head_attention`` (task2.output): the returned probs look dropped,
 but the randomness never reaches att, or not as the dropout of those
-probs, or the mask is not element-wise independent (whole rows or
-columns, one mask for every block, the diagonal spared); and its value
+probs (noise added after the values were weighted, behind a value step
+the grader does not know: the probe with zero value weights), or the
+mask is not element-wise independent (whole rows or columns, one mask
+for every block, the diagonal spared); and its value
 point where task2.scores failed (an average of the values passes the
 uniform cases, but is not the returned probs times the values).
 ``hostile/effects/training/`` attacks ``transformer_block``'s training
@@ -120,6 +122,8 @@ FROM_SCORES = ("with zero W_query weights (every score equal) does not "
                "match the reference")
 FULL_ATTENTION = (1, 3, 0, 0, 1, 3, 1, 2, 0, 0)
 NO_DROPOUT = (1, 3, 0, 0, 1, 3, 1, 1, 0, 0)
+NO_OUTPUT = (1, 3, 0, 0, 1, 3, 1, 0, 0, 0)
+ZERO_VALUES = "att changes even where every value is 0"
 #: Task 2's correctness items lost to values a graded call took out of
 #: torch (docs/threat-model.md, principle 4, "Values that leave torch").
 TASK2_OUT = (1, 3, 0, 0, 1, 0, 0, 0, 0, 0)
@@ -198,7 +202,31 @@ CORPUS: dict[str, dict[str, tuple]] = {
             NO_DROPOUT, (), "whole key columns of probs are dropped"),
         "dropout_diag_kept": (
             NO_DROPOUT, (), "probabilities on the diagonal are dropped"),
+        # Red team 15: masks of neighbours dropped alike, which every
+        # row, column, block and position test passes.
+        "dropout_antidiag_mask": (
+            NO_DROPOUT, (), "next to each other along an anti-diagonal "
+            "are dropped alike"),
+        "dropout_diagonal_mask": (
+            NO_DROPOUT, (), "next to each other along a diagonal are "
+            "dropped alike"),
+        "dropout_domino_mask": (
+            NO_DROPOUT, (), "one above the other in a column are dropped "
+            "alike"),
         "honest_dropout_by_hand": (FULL_ATTENTION, (), "ok"),
+        # Red team 15: randomness added after the values were weighted,
+        # behind a value step the grader does not know (an offset, a
+        # merge on the wrong axes, a tanh): the probe with zero value
+        # weights shows att changing in train mode. Honest files with
+        # an unknown merge keep the dropout point (test_diagnoses.py's
+        # merge_wrong_axes_*).
+        "drop_noise_after_use": (
+            NO_OUTPUT, ("dropout_misplaced",), ZERO_VALUES),
+        "drop_output_unknown_merge": (
+            NO_OUTPUT, ("merge_wrong_axes", "dropout_misplaced"),
+            ZERO_VALUES),
+        "drop_jitter_tied_to_input": (
+            NO_OUTPUT, ("dropout_misplaced",), ZERO_VALUES),
         # The value point when task2.scores failed (red team 6): judged on
         # uniform probabilities, and on the returned ones as well.
         "values_mean_of_values": (

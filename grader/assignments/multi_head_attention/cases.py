@@ -39,6 +39,12 @@ Probes of task 2 (ids are prefixes the checks select on):
   drawn once and kept by the module shows as two equal draws;
 * ``causal-dropout-train:<p>``: the dropout case with causal=True in
   train mode: the future stays 0 and the past is dropped at rate p;
+* ``zero-v-dropout-eval:<p>``, ``zero-v-dropout-train:<p>``: the dropout
+  case with zero value weights and bias, in eval and in train mode (one
+  object): every value is 0, so whatever the probs and however the code
+  weights the values with them, att is the same in both modes; noise
+  added after the values were weighted shows there, even when the value
+  step is one the grader does not know;
 * ``size:<public case>:<dimension>:<probs|causal>``: the public sizes, and
   the public sizes with one dimension changed, so that a failure on the
   hidden cases can be traced to a size the code hard-codes; per public
@@ -215,19 +221,37 @@ def hidden_cases(seed: int) -> dict[str, list[Case]]:
     return found
 
 
+def zeroed(case: Case, layers: tuple[str, ...], suffix: str,
+           variant: str) -> Case:
+    """The same case with the weights and biases of ``layers`` zero,
+    named ``<case>-<suffix>`` and described ``variant``."""
+    weights = dict(case.weights)
+    for layer in layers:
+        for name in (f"{layer}.weight", f"{layer}.bias"):
+            weights[name] = torch.zeros_like(weights[name])
+    return Case(name=f"{case.name}-{suffix}", public=case.public,
+                sizes=case.sizes, x=case.x, weights=weights,
+                shown=case.shown or case.name, variant=variant)
+
+
 def zero_qk(case: Case) -> Case:
     """The same case with zero query and key weights and biases.
 
     Every score is then 0 and the probabilities are uniform whatever the
     score computation, so the value-and-mix step can be judged alone.
     """
-    weights = dict(case.weights)
-    for name in ("q.weight", "q.bias", "k.weight", "k.bias"):
-        weights[name] = torch.zeros_like(weights[name])
-    return Case(name=f"{case.name}-zero-qk", public=case.public,
-                sizes=case.sizes, x=case.x, weights=weights,
-                shown=case.shown or case.name,
-                variant="with zero query and key weights")
+    return zeroed(case, ("q", "k"), "zero-qk",
+                  "with zero query and key weights")
+
+
+def zero_values(case: Case) -> Case:
+    """The same case with zero value weights and bias: every value is 0.
+
+    The dropped probabilities then weight only zeros, so any value step
+    gives the same att in train mode as in eval mode: randomness left in
+    att is not the dropout of the probabilities.
+    """
+    return zeroed(case, ("v",), "zero-v", "with zero value weights")
 
 
 def equal_scores(case: Case) -> Case:
@@ -236,13 +260,8 @@ def equal_scores(case: Case) -> Case:
     A causal mask built from positions still hides the future here; one
     built from the score values (``triu(scores, 1) != 0``) does not.
     """
-    weights = dict(case.weights)
-    for name in ("q.weight", "q.bias"):
-        weights[name] = torch.zeros_like(weights[name])
-    return Case(name=f"{case.name}-equal-scores", public=case.public,
-                sizes=case.sizes, x=case.x, weights=weights,
-                shown=case.shown or case.name,
-                variant="with every score equal, from zero query weights")
+    return zeroed(case, ("q",), "equal-scores",
+                  "with every score equal, from zero query weights")
 
 
 def dropout_case(seed: int) -> Case:
@@ -472,8 +491,20 @@ def build(seed: int, public_only: bool,
         kwargs={"return_attention": True}, train=True,
         seed=derive_seed(seed, "multi_head_attention", "dropout", "causal",
                          p), params={"dropout": p, "causal": True}))
+    # Every value 0 (red team 15): att is the same in both modes, so
+    # randomness added after the values were weighted shows, whatever
+    # the value step.
+    blank = zero_values(drop)
+    for train in (False, True):
+        plan.add("task2", probe(
+            f"zero-v-dropout-{'train' if train else 'eval'}:{p:g}",
+            "MultiHeadSelfAttention", case=blank, layers=LAYERS_2,
+            init=_mha_init(blank, dropout=p),
+            kwargs={"return_attention": True}, train=train,
+            seed=derive_seed(seed, "multi_head_attention", "dropout",
+                             "zero-v", p), params={"dropout": p},
+            again=train, branch=f"{p:g}"))
     # forward(x) under the seed of dropout-train:<p>:0: the same draws.
-    p = FIXED_RATE
     plan.add("task2", probe(
         f"att-only-{dropout_probe(p, 0)}", "MultiHeadSelfAttention",
         case=drop, layers=LAYERS_2, init=_mha_init(drop, dropout=p),

@@ -1023,9 +1023,9 @@ def uniform_scale(train: torch.Tensor, evaluated: torch.Tensor
 # Dropout drops each probability on its own (docs/threat-model.md,
 # principle 5): the tests are the attention plug-ins' shared ones
 # (grader/assignments/attention.py, ``mask_dependence``). Each fails a
-# correct dropout with probability at most attention.ALPHA (18 such tests
-# per grading, and the shared-block test's own bound: under 1e-9 in all;
-# docs/threat-model.md gives the numbers).
+# correct dropout with probability at most attention.ALPHA (17 such tests
+# per rate, 34 per grading, and the shared-block test's own bound: under
+# 1e-9 in all; docs/threat-model.md gives the numbers).
 
 ON_ITS_OWN = ("dropout must drop each probability on its own: use "
               "self.dropout (an nn.Dropout) on probs")
@@ -1120,7 +1120,8 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
     values (docs/threat-model.md, principle 5); in eval mode and at
     p = 0 att is the output without dropout; with causal=True in train
     mode the future stays 0 and the past is dropped at rate p
-    (:func:`causal_dropout`)."""
+    (:func:`causal_dropout`); with zero value weights att is the same in
+    both modes (:func:`dropout_with_zero_values`)."""
     with explained(hardcoded(task2, "probs", lambda:
                              public_dropout_misplaced(task2))):
         require_ran(task2, task2.probe_ids("dropout-"), CALL)
@@ -1147,6 +1148,30 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
         dropout_reaches_output(task2)
         dropout_without_probs(task2)
         causal_dropout(task2)
+        dropout_with_zero_values(task2)
+
+
+def dropout_with_zero_values(task2: TaskRun) -> None:
+    """With zero value weights and bias every value is 0, so any value
+    step (one the grader knows or not) gives the same att in train mode
+    as in eval mode: randomness left there is not the dropout of the
+    probabilities (red team 15: noise added after the values were
+    weighted, behind a value step the grader does not know). Judged last,
+    so that the value-step checks, which say more, speak first."""
+    require_ran(task2, task2.probe_ids("zero-v-dropout-"), CALL)
+    for probe_id in task2.probe_ids("zero-v-dropout-train:"):
+        p = task2.result(probe_id).info.params.get("dropout", 0.0)
+        blank, still, _ = dropout_att(task2, f"zero-v-dropout-eval:{p:g}")
+        _, att, _ = dropout_att(task2, probe_id)
+        if not close(att, still):
+            fail(f"With dropout={p:g} in train mode att changes even "
+                 f"where every value is 0 (on {blank.describe()}, "
+                 f"against eval mode {max_error(att, still)}): the "
+                 f"dropped probabilities weight only zeros there, so "
+                 f"this randomness is not the dropout of the "
+                 f"probabilities. Apply self.dropout to probs only, then "
+                 f"multiply those probs by the values.",
+                 "dropout_misplaced")
 
 
 def dropout_without_probs(task2: TaskRun) -> None:
