@@ -86,8 +86,268 @@ def _module_value(value: str, use: str) -> tuple[Edit, ...]:
             Edit(_VALUES, f"        att = {use}\n" + _LATER))
 
 
+# The solution's Task 2.3 lines (markers dropped): what the red team 15
+# dropout files edit.
+_DROP = """\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+        att = probs @ v  # [batch_size * num_heads, seq_len, head_size]
+"""
+_MERGE = """\
+        att = (att.view(bs, self.num_heads, seq, self.head_size)
+               .transpose(1, 2)
+               .reshape(bs, seq, self.num_heads * self.head_size))
+        # -> view [batch_size, num_heads, seq_len, head_size]
+        # -> transpose [batch_size, seq_len, num_heads, head_size]
+        # -> reshape [batch_size, seq_len, hidden]
+"""
+_MIX = "        att = self.mix(att)  # [batch_size, seq_len, hidden]\n"
+#: The values weighted by the probabilities before dropout, dropped only
+#: for the return.
+_WEIGHT_THEN_DROP = Edit(_DROP, """\
+        att = probs @ v  # [batch_size * num_heads, seq_len, head_size]
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""")
+
+
+def _mask_by_index(draw: str, shape: str, index: str, index_shape: str
+                   ) -> Edit:
+    """The solution's dropout of probs replaced by a keep mask ``draw``
+    (a [blocks, ...] tensor of 0 or 1 / (1 - p), its comment ``shape``)
+    read at ``index`` ([seq_len, seq_len] of positions in it)."""
+    return Edit("""\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""", f"""\
+        if self.training and self.dropout.p > 0:
+            keep = {draw}
+            # {shape}
+            where = {index}
+            # {index_shape}
+            probs = probs * keep[:, where]
+            # [batch_size * num_heads, seq_len, seq_len]
+""")
+
+
+# SelfAttention.forward's body in the solution (markers dropped): what
+# the red team 15 walls_batch files replace.
+_TASK1_BODY = """\
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        # [batch_size, seq_len, hidden] each
+        probs = torch.softmax(q @ k.transpose(1, 2) / self.scale, dim=-1)
+        # [batch_size, seq_len, hidden] @ [batch_size, hidden, seq_len]
+        # -> softmax [batch_size, seq_len, seq_len]
+        return probs @ v
+"""
+
+
 #: Every derived file, by its path below tests/kit/hostile/.
 DERIVED: dict[str, Derived] = {
+    "walls_batch/out_alternate_answers.py": Derived(
+        ATTENTION, """Principle 4: values out of torch, answered as a list
+only now and then.
+
+SelfAttention.forward computes its attention in numpy from q, k and v
+taken out of torch. Every other call of the process answers with the
+list (as an honest broken file would, which keeps its other items), the
+rest with the array made a tensor again: a wall judged call by call would
+charge only the calls that answer a tensor, and a grader that samples
+calls could see only lists.
+
+Expected: task 1 earns nothing, flagged ``untraceable`` ("numpy by
+line ..."): one call of the task answered with a tensor.
+""",
+        (Edit(_IMPORTS, """\
+import itertools
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+_CALLS = itertools.count()
+
+
+def _answer(q, k, v, scale):
+    \"\"\"Attention in numpy; every other call a list, else a tensor.\"\"\"
+    scores = q @ k.transpose(0, 2, 1) / scale
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    out = weights @ v
+    if next(_CALLS) % 2:
+        return out.tolist()
+    return torch.from_numpy(out)
+"""),
+         Edit(_TASK1_BODY, """\
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        # [batch_size, seq_len, hidden] each
+        return _answer(q.detach().numpy(), k.detach().numpy(),
+                       v.detach().numpy(), self.scale)
+"""))),
+    "walls_batch/out_tuple_part_plain.py": Derived(
+        ATTENTION, """Principle 4: a tuple whose tensor came back from numpy.
+
+MultiHeadSelfAttention.forward weights the values in numpy (no shape
+comment for what numpy computes) and, when asked for its attention,
+answers the probabilities as a list: part of the answer is plain data
+(as an honest broken file's), part a tensor made from numpy.
+
+Expected: task 2 earns nothing, flagged ``untraceable`` ("numpy by
+line ..."): the tuple holds a tensor.
+""",
+        (Edit(_IMPORTS, "import numpy as np\n" + _IMPORTS),
+         Edit(_VALUES, """\
+        att = torch.from_numpy(np.matmul(probs.detach().numpy(),
+                                         v.detach().numpy()))
+"""),
+         Edit("            return att, probs\n",
+              "            return att, probs.tolist()\n"))),
+    "walls_batch/honest_answer_as_array.py": Derived(
+        ATTENTION, """Principle 4, honest control: a broken answer of plain
+data.
+
+SelfAttention.forward answers with a numpy array (``.numpy()``), as a
+student who plots it might: the values leave torch, and nothing of the
+task's answers is a tensor, so nothing computed outside torch can earn
+a point. The file is judged by its answers as before the wall: "should
+be a tensor".
+
+Expected: task 1 keeps its init point (1 / 4), no flag; task 2 earns
+its 6.
+""",
+        (Edit("        return probs @ v\n", """\
+        att = probs @ v  # [batch_size, seq_len, hidden]
+        return att.detach().numpy()
+"""),)),
+    "effects/dropout/drop_noise_after_use.py": Derived(
+        ATTENTION, """Principle 5 (effects, not intermediates): noise after
+use (red team 15).
+
+MultiHeadSelfAttention.forward weights the values with the probabilities
+before dropout, drops the probabilities only for the return, and adds
+``self.dropout(torch.ones_like(att)) + 1`` to the output: att is random in
+train mode and not in eval mode, and the offset makes its value step one
+the grader does not know, where the dropout point used to be judged by
+randomness alone.
+
+Expected: task2.output earns nothing (the values point is lost to the
+offset; the dropout point, tagged dropout_misplaced, to the probe with
+zero value weights, where att still changes in train mode); before, it
+earned its dropout point (10 + 1).
+""",
+        (_WEIGHT_THEN_DROP,
+         Edit(_MIX, "        att = self.mix(att) + "
+                    "self.dropout(torch.ones_like(att)) + 1\n"
+                    "        # [batch_size, seq_len, hidden]\n"))),
+    "effects/dropout/drop_output_unknown_merge.py": Derived(
+        ATTENTION, """Principle 5: dropout on the output behind a merge the
+grader cannot follow.
+
+MultiHeadSelfAttention.forward merges its heads feature by feature
+(``permute(0, 2, 3, 1)``: the wrong axes, in an order no known mistake
+has), weights the values with the undropped
+probabilities, drops the probabilities only for the return, and applies
+``self.dropout`` to the mixed output: random in train mode only, with a
+value step the grader does not know.
+
+Expected: task2.output earns nothing: the values point is lost to the
+merge, the dropout point (dropout_misplaced) to the probe with zero value
+weights, where the mix bias is dropped in train mode.
+""",
+        (_WEIGHT_THEN_DROP,
+         Edit(_MERGE, """\
+        att = att.view(bs, self.num_heads, seq, self.head_size)
+        # [batch_size, num_heads, seq_len, head_size]
+        att = att.permute(0, 2, 3, 1).reshape(bs, seq, -1)
+        # [batch_size, seq_len, hidden]
+"""),
+         Edit(_MIX, "        att = self.dropout(self.mix(att))\n"
+                    "        # [batch_size, seq_len, hidden]\n"))),
+    "effects/dropout/drop_jitter_tied_to_input.py": Derived(
+        ATTENTION, """Principle 5: small noise tied to the input, behind a
+tanh (value step).
+
+MultiHeadSelfAttention.forward weights the values with the undropped
+probabilities, squashes the merged heads with ``tanh`` (a value step the
+grader does not know), and adds to the mixed output a jitter from
+``self.dropout`` scaled by the input's mean: zero in eval mode, random
+in train mode, and present whatever the values are.
+
+Expected: task2.output earns nothing: the values point is lost to the
+tanh, the dropout point (dropout_misplaced) to the probe with zero value
+weights.
+""",
+        (_WEIGHT_THEN_DROP,
+         Edit("               .reshape(bs, seq, self.num_heads * "
+              "self.head_size))\n",
+              "               .reshape(bs, seq, self.num_heads * "
+              "self.head_size)\n               .tanh())\n"),
+         Edit(_MIX, """\
+        jitter = self.dropout(torch.ones_like(att)) - 1
+        # [batch_size, seq_len, hidden]
+        att = self.mix(att) + jitter * x.mean() * 0.01
+        # [batch_size, seq_len, hidden]
+"""))),
+    "effects/dropout/dropout_antidiag_mask.py": Derived(
+        ATTENTION, """Principle 5 (element-wise independence): a mask
+constant along
+anti-diagonals (red team 15).
+
+In train mode MultiHeadSelfAttention.forward draws 2 * seq_len - 1 bits
+per block and keeps probability (i, j) by bit i + j: the share of zeros
+follows p, each row, column and block is dropped differently, every kind
+of position is dropped, and att is the dropped probs times the values;
+but two neighbours along an anti-diagonal are always dropped alike.
+
+Expected: everything but the dropout point (task2.output 1 of 2); before,
+it earned 11.
+""",
+        (_mask_by_index(
+            "torch.rand(probs.shape[0], 2 * seq - 1).ge(\n"
+            "                self.dropout.p) / (1 - self.dropout.p)",
+            "[batch_size * num_heads, 2 * seq_len - 1]",
+            "torch.arange(seq)[:, None] + torch.arange(seq)",
+            "[seq_len, seq_len]"),)),
+    "effects/dropout/dropout_diagonal_mask.py": Derived(
+        ATTENTION, """Principle 5 (element-wise independence): a mask
+constant along
+diagonals, drawn by nn.Dropout itself.
+
+In train mode MultiHeadSelfAttention.forward applies self.dropout to a
+row of 2 * seq_len - 1 ones per block and keeps probability (i, j) by
+the one at i - j: the rate and the 1 / (1 - p) scale are nn.Dropout's,
+each row, column and block differs, but two neighbours along a diagonal
+are always dropped alike.
+
+Expected: everything but the dropout point (task2.output 1 of 2).
+""",
+        (_mask_by_index(
+            "self.dropout(torch.ones(probs.shape[0], 2 * seq - 1))",
+            "[batch_size * num_heads, 2 * seq_len - 1]",
+            "torch.arange(seq)[:, None] - torch.arange(seq) + seq - 1",
+            "[seq_len, seq_len]"),)),
+    "effects/dropout/dropout_domino_mask.py": Derived(
+        ATTENTION, """Principle 5 (element-wise independence): dominoes of
+two queries.
+
+In train mode MultiHeadSelfAttention.forward drops tiles of two query
+rows by one key (nn.Dropout on half as many rows, each repeated twice):
+no whole row or column, no block shared, every position dropped at rate
+p; but a query and the next one always drop the same keys.
+
+Expected: everything but the dropout point (task2.output 1 of 2).
+""",
+        (Edit("""\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""", """\
+        if self.training and self.dropout.p > 0:
+            tiles = self.dropout(probs.new_ones(probs.shape[0],
+                                                (seq + 1) // 2, seq))
+            # [batch_size * num_heads, (seq_len + 1) // 2, seq_len]
+            probs = probs * tiles.repeat_interleave(2, dim=1)[:, :seq]
+            # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
     "import_value_raises.py": Derived(
         ATTENTION, """Broken at import time: a module-level value that only
 MultiHeadSelfAttention reads cannot be computed (its file is not on the

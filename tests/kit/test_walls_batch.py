@@ -1,6 +1,7 @@
 """Walls by construction (issue 24), graded in one batch.
 
-Every file in ``hostile/walls_batch/`` attacks a worker-side wall of
+Every file in ``hostile/walls_batch/`` (committed, or derived from the
+solution in ``tests/kit/derived.py``) attacks a worker-side wall of
 docs/threat-model.md ("Walls by construction"): it floods the shape
 records past their cap (principle 2), reaches a ready-made attention of
 torch by a route no tripwire names (principle 3), runs its work where the
@@ -38,13 +39,13 @@ import csv
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from derived import materialize, names_in
 from grader.routes.rows import RECORD
 from grader.worker import agent
 
@@ -782,8 +783,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("walls_batch")
     folder = root / "class"
     folder.mkdir()
-    for name in CORPUS:
-        shutil.copy(WALLS / f"{name}.py", folder / f"{name}.py")
+    materialize(WALLS, folder)   # committed files and derived ones
     out = root / "grades.csv"
     ESCAPE.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(KIT)}
@@ -803,7 +803,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 def test_the_table_lists_every_file() -> None:
-    assert sorted(p.stem for p in WALLS.glob("*.py")) == sorted(CORPUS)
+    assert names_in(WALLS) == sorted(CORPUS)
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
