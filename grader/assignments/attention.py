@@ -164,6 +164,12 @@ def unlikely(n: int, q: float, k: int, upper: bool) -> bool:
     return binomial_tail(n, q, k, upper) <= ALPHA
 
 
+def alike(p: float) -> float:
+    """The chance that two independent drops at rate ``p`` agree (both
+    dropped or both kept): one weight in two blocks, or two neighbours."""
+    return p * p + (1 - p) ** 2
+
+
 def shared_blocks(judged: torch.Tensor, mask: torch.Tensor,
                   p: float = 0.5) -> bool:
     """True when two [seq, seq] blocks of one draw that are judged at the
@@ -183,7 +189,7 @@ def shared_blocks(judged: torch.Tensor, mask: torch.Tensor,
     if int(same.sum()) < 2 or not pattern.any():
         return False
     count, size = int(same.sum()), int(pattern.sum())
-    chance = count * (count - 1) / 2 * (p * p + (1 - p) ** 2) ** size
+    chance = count * (count - 1) / 2 * alike(p) ** size
     if chance > SHARED_CHANCE:
         return False
     blocks = mask.flatten(1)[same][:, pattern].numpy()
@@ -280,7 +286,7 @@ def neighbours_agreeing(judged: torch.Tensor, masks: list[torch.Tensor],
     for mask in masks:
         first, second = neighbour_pairs(mask, shift)
         agreeing += int(((first == second) & both).sum())
-    chance = p * p + (1 - p) ** 2
+    chance = alike(p)
     if unlikely(pairs, chance, agreeing, True) or \
             unlikely(pairs, chance, agreeing, False):
         return agreeing, pairs, chance

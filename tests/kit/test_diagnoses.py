@@ -612,8 +612,8 @@ def test_independence_tests_never_fail_a_correct_dropout() -> None:
     # every disjoint pair agrees, at either rate.
     pairs = blocks * (seq // 2) * (seq - 1) * cases.DROPOUT_DRAWS
     for rate in (p,) + cases.SEEDED_RATES:
-        assert attention.unlikely(pairs, rate * rate + (1 - rate) ** 2,
-                                  pairs, True)
+        assert attention.unlikely(pairs, attention.alike(rate), pairs,
+                                  True)
 
 
 def test_neighbour_patterns_fail_and_honest_masks_pass() -> None:
@@ -678,7 +678,7 @@ def _shared_chance(pairs: float, size: int, p: float) -> float:
     rate p over DROPOUT_DRAWS draws: two of ``pairs`` blocks of ``size``
     judged weights share a mask, where the test is judged (a chance above
     attention.SHARED_CHANCE per draw is never judged)."""
-    chance = pairs * (p * p + (1 - p) ** 2) ** size
+    chance = pairs * attention.alike(p) ** size
     return cases.DROPOUT_DRAWS * (
         chance if chance <= attention.SHARED_CHANCE else 0.0)
 

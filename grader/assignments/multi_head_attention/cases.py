@@ -494,6 +494,7 @@ def build(seed: int, public_only: bool,
     # Every value 0 (red team 15): att is the same in both modes, so
     # randomness added after the values were weighted shows, whatever
     # the value step.
+    p = FIXED_RATE
     blank = zero_values(drop)
     for train in (False, True):
         plan.add("task2", probe(
