@@ -636,6 +636,16 @@ class Value:
     too_large: bool = False     # a tensor past the frame's budget: no data
 
     @property
+    def holds_tensor(self) -> bool:
+        """Whether a judge finds a tensor in the value: it is one, or one
+        of its items is (the worker's encoder sends the items of a tuple
+        or a list one level deep, and any other object as its type
+        alone)."""
+        if self.kind in ("tuple", "list"):
+            return any(item.kind == "tensor" for item in self.items)
+        return self.kind == "tensor"
+
+    @property
     def elements(self) -> int:
         """How many values a tensor holds (0 for other kinds)."""
         return math.prod(self.shape) if self.shape is not None else 0

@@ -60,13 +60,17 @@ def csv_cell(value: object) -> object:
     """A value safe for a spreadsheet cell.
 
     Text is cleaned and folded to one line; text that a spreadsheet would
-    read as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
-    carriage return) gets a leading ``'``. Numbers are kept as they are.
+    read as a formula (starting with ``=``, ``+``, ``-`` or ``@``; tabs and
+    carriage returns are folded away) gets a leading ``'``, and so does
+    text that starts with ``'`` itself: no two texts share a cell (``=eve``
+    is ``'=eve``, a student named ``'=eve`` is ``''=eve``), and a reader
+    takes one ``'`` off (:func:`grader.routes.rows.read_cell`). Numbers
+    are kept as they are.
     """
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
     text = " ".join(clean(str(value)).split())
-    if text[:1] in ("=", "+", "-", "@"):
+    if text[:1] in ("=", "+", "-", "@", "'"):
         text = "'" + text
     return text
 

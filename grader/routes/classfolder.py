@@ -23,6 +23,10 @@ SUBMITTED = "submitted"
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# Folders tools leave beside the students' (macOS's zip metadata,
+# Python's bytecode cache), never a student's: with hidden entries, all
+# a listing leaves out. Any other entry is one (``__carol.py`` too).
+TOOL_FOLDERS = frozenset({"__MACOSX", "__pycache__"})
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,11 @@ def _visible(folder: Path) -> list[Path]:
                 if len(found) >= 4 * MAX_LISTING:
                     raise BatchError(f"{label(str(folder))} holds more "
                                      f"than {4 * MAX_LISTING} entries")
-                if not item.name.startswith((".", "__")):
-                    found.append(folder / item.name)
+                if item.name.startswith(".") or (
+                        item.name in TOOL_FOLDERS and
+                        item.is_dir(follow_symlinks=False)):
+                    continue
+                found.append(folder / item.name)
     except OSError as exc:
         raise BatchError(f"cannot list {label(str(folder))}: "
                          f"{exc.strerror}") from exc

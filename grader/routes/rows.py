@@ -6,7 +6,9 @@ reader: whatever a run writes and another reads back (``batch --only``,
 ``merge``, ``summary``) is written again byte for byte. Numbers stay
 numbers (a penalty of ``-1.0`` is written ``-1.0``), and text that
 :func:`grader.output.text.csv_cell` guarded (``'=cmd``) is read back
-unguarded, so that it is guarded once, never twice (docs/cluster.md).
+unguarded, so that it is guarded once, never twice (docs/cluster.md);
+text that starts with a quote is guarded too, so that two students
+(``=eve`` and ``'=eve``) never share a cell.
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ TAIL = ("bonus", "diagnoses", "flags", "errors", "syntax_error", "notes",
 # The columns that hold text whatever it looks like (a student named 3).
 TEXT = ("student", "status", *(column for column in TAIL
                                if column != "bonus"))
-GUARDED = ("'=", "'+", "'-", "'@")
+# The cells csv_cell guarded: a formula's first character, or a quote.
+GUARDED = ("'=", "'+", "'-", "'@", "''")
 
 
 class RowsError(GraderError):

@@ -353,14 +353,8 @@ def _holds_tensor(result: ProbeResult) -> bool:
     come back in another's answer."""
     if not result.ok:
         return False
-    if result.state is not None:
-        return True
-    value = result.value
-    if value is None:
-        return False
-    if value.kind in ("tuple", "list"):
-        return any(item.kind == "tensor" for item in value.items)
-    return value.kind == "tensor"
+    return result.state is not None or (result.value is not None and
+                                        result.value.holds_tensor)
 
 
 def _stated(info: ProbeInfo) -> ProbeInfo:

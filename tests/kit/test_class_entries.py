@@ -91,6 +91,44 @@ def test_a_hostile_entry_is_one_more_student(tmp_path, variants, hostile):
     assert names == expected
 
 
+def test_names_tools_use_are_students_unless_tool_folders(tmp_path):
+    """A file of any name is a student's (red team 16: ``__carol.py`` had
+    no row); only hidden entries and the folders tools leave
+    (``__MACOSX/``, ``__pycache__/``) are nobody's."""
+    folder = _classmates(tmp_path / "class")
+    for name in ("__carol.py", "__pycache__.py", "=eve.py", "'=eve.py"):
+        shutil.copy(REFERENCE, folder / name)
+    for name in ("__MACOSX", "__pycache__", ".git"):
+        (folder / name).mkdir()
+    found = discover(folder)
+    assert sorted(e.path.name for e in found.entries) == sorted(
+        ["'=eve.py", "=eve.py", "__carol.py", "__pycache__.py", "alice.py",
+         "bob"])
+    assert len({e.student for e in found.entries}) == 6
+
+
+def test_no_two_students_share_a_csv_cell(tmp_path):
+    """The formula guard never maps two names to one cell: ``=eve`` is
+    written ``'=eve`` and ``'=eve`` is written ``''=eve``; each reads
+    back as itself, and the writer writes it again byte for byte."""
+    from grader.output.text import csv_cell
+    from grader.routes.rows import read_cell, read_csv, write_csv
+
+    names = ["=eve", "'=eve", "''=eve", "'eve", "eve", "-1", "'-1"]
+    cells = [csv_cell(name) for name in names]
+    assert len(set(cells)) == len(names)
+    assert [read_cell("student", cell) for cell in cells] == names
+    rows = [{"student": name, "status": "graded", "score": 1.0,
+             "max_score": 10.0, "path": f"{index}.py"}
+            for index, name in enumerate(names)]
+    out = tmp_path / "grades.csv"
+    write_csv(out, rows)
+    assert sorted(row["student"] for row in read_csv(out)) == sorted(names)
+    again = tmp_path / "again.csv"
+    write_csv(again, read_csv(out))
+    assert again.read_bytes() == out.read_bytes()
+
+
 def test_without_classmates_the_refusals_stand(tmp_path):
     """A student repository, the kit and a lone course config are still
     refused: the rule needs the rest of the folder to be a class."""
@@ -136,6 +174,12 @@ def graded(tmp_path_factory) -> dict[str, tuple[Path, Run]]:
     package = _hand_in(_classmates(base / "package"), "package_folder")
     (package / "linked.py").symlink_to(REFERENCE)
     (package / "empty").mkdir()
+    # Red team 16: a name tools use, and two names one formula guard
+    # once wrote alike (the reference and the stub).
+    shutil.copy(REFERENCE, package / "__carol.py")
+    shutil.copy(REFERENCE, package / "=eve.py")
+    shutil.copy(KIT / "transformer_lm" / "modeling_attention.py",
+                package / "'=eve.py")
     colluding = _hand_in(_classmates(base / "colluding"), "fake_course",
                          "fake_course_config")
     course = base / "course"
@@ -169,12 +213,18 @@ def test_classmates_beside_a_package_a_link_and_an_empty_folder(graded):
     """transformer_lm/ is graded like bob (the same file); the link and
     the empty folder are their own error rows; the exit status says not
     everything was graded."""
+    from grader.routes.rows import read_csv
+
     out, run = graded["package"]
     assert run.returncode == 1, run.stderr
     rows = _rows(out)
-    assert sorted(rows) == ["alice", "bob", "empty", "linked",
-                            "transformer_lm"]
+    assert sorted(rows) == ["''=eve", "'=eve", "__carol", "alice", "bob",
+                            "empty", "linked", "transformer_lm"]
     assert _items(out, "alice.py") == REFERENCE_ITEMS
+    assert _items(out, "__carol.py") == REFERENCE_ITEMS
+    read = {row["student"]: row for row in read_csv(out)}
+    assert read["=eve"]["score"] == 11.0
+    assert read["'=eve"]["score"] == 0.0
     bob = _items(out, "bob")
     assert float(rows["bob"]["score"]) == 9.0
     assert _items(out, "transformer_lm") == bob

@@ -938,15 +938,18 @@ def test_an_effect_is_judged(graded, folder: str, name: str) -> None:
     assert row["status"] == "graded", row
     assert {item: float(row[item]) for item in ITEMS[folder]} == dict(
         zip(ITEMS[folder], map(float, scores))), row
-    # Values taken out of torch in a graded call are flagged (red team
-    # 15); every other attack here is ordinary code, with no flag.
-    if words == TOOK_OUT:
-        assert "untraceable" in row["flags"] or TOOK_OUT in row["flags"], \
-            row["flags"]
-    else:
-        assert row["flags"] == "", row["flags"]
     report = json.loads((reports / names[name] / "report.json").read_text(
         encoding="utf-8"))
+    # Values taken out of torch in a graded call are flagged untraceable,
+    # in those words (red team 15); every other attack here is ordinary
+    # code, with no flag.
+    if words == TOOK_OUT:
+        flags = report["flags"]
+        assert flags and all(flag["kind"] == "untraceable"
+                             for flag in flags), flags
+        assert any(TOOK_OUT in flag["message"] for flag in flags), flags
+    else:
+        assert row["flags"] == "", row["flags"]
     for item_id in judged[0] if judged else (JUDGED[folder],):
         item = next(i for i in report["items"] if i["id"] == item_id)
         assert tuple(item["diagnosis"]) == diagnoses, item
