@@ -75,6 +75,9 @@ class FileScope:
     graded_methods: frozenset[tuple[str, str]] = frozenset()
     # Module-level names that hold an instance of a class of the file.
     instances: dict[str, ast.ClassDef] = field(default_factory=dict)
+    # What each class binds to its names (:func:`class_namespaces`).
+    namespaces: dict[int, dict[str, ast.AST | None]] = field(
+        default_factory=dict)
 
 
 def file_scope(tree: ast.Module, keep: frozenset[str],
@@ -98,6 +101,7 @@ def file_scope(tree: ast.Module, keep: frozenset[str],
                                        else GLOBAL)
     for node in tree.body:
         _define(scope, node)
+    scope.namespaces = class_namespaces(tree)
     return scope
 
 
@@ -131,11 +135,116 @@ def _bound_names(node: ast.stmt) -> list[str]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
 
 
+def class_namespaces(tree: ast.Module
+                     ) -> dict[int, dict[str, ast.AST | None]]:
+    """What each top-level class of ``tree`` (by ``id``) holds under each
+    name once the module has run, read through plain names: a ``def`` of
+    its body, or the function a plain name (``forward = _forward``) or a
+    class of the file's attribute (``forward = Other.forward``) stands
+    for where the class body binds it or the module does after the class
+    (``Class.forward = f``), module-level aliases (``f = g``) followed as
+    they stand when the binding runs; None for a name bound to anything
+    else (a call, a lambda)."""
+    env: dict[str, ast.AST | None] = {}
+    classes: dict[str, ast.ClassDef] = {}
+    found: dict[int, dict[str, ast.AST | None]] = {}
+
+    def resolve(value: ast.expr | None,
+                local: dict[str, ast.AST | None]) -> ast.AST | None:
+        if isinstance(value, ast.Name):
+            return (local if value.id in local else env).get(value.id)
+        if (isinstance(value, ast.Attribute)
+                and isinstance(value.value, ast.Name)
+                and value.value.id not in local
+                and value.value.id in classes):
+            return found[id(classes[value.value.id])].get(value.attr)
+        return None
+
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            local: dict[str, ast.AST | None] = {}
+            for item in node.body:
+                _bind(item, local, resolve(_binding(item)[1], local))
+            found[id(node)] = local
+        targets, value = _binding(node)
+        for target in targets:
+            if (isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in classes):
+                found[id(classes[target.value.id])][target.attr] = resolve(
+                    value, {})
+        _bind(node, env, resolve(value, {}))
+        for name in _bound_names(node):
+            classes.pop(name, None)
+        if isinstance(node, ast.ClassDef):
+            classes[node.name] = node
+    return found
+
+
+def _binding(node: ast.stmt) -> tuple[list[ast.expr], ast.expr | None]:
+    """The targets and the value of an assignment (none for any other
+    statement)."""
+    if isinstance(node, ast.Assign):
+        return node.targets, node.value
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return [node.target], node.value
+    return [], None
+
+
+def _bind(node: ast.stmt, table: dict[str, ast.AST | None],
+          resolved: ast.AST | None) -> None:
+    """Record in ``table`` what ``node`` binds: a function to its name,
+    the function its value stands for (``resolved``) to the plain names
+    it assigns, None to every other name it binds."""
+    if isinstance(node, _FUNCTIONS):
+        table[node.name] = node
+        return
+    names = _bound_names(node)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [alias.asname or alias.name.split(".")[0]
+                 for alias in node.names]
+    for name in names:
+        table[name] = None
+    for target in _binding(node)[0]:
+        if isinstance(target, ast.Name):
+            table[target.id] = resolved
+
+
+def bound_method(cls: ast.ClassDef, name: str,
+                 namespaces: dict[int, dict[str, ast.AST | None]]
+                 ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function ``cls`` holds as method ``name`` (see
+    :func:`class_namespaces`); where no plain name says which, the last
+    ``def`` of that name in its body."""
+    found = namespaces.get(id(cls), {}).get(name)
+    if isinstance(found, _FUNCTIONS):
+        return found
+    for node in cls.body:
+        if isinstance(node, _FUNCTIONS) and node.name == name:
+            found = node
+    return found if isinstance(found, _FUNCTIONS) else None
+
+
+def _outside_methods(cls: ast.ClassDef,
+                     namespaces: dict[int, dict[str, ast.AST | None]]
+                     ) -> list[ast.AST]:
+    """The functions ``cls`` holds as methods that are not in its body."""
+    inside = {id(node) for node in cls.body}
+    found = {id(f): f for f in namespaces.get(id(cls), {}).values()
+             if f is not None and id(f) not in inside}
+    return list(found.values())
+
+
 def canonical_tree(tree: ast.Module) -> ast.Module:
     """``tree``, or a copy of it in which every method's first parameter
-    (the instance, however the student named it) is called ``self``: the
-    classes that need it are copied, the rest is shared, never changed."""
+    (the instance, however the student named it) is called ``self``, the
+    module-level functions a class holds as methods included: the
+    classes and functions that need it are copied, the rest is shared,
+    never changed."""
+    methods = {id(f) for namespace in class_namespaces(tree).values()
+               for f in namespace.values() if f is not None}
     body = [_canonical_class(node) if isinstance(node, ast.ClassDef)
+            else _canonical_method(node) if id(node) in methods
             else node for node in tree.body]
     if all(new is old for new, old in zip(body, tree.body)):
         return tree
@@ -154,15 +263,29 @@ def _canonical_class(cls: ast.ClassDef) -> ast.ClassDef:
         return cls
     cls = copy.deepcopy(cls)
     for method in cls.body:
-        old = _renamed_instance(method)
-        if old is None:
-            continue
-        for node in ast.walk(method):
-            if isinstance(node, ast.arg) and node.arg == old:
-                node.arg = "self"
-            elif isinstance(node, ast.Name) and node.id == old:
-                node.id = "self"
+        _rename_instance(method)
     return cls
+
+
+def _canonical_method(func: ast.stmt) -> ast.stmt:
+    """A module-level function a class holds as a method, its instance
+    called ``self`` (a copy, when it needs one)."""
+    if _renamed_instance(func) is None:
+        return func
+    func = copy.deepcopy(func)
+    _rename_instance(func)
+    return func
+
+
+def _rename_instance(method: ast.AST) -> None:
+    old = _renamed_instance(method)
+    if old is None:
+        return
+    for node in ast.walk(method):
+        if isinstance(node, ast.arg) and node.arg == old:
+            node.arg = "self"
+        elif isinstance(node, ast.Name) and node.id == old:
+            node.id = "self"
 
 
 def stub_vocabulary(text: str) -> frozenset[str]:
@@ -211,7 +334,8 @@ def _frame(owner: ast.ClassDef | None, func: ast.AST, scope: FileScope,
             cls = _constructed(node.value, scope)
             if cls is not None:
                 frame.instances[node.targets[0].id] = cls
-    for node in ast.walk(owner) if owner is not None else ():
+    for node in (n for part in _class_parts(owner, scope)
+                 for n in ast.walk(part)):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target, value = node.targets[0], node.value
@@ -227,6 +351,14 @@ def _frame(owner: ast.ClassDef | None, func: ast.AST, scope: FileScope,
         elif isinstance(value, ast.Name) and value.id in scope.functions:
             frame.bound[target.attr] = scope.functions[value.id]
     return frame
+
+
+def _class_parts(owner: ast.ClassDef | None,
+                 scope: FileScope) -> list[ast.AST]:
+    """A class and the functions outside it that it holds as methods."""
+    if owner is None:
+        return []
+    return [owner, *_outside_methods(owner, scope.namespaces)]
 
 
 def _constructed(value: ast.expr, scope: FileScope) -> ast.ClassDef | None:
@@ -253,21 +385,18 @@ def _local_helpers(func: ast.AST) -> dict[str, ast.AST]:
     return found
 
 
-def _method(cls: ast.ClassDef, name: str,
-            classes: dict[str, ast.ClassDef],
+def _method(cls: ast.ClassDef, name: str, scope: FileScope,
             seen: frozenset[str] = frozenset()) -> ast.AST | None:
-    """The method ``name`` of ``cls`` or, when it has none, of its bases
-    that are classes of the file (the last definition counts)."""
-    found: ast.AST | None = None
-    for node in cls.body:
-        if isinstance(node, _FUNCTIONS) and node.name == name:
-            found = node
+    """The method ``name`` of ``cls`` (:func:`bound_method`) or, when it
+    has none, of its bases that are classes of the file."""
+    classes = scope.classes
+    found: ast.AST | None = bound_method(cls, name, scope.namespaces)
     if found is not None or len(seen) >= MAX_DEPTH:
         return found
     for base in cls.bases:
         if (isinstance(base, ast.Name) and base.id in classes
                 and base.id not in seen | {cls.name}):
-            inherited = _method(classes[base.id], name, classes,
+            inherited = _method(classes[base.id], name, scope,
                                 seen | {cls.name})
             if inherited is not None:
                 return inherited
@@ -414,14 +543,14 @@ class Expander:
                 return _Call(frame.bound[func.attr], None, frame.owner)
             if frame.owner is None:
                 return None
-            method = _method(frame.owner, func.attr, scope.classes)
+            method = _method(frame.owner, func.attr, scope)
             if method is None or self._graded_method(frame.owner, func.attr):
                 return None
             return _Call(method, None if _is_static(method)
                          else ast.Name("self", ast.Load()), frame.owner)
         cls, receiver = self._class_of(base, frame)
         if cls is not None:
-            method = _method(cls, func.attr, scope.classes)
+            method = _method(cls, func.attr, scope)
             if method is not None and not self._graded_method(
                     cls, func.attr):
                 return _Call(method, None if _is_static(method)
@@ -442,7 +571,7 @@ class Expander:
             return _Call(scope.lambdas[name], None, None)
         if name in scope.classes:
             cls = scope.classes[name]
-            init = _method(cls, "__init__", scope.classes)
+            init = _method(cls, "__init__", scope)
             return (_Call(init, ast.Name("self", ast.Load()), cls)
                     if init is not None else None)
         return None
@@ -477,14 +606,13 @@ class Expander:
                 and func.value.id == "self" and func.attr in frame.members
                 and (frame.owner is None
                      or _method(frame.owner, func.attr,
-                                self.scope.classes) is None)):
+                                self.scope) is None)):
             return self._member_call(frame.members[func.attr])
         return None
 
     def _member_call(self, cls: ast.ClassDef) -> _Call | None:
-        classes = self.scope.classes
-        method = (_method(cls, "forward", classes)
-                  or _method(cls, "__call__", classes))
+        method = (_method(cls, "forward", self.scope)
+                  or _method(cls, "__call__", self.scope))
         if method is None:
             return None
         return _Call(method, ast.Name("self", ast.Load()), cls)
@@ -499,7 +627,8 @@ class Expander:
         if self.chosen is None:
             self.chosen = {
                 node.attr for cls in self.scope.classes.values()
-                for node in ast.walk(cls)
+                for part in _class_parts(cls, self.scope)
+                for node in ast.walk(part)
                 if isinstance(node, ast.Attribute)
                 and isinstance(node.ctx, ast.Store)
                 and isinstance(node.value, ast.Name)

@@ -293,6 +293,128 @@ def neighbours_agreeing(judged: torch.Tensor, masks: list[torch.Tensor],
     return None
 
 
+def _common_pattern(judged: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which blocks are judged at the most common pattern of positions
+    (every position without a mask, j <= i with a causal one), and that
+    pattern (flattened)."""
+    patterns = [row.tobytes() for row in judged.flatten(1).numpy()]
+    common = Counter(patterns).most_common(1)[0][0]
+    same = torch.tensor([row == common for row in patterns])
+    return same, judged.flatten(1)[same][0]
+
+
+def counts_alike(judged: torch.Tensor, masks: list[torch.Tensor], p: float
+                 ) -> tuple[int, int, int] | None:
+    """(largest, blocks, draws) when, in every draw, ``largest`` of the
+    ``blocks`` blocks judged at the same positions drop the same number of
+    weights, more than element-wise independent drops allow; None
+    otherwise.
+
+    Each block's count of drops is Binomial(n, p), independently. In one
+    draw, the chance that some g of B blocks share a count is at most
+    C(B, g) * sum_k P(k)^g (a union bound over the sets of g blocks); the
+    draws are independent, so their bounds combine as the product t of k
+    p-values does (P(product <= t) = t * sum_{i<k} (-ln t)^i / i!), judged
+    at ALPHA. A mask drawn once and moved around the blocks (shifted,
+    rolled, permuted), or kept from call to call, keeps its count in
+    every block: the row, column, position and neighbour tests see a
+    random pattern in each block, and the shared-block test sees no two
+    blocks alike position by position (red team 16)."""
+    if not masks or judged.shape[0] < 2:
+        return None
+    same, pattern = _common_pattern(judged)
+    blocks, n = int(same.sum()), int(pattern.sum())
+    if blocks < 2 or n == 0 or not 0 < p < 1:
+        return None
+    ks = torch.arange(0, n + 1, dtype=torch.float64)
+    log_pmf = (math.lgamma(n + 1) - torch.lgamma(ks + 1)
+               - torch.lgamma(n - ks + 1) + ks * math.log(p)
+               + (n - ks) * math.log1p(-p))
+    log_t, largest = 0.0, blocks
+    for mask in masks:
+        counts = mask.flatten(1)[same][:, pattern].sum(1).tolist()
+        group = max(Counter(counts).values())
+        largest = min(largest, group)
+        if group < 2:
+            return None
+        log_bound = (math.lgamma(blocks + 1) - math.lgamma(group + 1)
+                     - math.lgamma(blocks - group + 1)
+                     + float(torch.logsumexp(group * log_pmf, 0)))
+        log_t += min(0.0, log_bound)
+    spread = -log_t
+    combined = sum(spread ** i / math.factorial(i) for i in range(len(masks)))
+    if log_t + math.log(combined) <= math.log(ALPHA):
+        return largest, blocks, len(masks)
+    return None
+
+
+def _best_shifts(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """For rows of +-1 values (``first`` and ``second`` [rows, n]), how
+    many of the n values agree, row by row, at the cyclic shift of
+    ``second`` where most do: every shift at once, by the FFT."""
+    size = first.shape[-1]
+    products = torch.fft.irfft(torch.fft.rfft(first).conj()
+                               * torch.fft.rfft(second), n=size)
+    return ((size + products.max(-1).values) / 2).round().long()
+
+
+def blocks_shifted(judged: torch.Tensor, masks: list[torch.Tensor],
+                   p: float) -> tuple[int, int] | None:
+    """(agreeing, weights) when two blocks of a draw judged at the same
+    positions are one mask moved along (a cyclic shift of the judged
+    weights, flattened): under independent drops each shift agrees on
+    Binomial(weights, p^2 + (1 - p)^2) of them, so the best agrees on
+    ``agreeing`` with probability at most (pairs of blocks) * (shifts) *
+    P(Binomial >= agreeing), judged at ALPHA; None otherwise. One draw
+    rolled around the heads or the batch (red team 16) gives every block
+    a random pattern of its own and no two blocks the same positions."""
+    if judged.shape[0] < 2:
+        return None
+    same, pattern = _common_pattern(judged)
+    blocks, size = int(same.sum()), int(pattern.sum())
+    if blocks < 2 or size < 2:
+        return None
+    pairs = blocks * (blocks - 1) // 2
+    for mask in masks:
+        signs = mask.flatten(1)[same][:, pattern].to(torch.float64) * 2 - 1
+        left, right = torch.triu_indices(blocks, blocks, 1)
+        agreeing = int(_best_shifts(signs[left], signs[right]).max())
+        tail = binomial_tail(size, alike(p), agreeing, True)
+        if tail * size * pairs * len(masks) <= ALPHA:
+            return agreeing, size
+    return None
+
+
+def draws_shifted(judged: torch.Tensor, masks: list[torch.Tensor],
+                  p: float) -> tuple[int, int] | None:
+    """(agreeing, weights) when a later draw is an earlier one moved
+    along (a cyclic shift of the judged weights, flattened, by any
+    amount): two independent draws agree on each weight with chance
+    p^2 + (1 - p)^2, so the best of the shifts agrees on ``agreeing`` of
+    ``weights`` with probability at most (shifts) * P(Binomial >=
+    agreeing), judged at ALPHA (a union bound over the shifts and the
+    pairs of draws); None otherwise. A mask drawn once and rolled from
+    call to call passes the test of draws that must differ (red team
+    16), not this one."""
+    if len(masks) < 2:
+        return None
+    where = judged.flatten()
+    size = int(where.sum())
+    if size < 2:
+        return None
+    signs = [mask.flatten()[where].to(torch.float64) * 2 - 1
+             for mask in masks]
+    pairs = len(masks) * (len(masks) - 1) // 2
+    for first in range(len(signs)):
+        for second in range(first + 1, len(signs)):
+            agreeing = int(_best_shifts(signs[first][None],
+                                        signs[second][None])[0])
+            tail = binomial_tail(size, alike(p), agreeing, True)
+            if tail * size * pairs <= ALPHA:
+                return agreeing, size
+    return None
+
+
 @dataclass(frozen=True)
 class MaskWords:
     """How a plug-in's messages name dropout masks: ``prefix`` (a format
@@ -316,11 +438,15 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
     True where a weight was dropped; ``judged`` True where the weight
     without dropout is > 0) are not element-wise independent, or None:
     more whole rows or columns are dropped than chance allows; two
-    blocks of a draw share a mask; a kind of position is dropped less often
-    than p says; neighbours (in a row, a column, along either diagonal)
-    are dropped alike more or less often than chance allows. Whole lines
+    blocks of a draw share a mask; a kind of position is dropped less
+    often than p says; neighbours (in a row, a column, along either
+    diagonal) are dropped alike more or less often than chance allows;
+    and last (red team 16), two blocks of a draw are one mask moved
+    along, a draw is another moved along, or more blocks of every draw
+    drop the same number of weights than chance allows. Whole lines
     are tested first: masks of whole rows also make blocks coincide (a
-    block of few rows has few masks)."""
+    block of few rows has few masks); the earlier tests name the
+    patterns they were written for in their own words."""
     said = words.prefix.format(p=p)
     for dim, what in zip((-1, -2), words.lines):
         dropped, lines, least = whole_lines(judged, masks, dim)
@@ -350,4 +476,29 @@ def mask_dependence(judged: torch.Tensor, masks: list[torch.Tensor],
                     f"neither; chance would give about "
                     f"{chance * pairs:.0f}): {words.advice}, not a "
                     f"pattern of neighbours.")
+    moved = blocks_shifted(judged, masks, p)
+    if moved is not None:
+        agreeing, size = moved
+        return (f"{said} two {words.blocks} (two heads or two sequences) "
+                f"are one mask moved along: shifted, one drops or keeps "
+                f"{agreeing} of the other's {size} {words.weights} "
+                f"(independent drops agree on about "
+                f"{alike(p) * size:.0f}): {words.advice}, not one mask "
+                f"moved around the heads or the batch.")
+    shifted = draws_shifted(judged, masks, p)
+    if shifted is not None:
+        agreeing, size = shifted
+        return (f"{said} one draw is another moved along: shifted, it "
+                f"drops or keeps {agreeing} of the same {size} "
+                f"{words.weights} (independent draws agree on about "
+                f"{alike(p) * size:.0f}): {words.advice}, drawn anew at "
+                f"every call, not one mask kept and moved.")
+    alike_counts = counts_alike(judged, masks, p)
+    if alike_counts is not None:
+        largest, blocks, draws = alike_counts
+        return (f"{said} {largest} of the {blocks} {words.blocks} drop "
+                f"exactly as many {words.weights} as each other, in each "
+                f"of {draws} draw(s) (independent drops would vary): "
+                f"{words.advice}, not one mask moved around the heads or "
+                f"the batch.")
     return None

@@ -50,23 +50,36 @@ class OwnCode:
 
 
 def _graded_functions(node: ast.ClassDef | ast.FunctionDef,
-                      stub_tree: ast.Module | None
-                      ) -> list[tuple[str | None, ast.FunctionDef]]:
-    """The functions of a target that are graded: a function itself; of a
-    class, the methods the stub's class defines (all methods when the
-    stub has no such class), in the stub's order."""
+                      stub_tree: ast.Module | None, tree: ast.Module
+                      ) -> list[tuple[str | None, str, ast.FunctionDef]]:
+    """The functions of a target that are graded, each with its owner and
+    the name it is graded under: a function itself; of a class, the
+    methods the stub's class defines (all methods when the stub has no
+    such class), in the stub's order. A method is the function the class
+    holds under its name (``grader.analyse.executed.bound_method``): a
+    ``def`` of its body, or a module-level function bound to the name by
+    a plain name (``forward = _forward``), whatever that function is
+    called."""
     if not isinstance(node, ast.ClassDef):
-        return [(None, node)]
-    from grader.locate.source import find_class, find_method
+        return [(None, node.name, node)]
+    from grader.analyse.executed import bound_method, class_namespaces
+    from grader.locate.source import find_class
 
+    namespaces = class_namespaces(tree)
     methods = [f for f in node.body if isinstance(f, ast.FunctionDef)]
     stub_class = find_class(stub_tree, node.name) if stub_tree else None
     if stub_class is None:
-        return [(node.name, f) for f in methods]
+        inside = {id(f) for f in methods}
+        return [(node.name, f.name, f) for f in methods] + [
+            (node.name, name, f)
+            for name, f in namespaces.get(id(node), {}).items()
+            if isinstance(f, ast.FunctionDef) and id(f) not in inside]
     names = [f.name for f in stub_class.body
              if isinstance(f, ast.FunctionDef)]
-    found = [(node.name, find_method(node, name)) for name in names]
-    return [(owner, f) for owner, f in found if f is not None]
+    found = [(node.name, name, bound_method(node, name, namespaces))
+             for name in names]
+    return [(owner, name, f) for owner, name, f in found
+            if isinstance(f, ast.FunctionDef)]
 
 
 def own_code(student: str, assignment: Assignment,
@@ -115,13 +128,15 @@ def own_code(student: str, assignment: Assignment,
         if node is None:
             code.problems.append(f"{task.target} is not defined")
             continue
-        functions = _graded_functions(node, stub_tree)
+        functions = _graded_functions(node, stub_tree, tree)
         owners = {}
         owned: set[int] = set()
-        for class_name, func in functions:
-            given = given_statements(stub, class_name, func.name)
+        for class_name, name, func in functions:
+            # The stub's given code of the method it is graded as, not
+            # of the name the function was defined under.
+            given = given_statements(stub, class_name, name)
             mine = student_code(source, func, given)
-            owners[id(func)] = (class_name, mine)
+            owners[id(func)] = (class_name, name, mine)
             for start, end in mine.regions:
                 owned.update(range(start, end + 1))
             for statement in mine.outside:
@@ -133,11 +148,11 @@ def own_code(student: str, assignment: Assignment,
                 first, last = node_span(statement)
                 owned.difference_update(range(first, last + 1))
         scope = file_scope(tree, keep, targets, frozenset(
-            (owner, f.name) for owner, f in functions if owner))
+            (owner, name) for owner, name, _ in functions if owner))
         expander = Expander(scope, _ownership(owners, stub_tree, stub))
         units = []
         try:
-            for class_name, func in functions:
+            for _, _, func in functions:
                 units += expander.units(
                     func, node if isinstance(node, ast.ClassDef) else None)
         except (RecursionError, MemoryError) as exc:
@@ -167,7 +182,7 @@ def own_code(student: str, assignment: Assignment,
     return code
 
 
-def _ownership(owners: dict[int, tuple[str | None, StudentCode]],
+def _ownership(owners: dict[int, tuple[str | None, str, StudentCode]],
                stub_tree: ast.Module | None,
                stub: SourceFile | None
                ) -> Callable[[ast.AST, ast.stmt], bool]:
@@ -205,10 +220,9 @@ def _ownership(owners: dict[int, tuple[str | None, StudentCode]],
     def owns(func: ast.AST, node: ast.stmt) -> bool:
         if id(func) not in owners:
             return True
-        owner, mine = owners[id(func)]
+        owner, name, mine = owners[id(func)]
         if id(func) not in allowances:
-            allowances[id(func)] = stub_given(
-                owner, func.name)  # type: ignore[attr-defined]
+            allowances[id(func)] = stub_given(owner, name)
         allowance = allowances[id(func)]
         key = _given_key(node)
         if key is not None and allowance[key] > 0:

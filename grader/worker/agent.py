@@ -86,7 +86,8 @@ MAX_EVENTS = 64
 # The coverage entry of a phase in which the trace function was removed
 # (or any phase after that): the grader saw less than the code that ran.
 SILENCED = ["", "code the grader could not see: the code removed the "
-                "grader's trace function (sys.settrace) while it ran", 0, ""]
+                "grader's trace function (sys.settrace), or set a frame "
+                "evaluation callback, while it ran", 0, ""]
 OPEN_FILES = 256
 # What the grader's own thread refuses: code of the submission that its
 # actions would run there (a finalizer, a key's ``__eq__``), where the
@@ -236,6 +237,19 @@ JIT_SYNTAX_TREE = "torch._C._jit_tree_views"
 # ways to set the mode aside, the DisableTorchFunction context, popping
 # it, the skip flag, are state the trace function checks.)
 MODE_BYPASSES = ("torch._C._skip_one_hop_torch_function",)
+# The native calls that install a Python callable into the interpreter's
+# evaluation of frames (torch.compile's hook, torch/csrc/dynamo): CPython
+# hands such a callable every frame the thread runs, the grader's own
+# included, past every audit event. Each is replaced by a stand-in that
+# refuses a callable argument as untraceable and does nothing otherwise
+# (:func:`frame_hook_guard`): no hook is ever set, so turning it off
+# (torch's own ``set_eval_frame(None)`` around an optimizer's step) has
+# nothing to do, and the stand-in holds no original to walk to. A hook
+# found set anyway fails the phase closed (:func:`shape_tracer`'s
+# ``still_tracing``).
+FRAME_HOOKS = ("torch._C._dynamo.eval_frame.set_eval_frame",
+               "torch._C._dynamo.eval_frame.set_bytecode_debugger_callback")
+FRAME_HOOK_READER = "torch._C._dynamo.eval_frame.get_eval_frame_callback"
 CUSTOM_CLASSES = ("torch._C.ScriptClass", "torch._C.ScriptObject")
 # The protocol through which a stand-in for tensors (torch.fx's Proxy, any
 # recorder) records the code it runs through, to run it later elsewhere.
@@ -1650,7 +1664,11 @@ def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
     import types
 
     b_type, b_id, b_open, b_compile = type, id, open, compile
+    b_str, b_dict = str, dict
     b_BaseException = BaseException
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    str_isidentifier = str.isidentifier
     address = ADDRESS
     CodeType = types.CodeType
     file_exists = os.path.isfile
@@ -1694,12 +1712,26 @@ def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
             if kind == "agent":
                 agent_seen = True
             elif kind == "library" and code.co_name == "<module>" and \
-                    not agent_seen:
+                    not agent_seen and library_module(code):
                 return "library", None
             elif kind == "submission" or kind == "synthetic":
                 return "student", frame
             frame = frame.f_back
         return "agent", None
+
+    modules_checked: dict = {}
+
+    def library_module(code):
+        """Whether a module's top level that classify calls the library's
+        is a library file's module being imported (:func:`library_file_code`),
+        not module-level text a generator compiled (red team 16: a
+        dataclass field name that wrote statements of its own). Kept by
+        the code's address (classify keeps the code alive)."""
+        key = address(code)
+        verdict = modules_checked.get(key)
+        if verdict is None:
+            verdict = modules_checked[key] = library_file_code(code)
+        return verdict
 
     def mark(code, how):
         pending = [code]
@@ -1734,15 +1766,40 @@ def code_kinds(filename: str, agent_codes: set[int], generators: set[int],
             library_checked[path] = wanted
         return wanted == fingerprint(code)
 
+    def fields_are_names(frame):
+        """False when the generator's frame holds a class (its local
+        ``cls``) whose own annotations, the fields a dataclass writes
+        into the text it compiles, are not all identifiers: a name that
+        holds a quote and a line break writes statements of its own
+        (red team 16), so the code made from it is the submission's.
+        namedtuple and make_dataclass refuse such names themselves.
+        Reads the class's own namespace and annotations by their exact
+        types only: nothing of the submission's runs here."""
+        cls = frame.f_locals.get("cls")
+        if cls is None or b_type not in type_mro(b_type(cls)):
+            return True
+        annotations = type_dict(cls).get("__annotations__")
+        if annotations is None:
+            return True
+        if b_type(annotations) is not b_dict:
+            return False
+        for name in annotations:
+            if b_type(name) is not b_str or not str_isidentifier(name):
+                return False
+        return True
+
     def generated_by_library(frame):
         """True when the library frames above the submission's frame went
-        through a public code generator (namedtuple, dataclass)."""
+        through a public code generator (namedtuple, dataclass), from
+        names that are identifiers (:func:`fields_are_names`)."""
         through = False
         while frame is not None:
             code = frame.f_code
             if classify(code) != "library":
                 return through
             if b_id(code) in generators:
+                if not fields_are_names(frame):
+                    return False
                 through = True
             frame = frame.f_back
         return through
@@ -2653,7 +2710,8 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                  reads: tuple | None = None,
                  calls: dict | None = None,
                  plain: Callable | None = None,
-                 known: dict | None = None) -> Callable:
+                 known: dict | None = None,
+                 frame_hook: Callable | None = None) -> Callable:
     """Return the global trace function: it records which code of the
     submission runs (``phase["ran"]``), code that is neither the
     submission's nor a library's (``phase["foreign"]``), and, while a
@@ -2917,12 +2975,18 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     def still_tracing():
         """False once the trace function was ever removed (CPython removes
-        it when it raises, e.g. at the recursion limit): from then on the
-        grader has seen less than the code that ran. Installs it again,
-        so that later code is traced all the same."""
+        it when it raises, e.g. at the recursion limit), or a frame
+        evaluation callback was found set (``frame_hook``, FRAME_HOOKS:
+        it saw the frames the trace function serves): from then on the
+        grader has seen less than the code that ran. Installs the trace
+        function again, so that later code is traced all the same."""
         if gettrace() is not global_tracer:
             phase["silenced"] = True
             settrace(global_tracer)
+        if frame_hook is not None:
+            hook = frame_hook()
+            if hook is not None and hook is not False:
+                phase["silenced"] = True
         return not phase["silenced"]
 
     if reads is not None:
@@ -5404,6 +5468,28 @@ def _untraceable(table: tuple[dict, set], name: str,
                   "(write the computation in plain PyTorch)")
 
 
+def frame_hook_guard(sys_audit: Callable, name: str) -> Callable:
+    """The stand-in of the FRAME_HOOKS call ``name``: with a callable
+    argument, the call is reported as untraceable (through the audit
+    hook, as the trace function reports a stand-in's call) and refused;
+    otherwise it returns None, the hook that was set before (none ever
+    is), and does nothing. Its cells hold builtins and text only: no
+    function of the grader's, no original. Set-up."""
+    b_callable, b_PermissionError = callable, PermissionError
+    verb = REFUSED_COMPILE
+    message = ("the grader's sandbox refuses " + name + ": it runs code "
+               "where the grader cannot trace it (write the computation "
+               "in plain PyTorch)")
+
+    def frame_hook(*args, **kwargs):
+        for value in args + tuple(kwargs.values()):
+            if b_callable(value):
+                sys_audit("grader.event", "untraceable", verb, name)
+                raise b_PermissionError(message)
+        return None
+    return frame_hook
+
+
 def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
                       forbidden_functions: dict[int, str],
                       forbidden_classes: list, aten_pattern: str | None,
@@ -5434,6 +5520,10 @@ def install_tripwires(torch: Any, stand_ins: dict, agent_codes: set[int],
         replacements[id(value)] = _untraceable(
             table, name, CHOSEN_BY_DATA, "an operation passed through "
             + name + ", past the grader's torch function mode")
+    for dotted in FRAME_HOOKS:
+        value = _lookup(dotted)
+        if value is not None:
+            replacements[id(value)] = frame_hook_guard(sys.audit, dotted)
     for cls, attribute, name in jit_bindings()[1]:
         try:
             setattr(cls, attribute, _untraceable(table, name))
@@ -6028,7 +6118,7 @@ def _assemble(job: dict, probes: list, result_fd: int,
         (judge, in_force, handler.__code__, layer), stand_ins, reads,
         {(int(first), str(name)): int(index)
          for first, name, index in job.get("calls", [])},
-        plain_reader(torch), kinds)
+        plain_reader(torch), kinds, _lookup(FRAME_HOOK_READER))
     # The submission's own thread (started now: after the confinement,
     # which it inherits, and before the tripwires replace the thread
     # calls and the watched namespaces are remembered).

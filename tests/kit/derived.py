@@ -144,6 +144,99 @@ _TASK1_BODY = """\
 
 #: Every derived file, by its path below tests/kit/hostile/.
 DERIVED: dict[str, Derived] = {
+    "walls_batch/frame_hook_dynamo_alias.py": Derived(
+        ATTENTION, """Red team 16, a variant: torch's frame evaluation hook
+installed through torch._dynamo's own Python module.
+
+``torch._dynamo.eval_frame`` (imported by the file: its names are bound
+from the native module after the tripwires are in place) installs a
+callback that counts the frames it is handed, for a moment, at the start
+of task 2's forward; otherwise the solution.
+
+Expected: task 2's correctness items earn nothing (untraceable); task 1
+keeps its points.
+""",
+        (Edit(_IMPORTS, """\
+import torch
+import torch._dynamo.eval_frame as dynamo_frames
+import torch.nn as nn
+
+_FRAMES = []
+
+
+def _count(frame, cache_entry, frame_state):
+    \"\"\"Keep the name of every frame torch hands over.\"\"\"
+    _FRAMES.append(frame.f_code.co_name)
+
+
+def _watch():
+    \"\"\"Set the hook, and take it off again.\"\"\"
+    dynamo_frames.set_eval_frame(_count)
+    dynamo_frames.set_eval_frame(None)
+"""),
+         Edit("        bs, seq, _ = x.shape\n",
+              "        _watch()\n        bs, seq, _ = x.shape\n"))),
+    "walls_batch/frame_hook_debugger.py": Derived(
+        ATTENTION, """Red team 16, a variant: the other native call that
+installs a Python callable into frame evaluation.
+
+``set_bytecode_debugger_callback``, called with a builtin at the start
+of task 1's forward; otherwise the solution.
+
+Expected: refused as untraceable: task 1's correctness items earn
+nothing; task 2 keeps its points.
+""",
+        (Edit(_IMPORTS, """\
+import torch
+import torch._C._dynamo.eval_frame as frames
+import torch.nn as nn
+"""),
+         Edit("        # Task 1.2: compute self-attention (3 points)\n",
+              "        frames.set_bytecode_debugger_callback(print)\n"
+              "        # Task 1.2: compute self-attention (3 points)\n"))),
+    "walls_batch/honest_dataclass_config.py": Derived(
+        ATTENTION, """Honest control (red team 16): code that dataclass and
+namedtuple generate from identifiers is the library's.
+
+SelfAttention.__init__ builds a frozen dataclass with a default_factory
+field, a namedtuple and a typing.NamedTuple, and reads them (their
+``__init__``, ``__new__``, ``__repr__`` run in every probe).
+
+Expected: full marks, no flag.
+""",
+        (Edit(_IMPORTS, """\
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+
+
+@dataclass(frozen=True)
+class Sizes:
+    \"\"\"Sizes of an attention layer.\"\"\"
+
+    input_size: int
+    hidden: int
+    extra: list = field(default_factory=list)
+
+
+Pair = namedtuple("Pair", ["first", "second"])
+
+
+class Named(NamedTuple):
+    \"\"\"Two numbers.\"\"\"
+
+    a: int
+    b: int = 2
+"""),
+         Edit("        super().__init__()\n",
+              "        super().__init__()\n"
+              "        sizes = Sizes(input_size, hidden)\n"
+              "        pair = Pair(sizes.input_size, Named(1).b)\n"
+              "        assert pair.first == input_size and repr(sizes)\n",
+              after="class SelfAttention"))),
     "walls_batch/out_alternate_answers.py": Derived(
         ATTENTION, """Principle 4: values out of torch, answered as a list
 only now and then.
@@ -288,6 +381,83 @@ weights.
         att = self.mix(att) + jitter * x.mean() * 0.01
         # [batch_size, seq_len, hidden]
 """))),
+    "effects/dropout/drop_one_draw_rolled.py": Derived(
+        ATTENTION, """Principle 5 (element-wise independence): one draw
+moved around every block (red team 16).
+
+In train mode MultiHeadSelfAttention.forward draws one [seq_len *
+seq_len] keep mask with nn.Dropout and gives block b that mask rolled by
+b * (seq_len + 1): every block's own pattern is random and no two blocks
+drop the same positions, but every block drops exactly as many weights.
+
+Expected: everything but the dropout point (task2.output 1 of 2); before,
+it earned 11.
+""",
+        (Edit("""\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""", """\
+        keep = self.dropout(torch.ones(seq * seq))
+        # [seq_len * seq_len]
+        turn = torch.arange(probs.shape[0]) * (seq + 1)
+        # [batch_size * num_heads]
+        spot = (torch.arange(seq * seq) - turn[:, None]) % (seq * seq)
+        # [batch_size * num_heads, seq_len * seq_len]
+        probs = probs * keep[spot].view(-1, seq, seq)
+        # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
+    "effects/dropout/drop_heads_rolled.py": Derived(
+        ATTENTION, """Principle 5 (element-wise independence): one draw a
+sequence, moved around its heads (red team 16).
+
+In train mode MultiHeadSelfAttention.forward draws a keep mask per
+sequence with nn.Dropout and gives head h of it that mask rolled by h *
+(seq_len + 1): the heads of a sequence never drop the same positions,
+but each drops exactly as many weights as the others.
+
+Expected: everything but the dropout point (task2.output 1 of 2).
+""",
+        (Edit("""\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""", """\
+        keep = self.dropout(torch.ones(bs, seq * seq))
+        # [batch_size, seq_len * seq_len]
+        turn = torch.arange(self.num_heads) * (seq + 1)
+        # [num_heads]
+        spot = (torch.arange(seq * seq) - turn[:, None]) % (seq * seq)
+        # [num_heads, seq_len * seq_len]
+        probs = probs * keep[:, spot].view(-1, seq, seq)
+        # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
+    "effects/dropout/drop_drawn_once_rolled.py": Derived(
+        ATTENTION, """Principle 5 (element-wise independence): one honest
+mask, drawn at the first training call and moved along at every later
+one (red team 16).
+
+In train mode MultiHeadSelfAttention.forward keeps the mask nn.Dropout
+drew at its first call (of that shape) and rolls it, flattened, by
+seq_len + 1 more at every call: each draw looks like a fresh, honest
+mask (rows, columns, blocks, positions, neighbours, counts), and no two
+draws are equal; but each is the last one moved along.
+
+Expected: everything but the dropout point (task2.output 1 of 2).
+""",
+        (Edit("""\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""", """\
+        if self.training:
+            kept = getattr(self, "kept", None)
+            if kept is None or kept.shape != probs.shape:
+                self.kept = self.dropout(torch.ones_like(probs))
+                # [batch_size * num_heads, seq_len, seq_len]
+                self.turn = 0
+            self.turn = self.turn + seq + 1
+            probs = probs * self.kept.flatten().roll(self.turn).view_as(
+                probs)
+            # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
     "effects/dropout/dropout_antidiag_mask.py": Derived(
         ATTENTION, """Principle 5 (element-wise independence): a mask
 constant along

@@ -220,6 +220,13 @@ CORPUS: dict[str, dict[str, tuple]] = {
         # weights shows att changing in train mode. Honest files with
         # an unknown merge keep the dropout point (test_diagnoses.py's
         # merge_wrong_axes_*).
+        # One mask moved around the blocks, or kept and moved from call
+        # to call (red team 16): before, full marks.
+        "drop_one_draw_rolled": (NO_DROPOUT, (), "are one mask moved "
+                                 "along"),
+        "drop_heads_rolled": (NO_DROPOUT, (), "are one mask moved along"),
+        "drop_drawn_once_rolled": (NO_DROPOUT, (), "one draw is another "
+                                   "moved along"),
         "drop_noise_after_use": (
             NO_OUTPUT, ("dropout_misplaced",), ZERO_VALUES),
         "drop_output_unknown_merge": (

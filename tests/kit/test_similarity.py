@@ -10,10 +10,14 @@ renamed; reordered, renamed and reformatted; a helper class, lambdas and a
 submodule with one product written with einsum; ``while`` helpers with
 every call respelt by an API synonym; private methods with calls in the
 other form (function for method, keyword for positional); every method
-as a ``torch`` function with sizes in a tuple. Each copy pair
-must rank above every unrelated pair, and the report must mark the shared
-lines (the copy's helpers and respelt calls too). The normalisation of
-API synonyms is tested on pairs of snippets (``grader.analyse.synonyms``).
+as a ``torch`` function with sizes in a tuple; methods moved out of their
+classes into module-level functions the classes bind by assignment
+(``forward = _forward``, ``__init__`` too, or ``Class.forward = alias``
+after the class). Each copy pair must rank above every unrelated pair,
+and the report must mark the shared lines (the copy's helpers and
+respelt calls too); an honest file whose classes bind module-level
+functions too ranks below every copy. The normalisation of API synonyms
+is tested on pairs of snippets (``grader.analyse.synonyms``).
 Static: nothing runs, no sandbox (a few seconds).
 """
 from __future__ import annotations
@@ -51,6 +55,14 @@ COPIED = {
     "ned": ("copy_method_forms.py", "fay"),
     "oli": ("copy_function_forms.py", "cat"),
     "pia": ("copy_dead_statements.py", "ben"),
+    "rex": ("copy_bound_forward.py", "amy"),
+    "sam": ("copy_bound_init_forward.py", "dan"),
+    "tom": ("copy_bound_after_class.py", "gus"),
+}
+#: Independent solutions of ``hostile/similarity/`` (controls): student ->
+#: file.
+HONEST = {
+    "uma": "honest_bound_helper.py",
 }
 
 
@@ -63,14 +75,16 @@ def ranked(tmp_path_factory):
         shutil.copy(SUBMISSIONS / name, folder / f"{student}.py")
     for student, (name, _) in COPIED.items():
         shutil.copy(COPIES / name, folder / f"{student}.py")
+    for student, name in HONEST.items():
+        shutil.copy(COPIES / name, folder / f"{student}.py")
     # Two who are not compared, for their true reasons (issue 30).
     shutil.copy(SUBMISSIONS / "broken_syntax_error.py", folder / "kim.py")
     shutil.copy(KIT / "transformer_lm" / "modeling_attention.py",
                 folder / "lea.py")
     out = folder.parent / "similarity.html"
-    options = SimilarityOptions(folder, out, "multi_head_attention", 100)
+    options = SimilarityOptions(folder, out, "multi_head_attention", 200)
     result = rank_class(options)
-    assert result.compared == len(CLASS) + len(COPIED)
+    assert result.compared == len(CLASS) + len(COPIED) + len(HONEST)
     page = report_html(result.pairs, result.compared, result.students,
                        result.assignment, result.skipped)
     return result.pairs, page
@@ -99,7 +113,7 @@ def test_a_disguised_copy_ranks_above_every_unrelated_pair(ranked, copy):
     unrelated = [p for p in pairs
                  if frozenset((p.left.student, p.right.student))
                  not in copies]
-    students = len(CLASS) + len(COPIED)
+    students = len(CLASS) + len(COPIED) + len(HONEST)
     assert len(unrelated) == students * (students - 1) // 2 - len(copies)
     best = max(unrelated, key=lambda p: p.rank)
     assert pair.rank > best.rank + 0.2, (pair.shares, best.left.student,
@@ -152,11 +166,64 @@ def test_the_report_marks_the_shared_lines_helpers_included(ranked):
     # The HTML report marks them, in the pair's section, escaped.
     assert ("<mark>    return raw.masked_fill(upper[None, None, :, :], "
             "float(&#x27;-inf&#x27;))</mark>") in page
-    assert "14 of 16 students had code of their own" in page
+    assert "18 of 20 students had code of their own" in page
     assert "not a verdict" in page and "similar by nature" in page
     assert ("kim: SelfAttention: the code does not parse (SyntaxError at "
             "line 73: &#x27;(&#x27; was never closed)") in page
     assert "lea: no code of their own beyond the stub&#x27;s" in page
+
+
+def test_a_method_bound_from_a_module_function_is_compared(ranked):
+    """A class that binds a module-level function as a method (in its
+    body, ``forward = _sa_forward``, or after it, ``Class.forward =
+    alias``) is compared on that function, its helpers inlined; the
+    stub's given code of the method (looked up by the method's name) is
+    nobody's."""
+    pairs, _ = ranked
+    pair = _pair(pairs, "rex", "amy")
+    shared = _shared(pair, "rex")
+    assert ("probs = torch.softmax(q @ k.transpose(1, 2) / self.scale, "
+            "dim=-1)") in shared
+    assert ("k = k.transpose(1, 2).reshape(bs * self.num_heads, seq, "
+            "self.head_size)") in shared
+    assert "att = att.transpose(1, 2).reshape(bs, seq, -1)" in shared
+    side = pair.left if pair.left.student == "rex" else pair.right
+    lines = [line.strip() for line in side.lines]
+    assert "bs, seq, _ = x.shape" not in lines
+    assert "probs = att = None  # both are set by Task 2.3" not in lines
+    both = _shared(_pair(pairs, "sam", "dan"), "sam")
+    assert "self.q = nn.Linear(input_size, hidden)" in both
+    assert "weights = torch.softmax(qq @ kk.T / self.scale, dim=-1)" in both
+    assert "pieces.append(probs[:, i] @ vv[:, :, span])" in both
+    after = _shared(_pair(pairs, "tom", "gus"), "tom")
+    assert "logits = torch.bmm(a, b.transpose(1, 2)) / me.scale" in after
+    # The helper bound as a method after the class, called as me._head().
+    assert "return w @ c[:, :, first:first + me.head_size]" in after
+    assert "w = torch.softmax(a @ b.transpose(1, 2) / me.scale, dim=-1)" \
+        in after
+
+
+def test_an_honest_file_with_bound_methods_ranks_below_every_copy(ranked):
+    """The control: an independent solution whose classes bind
+    module-level functions (``forward = _attend``, a helper ``_heads =
+    _split_heads`` called as ``self._heads``) is compared on them, and
+    ranks below every real copy."""
+    pairs, _ = ranked
+    copies = [_pair(pairs, copy, original)
+              for copy, (_, original) in COPIED.items()]
+    for student in HONEST:
+        mine = [p for p in pairs if student in (p.left.student,
+                                                p.right.student)]
+        best = max(mine, key=lambda p: p.rank)
+        worst = min(copies, key=lambda p: p.rank)
+        assert best.rank + 0.2 < worst.rank, (
+            best.left.student, best.right.student, best.shares,
+            worst.left.student, worst.right.student, worst.shares)
+        side = best.left if best.left.student == student else best.right
+        lines = [line.strip() for line in side.lines]
+        assert ("return t.unflatten(-1, (self.num_heads, self.head_size))"
+                ".movedim(2, 1)") in lines
+        assert "weights = (query @ self.k(x).mT).softmax(-1)" in lines
 
 
 # One refactoring at a time, of the same SelfAttention.forward: what is
@@ -270,6 +337,55 @@ def test_one_refactoring_changes_nothing_compared(how):
                 "        v = self.v(x)  # [batch_size, seq_len, hidden]\n"
                 "        k = self.k(x)\n", 1)
     assert text != original
+    compile(text, "student.py", "exec")
+    assert _statements(text) == _statements(original)
+
+
+# SelfAttention.forward of correct_bmm.py moved out of the class and bound
+# to it by name: where its ``def`` goes and what it is called, the
+# class body's binding, the module's after the class.
+BOUND = {
+    "in the class body": (
+        "before", "_forward", "\n    forward = _forward\n", ""),
+    "through a module-level alias": (
+        "before", "_forward", "\n    forward = run\n", ""),
+    "after the class, the instance renamed": (
+        "after", "_forward", "", "\n\nSelfAttention.forward = _forward\n"),
+    "a method of another class of the file": (
+        "class", "forward", "\n    forward = _Impl.forward\n", ""),
+}
+
+
+@pytest.mark.parametrize("how", sorted(BOUND))
+def test_a_method_bound_by_name_changes_nothing_compared(how):
+    """The function a class holds under a graded method's name is what is
+    compared, wherever its ``def`` is and whatever it is called (compared
+    as in test_one_refactoring_changes_nothing_compared)."""
+    import textwrap
+
+    original = (SUBMISSIONS / "correct_bmm.py").read_text(encoding="utf-8")
+    header = "\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+    start = original.index(header)
+    end = original.index("        # YOUR CODE ENDS HERE\n", start)
+    method = original[start:end + len("        # YOUR CODE ENDS HERE\n")]
+    assert FORWARD in method
+    where, name, inside, after = BOUND[how]
+    function = textwrap.dedent(method.lstrip("\n")).replace(
+        "def forward", f"def {name}")
+    if how.endswith("the instance renamed"):
+        function = function.replace("self", "me")
+    if where == "class":
+        function = "class _Impl:\n" + textwrap.indent(function, "    ")
+    if how == "through a module-level alias":
+        function += "\n\nrun = _forward\n"
+    text = original.replace(method, inside)
+    head = "class SelfAttention(nn.Module):"
+    tail = "\n\nclass MultiHeadSelfAttention(nn.Module):"
+    if where == "after":
+        text = text.replace(tail, "\n\n" + function + after + tail)
+    else:
+        text = text.replace(head, function + "\n\n" + head)
+    assert text.count(header) == (where == "class")  # _Impl's
     compile(text, "student.py", "exec")
     assert _statements(text) == _statements(original)
 

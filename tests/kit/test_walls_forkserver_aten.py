@@ -27,7 +27,8 @@ import torch.library
 from forked import in_fork
 from grader.worker import agent
 
-PATTERN = "attention|multi_head|transformer_encoder|_fused_sdp"
+PATTERN = ("attention|multi_head|transformer_encoder|_fused_sdp|"
+           "_transform_bias_rescale_qkv")
 OTHER = "multi_head"
 
 
