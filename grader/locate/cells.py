@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import __future__
 import ast
+import builtins
 import json
+import keyword
 import re
 import symtable
 import textwrap
@@ -246,6 +248,9 @@ class _Cell:
     kit: bool
     grading: bool
     tree: ast.Module | None = None
+    futures: int = 0       # the __future__ flags it was compiled with
+    #: names whose value after this cell the grader cannot know, and why
+    unknown: tuple[frozenset[str], str] | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -325,10 +330,17 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
     budget = _Budget(TRANSFORM_BUDGET)
     cells, errors = [], []
     futures = 0  # the __future__ flags in force, as in the kernel
+    names = _Bound()  # what earlier cells may or surely bind
     for number, source, kit in raw:
         lines = kernel_lines(source, manager, budget)
         grading = GRADING_CELL_MARK in source
         tree = None
+        unknown = None
+        automagic = _automagic(lines, names) if not grading else None
+        if automagic is not None and automagic[0] == "magic":
+            lines = [automagic[1]]
+        elif automagic is not None:  # "unsure": see _automagic
+            unknown = automagic[2]
         if lines is not None:
             text = "".join(line.text + "\n" for line in lines)
             try:
@@ -338,7 +350,7 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
                 row = exc.lineno or 0
                 where = (f", line {lines[row - 1].line}"
                          if 1 <= row <= len(lines) else "")
-                if not grading:
+                if not grading and unknown is None:
                     errors.append(f"cell {number}{where}: SyntaxError: "
                                   f"{exc.msg}")
             except (RecursionError, MemoryError, ValueError) as exc:
@@ -348,8 +360,337 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
                            "Python cannot compile it"
                            if isinstance(exc, MemoryError) else str(exc))
                     errors.append(f"cell {number}: {why}")
-        cells.append(_Cell(number, lines, kit, grading, tree))
+        cell = _Cell(number, lines, kit, grading, tree, futures, unknown)
+        names.add(cell)
+        cells.append(cell)
     return cells, errors
+
+
+# --------------------------------------------------------------------------
+# What a line magic does with its argument, and IPython's automagic
+
+#: How a line magic treats its argument, read from IPython's own code
+#: (``IPython/core/magics/execution.py``). The property decides, not the
+#: name: "run" -- the argument is compiled and run as code in the
+#: notebook's namespace, its exceptions caught and shown (``%time``:
+#: ``exec(code, user_ns)`` in a ``try``); "raise" -- the same, its
+#: exceptions end the cell (``%prun``: ``runctx(code, user_ns,
+#: user_ns)``); "function" -- the argument is the body of a timing
+#: function run an unknown number of times, so it binds only what it
+#: declares ``global`` (``%timeit``); "debugger" -- run under pdb, which
+#: waits for whoever runs the notebook to continue it (``%debug
+#: STATEMENT``). Every other magic's argument is not code of the notebook.
+LINE_MAGIC_CODE = {"time": "run", "prun": "raise", "timeit": "function",
+                   "debug": "debugger"}
+#: The options each of them takes before its code (IPython's
+#: ``parse_options`` strings; ``debug`` takes ``--breakpoint FILE:LINE``).
+_MAGIC_OPTIONS = {"time": "", "prun": "D:l:rs:T:q", "timeit": "n:r:tcp:qo",
+                  "debug": "b:"}
+#: Line magics of a kernel when IPython is not installed here (IPython's
+#: core magics, its default aliases and ipykernel's).
+_FALLBACK_LINE_MAGICS = frozenset("""
+alias alias_magic autoawait autocall automagic autosave bookmark cat cd
+clear colors conda config connect_info cp debug dhist dirs doctest_mode ed
+edit env gui hist history killbgscripts ldir less lf lk ll load load_ext
+loadpy logoff logon logstart logstate logstop ls lsmagic lx macro magic
+man matplotlib mkdir more mv notebook page pastebin pdb pdef pdoc pfile
+pinfo pinfo2 pip popd pprint precision prun psearch psource pushd pwd
+pycat pylab qtconsole quickref recall rehashx reload_ext rep rerun reset
+reset_selective rm rmdir run save sc set_env sx system tb time timeit
+unalias unload_ext who who_ls whos xdel xmode""".split())
+#: What IPython's splitter reads at the start of a one-line cell.
+_AUTOMAGIC = re.compile(r"^(\s*)([,;/%]|!!?|\?\??)?\s*(%{0,2}[\w.*]*)(.*)$")
+#: Names the kernel binds itself besides Python's builtins.
+_KERNEL_BUILTINS = frozenset({"get_ipython", "exit", "quit", "display"})
+
+
+def _line_magics() -> frozenset[str]:
+    """The line magics of a kernel (IPython's own registry when it is
+    installed: the magics classes hold it without a shell)."""
+    try:
+        from IPython.core import magics
+        from IPython.core.alias import default_aliases
+    except Exception:  # not installed, or broken
+        return _FALLBACK_LINE_MAGICS
+    found = set(_FALLBACK_LINE_MAGICS)
+    for value in vars(magics).values():
+        table = getattr(value, "magics", None)
+        if isinstance(value, type) and isinstance(table, dict):
+            found |= set(table.get("line", {}))
+    try:
+        found |= {name for name, _ in default_aliases()}
+    except Exception:
+        pass
+    return frozenset(found)
+
+
+_LINE_MAGICS: frozenset[str] | None = None
+
+
+def is_line_magic(name: str) -> bool:
+    """Whether a kernel has a line magic ``name``."""
+    global _LINE_MAGICS
+    if _LINE_MAGICS is None:
+        _LINE_MAGICS = _line_magics()
+    return name in _LINE_MAGICS
+
+
+def magic_code(name: str, argument: str) -> str | None:
+    """The code a line magic runs of its ``argument`` (its options
+    removed), or None when the magic runs none (see
+    :data:`LINE_MAGIC_CODE`)."""
+    if name not in LINE_MAGIC_CODE:
+        return None
+    spec = _MAGIC_OPTIONS[name]
+    rest = argument.strip()
+    if name == "debug":
+        rest = re.sub(r"^(--breakpoint|-b)(\s+|=)\S+\s*", "", rest)
+        return rest
+    while spec and rest.startswith("-") and len(rest) > 1 \
+            and not rest[1].isspace():
+        word, _, after = rest.partition(" ")
+        letter = word[1:2]
+        if f"{letter}:" in spec and len(word) == 2:
+            _, _, after = after.lstrip().partition(" ")
+        rest = after.lstrip()
+    return rest
+
+
+class _Bound:
+    """The names earlier cells may bind and those they surely bind (a
+    plain top-level binding), for IPython's automagic: a magic name the
+    notebook has bound is Python, not a magic."""
+
+    def __init__(self) -> None:
+        self.maybe: set[str] = set()
+        self.surely: set[str] = set()
+        self.deleted: set[str] = set()
+        self.automagic_changed = False
+
+    def add(self, cell: "_Cell") -> None:
+        if cell.unknown is not None:
+            self.maybe |= cell.unknown[0]
+        for node in (cell.tree.body if cell.tree else []):
+            binds, reads = _global_effects(node)
+            self.maybe |= binds
+            self.surely |= _kills(node, reads)
+            self.deleted |= {n.id for n in ast.walk(node)
+                             if isinstance(n, ast.Name)
+                             and isinstance(n.ctx, ast.Del)}
+            for call in ast.walk(node):
+                magic = _magic_call(call)
+                if magic and magic[0] == "automagic":
+                    self.automagic_changed = True
+
+    def state(self, name: str) -> str:
+        """What ``name`` is to automagic: "python", "magic" or "unsure"."""
+        if name in _KERNEL_BUILTINS or name in vars(builtins) \
+                or keyword.iskeyword(name):
+            return "python"
+        if name in self.surely and name not in self.deleted:
+            return "python"
+        if name in self.maybe or self.automagic_changed:
+            return "unsure"
+        return "magic"
+
+
+def _code_binds(code: str) -> set[str]:
+    """The global names ``code`` may bind when run as a cell's code."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    found: set[str] = set()
+    for node in tree.body:
+        found |= _global_effects(node)[0]
+    return found
+
+
+def _automagic(lines: list[KernelLine] | None, names: _Bound) -> \
+        tuple[str, KernelLine, tuple[frozenset[str], str] | None] | None:
+    """IPython's automagic (on by default), which a kernel applies to a
+    cell of one line only (``InteractiveShell.transform_cell``): ``time
+    X = 1`` runs ``%time X = 1`` when ``time`` is a line magic the
+    notebook has not bound (``prefilter.AutoMagicChecker``). Returns
+    ("magic", the rewritten line, None) when the kernel surely runs the
+    magic, ("unsure", the line, (names, why)) when whether it does
+    depends on what earlier cells bound at run time, None otherwise."""
+    if lines is None or len(lines) != 1 or lines[0].rewritten:
+        return None
+    line = lines[0]
+    match = _AUTOMAGIC.match(line.text)
+    if not match or match.group(2) or "-*-" in line.text:
+        return None
+    name, rest = match.group(3), match.group(4).strip()
+    if (not name or not name.isidentifier() or not is_line_magic(name)
+            or rest[:1] in ("=", ",")):
+        return None
+    call = KernelLine(f"get_ipython().run_line_magic({name!r}, {rest!r})",
+                      line.line, True)
+    state = names.state(name)
+    if state == "magic":
+        return "magic", call, None
+    if state == "python":
+        return None
+    code = magic_code(name, rest)
+    binds = _code_binds(line.text) | (_code_binds(code) if code else set())
+    why = (f"line {line.line}: `{line.text.strip()}` is IPython's magic "
+           f"%{name} only while "
+           f"`{name}` is unbound when the cell runs (automagic), which "
+           f"depends on how earlier cells ran")
+    return "unsure", line, (frozenset(binds), why)
+
+
+def _magic_call(node: ast.AST) -> tuple[str, str] | None:
+    """``get_ipython().run_line_magic(NAME, ARG)``: (NAME, ARG)."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 2
+            and not node.keywords
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "run_line_magic"
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "get_ipython"
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                    for a in node.args)):
+        return None
+    return node.args[0].value, node.args[1].value
+
+
+def _module_level(tree: ast.Module) -> list[ast.stmt]:
+    """Every statement run in the notebook's namespace: the top level and
+    the blocks of its ``if``/``for``/``while``/``with``/``try``/``match``
+    statements, never a function's or a class's body."""
+    found: list[ast.stmt] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if isinstance(node, (*_DEFINITIONS, ast.Lambda)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, field, []) or []:
+                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                    pending.extend(child.body)
+                elif isinstance(child, ast.stmt):
+                    pending.append(child)
+    return found
+
+
+def _module_view(cell: _Cell) -> tuple[list[KernelLine], ast.Module,
+                                       dict[int, tuple[frozenset[str],
+                                                       str]]]:
+    """The cell as the grader runs it: each line magic that runs its
+    argument as code in the notebook's namespace (see
+    :data:`LINE_MAGIC_CODE`) becomes that code, on the magic's line.
+    Returns the lines, their tree, and for top-level statements (their
+    index) holding a magic whose effect the grader cannot know, the
+    names it may bind and why."""
+    assert cell.tree is not None and cell.lines is not None
+    lines = list(cell.lines)
+    texts = [line.text for line in lines]
+    unsure: dict[int, tuple[set[str], str]] = {}
+    replace_at: dict[int, list[str]] = {}
+    for node in _module_level(cell.tree):
+        if not isinstance(node, ast.Expr) or node.lineno != node.end_lineno:
+            continue
+        magic = _magic_call(node.value)
+        if magic is None or magic[0] not in LINE_MAGIC_CODE:
+            continue
+        text = texts[node.lineno - 1]
+        if text[node.end_col_offset:].strip() or \
+                text[:node.col_offset].strip():
+            continue
+        name, argument = magic
+        indent = text[:node.col_offset]
+        code = magic_code(name, argument) or ""
+        if not code.strip():
+            continue
+        try:
+            compile_cell(code + "\n", cell.futures)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            # IPython compiles it first and raises: the cell ends here.
+            replace_at[node.lineno] = [
+                f"{indent}raise SyntaxError({'%' + name!r} "
+                f"' cannot compile its code')"]
+            continue
+        code_lines = code.split("\n")
+        kind = LINE_MAGIC_CODE[name]
+        if kind == "run":
+            replace_at[node.lineno] = (
+                [f"{indent}try:"] + [f"{indent}    {t}" for t in code_lines]
+                + [f"{indent}except Exception:", f"{indent}    pass"])
+        elif kind == "raise":
+            replace_at[node.lineno] = [indent + t for t in code_lines]
+        else:
+            if kind == "function":
+                names = {n for part in ast.walk(ast.parse(code))
+                         if isinstance(part, ast.Global) for n in part.names}
+                why = (f"line {lines[node.lineno - 1].line}: "
+                       f"`%{name} {argument}` binds what it declares "
+                       f"global once per timing run, a number of runs only "
+                       f"the kernel's clock decides")
+            else:
+                names = _code_binds(code)
+                why = (f"line {lines[node.lineno - 1].line}: "
+                       f"`%{name} {argument}` runs under the debugger, "
+                       f"only when whoever runs the notebook continues it")
+            if names:
+                top = _top_index(cell.tree, node.lineno)
+                before = unsure.get(top, (set(), why))
+                unsure[top] = (before[0] | names, before[1])
+    if not replace_at:
+        return lines, cell.tree, {k: (frozenset(v[0]), v[1])
+                                  for k, v in unsure.items()}
+    view: list[KernelLine] = []
+    for number, line in enumerate(lines, start=1):
+        if number in replace_at:
+            view += [KernelLine(t, line.line, True, line.cell)
+                     for t in replace_at[number]]
+        else:
+            view.append(line)
+    text = "".join(line.text + "\n" for line in view)
+    try:
+        tree = compile_cell(text, cell.futures)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return lines, cell.tree, {}
+    if len(tree.body) != len(cell.tree.body):
+        # ``%prun a = 1; b = 2`` is two statements: the indices shift.
+        remapped = {}
+        for top, value in unsure.items():
+            first = cell.tree.body[top].lineno
+            shift = sum(len(replace_at[n]) - 1 for n in replace_at
+                        if n < first)
+            remapped[_top_index(tree, first + shift)] = value
+        unsure = remapped
+    return view, tree, {k: (frozenset(v[0]), v[1])
+                        for k, v in unsure.items()}
+
+
+def _top_index(tree: ast.Module, line: int) -> int:
+    """The index of the top-level statement that holds ``line``."""
+    for index, node in enumerate(tree.body):
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            return index
+    return max(len(tree.body) - 1, 0)
+
+
+def always_raises(node: ast.stmt) -> bool:
+    """Whether a statement at the top level of a cell surely raises (a
+    ``raise``, ``assert`` of a constant false, an ``if`` each of whose
+    branches surely raises): the kernel runs nothing after it in that
+    cell. A ``try`` or ``with`` may swallow the exception: not counted."""
+    if isinstance(node, ast.Raise):
+        return True
+    if isinstance(node, ast.Assert):
+        return isinstance(node.test, ast.Constant) and not node.test.value
+    if isinstance(node, ast.If):
+        return bool(node.orelse) and _block_raises(node.body) and \
+            _block_raises(node.orelse)
+    return False
+
+
+def _block_raises(block: list[ast.stmt]) -> bool:
+    return any(always_raises(node) for node in block)
 
 
 def compile_cell(text: str, futures: int = 0) -> ast.Module:
@@ -535,6 +876,9 @@ class _Statement:
     kills: frozenset[str]
     now: frozenset[str]
     later: frozenset[str]
+    #: names it may bind in a way the grader cannot know, and why
+    unknown: frozenset[str] = frozenset()
+    why: str = ""
 
 
 def _inside(node: ast.AST) -> list[ast.AST]:
@@ -691,12 +1035,39 @@ def _slice(program: list[_Statement], graded: set[str]) -> set[int]:
         wanted |= later
 
 
+def _unknowable(program: list[_Statement], graded: set[str]
+                ) -> list[tuple[_Statement, set[str]]]:
+    """The statements whose effect the grader cannot know (a magic it
+    cannot model, see :func:`_module_view`) on a name the run leaves to
+    ``graded`` or to their code, and those names."""
+    wanted = set(graded)
+    while True:
+        needed = set(wanted)
+        kept: set[int] = set()
+        hits: list[tuple[_Statement, set[str]]] = []
+        for index in range(len(program) - 1, -1, -1):
+            statement = program[index]
+            if statement.unknown & needed:
+                hits.append((statement, statement.unknown & needed))
+            if statement.binds & needed:
+                kept.add(index)
+                needed -= statement.kills
+                needed |= statement.now
+        later = set().union(*(program[i].later for i in kept)) - wanted
+        if not later:
+            return hits
+        wanted |= later
+
+
 def load_notebook(path: Path) -> SourceFile:
     """Assemble a module from a notebook's code cells, as the kernel runs
     them (see the module docstring).
 
-    The module holds every top-level import of every code cell, first,
-    then, in notebook order and verbatim, every top-level statement whose
+    The module holds, in notebook order and verbatim, every top-level
+    import (``__future__`` imports and imports of a graded name first) and
+    every top-level statement the kernel runs (none after a top-level
+    ``raise`` in its cell; a line magic that runs its argument as code in
+    the notebook's namespace is that code, see :func:`_module_view`) whose
     run may bind or change what the kernel's run leaves bound to a graded
     name (each top-level class and function) or to a name their code
     reads, transitively (:func:`_slice`): ``if``/``try``/``with``/``for``
@@ -712,30 +1083,71 @@ def load_notebook(path: Path) -> SourceFile:
     path = Path(path)
     cells, errors = _cells(path)
     futures: list[_Statement] = []  # first, as every cell after them saw
-    imports: list[_Statement] = []
+    imports: list[_Statement] = []  # of a graded name: first, as before
     program: list[_Statement] = []
+    always: set[int] = set()  # the imports: kept where they stand
     for cell in cells:
-        if cell.grading or cell.tree is None or cell.lines is None:
+        if cell.grading:
             continue
-        for node in cell.tree.body:
+        if cell.unknown is not None and cell.lines:
+            line = cell.lines[0]
+            program.append(_Statement(
+                cell.number, ast.parse("pass").body[0], [line], frozenset(),
+                frozenset(), frozenset(), frozenset(), cell.unknown[0],
+                cell.unknown[1]))
+        if cell.tree is None or cell.lines is None:
+            continue
+        lines, tree, unsure = _module_view(cell)
+        for index, node in enumerate(tree.body):
             if awaits_at_top(node):
                 continue  # run in the kernel's event loop: an experiment
-            statement = _statement(cell.number, node, cell.lines)
+            statement = _statement(cell.number, node, lines)
+            if index in unsure:
+                statement = replace(statement, unknown=unsure[index][0],
+                                    why=unsure[index][1])
             if is_future(node):
                 futures.append(statement)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                imports.append(statement)
+                always.add(len(program))
+                program.append(statement)
             else:
                 program.append(statement)
+            if always_raises(node):
+                break  # the kernel runs nothing after it in this cell
     graded = {s.node.name for s in program
               if isinstance(s.node, _DEFINITIONS)}
+    # An import of a graded name stands first, as before, so that the
+    # student's definition, wherever it is, is what that name holds.
+    for index in sorted(always):
+        if program[index].binds & graded:
+            imports.append(program[index])
+    hoisted = {id(s) for s in imports}
+    program = [s for s in program if id(s) not in hoisted]
+    always = {i for i, s in enumerate(program)
+              if isinstance(s.node, (ast.Import, ast.ImportFrom))}
     # A graded name is its definitions' alone: what the student wrote is
     # what is graded, never ``X = swap(X)`` or ``X.forward = f`` after it
     # (nor the kit's ``X = use_implemented(X, module.X)``, a pick the
     # grader makes itself).
     program = [s if isinstance(s.node, _DEFINITIONS) else
                replace(s, binds=s.binds - graded) for s in program]
-    kept = _slice(program, graded)
+    notes: list[str] = []
+    lost: set[str] = set()
+    for name in sorted(graded):
+        for statement, names in _unknowable(program, {name}):
+            lost.add(name)
+            notes.append(
+                f"cell {statement.number}, {statement.why}; "
+                f"{name} reads {', '.join(sorted(names))}, whose value "
+                f"after the kernel's run the grader cannot know, so "
+                f"{name} is not graded (not earned)")
+            break
+    if lost:
+        program = [s for s in program if not (
+            isinstance(s.node, _DEFINITIONS) and s.node.name in lost)]
+        always = {i for i, s in enumerate(program)
+                  if isinstance(s.node, (ast.Import, ast.ImportFrom))}
+    kept = _slice(program, graded - lost) | always
 
     text_lines: list[str] = []
     origins: list[tuple[int, int] | None] = []
@@ -761,4 +1173,5 @@ def load_notebook(path: Path) -> SourceFile:
         append(statement)
     text = "\n".join(text_lines) + "\n" if text_lines else ""
     return SourceFile(text=text, path=path, origins=tuple(origins),
-                      cell_errors=tuple(errors), lint=_program(cells))
+                      cell_errors=tuple(errors), lint=_program(cells),
+                      notes=tuple(notes))

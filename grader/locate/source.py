@@ -278,6 +278,7 @@ class SourceFile:
     cell_errors: tuple[str, ...] = ()
     encoding: str = "utf-8"
     lint: LintText | None = field(default=None, compare=False, repr=False)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Make :attr:`text` canonical (``\\n`` line ends only)."""

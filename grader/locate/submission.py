@@ -481,6 +481,9 @@ def _load(candidate: _Candidate, inside: Path, root: Path, named: bool,
         gathered.notes.append(f"{show(candidate.path, root)}, {error} "
                               f"(the kernel runs nothing of that cell, so "
                               f"it defines nothing here either)")
+    for note in source.notes[:5]:
+        # What the grader cannot know of the kernel's run (principle 7).
+        gathered.notes.append(f"{show(candidate.path, root)}, {note}")
 
 
 def _gather(path: Path, wanted: list[Assignment], nearby: bool,

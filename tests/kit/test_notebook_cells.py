@@ -287,3 +287,63 @@ def test_the_released_notebooks_give_no_flake8_notes() -> None:
         source = load_notebook(notebook)
         findings = run_flake8(source, CONFIG)
         assert attribute(findings, {})[None] == [], notebook
+
+
+# --------------------------------------------------------------------------
+# What IPython executes (red team C)
+
+
+@pytest.mark.parametrize("cell, flag", [
+    ("%time SCALED = False", False),          # run in the namespace
+    ("%prun -q -l 3 SCALED = False", False),  # likewise, options first
+    ("time SCALED = False", False),           # automagic, one line
+    ("if True:\n    %time SCALED = False", False),
+    ("%timeit -n1 -r1 SCALED = False", True),  # a timing function's local
+    ("%time SCALED = False; 1 / 0", False),   # %time shows its error
+    ("raise RuntimeError('stop')\nSCALED = False", True),
+    ("assert False\nSCALED = False", True),
+    ("if X:\n    raise KeyError\nelse:\n    raise ValueError\n"
+     "SCALED = False", True),
+    ("try:\n    raise KeyError\nexcept KeyError:\n    pass\n"
+     "SCALED = False", False),                # a try may swallow it
+    ("%%script false\nSCALED = False", True),
+])
+def test_a_statement_does_what_ipython_executes(tmp_path: Path, cell: str,
+                                                flag: bool) -> None:
+    path = _notebook(tmp_path / "nb.ipynb", [
+        "X = 0\nSCALED = True",
+        "class A:\n    def f(self):\n        return SCALED", cell])
+    source = load_notebook(path)
+    assert source.cell_errors == () and source.notes == ()
+    namespace: dict = {}
+    exec(compile(source.text, "<module>", "exec"), namespace)
+    assert namespace["A"]().f() is flag
+
+
+def test_automagic_needs_the_name_unbound(tmp_path: Path) -> None:
+    """``import time`` first: the line is Python (a cell error); bound
+    only maybe: the grader cannot know, A is not earned, a note says so."""
+    bound = load_notebook(_notebook(tmp_path / "a.ipynb", [
+        "import time\nSCALED = True",
+        "class A:\n    def f(self):\n        return SCALED",
+        "time SCALED = False"]))
+    assert bound.cell_errors[0].startswith("cell 3, line 1: SyntaxError")
+    unsure = load_notebook(_notebook(tmp_path / "b.ipynb", [
+        "SCALED = True\nif SCALED:\n    time = 1",
+        "class A:\n    def f(self):\n        return SCALED",
+        "class B:\n    pass",
+        "time SCALED = False"]))
+    assert "class A" not in unsure.text and "class B:" in unsure.text
+    assert unsure.cell_errors == ()
+    assert unsure.notes[0].startswith("cell 4, line 1: `time SCALED = "
+                                      "False` is IPython's magic %time")
+
+
+def test_imports_keep_their_place_among_the_cells(tmp_path: Path) -> None:
+    source = load_notebook(_notebook(tmp_path / "nb.ipynb", [
+        "import math\nf = 3",
+        "from math import floor as f",
+        "class A:\n    def g(self):\n        return f(2.5)"]))
+    namespace: dict = {}
+    exec(compile(source.text, "<module>", "exec"), namespace)
+    assert namespace["A"]().g() == 2

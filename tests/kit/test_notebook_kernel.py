@@ -11,6 +11,7 @@ notebook never loses a point to the way cells are joined.
 """
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 from pathlib import Path
@@ -29,6 +30,10 @@ FULL = {"task1.init": 1.0, "task1.forward": 3.0, "task1.pep8": 0.0,
         "task2.shapes": 0.0}
 TASK1_LOST = FULL | {"task1.init": 0.0, "task1.forward": 0.0,
                      "task1.bonus": 0.0}
+# SelfAttention as the kernel leaves it when SCALED ends False: unscaled.
+UNSCALED = FULL | {"task1.forward": 2.0, "task1.bonus": 0.0}
+# The classes call log_softmax where softmax is meant.
+LOG_SOFTMAX = {item: 0.0 for item in FULL} | {"task1.init": 1.0}
 EXPECTED = {  # notebook -> (items, words of the text report)
     "future_top_of_cell": (FULL, ("flake8 finds nothing inside "
                                   "SelfAttention",)),
@@ -43,6 +48,22 @@ EXPECTED = {  # notebook -> (items, words of the text report)
                                    "SelfAttention",
                                    "flake8 finds nothing inside "
                                    "MultiHeadSelfAttention")),
+    # Red team C: a statement's effect is what IPython executes (N1, N2,
+    # and the cell magics), a top-level raise ends its cell (N3), imports
+    # stand in cell order like any binding (N4, N5).
+    "line_magic_time_rebinds": (UNSCALED, ("no_scaling",)),
+    "automagic_time_rebinds": (UNSCALED, ("no_scaling",)),
+    "raise_ends_cell": (UNSCALED, ("no_scaling",)),
+    "import_after_demo_honest": (FULL, ()),
+    "import_after_alias_gain": (LOG_SOFTMAX, ()),
+    "cell_time_rebinds": (UNSCALED, ("no_scaling",)),
+    "script_cell_runs_nothing": (FULL, ()),
+    "import_in_if_later": (FULL, ()),
+    "timeit_binds_nothing": (FULL, ()),
+    "prun_rebinds_then_raise": (UNSCALED, ("no_scaling",)),
+    "automagic_unsure": (TASK1_LOST, (
+        "is IPython's magic %time only while `time` is unbound",
+        "SelfAttention is not graded (not earned)")),
     "future_below_code": (TASK1_LOST, (
         "SyntaxError: from __future__ imports must occur at the beginning "
         "of the file (the kernel runs nothing of that cell",)),
@@ -117,3 +138,43 @@ def test_flake8_reads_a_top_level_magic_as_a_comment():
     for kept in ("    " + magic, "files = get_ipython().getoutput('ls')"):
         assert as_linted(KernelLine(kept, 1, True)) == kept
     assert as_linted(KernelLine(magic, 1, False)) == magic
+
+
+#: Red team C's notebooks: what the kernel leaves bound, as the module the
+#: grader runs leaves it (checked against a real kernel by hand with
+#: nbclient; the graded items above are the kernel's).
+BOUND = {
+    "line_magic_time_rebinds": ("SCALED", False),
+    "automagic_time_rebinds": ("SCALED", False),
+    "raise_ends_cell": ("SCALED", False),
+    "cell_time_rebinds": ("SCALED", False),
+    "script_cell_runs_nothing": ("SCALED", True),
+    "timeit_binds_nothing": ("SCALED", True),
+    "prun_rebinds_then_raise": ("SCALED", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUND))
+def test_the_module_leaves_what_the_kernel_leaves(name):
+    """No cell error, no note; the module's flag is the kernel's."""
+    source = load_notebook(NOTEBOOKS / f"{name}.ipynb")
+    assert source.cell_errors == () and source.notes == ()
+    flag, value = BOUND[name]
+    tree = ast.parse(source.text)
+    module = ast.Module([node for node in tree.body if not isinstance(
+        node, (ast.Import, ast.ImportFrom, ast.ClassDef))], [])
+    namespace: dict = {}
+    exec(compile(module, "<module>", "exec"), namespace)
+    assert namespace[flag] is value
+
+
+def test_imports_stand_in_cell_order():
+    """An import rebinds a name where its cell stands (N4, N5): the demo
+    value before it is not what the classes read."""
+    honest = load_notebook(NOTEBOOKS / "import_after_demo_honest.ipynb")
+    assert "from torch import softmax" in honest.lines
+    assert "softmax = torch.softmax(torch.randn(3), dim=0)" \
+        not in honest.lines
+    gain = load_notebook(NOTEBOOKS / "import_after_alias_gain.ipynb")
+    assert "from torch import log_softmax as softmax" in gain.lines
+    assert "softmax = torch.softmax" not in gain.lines
