@@ -70,7 +70,9 @@ def _graded_functions(node: ast.ClassDef | ast.FunctionDef,
     stub_class = find_class(stub_tree, node.name) if stub_tree else None
     if stub_class is None:
         inside = {id(f) for f in methods}
-        return [(node.name, f.name, f) for f in methods] + [
+        own: list[tuple[str | None, str, ast.FunctionDef]] = [
+            (node.name, f.name, f) for f in methods]
+        return own + [
             (node.name, name, f)
             for name, f in namespaces.get(id(node), {}).items()
             if isinstance(f, ast.FunctionDef) and id(f) not in inside]

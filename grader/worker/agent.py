@@ -5475,14 +5475,14 @@ def frame_hook_guard(sys_audit: Callable, name: str) -> Callable:
     otherwise it returns None, the hook that was set before (none ever
     is), and does nothing. Its cells hold builtins and text only: no
     function of the grader's, no original. Set-up."""
-    b_callable, b_PermissionError = callable, PermissionError
+    b_callable, b_PermissionError, b_tuple = callable, PermissionError, tuple
     verb = REFUSED_COMPILE
     message = ("the grader's sandbox refuses " + name + ": it runs code "
                "where the grader cannot trace it (write the computation "
                "in plain PyTorch)")
 
     def frame_hook(*args, **kwargs):
-        for value in args + tuple(kwargs.values()):
+        for value in args + b_tuple(kwargs.values()):
             if b_callable(value):
                 sys_audit("grader.event", "untraceable", verb, name)
                 raise b_PermissionError(message)
@@ -6016,7 +6016,8 @@ FACTORIES = (make_fingerprint, line_tracer, messenger, reporter, path_rules,
              error_describer, module_describer, probe_runner, plain_reader,
              coverage_keeper, patch_watch, quick_init, inert_call,
              inert_hook,
-             no_trace_call, guarded_file, trampoline, guard_tracer, runner,
+             no_trace_call, guarded_file, frame_hook_guard, trampoline,
+             guard_tracer, runner,
              torch_function_mode, operation_judge, traced_reads,
              collector, made_keeper, return_reader, handler, torch_seeder)
 
