@@ -180,12 +180,9 @@ def shared_blocks(judged: torch.Tensor, mask: torch.Tensor,
     SHARED_CHANCE (a union bound over the pairs of blocks): at a low rate
     most weights are kept, and small blocks can coincide; the rate 0.5
     judges it always."""
-    patterns = [row.tobytes() for row in judged.flatten(1).numpy()]
-    if len(patterns) < 2:
+    if judged.shape[0] < 2:
         return False
-    common = Counter(patterns).most_common(1)[0][0]
-    same = torch.tensor([row == common for row in patterns])
-    pattern = judged.flatten(1)[same][0]
+    same, pattern = _common_pattern(judged)
     if int(same.sum()) < 2 or not pattern.any():
         return False
     count, size = int(same.sum()), int(pattern.sum())
