@@ -152,10 +152,15 @@ def binomial_tail(n: int, q: float, k: int, upper: bool) -> float:
           else torch.arange(0, min(k, n) + 1, dtype=torch.float64))
     if js.numel() == 0:
         return 0.0
-    logs = (math.lgamma(n + 1) - torch.lgamma(js + 1)
-            - torch.lgamma(n - js + 1) + js * math.log(q)
-            + (n - js) * math.log1p(-q))
-    return min(1.0, float(torch.logsumexp(logs, 0).exp()))
+    return min(1.0, float(torch.logsumexp(log_pmf(n, q, js), 0).exp()))
+
+
+def log_pmf(n: int, q: float, ks: torch.Tensor) -> torch.Tensor:
+    """log P(X = k) for each k of ``ks`` (float64), X ~ Binomial(n, q),
+    0 < q < 1."""
+    return (math.lgamma(n + 1) - torch.lgamma(ks + 1)
+            - torch.lgamma(n - ks + 1) + ks * math.log(q)
+            + (n - ks) * math.log1p(-q))
 
 
 def unlikely(n: int, q: float, k: int, upper: bool) -> bool:
@@ -323,10 +328,8 @@ def counts_alike(judged: torch.Tensor, masks: list[torch.Tensor], p: float
     blocks, n = int(same.sum()), int(pattern.sum())
     if blocks < 2 or n == 0 or not 0 < p < 1:
         return None
-    ks = torch.arange(0, n + 1, dtype=torch.float64)
-    log_pmf = (math.lgamma(n + 1) - torch.lgamma(ks + 1)
-               - torch.lgamma(n - ks + 1) + ks * math.log(p)
-               + (n - ks) * math.log1p(-p))
+    counts_log_pmf = log_pmf(n, p, torch.arange(0, n + 1,
+                                                dtype=torch.float64))
     log_t, largest = 0.0, blocks
     for mask in masks:
         counts = mask.flatten(1)[same][:, pattern].sum(1).tolist()
@@ -336,7 +339,7 @@ def counts_alike(judged: torch.Tensor, masks: list[torch.Tensor], p: float
             return None
         log_bound = (math.lgamma(blocks + 1) - math.lgamma(group + 1)
                      - math.lgamma(blocks - group + 1)
-                     + float(torch.logsumexp(group * log_pmf, 0)))
+                     + float(torch.logsumexp(group * counts_log_pmf, 0)))
         log_t += min(0.0, log_bound)
     spread = -log_t
     combined = sum(spread ** i / math.factorial(i) for i in range(len(masks)))
