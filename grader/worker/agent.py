@@ -69,6 +69,14 @@ COLLECT_CHECK = 32
 # lines of a statement of the student's code, so that a tensor made on them
 # is judged when the whole statement is over (grader.shapes.SPAN_KIND).
 SPAN_KIND = "span"
+# The code of an expression (a comprehension, a generator expression, a
+# lambda) runs in a frame of its own but holds no statement: a line event
+# there belongs to the statement whose frame made it, which records it.
+# Read in that frame, a name the expression shares with the statement is
+# the value from before the statement wrote it (Python 3.11: a free
+# variable), so such frames record nothing.
+EXPRESSION_CODES = frozenset(("<listcomp>", "<setcomp>", "<dictcomp>",
+                              "<genexpr>", "<lambda>"))
 # Tensors made on a frame's current statement, watched until it completes;
 # past them, the statement counts as one whose tensor outlived it.
 MAX_MADE_PENDING = 256
@@ -532,7 +540,7 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
         record(statement, values)
         reads[key] = done + 1 + spent[0] - before
 
-    def local_tracer(marker=None):
+    def local_tracer(marker=None, expression=False):
         state = {"pending": None, "returning": None, "raising": False}
         memo: dict = {}
         # A declared call (``marker``: its index and its input's shape)
@@ -574,7 +582,8 @@ def line_tracer(units: list, line_unit: dict, record: Callable,
                     gc_off()
                 if event == "line":
                     state["raising"] = False
-                    unit = line_unit.get(frame.f_lineno)
+                    unit = None if expression else \
+                        line_unit.get(frame.f_lineno)
                     if unit != state["pending"]:
                         if plain is None or not quick(frame, state):
                             traced(finish, frame)
@@ -2898,6 +2907,7 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
 
     known_get = known.get if known is not None else None
     address = ADDRESS
+    expression_codes = EXPRESSION_CODES
 
     def global_tracer(frame, event, arg):
         # Whatever reads a value the submission may have made (a class's
@@ -2967,8 +2977,11 @@ def shape_tracer(units: list, line_unit: dict, phase: dict,
                     b_type(name) is b_str:
                 index = declared.get((code.co_firstlineno, name))
                 if index is not None:
-                    return local_tracer(call_marker(frame, code, index))
-            return local_tracer()
+                    return local_tracer(call_marker(frame, code, index),
+                                        kind == "submission"
+                                        and name in expression_codes)
+            return local_tracer(None, kind == "submission"
+                                and name in expression_codes)
         except b_BaseException:
             phase["silenced"] = True
             return None

@@ -406,6 +406,25 @@ it earned 11.
         probs = probs * keep[spot].view(-1, seq, seq)
         # [batch_size * num_heads, seq_len, seq_len]
 """),)),
+    "effects/dropout/drop_short_only.py": Derived(
+        ATTENTION, """Principle 5, right only where the probes looked:
+dropout only on short sequences (red team 16).
+
+MultiHeadSelfAttention.forward applies self.dropout only when seq_len is
+at most 16; no train-mode probe was longer than 14 tokens. The long case
+(20 to 36 tokens) is now judged in train mode too.
+
+Expected: everything but the dropout point (task2.output 1 of 2); before,
+it earned 11.
+""",
+        (Edit("""\
+        probs = self.dropout(probs)
+        # [batch_size * num_heads, seq_len, seq_len]
+""", """\
+        if seq <= 16:
+            probs = self.dropout(probs)
+            # [batch_size * num_heads, seq_len, seq_len]
+"""),)),
     "effects/dropout/drop_heads_rolled.py": Derived(
         ATTENTION, """Principle 5 (element-wise independence): one draw a
 sequence, moved around its heads (red team 16).

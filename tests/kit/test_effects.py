@@ -225,6 +225,8 @@ CORPUS: dict[str, dict[str, tuple]] = {
         "drop_one_draw_rolled": (NO_DROPOUT, (), "are one mask moved "
                                  "along"),
         "drop_heads_rolled": (NO_DROPOUT, (), "are one mask moved along"),
+        "drop_short_only": (NO_DROPOUT, (), "nothing is dropped: "
+                            "dropout must act at every length"),
         "drop_drawn_once_rolled": (NO_DROPOUT, (), "one draw is another "
                                    "moved along"),
         "drop_noise_after_use": (

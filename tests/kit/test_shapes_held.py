@@ -9,7 +9,10 @@ display, a comprehension or ``append``/``update``/... of a tensor as a
 tensor statement for code that never ran. ``hostile/shapes_held/`` holds
 correct files whose container statements lack their comment, claim a
 wrong shape or hold too much, and a control whose containers are
-commented: all graded in one batch, item by item, at the printed and the
+commented, and heads merged by comprehensions, a generator expression
+and a lambda that read the name their statement rebinds (the
+expression's own frame never records the statement): all graded in
+one batch, item by item, at the printed and the
 secret sizes.
 """
 from __future__ import annotations
@@ -52,6 +55,13 @@ EXPECTED = {
     "list_too_long": (-1.0, ["wrong shape", "more values than the grader "
                              "reads", "64 x [4, 7, 17]"]),
     "containers_commented": (0.0, []),
+    # A comprehension, a generator expression and a lambda on the line
+    # that rebinds the name they read run in frames of their own, which
+    # hold the old value: the statement's frame alone records it.
+    "expressions_merge_heads": (0.0, []),
+    "expression_claims_old_value": (-1.0, [
+        "line 175: wrong shape",
+        "claimed [4, 6, 7, 19], real [4, 7, 114]"]),
 }
 
 

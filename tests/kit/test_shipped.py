@@ -10,6 +10,7 @@ them.
 from __future__ import annotations
 
 import ast
+import json
 import importlib
 import importlib.util
 import inspect
@@ -69,7 +70,31 @@ def test_the_nbgrader_release_ships_no_grader(assignment):
 KERNELS = [(torch.nn.functional, "scaled_dot_product_attention"),
            (torch.nn.functional, "multi_head_attention_forward"),
            (torch._C._nn, "scaled_dot_product_attention"),
-           (torch.nn.MultiheadAttention, "forward")]
+           (torch.nn.MultiheadAttention, "forward"),
+           (torch, "_transformer_encoder_layer_fwd")]
+
+
+def _given_attention(x: torch.Tensor, weights: dict, num_heads: int,
+                     causal: bool) -> torch.Tensor:
+    """The reference's attention as the transformer_block stub gives it
+    (its MultiHeadSelfAttention, the previous homework's solution: no
+    kernel), for :func:`tripped_kernels`."""
+    from transformer_lm.modeling_transformer import MultiHeadSelfAttention
+
+    layer = MultiHeadSelfAttention(x.shape[-1], weights["q.weight"].shape[0],
+                                   num_heads, causal=causal)
+    layer.load_state_dict(weights)
+    with torch.no_grad():
+        return layer.double().eval()(x)
+
+
+#: What an assignment's stub gives, in place of the reference function
+#: that computes it with a kernel (module, name, stand-in): a layer
+#: composed by hand around the given attention is transformer_block's
+#: Task 1 answer, and must be caught.
+GIVEN = {"transformer_block": (
+    "grader.assignments.transformer_block.reference", "attention",
+    _given_attention)}
 #: Each assignment's correct answers, as the grader's reference (which
 #: the kit's tests tie to solutions/) computes them: module, functions.
 TARGETS = {
@@ -92,10 +117,17 @@ class Tripped(Exception):
 
 
 @contextmanager
-def tripped_kernels():
-    """Every forbidden kernel raises :class:`Tripped` (and the head
-    layout's cache, read off a kernel, is empty)."""
+def tripped_kernels(assignment: str = ""):
+    """Every forbidden kernel raises :class:`Tripped`, what the
+    assignment's stub gives is computed as the stub does (GIVEN), and
+    the head layout's cache, read off a kernel, is empty."""
     saved = [(owner, name, getattr(owner, name)) for owner, name in KERNELS]
+    stand_ins = []
+    if assignment in GIVEN:
+        module, name, stand_in = GIVEN[assignment]
+        owner = importlib.import_module(module)
+        saved.append((owner, name, getattr(owner, name)))
+        stand_ins.append((owner, name, stand_in))
 
     def trip(*args, **kwargs):
         raise Tripped
@@ -104,6 +136,8 @@ def tripped_kernels():
     try:
         for owner, name, _ in saved:
             setattr(owner, name, trip)
+        for owner, name, stand_in in stand_ins:
+            setattr(owner, name, stand_in)
         yield
     finally:
         for owner, name, value in saved:
@@ -240,7 +274,7 @@ def _offenders(functions: dict[str, object], assignment: str,
     for case in _cases(assignment):
         answers = _answers(modules, assignment, case)
         extra = {"logits": answers[-1]} if answers else {}
-        with tripped_kernels():
+        with tripped_kernels(assignment):
             for label, func in functions.items():
                 if _answers_any(func, case, extra, answers):
                     found.add(label)
@@ -308,6 +342,29 @@ def _builds_by_hand(num_heads: int, causal: bool):
     return judge
 
 
+def _layer_by_hand(x: torch.Tensor, weights: dict, num_heads: int,
+                   causal: bool) -> torch.Tensor:
+    """A control: transformer_block's post-norm layer composed by hand
+    around the attention its stub gives (what the reference's
+    ``encoder_layer`` computed before red team 16's principle-10 round)."""
+    from grader.assignments.transformer_block import reference
+
+    def norm(t, name):
+        return torch.nn.functional.layer_norm(
+            t, t.shape[-1:], weights[f"{name}.weight"],
+            weights[f"{name}.bias"])
+
+    def linear(t, name):
+        return torch.nn.functional.linear(t, weights[f"{name}.weight"],
+                                          weights[f"{name}.bias"])
+
+    h = norm(x + reference.attention(
+        x, reference.sub(weights, "self_attention"), num_heads, causal),
+        "norm1")
+    return norm(h + linear(torch.relu(linear(h, "fcn.0")), "fcn.2"),
+                "norm2")
+
+
 @pytest.mark.parametrize("assignment", RELEASED)
 def test_no_shipped_function_computes_an_answer_without_a_kernel(
         assignment):
@@ -320,30 +377,42 @@ def test_no_shipped_function_computes_an_answer_without_a_kernel(
     modules = _modules(assignment)
     functions = _functions(modules)
     assert any(label.startswith("reference.") for label in functions)
-    if assignment == "multi_head_attention":
-        functions["control._by_hand"] = _by_hand
-        functions["control._builds_by_hand"] = _builds_by_hand
+    controls = {"multi_head_attention": {
+        "control._by_hand": _by_hand,
+        "control._builds_by_hand": _builds_by_hand},
+        "transformer_block": {"control._layer_by_hand": _layer_by_hand}
+    }.get(assignment, {})
+    functions.update(controls)
     found = _offenders(functions, assignment, modules)
-    assert found == ({"control._by_hand", "control._builds_by_hand"}
-                     if assignment == "multi_head_attention" else set())
+    assert found == set(controls)
 
 
-def _calls_softmax(tree: ast.AST) -> list[int]:
+#: Calls that normalise scores.
+NORMALISERS = ("softmax", "Softmax", "log_softmax")
+#: Calls that compute transformer_block's loss: no public test or file of
+#: the student package makes one (the fork server's warm-up runs the
+#: kernel once on unrelated values, in the generic grader).
+LOSSES = ("cross_entropy", "CrossEntropyLoss", "nll_loss")
+
+
+def _calls_softmax(tree: ast.AST, names: tuple[str, ...] = NORMALISERS
+                   ) -> list[int]:
     return [node.lineno for node in ast.walk(tree)
             if isinstance(node, ast.Call) and (
-                getattr(node.func, "attr", None) in ("softmax", "Softmax",
-                                                     "log_softmax")
-                or getattr(node.func, "id", None) in ("softmax",
-                                                      "log_softmax"))]
+                getattr(node.func, "attr", None) in names
+                or getattr(node.func, "id", None) in names)]
 
 
 @pytest.mark.parametrize("assignment", RELEASED)
 def test_no_other_shipped_file_normalises_scores(assignment):
     """Outside the plug-ins (checked by running them, above), no shipped
     Python file calls a softmax: the generic grader, the public tests and
-    the student package hold no attention computation. The one exception
-    is the transformer_block stub's given MultiHeadSelfAttention, the
-    previous homework's solution that the stub gives on purpose."""
+    the student package hold no attention computation; and no public test
+    or file of the student package computes a cross-entropy (red team 16:
+    transformer_block's public test of the loss wrote the loss out). The
+    one exception is the transformer_block stub's given
+    MultiHeadSelfAttention, the previous homework's solution that the
+    stub gives on purpose."""
     release = KIT / "assignment" / assignment
     files = {p: d for p, d in student_files(assignment).items()
              if p.suffix == ".py"}
@@ -358,5 +427,84 @@ def test_no_other_shipped_file_normalises_scores(assignment):
                     and n.name == "MultiHeadSelfAttention"
                     and assignment == "transformer_block"]:
             tree.body.remove(cls)
-        offenders += [f"{path}:{line}" for line in _calls_softmax(tree)]
+        offenders += [f"{path}:{line}" for line in _calls_softmax(
+            tree, NORMALISERS + (() if path.parts[0] == "grader"
+                                 else LOSSES))]
+    assert offenders == []
+
+
+def _child_names(assignment: str) -> set[str]:
+    """The names of the modules the assignment's classes build (``self.<name>
+    = ...(...)`` in an ``__init__`` of its reference solution): the
+    student's sublayers, by contract."""
+    module = get_assignment(assignment).module
+    tree = ast.parse((KIT / "solutions" / f"{module}.py").read_text(
+        encoding="utf-8"))
+    names = set()
+    for function in ast.walk(tree):
+        if not (isinstance(function, ast.FunctionDef)
+                and function.name == "__init__"):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and isinstance(
+                    node.value, ast.Call):
+                names.update(target.attr for target in node.targets
+                             if isinstance(target, ast.Attribute)
+                             and isinstance(target.value, ast.Name)
+                             and target.value.id == "self")
+    return names
+
+
+def _shipped_checks(assignment: str) -> dict[str, str]:
+    """The code that checks a student's work, as a student gets it: every
+    Python file of the release's tests, and every code cell of its
+    notebook that defines no class (a class cell is the stub, or the
+    code the stub gives on purpose)."""
+    release = KIT / "assignment" / assignment
+    found = {str(path.relative_to(release)): path.read_text(
+        encoding="utf-8") for path in sorted((release / "tests").rglob(
+            "*.py"))}
+    for notebook in release.glob("*.ipynb"):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        for index, cell in enumerate(cells):
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "class " in source:
+                continue
+            text = "\n".join(line for line in source.splitlines()
+                             if not line.lstrip().startswith(("%", "!")))
+            cell_id = cell["metadata"].get("nbgrader", {}).get(
+                "grade_id", index)
+            found[f"{notebook.name} cell {cell_id}"] = text
+    return found
+
+
+#: Cells that reproduce the course's own lecture code on purpose: the
+#: lecture notes every student has print sa_v2's attention weights from
+#: ``sa_v2.W_query(inputs)`` and ``sa_v2.W_key(inputs)``, and the cell
+#: checks those printed numbers (the layers' creation order). The notes
+#: give the whole SelfAttention_v2 besides; attention_basics asks for the
+#: lecture's classes (docs/threat-model.md, principle 10, residual).
+LECTURE = {("attention_basics",
+            "attention_basics.ipynb cell public_test_self_attention_v2")}
+
+
+@pytest.mark.parametrize("assignment", RELEASED)
+def test_no_shipped_check_composes_the_students_modules(assignment):
+    """A check that computes its expected value from the student's own
+    sublayers (``layer.norm2(h + layer.fcn(h))``) writes the task's
+    answer out for the student to hand in (red team 16: transformer_block's
+    public tests did, 10 of 10 points). No public test file and no
+    notebook cell outside the classes calls a sublayer of the contract;
+    they compare with stored values, or call the student's whole module."""
+    children = _child_names(assignment)
+    assert children, assignment
+    offenders = []
+    for where, text in _shipped_checks(assignment).items():
+        if (assignment, where) in LECTURE:
+            continue
+        offenders += [f"{where}:{node.lineno} calls .{node.func.attr}()"
+                      for node in ast.walk(ast.parse(text))
+                      if isinstance(node, ast.Call)
+                      and isinstance(node.func, ast.Attribute)
+                      and node.func.attr in children]
     assert offenders == []

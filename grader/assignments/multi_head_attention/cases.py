@@ -449,6 +449,19 @@ def build(seed: int, public_only: bool,
         long = long_case(seed)
         _attention(plan, f"probs:{long.name}", long)
         _attention(plan, f"causal:{long.name}", long, causal=True)
+        # Dropout on the long sequence too, in both modes (red team 16:
+        # no train-mode probe was longer than 14 tokens, so dropout only
+        # when seq_len <= 16 kept the point).
+        p = FIXED_RATE
+        for train in (False, True):
+            plan.add("task2", probe(
+                f"long-dropout-{'train' if train else 'eval'}:{p:g}",
+                "MultiHeadSelfAttention", case=long, layers=LAYERS_2,
+                init=_mha_init(long, dropout=p),
+                kwargs={"return_attention": True}, train=train,
+                seed=derive_seed(seed, "multi_head_attention", "dropout",
+                                 "long", p), params={"dropout": p},
+                again=train, branch=f"{p:g}"))
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,

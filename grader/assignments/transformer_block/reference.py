@@ -112,11 +112,31 @@ def encoder_layer(x: torch.Tensor, w: Weights, num_heads: int,
     def att(t: torch.Tensor) -> torch.Tensor:
         return attention(t, sub(w, "self_attention"), num_heads, causal)
 
-    if pre_norm:
-        x = x + att(norm(x, "norm1"))
-        return x + fcn(norm(x, "norm2"))
+    if residual == (True, True):
+        return _kernel_layer(x, w, num_heads, causal, pre_norm)
     x = norm(x * residual[0] + att(x), "norm1")
     return norm(x * residual[1] + fcn(x), "norm2")
+
+
+def _kernel_layer(x: torch.Tensor, w: Weights, num_heads: int,
+                  causal: bool, pre_norm: bool) -> torch.Tensor:
+    """The whole layer (post-norm, or pre-norm) in one call of torch's
+    fused encoder-layer kernel, which submissions may not use: the
+    transformer_block stub gives the attention, so a layer composed by
+    hand around it would be Task 1's answer (docs/threat-model.md,
+    principle 10)."""
+    a = sub(w, "self_attention")
+    seq = x.shape[1]
+    mask = (torch.ones(seq, seq, dtype=torch.bool).triu(1) if causal
+            else None)
+    return torch._transformer_encoder_layer_fwd(
+        x, x.shape[-1], num_heads,
+        torch.cat([a[f"{n}.weight"] for n in "qkv"]),
+        torch.cat([a[f"{n}.bias"] for n in "qkv"]),
+        a["mix.weight"], a["mix.bias"], False, pre_norm, 1e-5,
+        w["norm1.weight"], w["norm1.bias"], w["norm2.weight"],
+        w["norm2.bias"], w["fcn.0.weight"], w["fcn.0.bias"],
+        w["fcn.2.weight"], w["fcn.2.bias"], mask, 0 if causal else None)
 
 
 def _embedded(input_ids: torch.Tensor, w: Weights,

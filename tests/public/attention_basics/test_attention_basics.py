@@ -97,8 +97,10 @@ def test_simple_self_attention_lecture_values(impl):
                     [0.4671, 0.5910, 0.5266],
                     [0.4177, 0.6503, 0.5645]],
                    "simple_self_attention(inputs)",
-                   "Use softmax(inputs @ inputs.T, dim=-1) @ inputs, "
-                   "without scaling.")
+                   "The scores are the dot products of every pair of "
+                   "inputs (no scaling); each row of weights is the "
+                   "softmax of its token's scores, and each context "
+                   "vector is that row's weighted sum of the inputs.")
 
 
 def test_simple_self_attention_negative_scores(impl):

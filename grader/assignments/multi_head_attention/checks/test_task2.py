@@ -1149,6 +1149,57 @@ def test_dropout_acts_on_probabilities(task2: TaskRun) -> None:
         dropout_without_probs(task2)
         causal_dropout(task2)
         dropout_with_zero_values(task2)
+        long_dropout(task2)
+
+
+def long_dropout(task2: TaskRun) -> None:
+    """Dropout on the long case (``long-dropout-train:<p>``: one sequence
+    of 20 to 36 tokens, hidden; red team 16: no train-mode probe was
+    longer than 14 tokens, so dropout only when seq_len <= 16 kept the
+    point): each prob is 0 or its eval value / (1 - p), the share of
+    zeros follows p, and att is those dropped probs times the values
+    (the code's own value step on this case, read from eval mode)."""
+    for probe_id in task2.probe_ids("long-dropout-train:"):
+        p = task2.result(probe_id).info.params["dropout"]
+        case, evaluated, eval_probs = dropout_att(
+            task2, f"long-dropout-eval:{p:g}")
+        _, att, probs = dropout_att(task2, probe_id)
+        seen = (f"With dropout={p:g} in train mode, on "
+                f"{case.describe()},")
+        if probs.shape != eval_probs.shape:
+            fail(f"{seen} probs have shape {list(probs.shape)}, but "
+                 f"{list(eval_probs.shape)} in eval mode.")
+        if close(probs, eval_probs):
+            fail(f"{seen} nothing is dropped: dropout must act at every "
+                 f"length. Apply self.dropout to probs.")
+        zero = probs == 0
+        kept = torch.isclose(probs, eval_probs / (1 - p), rtol=RTOL,
+                             atol=ATOL)
+        if not torch.all(zero | kept):
+            fail(f"{seen} the returned probabilities are neither 0 nor "
+                 f"their eval value / (1 - p): dropout must act on the "
+                 f"probabilities at every length. Apply self.dropout to "
+                 f"probs.", "dropout_misplaced")
+        outside = share_outside(p, zero[eval_probs > 0],
+                                RUBRIC_SHARE.get(p))
+        if outside is not None:
+            share, low, high = outside
+            fail(f"{seen} {share:.1%} of the probabilities are 0; "
+                 f"expected between {low:.1%} and {high:.1%}: dropout "
+                 f"must act at every length (use self.dropout).")
+        if close(att, evaluated):
+            fail(f"{seen} att is the same as in eval mode: the dropped "
+                 f"probabilities never weight the values. Apply "
+                 f"self.dropout to probs and multiply those probs by the "
+                 f"values.", "dropout_misplaced")
+        step = value_step(case, eval_probs, evaluated)
+        if step is not None and not any(close(att, want)
+                                        for want in step(probs)):
+            fail(f"{seen} att is not the returned (dropped) probs times "
+                 f"the values: the randomness of att is not the dropout "
+                 f"of the probabilities. Apply self.dropout to probs, "
+                 f"then multiply those probs by the values.",
+                 "dropout_misplaced")
 
 
 def dropout_with_zero_values(task2: TaskRun) -> None:

@@ -4,15 +4,18 @@ model".
 Run: ``python -m pytest tests/public`` (the ``impl`` fixture imports
 ``transformer_lm.modeling_transformer``; choose another file with
 ``--impl path/to/modeling_transformer.py``). Shapes and parameter names
-are checked before values. The values are checked against formulas
-written with your own modules (``layer.norm1``, ``model.out_proj``, ...),
-so a test that fails points at the step that is wrong; the grader compares
-with its own reference on hidden sizes and weights.
+are checked before values. The values are compared with stored outputs
+(``transformer_lm/transformer_values.py``, computed by the reference
+solution): the layer with and without the causal mask and with both
+sublayers silenced, the model with 0, 1 and 2 layers, and the loss with
+0 and 2 layers, so a test that fails points at the step that is wrong.
+The grader compares with its own reference on hidden sizes and weights.
 """
 import pytest
 import torch
-import torch.nn.functional as F
 from adapters import expect_close, expect_shape
+
+from transformer_lm.transformer_values import LayerTestValues, LMTestValues
 
 HIDDEN, HEADS, FCN = 12, 3, 20
 VOCAB, MAX_LEN = 11, 9
@@ -65,36 +68,55 @@ def test_layer_output_shape(impl, bs, seq, hidden, heads, fcn) -> None:
     expect_shape(layer(x), (bs, seq, hidden), "the layer's output", OUT)
 
 
+def stored_layer(impl, causal: bool = False,
+                 silent: bool = False) -> torch.nn.Module:
+    """The layer of LayerTestValues, in eval mode (``silent``: its
+    self_attention.mix and fcn.2 set to zero)."""
+    tv = LayerTestValues
+    layer = impl.TransformerEncoderLayer(tv.hidden, tv.num_heads,
+                                         tv.fcn_hidden, causal=causal)
+    weights = tv.weights()
+    if silent:
+        for name in ("self_attention.mix", "fcn.2"):
+            for kind in ("weight", "bias"):
+                weights[f"{name}.{kind}"].zero_()
+    layer.load_state_dict(weights)
+    return layer.eval()
+
+
 @pytest.mark.parametrize("causal", (False, True))
 def test_layer_is_post_norm(impl, causal) -> None:
-    """norm2(h + fcn(h)) with h = norm1(x + self_attention(x))."""
-    layer = randomised(impl.TransformerEncoderLayer(HIDDEN, HEADS, FCN,
-                                                    causal=causal))
-    x = torch.randn(3, 6, HIDDEN)
+    """The stored output of the layer (post-norm), causal or not."""
+    layer = stored_layer(impl, causal)
     with torch.no_grad():
-        h = layer.norm1(x + layer.self_attention(x))
-        expected = layer.norm2(h + layer.fcn(h))
-        expect_close(layer(x), expected, "the layer's output",
-                     "Check the order: attention, dropout, residual (add "
-                     "x), norm1; then fcn, dropout, residual, norm2.")
+        out = layer(LayerTestValues.x)
+    expect_shape(out, tuple(LayerTestValues.x.shape), "the layer's output",
+                 OUT)
+    hint = ("Check the order: attention, dropout, residual (add x), "
+            "norm1; then fcn, dropout, residual (add what norm1 gave), "
+            "norm2.")
+    if causal:
+        with torch.no_grad():
+            plain = stored_layer(impl)(LayerTestValues.x)
+        if torch.allclose(plain, LayerTestValues.output, rtol=1e-4,
+                          atol=1e-5):
+            hint = ("It is right with causal=False: build self_attention "
+                    "with causal=causal.")
+    expected = (LayerTestValues.output_causal if causal
+                else LayerTestValues.output)
+    expect_close(out, expected, "the layer's output", hint)
 
 
-@pytest.mark.parametrize("causal", (False, True))
-def test_layer_keeps_the_residuals(impl, causal) -> None:
-    """With both sublayers silenced (zero output weights), the layer is
-    norm2(norm1(x)): the residuals carry x through."""
-    layer = impl.TransformerEncoderLayer(HIDDEN, HEADS, FCN,
-                                         causal=causal).eval()
+def test_layer_keeps_the_residuals(impl) -> None:
+    """With both sublayers silenced (zero output weights) only the
+    residual connections and the two LayerNorms carry x through."""
+    layer = stored_layer(impl, silent=True)
     with torch.no_grad():
-        for module in (layer.self_attention.mix, layer.fcn[2]):
-            module.weight.zero_()
-            module.bias.zero_()
-    x = torch.randn(2, 4, HIDDEN)
-    with torch.no_grad():
-        expected = layer.norm2(layer.norm1(x))
-        expect_close(layer(x), expected, "the layer's output with silent "
-                     "sublayers", "Add x back after each sublayer (x + "
-                     "sublayer(x)) before its LayerNorm.")
+        out = layer(LayerTestValues.x)
+    expect_close(out, LayerTestValues.output_silent,
+                 "the layer's output with silent sublayers",
+                 "Add x back after each sublayer (x + sublayer(x)) before "
+                 "its LayerNorm, and apply norm1 and norm2 in that order.")
 
 
 def lm(impl, num_layers: int = 2) -> torch.nn.Module:
@@ -124,20 +146,32 @@ def test_lm_logits_shape(impl, bs, seq) -> None:
     expect_shape(lm(impl)(ids), (bs, seq, VOCAB), "the logits", LOGITS)
 
 
+def stored_lm(impl, num_layers: int) -> torch.nn.Module:
+    """The model of LMTestValues with its first ``num_layers`` layers, in
+    eval mode."""
+    tv = LMTestValues
+    model = impl.TransformerLM(tv.vocab_size, tv.hidden, tv.num_heads,
+                               tv.fcn_hidden, num_layers, tv.max_seq_len)
+    model.load_state_dict(tv.weights(num_layers))
+    return model.eval()
+
+
 @pytest.mark.parametrize("num_layers", (0, 1, 2))
 def test_lm_composes_its_modules(impl, num_layers) -> None:
-    """out_proj(layers(token_embeddings + position_embeddings))."""
-    model = lm(impl, num_layers)
-    ids = torch.randint(0, VOCAB, (3, 6))
+    """The stored logits with 0, 1 and 2 layers: the embeddings and
+    out_proj alone, then each layer in turn."""
     with torch.no_grad():
-        x = model.token_embeddings(ids) + model.position_embeddings(
-            torch.arange(ids.shape[1]))
-        for layer in model.layers:
-            x = layer(x)
-        expect_close(model(ids), model.out_proj(x), "the logits",
-                     "Add the position embeddings of positions 0..seq_len-1 "
-                     "to the token embeddings, run every layer, then "
-                     "out_proj.")
+        logits = stored_lm(impl, num_layers)(LMTestValues.ids)
+    expect_shape(logits, (3, 6, LMTestValues.vocab_size), "the logits",
+                 LOGITS)
+    expect_close(logits, getattr(LMTestValues, f"logits_{num_layers}"),
+                 "the logits",
+                 "Add the position embeddings of positions 0..seq_len-1 "
+                 "to the token embeddings, run every layer in order, then "
+                 "out_proj." if num_layers else
+                 "With no layer, the logits are out_proj of the token "
+                 "embeddings plus the position embeddings of positions "
+                 "0..seq_len-1.")
 
 
 @pytest.mark.parametrize("position", (0, 3, 6))
@@ -156,20 +190,19 @@ def test_lm_is_causal(impl, position) -> None:
                      "through the causal attention.")
 
 
-@pytest.mark.parametrize("bs, seq", [(3, 7), (2, 9)])
-def test_lm_loss_is_next_token_cross_entropy(impl, bs, seq) -> None:
-    """loss(ids) = cross-entropy of the logits at i against token i + 1."""
-    model = lm(impl)
-    ids = torch.randint(0, VOCAB, (bs, seq))
+@pytest.mark.parametrize("num_layers", (0, 2))
+def test_lm_loss_is_next_token_cross_entropy(impl, num_layers) -> None:
+    """The stored loss of the model on two sequences of 9 tokens (with no
+    layer too, so a layer's mistake does not hide the loss's)."""
     with torch.no_grad():
-        logits = model(ids)
-        expected = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB),
-                                   ids[:, 1:].reshape(-1))
-        loss = model.loss(ids)
+        loss = stored_lm(impl, num_layers).loss(LMTestValues.loss_ids)
     expect_shape(loss, (), "the loss", "a scalar []")
-    expect_close(loss, expected, "the loss",
+    expect_close(loss, getattr(LMTestValues, f"loss_{num_layers}"),
+                 "the loss",
                  "The logits at position i predict token i + 1: compare "
-                 "logits[:, :-1] with input_ids[:, 1:].")
+                 "logits[:, :-1] with input_ids[:, 1:], averaged over "
+                 "every predicted token (if the logits test fails too, "
+                 "fix the logits first).")
 
 
 def test_training_lowers_the_loss(impl) -> None:
