@@ -248,9 +248,12 @@ class _Cell:
     kit: bool
     grading: bool
     tree: ast.Module | None = None
-    futures: int = 0       # the __future__ flags it was compiled with
+    futures: int = 0       # the __future__ flags in force after it
     #: names whose value after this cell the grader cannot know, and why
     unknown: tuple[frozenset[str], str] | None = None
+    #: the cell line of the first statement the compiler refuses: the
+    #: kernel runs the statements above it, then stops (compiled_nodes)
+    stop: int | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -310,6 +313,11 @@ def _read_notebook(path: Path) -> dict:
     return notebook
 
 
+#: What a cell error that stops the whole cell adds.
+NOTHING_RUNS = (" (the kernel runs nothing of that cell, so it defines "
+                "nothing here either)")
+
+
 def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
     """The code cells as the kernel runs them, and the cell errors."""
     notebook = _read_notebook(path)
@@ -341,26 +349,37 @@ def _cells(path: Path) -> tuple[list[_Cell], list[str]]:
             lines = [automagic[1]]
         elif automagic is not None:  # "unsure": see _automagic
             unknown = automagic[2]
+        stop = None
         if lines is not None:
             text = "".join(line.text + "\n" for line in lines)
             try:
-                tree = compile_cell(text, futures)
-                futures |= future_flags(tree)
+                tree = parse_cell(text, futures)
+                count, refused, futures = compiled_nodes(tree, futures)
+                if refused is not None:
+                    node = tree.body[count]
+                    stop = lines[node.lineno - 1].line
+                    if not grading and unknown is None:
+                        errors.append(
+                            f"cell {number}, line {stop}: SyntaxError: "
+                            f"{refused.msg} (the kernel runs the "
+                            f"statements above it, then stops the cell, "
+                            f"so they alone define anything here)")
             except SyntaxError as exc:
                 row = exc.lineno or 0
                 where = (f", line {lines[row - 1].line}"
                          if 1 <= row <= len(lines) else "")
                 if not grading and unknown is None:
                     errors.append(f"cell {number}{where}: SyntaxError: "
-                                  f"{exc.msg}")
+                                  f"{exc.msg}{NOTHING_RUNS}")
             except (RecursionError, MemoryError, ValueError) as exc:
                 if not grading:
                     why = ("it is nested too deeply for Python to compile"
                            if isinstance(exc, RecursionError) else
                            "Python cannot compile it"
                            if isinstance(exc, MemoryError) else str(exc))
-                    errors.append(f"cell {number}: {why}")
-        cell = _Cell(number, lines, kit, grading, tree, futures, unknown)
+                    errors.append(f"cell {number}: {why}{NOTHING_RUNS}")
+        cell = _Cell(number, lines, kit, grading, tree, futures, unknown,
+                     stop)
         names.add(cell)
         cells.append(cell)
     return cells, errors
@@ -650,7 +669,7 @@ def _module_view(cell: _Cell) -> tuple[list[KernelLine], ast.Module,
             view.append(line)
     text = "".join(line.text + "\n" for line in view)
     try:
-        tree = compile_cell(text, cell.futures)
+        tree = parse_cell(text, cell.futures)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return lines, cell.tree, {}
     if len(tree.body) != len(cell.tree.body):
@@ -694,17 +713,53 @@ def _block_raises(block: list[ast.stmt]) -> bool:
 
 
 def compile_cell(text: str, futures: int = 0) -> ast.Module:
-    """A cell's syntax tree, compiled as IPython compiles a cell: on its
-    own, with the ``__future__`` features earlier cells imported in force
-    and top-level ``await`` allowed. Compiled to bytecode as well (never
-    run), so that what only the compiler refuses (a ``__future__`` import
-    below another statement, ``return`` outside a function) is a cell
-    error as in the kernel. Raises SyntaxError like :func:`compile`."""
+    """Code compiled whole, as a line magic that runs its argument
+    compiles it (``%time``: one module), with the ``__future__`` features
+    in force and top-level ``await`` allowed; to bytecode as well (never
+    run), so that what only the compiler refuses raises here. A cell is
+    not compiled whole: see :func:`parse_cell` and :func:`compiled_nodes`.
+    Raises SyntaxError like :func:`compile`."""
     flags = futures | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     tree = compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST | flags,
                    dont_inherit=True)
     compile(tree, "<cell>", "exec", flags, dont_inherit=True)
     return tree
+
+
+def parse_cell(text: str, futures: int = 0) -> ast.Module:
+    """A cell's syntax tree, parsed as IPython parses a cell (its
+    ``ast_parse``: the ``__future__`` features earlier cells imported in
+    force, top-level ``await`` allowed), not compiled: the kernel compiles
+    it one statement at a time (:func:`compiled_nodes`). Raises
+    SyntaxError like :func:`compile`: the kernel runs nothing of it."""
+    flags = futures | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    return compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST | flags,
+                   dont_inherit=True)
+
+
+def compiled_nodes(tree: ast.Module, futures: int = 0
+                   ) -> tuple[int, SyntaxError | None, int]:
+    """How IPython runs a parsed cell (``InteractiveShell.run_ast_nodes``):
+    each top-level statement compiled as a module of its own, with the
+    ``__future__`` features compiled so far in force (its compiler
+    remembers them, as :mod:`codeop` does), and run before the next is
+    compiled. A ``__future__`` import below other statements of its cell
+    is therefore valid (it stands first in its own module) and in force
+    from the next statement on; a statement the compiler refuses
+    (``return`` outside a function, a ``__future__`` import inside a
+    block) stops the cell, after the statements above it ran. Returns
+    how many statements compile, the refusal of the next (None: all
+    do), and the flags in force after them."""
+    for index, node in enumerate(tree.body):
+        alone = ast.Module([node], [])
+        try:
+            compile(alone, "<cell>", "exec",
+                    futures | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                    dont_inherit=True)
+        except SyntaxError as exc:
+            return index, exc, futures
+        futures |= future_flags(alone)
+    return len(tree.body), None, futures
 
 
 def future_flags(tree: ast.Module) -> int:
@@ -1099,6 +1154,9 @@ def load_notebook(path: Path) -> SourceFile:
             continue
         lines, tree, unsure = _module_view(cell)
         for index, node in enumerate(tree.body):
+            if cell.stop is not None and \
+                    lines[node.lineno - 1].line >= cell.stop:
+                break  # refused by the compiler: the kernel stops here
             if awaits_at_top(node):
                 continue  # run in the kernel's event loop: an experiment
             statement = _statement(cell.number, node, lines)

@@ -477,10 +477,8 @@ def _load(candidate: _Candidate, inside: Path, root: Path, named: bool,
                                    candidate.nearby,
                                    defined_names(source.text)))
     for error in source.cell_errors[:5]:
-        # The kernel would stop at this cell: it defines nothing.
-        gathered.notes.append(f"{show(candidate.path, root)}, {error} "
-                              f"(the kernel runs nothing of that cell, so "
-                              f"it defines nothing here either)")
+        # Each error says what of its cell the kernel runs.
+        gathered.notes.append(f"{show(candidate.path, root)}, {error}")
     for note in source.notes[:5]:
         # What the grader cannot know of the kernel's run (principle 7).
         gathered.notes.append(f"{show(candidate.path, root)}, {note}")

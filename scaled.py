@@ -1,0 +1,1 @@
+SCALED = False
