@@ -47,6 +47,7 @@ HEAVY_FIRST = (
     "test_batch.py", "test_formgrader_browser.py", "test_hostile.py",
     "test_public_suite.py", "test_class_entries.py", "test_bounds.py",
     "test_build.py", "test_effects.py", "test_effects_layer_dropout.py",
+    "test_notebook_kernel.py",
     "test_class_view.py", "test_cli.py",
     "test_forkserver.py", "test_types.py", "test_shapes_calls.py",
     "test_bigscan.py", "test_grader_corpus.py", "test_class_folders.py",
