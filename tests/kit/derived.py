@@ -406,6 +406,55 @@ it earned 11.
         probs = probs * keep[spot].view(-1, seq, seq)
         # [batch_size * num_heads, seq_len, seq_len]
 """),)),
+    "shapes_held/expressions_merge_heads.py": Derived(
+        ATTENTION, """Honest (issue 24, principle 6): the heads are merged by a
+list comprehension, a generator expression and a lambda that read ``att``
+on the line that rebinds it. Python 3.11 runs each in a frame of its
+own, where ``att`` is still the value from before the statement: the
+statement's own frame records it, so every comment here is right.
+Expected: full marks (11); before red team 16's fix, 9.
+""",
+        (Edit("""\
+        att = (att.view(bs, self.num_heads, seq, self.head_size)
+               .transpose(1, 2)
+               .reshape(bs, seq, self.num_heads * self.head_size))
+        # -> view [batch_size, num_heads, seq_len, head_size]
+        # -> transpose [batch_size, seq_len, num_heads, head_size]
+        # -> reshape [batch_size, seq_len, hidden]
+""", """\
+        att = att.view(bs, self.num_heads, seq, self.head_size)
+        # [batch_size, num_heads, seq_len, head_size]
+        att = torch.cat([att[:, h] for h in range(self.num_heads)], dim=-1)
+        # [batch_size, seq_len, hidden]
+        att = att.view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        att = torch.cat(tuple(att[:, :, h] for h in range(self.num_heads)),
+                        dim=-1)  # [batch_size, seq_len, hidden]
+        att = att.view(bs, seq, self.num_heads, self.head_size)
+        # [batch_size, seq_len, num_heads, head_size]
+        att = torch.cat(list(map(lambda h: att[:, :, h],
+                                 range(self.num_heads))), dim=-1)
+        # [batch_size, seq_len, hidden]
+"""),)),
+    "shapes_held/expression_claims_old_value.py": Derived(
+        ATTENTION, """A comprehension's line whose comment claims the shape
+``att`` had before the statement (what the comprehension's own frame
+reads): wrong, since the statement wrote [batch_size, seq_len, hidden].
+Expected: task2.shapes -1 (10).
+""",
+        (Edit("""\
+        att = (att.view(bs, self.num_heads, seq, self.head_size)
+               .transpose(1, 2)
+               .reshape(bs, seq, self.num_heads * self.head_size))
+        # -> view [batch_size, num_heads, seq_len, head_size]
+        # -> transpose [batch_size, seq_len, num_heads, head_size]
+        # -> reshape [batch_size, seq_len, hidden]
+""", """\
+        att = att.view(bs, self.num_heads, seq, self.head_size)
+        # [batch_size, num_heads, seq_len, head_size]
+        att = torch.cat([att[:, h] for h in range(self.num_heads)], dim=-1)
+        # [batch_size, num_heads, seq_len, head_size]
+"""),)),
     "effects/dropout/drop_short_only.py": Derived(
         ATTENTION, """Principle 5, right only where the probes looked:
 dropout only on short sequences (red team 16).

@@ -20,12 +20,12 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from derived import materialize
 
 from grader import wire
 from grader.shapes.tensor_facts import TensorFacts
@@ -60,7 +60,7 @@ EXPECTED = {
     # hold the old value: the statement's frame alone records it.
     "expressions_merge_heads": (0.0, []),
     "expression_claims_old_value": (-1.0, [
-        "line 175: wrong shape",
+        "line 182: wrong shape",
         "claimed [4, 6, 7, 19], real [4, 7, 114]"]),
 }
 
@@ -71,8 +71,7 @@ def graded(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("held")
     folder = root / "class"
     folder.mkdir()
-    for path in VARIANTS.glob("*.py"):
-        shutil.copy(path, folder / path.name)
+    materialize(VARIANTS, folder)
     out = root / "grades.csv"
     env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
     env["PYTHONPATH"] = str(KIT)
