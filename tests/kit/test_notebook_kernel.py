@@ -273,35 +273,43 @@ IN_A_KERNEL = ("automagic_time_rebinds", "cell_time_rebinds",
 
 
 @pytest.fixture(scope="module")
-def in_a_kernel() -> dict[str, dict]:
+def in_a_kernel(tmp_path_factory) -> dict[str, dict]:
     """The IN_A_KERNEL notebooks, each run top to bottom by a real
-    IPython kernel (nbclient, errors allowed as nbgrader's autograde
-    allows them; figures drawn by matplotlib's Agg backend, which keeps
-    no picture), the PROBE cell last: name -> its verdicts."""
+    IPython kernel in a folder of its own (a cell may write files:
+    ``%%writefile``), the kit on the kernel's path (nbclient, errors
+    allowed as nbgrader's autograde allows them; figures drawn by
+    matplotlib's Agg backend, which keeps no picture), the PROBE cell
+    last: name -> its verdicts."""
     import nbformat
     from nbclient import NotebookClient
 
     found = {}
-    saved = os.environ.get("MPLBACKEND")
-    os.environ["MPLBACKEND"] = "agg"  # the kernel inherits it
+    # The kernel inherits the environment.
+    given = {"MPLBACKEND": "agg", "PYTHONPATH": os.pathsep.join(
+        [str(KIT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    saved = {name: os.environ.get(name) for name in given}
+    os.environ.update(given)
     try:
         for name in IN_A_KERNEL:
+            folder = tmp_path_factory.mktemp(name)
             notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb",
                                      as_version=4)
             notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
             NotebookClient(
                 notebook, timeout=300, kernel_name="python3",
                 allow_errors=True,
-                resources={"metadata": {"path": str(KIT)}}).execute()
+                resources={"metadata": {"path": str(folder)}}).execute()
             text = "".join(output.get("text", "") for output in
                            notebook.cells[-1].outputs
                            if output.output_type == "stream")
             found[name] = json.loads(text.strip().splitlines()[-1])
     finally:
-        if saved is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert not (KIT / "scaled.py").exists()  # nothing written in the kit
     return found
 
 
