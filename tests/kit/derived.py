@@ -414,14 +414,7 @@ own, where ``att`` is still the value from before the statement: the
 statement's own frame records it, so every comment here is right.
 Expected: full marks (11); before red team 16's fix, 9.
 """,
-        (Edit("""\
-        att = (att.view(bs, self.num_heads, seq, self.head_size)
-               .transpose(1, 2)
-               .reshape(bs, seq, self.num_heads * self.head_size))
-        # -> view [batch_size, num_heads, seq_len, head_size]
-        # -> transpose [batch_size, seq_len, num_heads, head_size]
-        # -> reshape [batch_size, seq_len, hidden]
-""", """\
+        (Edit(_MERGE, """\
         att = att.view(bs, self.num_heads, seq, self.head_size)
         # [batch_size, num_heads, seq_len, head_size]
         att = torch.cat([att[:, h] for h in range(self.num_heads)], dim=-1)
@@ -442,14 +435,7 @@ Expected: full marks (11); before red team 16's fix, 9.
 reads): wrong, since the statement wrote [batch_size, seq_len, hidden].
 Expected: task2.shapes -1 (10).
 """,
-        (Edit("""\
-        att = (att.view(bs, self.num_heads, seq, self.head_size)
-               .transpose(1, 2)
-               .reshape(bs, seq, self.num_heads * self.head_size))
-        # -> view [batch_size, num_heads, seq_len, head_size]
-        # -> transpose [batch_size, seq_len, num_heads, head_size]
-        # -> reshape [batch_size, seq_len, hidden]
-""", """\
+        (Edit(_MERGE, """\
         att = att.view(bs, self.num_heads, seq, self.head_size)
         # [batch_size, num_heads, seq_len, head_size]
         att = torch.cat([att[:, h] for h in range(self.num_heads)], dim=-1)

@@ -373,6 +373,22 @@ def _attention(plan: Plan, probe_id: str, case: Case, causal: bool = False,
         params={"causal": causal}, again=again, branch=branch))
 
 
+def _both_modes(plan: Plan, name: str, case: Case, seed: int) -> None:
+    """``<name>-dropout-eval:<p>`` and ``<name>-dropout-train:<p>`` at
+    FIXED_RATE on ``case``: one object, called in eval mode, then in
+    train mode under a seed of its own (the rate's branch)."""
+    p = FIXED_RATE
+    for train in (False, True):
+        plan.add("task2", probe(
+            f"{name}-dropout-{'train' if train else 'eval'}:{p:g}",
+            "MultiHeadSelfAttention", case=case, layers=LAYERS_2,
+            init=_mha_init(case, dropout=p),
+            kwargs={"return_attention": True}, train=train,
+            seed=derive_seed(seed, "multi_head_attention", "dropout",
+                             name, p), params={"dropout": p},
+            again=train, branch=f"{p:g}"))
+
+
 def _sizes(plan: Plan, found: list[tuple[Case, str]]) -> None:
     """The ``size:`` probes of task 2. Per public case and kind, the
     public sizes, then a larger batch_size, then a longer seq_len are one
@@ -452,16 +468,7 @@ def build(seed: int, public_only: bool,
         # Dropout on the long sequence too, in both modes (red team 16:
         # no train-mode probe was longer than 14 tokens, so dropout only
         # when seq_len <= 16 kept the point).
-        p = FIXED_RATE
-        for train in (False, True):
-            plan.add("task2", probe(
-                f"long-dropout-{'train' if train else 'eval'}:{p:g}",
-                "MultiHeadSelfAttention", case=long, layers=LAYERS_2,
-                init=_mha_init(long, dropout=p),
-                kwargs={"return_attention": True}, train=train,
-                seed=derive_seed(seed, "multi_head_attention", "dropout",
-                                 "long", p), params={"dropout": p},
-                again=train, branch=f"{p:g}"))
+        _both_modes(plan, "long", long, seed)
     first = task2[0]
     plan.add("task2", probe(f"att-only:{first.name}",
                             "MultiHeadSelfAttention", case=first,
@@ -508,16 +515,7 @@ def build(seed: int, public_only: bool,
     # randomness added after the values were weighted shows, whatever
     # the value step.
     p = FIXED_RATE
-    blank = zero_values(drop)
-    for train in (False, True):
-        plan.add("task2", probe(
-            f"zero-v-dropout-{'train' if train else 'eval'}:{p:g}",
-            "MultiHeadSelfAttention", case=blank, layers=LAYERS_2,
-            init=_mha_init(blank, dropout=p),
-            kwargs={"return_attention": True}, train=train,
-            seed=derive_seed(seed, "multi_head_attention", "dropout",
-                             "zero-v", p), params={"dropout": p},
-            again=train, branch=f"{p:g}"))
+    _both_modes(plan, "zero-v", zero_values(drop), seed)
     # forward(x) under the seed of dropout-train:<p>:0: the same draws.
     plan.add("task2", probe(
         f"att-only-{dropout_probe(p, 0)}", "MultiHeadSelfAttention",

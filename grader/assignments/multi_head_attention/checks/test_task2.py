@@ -954,9 +954,7 @@ def dropout_at(task2: TaskRun, p: float) -> tuple[list[torch.Tensor], int]:
             fail(f"With dropout={p:g} in train mode nothing changes: "
                  f"apply self.dropout to probs.")
         zero = train_probs == 0
-        kept = torch.isclose(train_probs, eval_probs / (1 - p), rtol=RTOL,
-                             atol=ATOL)
-        if not torch.all(zero | kept):
+        if not zero_or_scaled(train_probs, eval_probs, p):
             scale = uniform_scale(train_probs, eval_probs)
             if scale is not None and abs(scale - 1) <= RTOL:
                 fail(f"With dropout={p:g} in train mode the probabilities "
@@ -978,6 +976,14 @@ def dropout_at(task2: TaskRun, p: float) -> tuple[list[torch.Tensor], int]:
                  "dropout_misplaced")
         masks.append(zero[judged])
     return masks, int(judged.sum())
+
+
+def zero_or_scaled(train_probs: torch.Tensor, eval_probs: torch.Tensor,
+                   p: float) -> bool:
+    """Whether every probability in train mode is 0 or its eval value
+    scaled by 1 / (1 - p), as nn.Dropout leaves it."""
+    return bool(torch.all((train_probs == 0) | torch.isclose(
+        train_probs, eval_probs / (1 - p), rtol=RTOL, atol=ATOL)))
 
 
 def misplaced(task2: TaskRun, p: float, eval_att: torch.Tensor | None,
@@ -1173,9 +1179,7 @@ def long_dropout(task2: TaskRun) -> None:
             fail(f"{seen} nothing is dropped: dropout must act at every "
                  f"length. Apply self.dropout to probs.")
         zero = probs == 0
-        kept = torch.isclose(probs, eval_probs / (1 - p), rtol=RTOL,
-                             atol=ATOL)
-        if not torch.all(zero | kept):
+        if not zero_or_scaled(probs, eval_probs, p):
             fail(f"{seen} the returned probabilities are neither 0 nor "
                  f"their eval value / (1 - p): dropout must act on the "
                  f"probabilities at every length. Apply self.dropout to "
